@@ -1,0 +1,222 @@
+"""Typed core shared by every stage: what a workload is, what it holds, what it uses, what it should get.
+
+Frozen dataclasses, units in the field names (``_mib``, ``_frac``, ``_s``). Collectors build
+:class:`Workload` and :class:`Snapshot`; policies turn them into :class:`Recommendation`; outputs
+render a :class:`Plan`. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+import pandas as pd
+
+
+class Sharing(StrEnum):
+    """How a workload's GPU is handed out today (or should be)."""
+
+    EXCLUSIVE = "exclusive"  # whole nvidia.com/gpu devices
+    MIG = "mig"  # nvidia.com/mig-<profile> (mixed) or a MIG-single node
+    TIME_SLICING = "time-slicing"  # nvidia.com/gpu.shared or a time-sliced nvidia.com/gpu
+    MPS = "mps"  # CUDA MPS (device plugin / DRA / env)
+    HAMI = "hami"  # HAMi gpumem / gpucores
+    KAI = "kai"  # KAI scheduler gpu-fraction / gpu-memory
+    NONE = "none"  # no GPU found in the spec
+
+
+@dataclass(frozen=True, order=True)
+class WorkloadRef:
+    """Identity of a workload: its top-level owner (Deployment, StatefulSet, Job, CronJob, ...)."""
+
+    namespace: str
+    kind: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class VllmArgs:
+    """The vLLM engine arguments that bound its GPU memory, as found in the container args."""
+
+    model: str | None = None
+    gpu_memory_utilization: float | None = None  # fraction of the memory the process sees
+    max_model_len: int | None = None  # tokens
+    max_num_seqs: int | None = None
+    tensor_parallel_size: int = 1
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one replica holds today (or is recommended to hold).
+
+    ``gpu_equivalents`` is the share of whole physical GPUs one replica occupies, so that workloads of
+    every sharing mechanism add up in one unit: a whole GPU is 1, a 3g MIG slice of a 7-slice GPU 3/7
+    (by SM slices; 4/8 by memory: the larger counts), a time-sliced replica 1/replicas of the device.
+    """
+
+    sharing: Sharing
+    gpus: int = 0  # whole devices requested (nvidia.com/gpu, or gpu.shared replicas)
+    mig_profile: str | None = None  # e.g. "3g.40gb"
+    mig_count: int = 0
+    gpu_equivalents: float = 0.0
+    gpu_model: str | None = None  # canonical model key, e.g. "A100-80GB"; None when unknown
+    gpu_product: str | None = None  # raw product label as found (GFD nvidia.com/gpu.product, DCGM modelName)
+    device_memory_mib: float | None = None  # memory one device/slice shows the process
+    mps_active_thread_pct: float | None = None
+    mps_pinned_mem_mib: float | None = None
+    hami_gpumem_mib: float | None = None
+    hami_gpucores_pct: float | None = None
+    kai_gpu_fraction: float | None = None
+    vllm: VllmArgs | None = None
+    replicas: int = 1
+
+    @property
+    def total_gpu_equivalents(self) -> float:
+        return self.gpu_equivalents * self.replicas
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A GPU workload as discovered, with the pods that belong to it."""
+
+    ref: WorkloadRef
+    allocation: Allocation
+    pods: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    source: str = "unknown"  # which collector found it: kubernetes, kube-state-metrics, dcgm, file
+    notes: tuple[str, ...] = ()  # caveats found while discovering it (e.g. owner inferred from pod name)
+    kv_capacity_tokens: float | None = None  # vLLM num_gpu_blocks x block_size, per replica
+    served_model: str | None = None  # vLLM model_name label
+
+
+# Canonical usage metric names. Collectors fill these; features and policies read them.
+# Values are per workload (pods already aggregated by the rule in recommender.snapshot).
+FB_USED_MIB = "fb_used_mib"  # framebuffer used, per device, MiB (max over step)
+FB_TOTAL_MIB = "fb_total_mib"  # framebuffer used + free, per device, MiB
+GR_ENGINE_ACTIVE_FRAC = "gr_engine_active_frac"  # 0-1 of the device/slice it runs on (avg over step)
+SM_ACTIVE_FRAC = "sm_active_frac"  # 0-1, when the DCP field is enabled
+POWER_W = "power_w"
+KV_USAGE_FRAC = "kv_usage_frac"  # vLLM kv_cache_usage_perc (0-1), max over step
+REQUESTS_WAITING = "requests_waiting"  # vLLM num_requests_waiting, summed over pods
+REQUESTS_RUNNING = "requests_running"
+REQUEST_RATE = "request_rate_per_s"  # finished requests per second
+PROMPT_TOKENS_RATE = "prompt_tokens_per_s"
+GENERATION_TOKENS_RATE = "generation_tokens_per_s"
+TTFT_P95_S = "ttft_p95_s"
+PREEMPTIONS_RATE = "preemptions_per_s"
+
+USAGE_METRICS: tuple[str, ...] = (
+    FB_USED_MIB,
+    FB_TOTAL_MIB,
+    GR_ENGINE_ACTIVE_FRAC,
+    SM_ACTIVE_FRAC,
+    POWER_W,
+    KV_USAGE_FRAC,
+    REQUESTS_WAITING,
+    REQUESTS_RUNNING,
+    REQUEST_RATE,
+    PROMPT_TOKENS_RATE,
+    GENERATION_TOKENS_RATE,
+    TTFT_P95_S,
+    PREEMPTIONS_RATE,
+)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the pure pipeline needs: inventory plus usage series over one window.
+
+    ``usage`` maps a canonical metric name to a wide frame: index = UTC timestamps (DatetimeIndex,
+    one per step), columns = ``WorkloadRef.key``. A metric no collector found is simply absent; a
+    workload with no series for a metric has no column (or an all-NaN one).
+    """
+
+    workloads: tuple[Workload, ...]
+    usage: Mapping[str, pd.DataFrame]
+    start: datetime
+    end: datetime
+    step_s: float
+    warnings: tuple[str, ...] = ()
+    source: str = "unknown"
+
+    def series(self, metric: str, ref: WorkloadRef) -> pd.Series | None:
+        """One workload's series for one metric, or None when absent or all-NaN."""
+        frame = self.usage.get(metric)
+        if frame is None or ref.key not in frame.columns:
+            return None
+        s = frame[ref.key]
+        return None if s.isna().all() else s
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A recommended amount with its uncertainty, VPA style: lower <= target <= upper."""
+
+    lower: float
+    target: float
+    upper: float
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What one workload should get instead, why, and what that saves.
+
+    ``recommended`` is None when no recommendation can be made; ``reasons`` then says why.
+    """
+
+    workload: Workload
+    recommended: Allocation | None
+    reasons: tuple[str, ...]
+    confidence: float  # 0-1: grows with history length and series coverage
+    memory_need_mib: Bound | None = None  # per device
+    compute_need_frac: Bound | None = None  # share of one whole GPU's SMs
+    gpus_held: float = 0.0  # gpu-equivalents held today (all replicas)
+    gpus_needed: float = 0.0  # gpu-equivalents needed after the change (all replicas)
+    monthly_savings_usd: float | None = None
+    risk: str = "low"  # low | medium | high: what could go wrong if applied
+    history_s: float = 0.0  # how much usable history backed it
+
+    @property
+    def ref(self) -> WorkloadRef:
+        return self.workload.ref
+
+    @property
+    def actionable(self) -> bool:
+        return self.recommended is not None
+
+
+@dataclass(frozen=True)
+class Summary:
+    workloads: int
+    with_recommendation: int
+    gpus_held: float
+    gpus_needed: float  # sum of recommended gpu-equivalents
+    gpus_needed_packed: int | None  # whole GPUs after packing recommended slices, when computed
+    monthly_savings_usd: float
+    gpu_hours_held: float  # over the analysed window
+    gpu_hours_needed: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The pipeline's output: every workload's recommendation plus a fleet summary."""
+
+    generated_at: datetime
+    window_start: datetime
+    window_end: datetime
+    step_s: float
+    recommendations: tuple[Recommendation, ...]
+    summary: Summary
+    warnings: tuple[str, ...] = ()
+    timings_s: Mapping[str, float] = field(default_factory=dict)
+    source: str = "unknown"

@@ -1,0 +1,127 @@
+"""One settings object, built from groups and passed explicitly (never a global).
+
+Field descriptions double as CLI help and as the settings page in the README.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DAY_S = 86_400.0
+
+
+class PrometheusSettings(BaseModel):
+    """How to reach a Prometheus-compatible API and how hard we may query it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    url: str | None = Field(None, description="Base URL of Prometheus, Thanos, Mimir or VictoriaMetrics.")
+    bearer_token: str | None = Field(None, description="Bearer token sent as Authorization header.")
+    username: str | None = Field(None, description="Basic-auth user.")
+    password: str | None = Field(None, description="Basic-auth password.")
+    ca_file: str | None = Field(None, description="CA bundle to verify the server's TLS certificate.")
+    client_cert: str | None = Field(None, description="Client certificate (PEM) for mutual TLS.")
+    client_key: str | None = Field(None, description="Client key (PEM) for mutual TLS.")
+    insecure_skip_verify: bool = Field(False, description="Do not verify TLS (testing only).")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. X-Scope-OrgID).")
+    timeout_s: float = Field(60.0, gt=0, description="Timeout of one HTTP request, seconds.")
+    retries: int = Field(3, ge=0, description="Retries with exponential backoff on transient errors.")
+    max_workers: int = Field(4, ge=1, le=32, description="Queries in flight at once (bounded pool).")
+    max_points_per_series: int = Field(
+        11_000, ge=100, le=11_000, description="Points per series per query; ranges are chunked below it."
+    )
+    max_samples_per_query: int = Field(
+        20_000_000, ge=10_000, description="Samples one query may touch; kept well under query.max-samples."
+    )
+    target_points: int = Field(
+        2_016, ge=50, description="Points per series over the whole history; sets the step (≥ 60 s)."
+    )
+    min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
+    namespace_label: str = Field("namespace", description="Label that holds the pod's namespace.")
+    pod_label: str = Field("pod", description="Label that holds the pod name.")
+    extra_selector: str = Field("", description='Extra label matchers added to every query, e.g. cluster="a".')
+
+
+class KubernetesSettings(BaseModel):
+    """Where the workload inventory comes from when a cluster is reachable."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool = Field(True, description="Read workloads from the Kubernetes API when reachable.")
+    kubeconfig: str | None = Field(None, description="Path to a kubeconfig; default: in-cluster, then ~/.kube.")
+    context: str | None = Field(None, description="kubeconfig context to use.")
+    host: str | None = Field(None, description="API server URL (overrides kubeconfig; for tests).")
+    timeout_s: float = Field(30.0, gt=0, description="Timeout of one API call, seconds.")
+
+
+class PolicySettings(BaseModel):
+    """Knobs of the sizing policies. Percentiles are of the per-step series over the history."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_percentile: float = Field(0.99, gt=0, le=1, description="Percentile of memory in use sized for.")
+    memory_margin_frac: float = Field(0.15, ge=0, le=1, description="Safety margin added to memory need.")
+    compute_percentile: float = Field(0.95, gt=0, le=1, description="Percentile of engine activity sized for.")
+    compute_margin_frac: float = Field(0.20, ge=0, le=2, description="Safety margin added to compute need.")
+    min_history_s: float = Field(DAY_S, ge=0, description="Less usable history than this: no recommendation.")
+    full_confidence_history_s: float = Field(7 * DAY_S, gt=0, description="History that earns full confidence.")
+    vllm_max_gpu_memory_utilization: float = Field(
+        0.95, gt=0, le=1, description="Never recommend a vLLM memory fraction above this."
+    )
+    vllm_min_gpu_memory_utilization: float = Field(
+        0.10, gt=0, le=1, description="Never recommend a vLLM memory fraction below this."
+    )
+    idle_compute_frac: float = Field(0.01, ge=0, description="Engine activity at or below this counts as idle.")
+    allow_mig: bool = Field(True, description="Recommend MIG slices where the GPU model supports them.")
+    catalogue_override: str | None = Field(
+        None, description="YAML file that overrides or extends the GPU catalogue (policies/data/gpus.yaml)."
+    )
+    models_override: str | None = Field(
+        None, description="YAML file that overrides or extends the model catalogue (policies/data/models.yaml)."
+    )
+
+
+class PriceSettings(BaseModel):
+    """Money: what one GPU-hour costs, by canonical GPU model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    usd_per_gpu_hour: dict[str, float] = Field(
+        default_factory=lambda: {
+            "default": 2.50,
+            "A30": 0.90,
+            "A100-40GB": 1.80,
+            "A100-80GB": 2.20,
+            "H100-80GB": 3.50,
+            "H100-94GB": 3.80,
+            "H100-96GB": 3.90,
+            "H200-141GB": 4.50,
+            "B200-180GB": 6.00,
+        },
+        description="USD per GPU-hour by GPU model; 'default' for the rest. Illustrative list prices.",
+    )
+    hours_per_month: float = Field(730.0, gt=0, description="Hours in a month for monthly figures.")
+
+    @field_validator("usd_per_gpu_hour")
+    @classmethod
+    def _non_negative(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = [k for k, p in v.items() if not p >= 0]
+        if bad:
+            raise ValueError(f"prices must be >= 0: {', '.join(bad)}")
+        return v
+
+    def price(self, gpu_model: str | None) -> float:
+        return self.usd_per_gpu_hour.get(gpu_model or "", self.usd_per_gpu_hour.get("default", 0.0))
+
+
+class Settings(BaseModel):
+    """All settings of one run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespaces: tuple[str, ...] = Field((), description="Namespaces to analyse; empty = all.")
+    history_s: float = Field(14 * DAY_S, gt=0, description="How far back to read usage, seconds.")
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    prices: PriceSettings = Field(default_factory=PriceSettings)
