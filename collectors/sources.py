@@ -1,0 +1,70 @@
+"""The built-in sources: the bundled demo, a snapshot directory, and a live Prometheus (+ Kubernetes)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from collectors.registry import SourceRequest, register_source
+from policies.catalogue import load_catalogue
+from recommender.errors import ConfigError, KubernetesError
+from recommender.model import Snapshot, Workload
+from recommender.progress import Progress
+from recommender.snapshot import assemble
+
+
+def _select(snapshot: Snapshot, namespaces: tuple[str, ...]) -> Snapshot:
+    """Keep only the chosen namespaces (file and demo sources hold everything)."""
+    if not namespaces:
+        return snapshot
+    keep = tuple(w for w in snapshot.workloads if w.ref.namespace in namespaces)
+    keys = {w.ref.key for w in keep}
+    usage = {m: f[[c for c in f.columns if c in keys]] for m, f in snapshot.usage.items()}
+    return Snapshot(keep, usage, snapshot.start, snapshot.end, snapshot.step_s, snapshot.warnings, snapshot.source)
+
+
+@register_source("demo")
+def demo(req: SourceRequest, progress: Progress) -> Snapshot:
+    from collectors.files import read_snapshot
+    from recommender.demo import demo_path
+
+    progress.log(f"using the bundled demo cluster ({demo_path()})")
+    return _select(read_snapshot(demo_path()), req.settings.namespaces)
+
+
+@register_source("file")
+def file(req: SourceRequest, progress: Progress) -> Snapshot:
+    from collectors.files import read_snapshot
+
+    if not req.path:
+        raise ConfigError("the file source needs a snapshot directory")
+    return _select(read_snapshot(Path(req.path)), req.settings.namespaces)
+
+
+def _cluster_workloads(req: SourceRequest, progress: Progress) -> tuple[tuple[Workload, ...] | None, str | None]:
+    """Workloads from the Kubernetes API, or None with the reason we fell back to metrics labels."""
+    if not req.settings.kubernetes.enabled:
+        return None, None
+    from collectors.kubernetes import discover_workloads
+
+    try:
+        return discover_workloads(req.settings, progress), None
+    except KubernetesError as exc:
+        return None, f"Kubernetes API not used ({exc}): workloads come from kube-state-metrics and DCGM labels"
+
+
+@register_source("prometheus")
+def prometheus(req: SourceRequest, progress: Progress) -> Snapshot:
+    from collectors.prometheus import collect_pod_usage, step_for
+
+    s = req.settings
+    start = req.end - timedelta(seconds=s.history_s)
+    workloads, why = _cluster_workloads(req, progress)
+    usage = collect_pod_usage(s, start, req.end, progress)
+    if why:
+        progress.log(f"warning: {why}")
+        usage = type(usage)(**{**usage.__dict__, "warnings": (*usage.warnings, why)})
+    catalogue = load_catalogue(s.policy.catalogue_override)
+    step_s = step_for(s.history_s, s.prometheus)
+    where = s.prometheus.url or "prometheus"
+    return assemble(usage, workloads, start, req.end, step_s, catalogue, f"prometheus {where}")

@@ -1,0 +1,66 @@
+"""Small composable estimators, VPA style: each turns features into a Bound, wrappers adjust it.
+
+``with_margin(0.15, percentile(0.99))`` reads as what it does. Bounds: lower from the median,
+target from the percentile, upper from the peak widened while history is short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from recommender.features import Quantiles
+from recommender.model import Bound
+
+DAY_S = 86_400.0
+Estimator = Callable[[Quantiles], Bound]
+
+
+def percentile(q: float) -> Estimator:
+    """lower = median, target = q-th percentile, upper = observed peak."""
+
+    def estimate(x: Quantiles) -> Bound:
+        return Bound(lower=x.p50, target=x.at(q), upper=max(x.max, x.at(q)))
+
+    return estimate
+
+
+def with_margin(frac: float, inner: Estimator) -> Estimator:
+    """Scale all three by (1 + frac): headroom for what the window did not show."""
+
+    def estimate(x: Quantiles) -> Bound:
+        b = inner(x)
+        return Bound(b.lower * (1 + frac), b.target * (1 + frac), b.upper * (1 + frac))
+
+    return estimate
+
+
+def with_min(floor: float, inner: Estimator) -> Estimator:
+    """No bound below ``floor`` (e.g. one max-length sequence's memory)."""
+
+    def estimate(x: Quantiles) -> Bound:
+        b = inner(x)
+        return Bound(max(b.lower, floor), max(b.target, floor), max(b.upper, floor))
+
+    return estimate
+
+
+def confidence_multiplier(history_s: float) -> float:
+    """VPA's widening of the upper bound: 12 h of history x3, 24 h x2, a week x1.14."""
+    days = max(history_s / DAY_S, 1e-3)
+    return 1.0 + 1.0 / days
+
+
+def with_confidence(history_s: float, inner: Estimator) -> Estimator:
+    """Widen the upper bound while history is short."""
+
+    def estimate(x: Quantiles) -> Bound:
+        b = inner(x)
+        return replace(b, upper=b.upper * confidence_multiplier(history_s))
+
+    return estimate
+
+
+def confidence(history_s: float, coverage_frac: float, full_history_s: float) -> float:
+    """0-1: grows linearly with history up to ``full_history_s``, scaled by series coverage."""
+    return round(min(1.0, history_s / full_history_s) * max(0.0, min(1.0, coverage_frac)), 3)

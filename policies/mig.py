@@ -1,0 +1,23 @@
+"""Choosing a MIG profile: the smallest slice of the GPU model that holds the memory and compute need."""
+
+from __future__ import annotations
+
+from policies.catalogue import GpuModel, MigProfile
+
+
+def fitting_profiles(gpu: GpuModel, memory_mib: float, compute_frac: float) -> list[MigProfile]:
+    """Profiles (no media-engine variants) with enough usable memory and SM share, smallest first.
+
+    Smallest means the least share of the GPU, then fewer SM slices, then less memory: a 1g.20gb
+    (2 memory slices, 1 SM) beats a 2g.20gb when one SM slice is enough.
+    """
+    ok = [
+        p for p in gpu.profiles
+        if not p.has_media and p.usable_mib >= memory_mib and p.shape.sm_slices / gpu.sm_slices >= compute_frac
+    ]
+    return sorted(ok, key=lambda p: (gpu.share(p), p.shape.sm_slices, p.usable_mib))
+
+
+def smallest_profile(gpu: GpuModel, memory_mib: float, compute_frac: float) -> MigProfile | None:
+    found = fitting_profiles(gpu, memory_mib, compute_frac)
+    return found[0] if found else None

@@ -1,0 +1,57 @@
+"""Savings: GPUs and GPU-hours held vs needed, and money from the price table."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+
+from policies.catalogue import Catalogue
+from policies.packing import pack
+from recommender.model import Recommendation, Sharing, Summary
+from recommender.settings import PriceSettings
+
+
+def with_money(rec: Recommendation, prices: PriceSettings) -> Recommendation:
+    """Monthly USD saved by the recommendation (negative when it asks for more)."""
+    if rec.recommended is None:
+        return replace(rec, monthly_savings_usd=0.0)
+    saved = rec.gpus_held - rec.gpus_needed
+    price = prices.price(rec.workload.allocation.gpu_model)
+    return replace(rec, monthly_savings_usd=round(saved * price * prices.hours_per_month, 2))
+
+
+def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue) -> int:
+    """Whole GPUs the recommended fleet needs: MIG slices packed into valid layouts, the rest whole.
+
+    Workloads without a recommendation keep what they hold (rounded up to whole GPUs per model).
+    """
+    slices: dict[str, list] = defaultdict(list)
+    whole = 0.0
+    for r in recs:
+        alloc = r.recommended or r.workload.allocation
+        gpu = catalogue.get(alloc.gpu_model)
+        prof = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
+        if alloc.sharing is Sharing.MIG and gpu is not None and prof is not None:
+            slices[gpu.key].extend([prof] * (alloc.mig_count * alloc.replicas))
+        else:
+            whole += alloc.total_gpu_equivalents
+    packed = sum(len(pack(catalogue.gpus[k], profs)) for k, profs in slices.items())
+    return packed + math.ceil(whole - 1e-9)
+
+
+def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalogue) -> Summary:
+    hours = window_s / 3600.0
+    held = sum(r.gpus_held for r in recs)
+    needed = sum(r.gpus_needed for r in recs)
+    return Summary(
+        workloads=len(recs),
+        with_recommendation=sum(1 for r in recs if r.recommended is not None),
+        gpus_held=round(held, 3),
+        gpus_needed=round(needed, 3),
+        gpus_needed_packed=packed_gpus(recs, catalogue),
+        monthly_savings_usd=round(sum(r.monthly_savings_usd or 0.0 for r in recs), 2),
+        gpu_hours_held=round(held * hours, 1),
+        gpu_hours_needed=round(needed * hours, 1),
+    )

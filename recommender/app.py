@@ -1,0 +1,80 @@
+"""The edge that wires a source, the pure pipeline and a formatter together for the CLI."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from collectors.registry import SourceRequest, get_source
+from recommender.model import Snapshot
+from recommender.pipeline import run_once
+from recommender.settings import Settings
+
+
+class RichProgress:
+    """Progress on stderr: bars on a terminal, one line per finished task otherwise (CI logs)."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.live = self.console.is_terminal
+        self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=self.console, transient=True)
+        self._tasks: dict[str, TaskID] = {}
+        self._totals: dict[str, tuple[int, int]] = {}
+
+    def __enter__(self) -> RichProgress:
+        if self.live:
+            self._bars.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        if self.live:
+            self._bars.stop()
+
+    def start(self, task: str, total: int) -> None:
+        self._totals[task] = (0, total)
+        if self.live:
+            self._tasks[task] = self._bars.add_task(task, total=total)
+        else:
+            self.console.print(f"{task}: 0/{total}", highlight=False)
+
+    def advance(self, task: str, n: int = 1) -> None:
+        done, total = self._totals.get(task, (0, 0))
+        self._totals[task] = (done + n, total)
+        if self.live and task in self._tasks:
+            self._bars.advance(self._tasks[task], n)
+        elif not self.live and done + n == total:
+            self.console.print(f"{task}: {total}/{total} done", highlight=False)
+
+    def log(self, message: str) -> None:
+        self.console.print(message, highlight=False)
+
+
+def collect(source: str, path: str | None, settings: Settings, end: datetime) -> Snapshot:
+    with RichProgress() as progress:
+        return get_source(source)(SourceRequest(settings, end, path), progress)
+
+
+def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:
+    """Collect, plan and render one report; the plan's clock is the window's end for reproducibility."""
+    from recommender.outputs import get_formatter
+
+    formatter = get_formatter(fmt)
+    snap = collect(source, path, settings, end)
+    plan = run_once(snap, settings, snap.end)
+    return formatter(plan, snap)
+
+
+def save_snapshot(source: str, path: str | None, settings: Settings, end: datetime, out: Path) -> None:
+    from collectors.files import write_snapshot
+
+    write_snapshot(collect(source, path, settings, end), out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use the rightsizer command")

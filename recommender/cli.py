@@ -1,0 +1,161 @@
+"""``rightsizer`` command line: thin wrappers that build Settings, pick a source and a formatter.
+
+Expected failures (a dead Prometheus, a bad flag value, an empty namespace) end with one line,
+``error: ...``, and exit code 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from recommender.errors import RightsizerError
+from recommender.settings import KubernetesSettings, PolicySettings, PrometheusSettings, Settings
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+FORMATS = ("table", "json", "csv", "markdown", "html")
+
+
+def parse_duration(text: str) -> float:
+    """'14d', '12h', '90m', '3600s', '2w' or '1d12h' → seconds."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
+    if not parts or "".join(a + b for a, b in parts) != text.strip():
+        raise click.BadParameter(f"{text!r} is not a duration like 14d, 12h or 90m")
+    return sum(float(n) * _UNITS_S[u] for n, u in parts)
+
+
+def parse_time(text: str | None) -> datetime:
+    """ISO-8601 or unix seconds; naive times are UTC. None → now."""
+    if text is None:
+        return datetime.now(UTC)
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO-8601 time or unix seconds") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+def build_settings(opts: dict[str, Any]) -> Settings:
+    """Settings from CLI options; invalid values end the run with one line."""
+    try:
+        return Settings(
+            namespaces=tuple(opts["namespace"]),
+            history_s=parse_duration(opts["history"]),
+            prometheus=PrometheusSettings(
+                url=opts.get("prometheus_url"), bearer_token=opts.get("bearer_token"),
+                username=opts.get("username"), password=opts.get("password"), ca_file=opts.get("ca_file"),
+                client_cert=opts.get("client_cert"), client_key=opts.get("client_key"),
+                insecure_skip_verify=opts.get("insecure", False), timeout_s=opts.get("timeout", 60.0),
+                max_workers=opts.get("workers", 4),
+            ),
+            kubernetes=KubernetesSettings(enabled=not opts.get("no_kubernetes", False),
+                                          kubeconfig=opts.get("kubeconfig"), context=opts.get("context")),
+            policy=PolicySettings(catalogue_override=opts.get("gpu_catalogue"),
+                                  models_override=opts.get("model_catalogue"),
+                                  min_history_s=parse_duration(opts.get("min_history") or "24h")),
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fail(f"invalid setting {'.'.join(str(x) for x in err['loc'])}: {err['msg']}")
+        raise AssertionError from exc  # unreachable: fail() exits
+
+
+@click.group()
+@click.version_option(package_name="gpu-rightsizer")
+def main() -> None:
+    """gpu-rightsizer: right-size GPU workloads on Kubernetes from DCGM and vLLM metrics."""
+
+
+def source_options(fn: Any) -> Any:
+    """Options shared by every command that reads a snapshot."""
+    opts = [
+        click.option("--demo", is_flag=True, help="Use the bundled demo cluster (no cluster or Prometheus needed)."),
+        click.option("--snapshot", "snapshot_dir", type=click.Path(), help="Read a snapshot directory instead."),
+        click.option("--prometheus-url", envvar="PROMETHEUS_URL", help="Prometheus-compatible API base URL."),
+        click.option("--bearer-token", envvar="PROMETHEUS_TOKEN", help="Bearer token for Prometheus."),
+        click.option("--username", envvar="PROMETHEUS_USERNAME", help="Basic-auth user for Prometheus."),
+        click.option("--password", envvar="PROMETHEUS_PASSWORD", help="Basic-auth password for Prometheus."),
+        click.option("--ca-file", type=click.Path(), help="CA bundle for Prometheus TLS."),
+        click.option("--client-cert", type=click.Path(), help="Client certificate for mutual TLS."),
+        click.option("--client-key", type=click.Path(), help="Client key for mutual TLS."),
+        click.option("--insecure", is_flag=True, help="Skip TLS verification (testing only)."),
+        click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds per HTTP request."),
+        click.option("--workers", type=int, default=4, show_default=True, help="Queries in flight at once."),
+        click.option("-n", "--namespace", multiple=True, help="Namespace to analyse (repeatable; default all)."),
+        click.option("--history", default="14d", show_default=True, help="How far back to read usage."),
+        click.option("--end", "end_time", help="End of the window (ISO-8601 or unix s; default now)."),
+        click.option("--min-history", default="24h", show_default=True, help="Less history: no recommendation."),
+        click.option("--kubeconfig", type=click.Path(), help="kubeconfig for the workload inventory."),
+        click.option("--context", help="kubeconfig context."),
+        click.option("--no-kubernetes", is_flag=True, help="Do not call the Kubernetes API (use KSM metrics)."),
+        click.option("--gpu-catalogue", type=click.Path(), help="YAML overriding/extending the GPU catalogue."),
+        click.option("--model-catalogue", type=click.Path(), help="YAML overriding/extending the model cards."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def pick_source(opts: dict[str, Any]) -> tuple[str, str | None]:
+    if opts["demo"]:
+        return "demo", None
+    if opts.get("snapshot_dir"):
+        return "file", opts["snapshot_dir"]
+    if opts.get("prometheus_url"):
+        return "prometheus", None
+    fail("say where the metrics are: --prometheus-url URL (or PROMETHEUS_URL), --snapshot DIR, or --demo")
+    raise AssertionError
+
+
+@main.command()
+@source_options
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (default stdout).")
+def report(fmt: str, output: str | None, **opts: Any) -> None:
+    """Dry-run report: what each GPU workload holds, uses, and should get."""
+    from recommender.app import make_report
+
+    settings = build_settings(opts)
+    name, path = pick_source(opts)
+    try:
+        text = make_report(name, path, settings, parse_time(opts.get("end_time")), fmt)
+    except RightsizerError as exc:
+        fail(str(exc))
+        return
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {fmt} report to {output}", err=True)
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+
+
+@main.command()
+@source_options
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Directory to write.")
+def snapshot(output: str, **opts: Any) -> None:
+    """Save the collected snapshot to a directory, for offline analysis or a later --snapshot."""
+    from recommender.app import save_snapshot
+
+    settings = build_settings(opts)
+    name, path = pick_source(opts)
+    try:
+        save_snapshot(name, path, settings, parse_time(opts.get("end_time")), Path(output))
+    except RightsizerError as exc:
+        fail(str(exc))
+        return
+    click.echo(f"wrote snapshot to {output}", err=True)

@@ -1,0 +1,130 @@
+"""Features: the shape of each workload's usage, reduced from its series to a few typed numbers.
+
+Everything downstream (policies, report) reads these instead of raw series, so the maths is tested
+on small frames. Percentiles ignore NaN; a feature with no data is None, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from recommender import model as m
+from recommender.model import Snapshot, Workload
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    p50: float
+    p95: float
+    p99: float
+    max: float
+    mean: float
+
+    def at(self, q: float) -> float:
+        """Value at quantile q, interpolated on the stored points (0.5, 0.95, 0.99, 1.0)."""
+        points = [(0.5, self.p50), (0.95, self.p95), (0.99, self.p99), (1.0, self.max)]
+        if q <= 0.5:
+            return self.p50
+        for (q0, v0), (q1, v1) in zip(points, points[1:], strict=False):
+            if q <= q1:
+                return v0 + (v1 - v0) * (q - q0) / (q1 - q0)
+        return self.max
+
+
+def quantiles(series: pd.Series | None) -> Quantiles | None:
+    """Quantiles of the finite values, or None when there are none."""
+    if series is None:
+        return None
+    values = series.to_numpy(dtype="float64")
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return None
+    p50, p95, p99 = np.quantile(values, [0.5, 0.95, 0.99])
+    return Quantiles(float(p50), float(p95), float(p99), float(values.max()), float(values.mean()))
+
+
+@dataclass(frozen=True)
+class WorkloadFeatures:
+    """Usage features of one workload over the window."""
+
+    history_s: float  # span between first and last step with any GPU or vLLM data
+    coverage_frac: float  # share of steps in that span that have data
+    fb_used_mib: Quantiles | None
+    fb_total_mib: Quantiles | None
+    gr_engine_active_frac: Quantiles | None
+    kv_usage_frac: Quantiles | None
+    requests_waiting: Quantiles | None
+    requests_running: Quantiles | None
+    request_rate_per_s: Quantiles | None
+    ttft_p95_s: Quantiles | None
+    idle_frac: float | None  # share of steps with engine activity <= the idle threshold and no requests
+    longest_idle_s: float | None
+
+
+def _presence(snapshot: Snapshot, workload: Workload) -> pd.Series | None:
+    """Boolean per step: does the workload have any usage data at that step."""
+    present: pd.Series | None = None
+    for metric in (m.FB_USED_MIB, m.GR_ENGINE_ACTIVE_FRAC, m.KV_USAGE_FRAC, m.REQUESTS_RUNNING):
+        s = snapshot.series(metric, workload.ref)
+        if s is not None:
+            present = s.notna() if present is None else (present | s.notna())
+    return present
+
+
+def _history(present: pd.Series | None, step_s: float) -> tuple[float, float]:
+    if present is None or not present.any():
+        return 0.0, 0.0
+    idx = np.flatnonzero(present.to_numpy())
+    span_steps = idx[-1] - idx[0] + 1
+    return float(span_steps * step_s), float(idx.size / span_steps)
+
+
+def idle_mask(snapshot: Snapshot, workload: Workload, idle_frac: float) -> pd.Series | None:
+    """True at steps where the GPU is idle and no request runs or waits; NaN steps count as unknown."""
+    act = snapshot.series(m.GR_ENGINE_ACTIVE_FRAC, workload.ref)
+    if act is None:
+        return None
+    idle = act <= idle_frac
+    for metric in (m.REQUESTS_RUNNING, m.REQUESTS_WAITING):
+        s = snapshot.series(metric, workload.ref)
+        if s is not None:
+            idle &= ~(s.fillna(0) > 0)
+    return idle[act.notna()]
+
+
+def longest_run_s(mask: pd.Series, step_s: float) -> float:
+    """Longest run of consecutive True values, in seconds."""
+    best = run = 0
+    for v in mask.to_numpy():
+        run = run + 1 if v else 0
+        best = max(best, run)
+    return float(best * step_s)
+
+
+def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float = 0.01) -> WorkloadFeatures:
+    ref = workload.ref
+    history_s, coverage = _history(_presence(snapshot, workload), snapshot.step_s)
+    idle = idle_mask(snapshot, workload, idle_frac)
+    has_idle = idle is not None and len(idle) > 0
+    return WorkloadFeatures(
+        history_s=history_s,
+        coverage_frac=coverage,
+        fb_used_mib=quantiles(snapshot.series(m.FB_USED_MIB, ref)),
+        fb_total_mib=quantiles(snapshot.series(m.FB_TOTAL_MIB, ref)),
+        gr_engine_active_frac=quantiles(snapshot.series(m.GR_ENGINE_ACTIVE_FRAC, ref)),
+        kv_usage_frac=quantiles(snapshot.series(m.KV_USAGE_FRAC, ref)),
+        requests_waiting=quantiles(snapshot.series(m.REQUESTS_WAITING, ref)),
+        requests_running=quantiles(snapshot.series(m.REQUESTS_RUNNING, ref)),
+        request_rate_per_s=quantiles(snapshot.series(m.REQUEST_RATE, ref)),
+        ttft_p95_s=quantiles(snapshot.series(m.TTFT_P95_S, ref)),
+        idle_frac=float(idle.mean()) if has_idle and idle is not None else None,
+        longest_idle_s=longest_run_s(idle, snapshot.step_s) if has_idle and idle is not None else None,
+    )
+
+
+def finite_or_none(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
