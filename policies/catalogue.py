@@ -110,8 +110,8 @@ def _profile(name: str, spec: Mapping[str, Any], shapes: Mapping[str, Shape]) ->
         raise ConfigError(f"MIG profile {name}: unknown shape {spec['shape']!r}")
     usable = spec.get("usable_mib")
     if usable is None:
-        nominal_gb = float(re.search(r"\.(\d+)gb", name).group(1)) if re.search(r"\.(\d+)gb", name) else 0.0
-        usable = nominal_gb * 1024 * ESTIMATED_USABLE_FRAC
+        nominal = re.search(r"\.(\d+)gb", name)
+        usable = float(nominal.group(1)) * 1024 * ESTIMATED_USABLE_FRAC if nominal else 0.0
     return MigProfile(name, shape, float(usable), spec.get("usable_mib") is not None, str(spec.get("verified")))
 
 

@@ -6,6 +6,7 @@ on small frames. Percentiles ignore NaN; a feature with no data is None, never N
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ class Quantiles:
         points = [(0.5, self.p50), (0.95, self.p95), (0.99, self.p99), (1.0, self.max)]
         if q <= 0.5:
             return self.p50
-        for (q0, v0), (q1, v1) in zip(points, points[1:], strict=False):
+        for (q0, v0), (q1, v1) in itertools.pairwise(points):
             if q <= q1:
                 return v0 + (v1 - v0) * (q - q0) / (q1 - q0)
         return self.max

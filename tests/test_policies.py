@@ -1,0 +1,215 @@
+"""Sizing maths, table-driven, with the arithmetic beside each expected number."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies.catalogue import load_catalogue, parse_catalogue
+from policies.estimators import confidence, confidence_multiplier, percentile, with_margin, with_min
+from policies.mig import smallest_profile
+from policies.modelcards import load_model_cards
+from recommender import model as m
+from recommender.errors import ConfigError, NoWorkloadsError
+from recommender.features import Quantiles, longest_run_s, quantiles
+from recommender.model import Sharing, VllmArgs
+from recommender.pipeline import run_once
+from recommender.settings import Settings
+from tests.builders import END, snapshot, whole_gpu, workload
+
+CAT = load_catalogue()
+Q = Quantiles(p50=10.0, p95=20.0, p99=30.0, max=40.0, mean=12.0)
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [
+        (0.5, 10.0),
+        (0.95, 20.0),
+        (0.97, 25.0),  # halfway from p95=20 to p99=30
+        (0.995, 35.0),  # halfway from p99=30 to max=40
+        (1.0, 40.0),
+    ],
+)
+def test_quantile_interpolation(q: float, expected: float) -> None:
+    assert Q.at(q) == pytest.approx(expected)
+
+
+def test_estimators_compose() -> None:
+    b = with_min(50.0, with_margin(0.5, percentile(0.95)))(Q)
+    # lower 10*1.5=15 → floor 50; target 20*1.5=30 → floor 50; upper 40*1.5=60
+    assert (b.lower, b.target, b.upper) == (50.0, 50.0, 60.0)
+
+
+@pytest.mark.parametrize(
+    ("history_h", "mult"),
+    [(12, 3.0), (24, 2.0), (168, 1 + 1 / 7)],  # VPA: 1 + 1/days
+)
+def test_confidence_multiplier(history_h: float, mult: float) -> None:
+    assert confidence_multiplier(history_h * 3600) == pytest.approx(mult)
+
+
+def test_confidence_grows_with_history_and_coverage() -> None:
+    week = 7 * 86_400.0
+    assert confidence(week / 2, 1.0, week) == 0.5
+    assert confidence(2 * week, 0.8, week) == 0.8
+    assert confidence(0.0, 1.0, week) == 0.0
+
+
+def test_quantiles_ignore_nan_and_inf() -> None:
+    import pandas as pd
+
+    q = quantiles(pd.Series([1.0, np.nan, 3.0, np.inf, 2.0]))
+    assert q is not None and q.max == 3.0 and q.p50 == 2.0
+    assert quantiles(pd.Series([np.nan, np.nan])) is None
+
+
+def test_longest_idle_run() -> None:
+    import pandas as pd
+
+    # runs of True: 2, 3 → longest 3 steps × 600 s
+    assert longest_run_s(pd.Series([True, True, False, True, True, True, False]), 600) == 1800
+
+
+@pytest.mark.parametrize(
+    ("gpu", "mem_mib", "compute", "profile"),
+    [
+        ("A100-80GB", 9000, 0.10, "1g.10gb"),  # 9,000 ≤ 9,728 usable, 1/7=0.14 ≥ 0.10
+        ("A100-80GB", 15000, 0.10, "1g.20gb"),  # needs 2 memory slices; 1 SM slice is enough
+        ("A100-80GB", 15000, 0.20, "2g.20gb"),  # 0.20 > 1/7: needs 2 SM slices
+        ("A100-80GB", 30000, 0.10, "3g.40gb"),  # > 19,968: the 4-memory-slice shapes; 3g < 4g
+        ("A100-80GB", 30000, 0.50, "4g.40gb"),  # 0.50 > 3/7=0.43 → 4g
+        ("A100-80GB", 60000, 0.10, "7g.80gb"),
+        ("A100-80GB", 90000, 0.10, None),  # larger than the GPU
+        ("A100-40GB", 9000, 0.10, "1g.10gb"),  # 4,864 too small for 1g.5gb
+        ("H100-80GB", 40000, 0.40, "3g.40gb"),  # 40,000 ≤ 40,448 (verified usable)
+        ("A30", 5000, 0.20, "1g.6gb"),  # A30: 1/4 SM slices = 0.25
+    ],
+)
+def test_smallest_profile(gpu: str, mem_mib: float, compute: float, profile: str | None) -> None:
+    g = CAT.get(gpu)
+    assert g is not None
+    found = smallest_profile(g, mem_mib, compute)
+    assert (found.name if found else None) == profile
+
+
+def test_catalogue_rejects_unknown_shape() -> None:
+    with pytest.raises(ConfigError, match="unknown shape"):
+        parse_catalogue({"shapes": {"s": {"memory_slices": 8, "sm_slices": 7, "profiles": {}}},
+                         "gpus": {"X": {"memory_mib": 1, "shape": "s", "profiles": {"1g.1gb": {"shape": "9g"}}}}})
+
+
+def test_unverified_usable_memory_is_estimated_and_flagged() -> None:
+    prof = CAT.get("H200-141GB").profile("3g.71gb")  # type: ignore[union-attr]
+    assert prof is not None and not prof.usable_verified
+    assert prof.usable_mib == pytest.approx(71 * 1024 * 0.97)
+
+
+# --- the whole policy on hand-made series -------------------------------------------------------
+
+VLLM = VllmArgs(model="meta-llama/Meta-Llama-3-8B-Instruct", gpu_memory_utilization=0.9, max_model_len=8192)
+
+
+def _vllm_snapshot(kv: float | np.ndarray = 0.10, act: float = 0.05, days: float = 14):
+    w = workload("chat", whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model)
+    fb = 0.9 * 81920  # vLLM pre-allocates: flat at 0.9 of the device
+    return snapshot([w], {m.FB_USED_MIB: {"chat": fb}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": act},
+                          m.KV_USAGE_FRAC: {"chat": kv}, m.REQUESTS_RUNNING: {"chat": 2.0}}, days=days)
+
+
+def test_vllm_is_sized_from_kv_in_use_not_framebuffer() -> None:
+    plan = run_once(_vllm_snapshot(), Settings(), END)
+    rec = plan.recommendations[0]
+    # KV pool: 300,000 tokens × 131,072 B = 37,500 MiB; non-KV = 73,728 − 37,500 = 36,228 MiB
+    # need target = 36,228 + 0.10 × 37,500 × 1.15 margin = 40,540.5 MiB → > 40,192 (3g.40gb): 7g… but
+    # one 8,192-token sequence floor is 36,228 + 1,024 = 37,252 (below target, no effect)
+    assert rec.memory_need_mib is not None
+    assert rec.memory_need_mib.target == pytest.approx(36_228 + 0.10 * 37_500 * 1.15, rel=1e-3)
+    assert rec.recommended is not None and rec.recommended.sharing is Sharing.EXCLUSIVE
+
+
+def test_vllm_small_kv_use_gets_a_mig_slice_and_fraction() -> None:
+    w = workload("chat", whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model)
+    fb = 16_000 + 37_500.0  # non-KV 16,000 MiB + the KV pool
+    snap = snapshot([w], {m.FB_USED_MIB: {"chat": fb}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": 0.10},
+                          m.KV_USAGE_FRAC: {"chat": 0.20}})
+    rec = run_once(snap, Settings(), END).recommendations[0]
+    # need = 16,000 + 0.20 × 37,500 × 1.15 = 24,625 MiB → 3g.40gb (40,192 usable);
+    # compute 0.10 × 1.0 × 1.2 = 0.12 GPU fits one SM slice but memory needs 4 memory slices
+    assert rec.recommended is not None
+    assert rec.recommended.mig_profile == "3g.40gb"
+    # vLLM fraction = 24,625 / 40,192 = 0.6127 → rounded up to 0.62
+    assert rec.recommended.vllm is not None
+    assert rec.recommended.vllm.gpu_memory_utilization == pytest.approx(0.62)
+    assert rec.gpus_needed == pytest.approx(0.5)  # 3g = max(4/8, 3/7)
+    assert rec.monthly_savings_usd == pytest.approx(0.5 * 2.20 * 730)
+
+
+def test_unknown_model_falls_back_to_framebuffer_and_says_so() -> None:
+    vllm = VllmArgs(model="acme/secret-13b", gpu_memory_utilization=0.9)
+    w = workload("x", whole_gpu(vllm=vllm), kv_capacity_tokens=100_000.0)
+    snap = snapshot([w], {m.FB_USED_MIB: {"x": 0.9 * 81920}, m.GR_ENGINE_ACTIVE_FRAC: {"x": 0.3},
+                          m.KV_USAGE_FRAC: {"x": 0.1}})
+    rec = run_once(snap, Settings(), END).recommendations[0]
+    assert any("not in the model catalogue" in r and "over-states" in r for r in rec.reasons)
+
+
+@pytest.mark.parametrize(
+    ("alloc", "days", "series", "reason"),
+    [
+        (whole_gpu(), 0.5, {m.FB_USED_MIB: 1000.0}, "not enough history"),
+        (whole_gpu(product="NVIDIA Foo-9000", model=None), 14, {m.FB_USED_MIB: 1000.0}, "unknown GPU model"),
+        (whole_gpu(), 14, {m.GR_ENGINE_ACTIVE_FRAC: 0.5}, "no DCGM_FI_DEV_FB_USED"),
+    ],
+)
+def test_no_recommendation_says_why(alloc, days, series, reason) -> None:  # type: ignore[no-untyped-def]
+    w = workload("w", alloc)
+    snap = snapshot([w], {k: {"w": v} for k, v in series.items()}, days=days)
+    rec = run_once(snap, Settings(), END).recommendations[0]
+    assert rec.recommended is None
+    assert any(reason in r for r in rec.reasons), rec.reasons
+    assert rec.gpus_needed == rec.gpus_held  # keeps what it holds
+
+
+def test_nan_series_do_not_leak_nan() -> None:
+    vals = np.full(2016, np.nan)
+    vals[1000:] = 5000.0
+    w = workload("w", whole_gpu())
+    snap = snapshot([w], {m.FB_USED_MIB: {"w": vals}, m.GR_ENGINE_ACTIVE_FRAC: {"w": vals / 1e5}})
+    rec = run_once(snap, Settings(), END).recommendations[0]
+    assert rec.memory_need_mib is not None and np.isfinite(rec.memory_need_mib.target)
+    assert rec.memory_need_mib.target == pytest.approx(5000 * 1.15)
+    assert rec.history_s == pytest.approx(1016 * 600)  # only the covered span counts
+
+
+def test_idle_whole_window_scales_to_zero() -> None:
+    w = workload("idle", whole_gpu(replicas=2))
+    snap = snapshot([w], {m.FB_USED_MIB: {"idle": 600.0}, m.GR_ENGINE_ACTIVE_FRAC: {"idle": 0.0},
+                          m.REQUESTS_RUNNING: {"idle": 0.0}})
+    rec = run_once(snap, Settings(), END).recommendations[0]
+    assert rec.recommended is not None and rec.recommended.replicas == 0
+    assert rec.gpus_held == 2.0 and rec.gpus_needed == 0.0
+
+
+def test_fleet_packs_slices_into_valid_gpus() -> None:
+    ws = [workload(f"s{i}", whole_gpu()) for i in range(4)]
+    series = {m.FB_USED_MIB: {f"s{i}": 7000.0 for i in range(4)},
+              m.GR_ENGINE_ACTIVE_FRAC: {f"s{i}": 0.05 for i in range(4)}}
+    plan = run_once(snapshot(ws, series), Settings(), END)
+    # 7,000 × 1.15 = 8,050 MiB → 1g.10gb each; four 1g slices fit on one A100
+    assert {r.recommended.mig_profile for r in plan.recommendations if r.recommended} == {"1g.10gb"}
+    assert plan.summary.gpus_held == 4.0
+    assert plan.summary.gpus_needed_packed == 1
+    assert plan.summary.gpus_needed == pytest.approx(4 / 7, rel=1e-3)
+
+
+def test_empty_selection_is_a_clear_error() -> None:
+    snap = snapshot([], {})
+    with pytest.raises(NoWorkloadsError, match="no GPU workloads found in team-a"):
+        run_once(snap, Settings(namespaces=("team-a",)), END)
+
+
+def test_model_cards_match_common_names() -> None:
+    cards = load_model_cards()
+    assert cards.find("meta-llama/Llama-3.1-70B-Instruct").kv_bytes_per_token == 2 * 80 * 8 * 128 * 2  # type: ignore[union-attr]
+    assert cards.find("some/unknown-model") is None

@@ -1,0 +1,115 @@
+"""Grouping pods into workloads: ownership, aggregation rules, what each workload holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from policies.catalogue import load_catalogue
+from recommender import model as m
+from recommender.inventory import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
+from recommender.model import Allocation, Sharing, Workload, WorkloadRef
+from recommender.snapshot import aggregate_usage, assemble, attribute_pods, gpu_equivalents, infer_owner
+from tests.builders import END, index
+
+CAT = load_catalogue()
+
+
+@pytest.mark.parametrize(
+    ("pod", "kind", "name"),
+    [
+        ("chat-7d9f8b6c5d-x2k4p", "Deployment", "chat"),
+        ("llama-70b-0", "StatefulSet", "llama-70b"),
+        ("nightly-embed-29374520-b7x2q", "CronJob", "nightly-embed"),
+        ("train-once-h4x9z", "Job", "train-once"),
+        ("debug", "Pod", "debug"),
+    ],
+)
+def test_infer_owner_from_pod_names(pod: str, kind: str, name: str) -> None:
+    owner = infer_owner("ml", pod)
+    assert (owner.kind, owner.name, owner.inferred) == (kind, name, True)
+
+
+def test_attribution_order_current_pods_then_prefix_then_ksm_then_names() -> None:
+    chat = Workload(WorkloadRef("ml", "Deployment", "chat"), Allocation(Sharing.EXCLUSIVE, gpus=1),
+                    pods=("chat-5c4d6f7b8-x2k4p",))
+    owners = [PodOwner("ml", "worker-x", "StatefulSet", "workers")]
+    mapping, notes = attribute_pods(
+        ["ml/chat-5c4d6f7b8-x2k4p", "ml/chat-66b7c8d9f-zzzzz", "ml/worker-x", "ml/solo"], [chat], owners
+    )
+    assert mapping["ml/chat-5c4d6f7b8-x2k4p"] == chat.ref  # current pod
+    assert mapping["ml/chat-66b7c8d9f-zzzzz"] == chat.ref  # an older ReplicaSet's pod, by prefix
+    assert mapping["ml/worker-x"] == WorkloadRef("ml", "StatefulSet", "workers")  # from KSM
+    solo = WorkloadRef("ml", "Pod", "solo")
+    assert mapping["ml/solo"] == solo
+    assert any("bare pod" in n for n in notes[solo])
+
+
+def test_aggregation_sums_demand_and_maxes_per_replica_metrics() -> None:
+    idx = index(0.1)
+    ref = WorkloadRef("ml", "Deployment", "chat")
+    frame = pd.DataFrame({"ml/a": 1.0, "ml/b": 3.0}, index=idx)
+    frame.iloc[0, 1] = np.nan
+    mapping = {"ml/a": ref, "ml/b": ref}
+    out = aggregate_usage({m.REQUESTS_WAITING: frame, m.FB_USED_MIB: frame}, mapping)
+    assert out[m.REQUESTS_WAITING][ref.key].iloc[1] == 4.0  # 1 + 3
+    assert out[m.REQUESTS_WAITING][ref.key].iloc[0] == 1.0  # NaN does not poison the sum
+    assert out[m.FB_USED_MIB][ref.key].iloc[1] == 3.0  # max
+
+
+@pytest.mark.parametrize(
+    ("alloc", "share", "caveat"),
+    [
+        (Allocation(Sharing.EXCLUSIVE, gpus=2, gpu_model="A100-80GB"), 2.0, False),
+        # 3g.40gb: max(4/8 memory, 3/7 SM) = 0.5
+        (Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB"), 0.5, False),
+        (Allocation(Sharing.MIG, mig_profile="2g.20gb", mig_count=2, gpu_model="H100-80GB"), 4 / 7, False),  # 2 × 2/7
+        (Allocation(Sharing.MIG, mig_profile="3g.99gb", mig_count=1, gpu_model=None), 3 / 7, True),  # guessed
+        (Allocation(Sharing.MPS, gpus=1, mps_active_thread_pct=25.0), 0.25, False),
+        (Allocation(Sharing.HAMI, gpus=1, hami_gpumem_mib=20480, hami_gpucores_pct=30, device_memory_mib=81920),
+         0.3, False),  # max(20,480/81,920=0.25, 0.30)
+        (Allocation(Sharing.KAI, kai_gpu_fraction=0.5), 0.5, False),
+        (Allocation(Sharing.TIME_SLICING, gpus=1), 1.0, True),  # share unknown: whole GPU, said so
+    ],
+)
+def test_gpu_equivalents(alloc: Allocation, share: float, caveat: bool) -> None:
+    got, why = gpu_equivalents(alloc, CAT)
+    assert got == pytest.approx(share)
+    assert (why is not None) == caveat
+
+
+def test_assemble_without_cluster_derives_workloads_from_metrics() -> None:
+    idx = index(1)
+    fb = pd.DataFrame({"ml/chat-5c4d6f7b8-x2k4p": 70000.0, "ml/chat-5c4d6f7b8-fghjk": 71000.0,
+                       "batch/embed-0": 9000.0}, index=idx)
+    usage = PodUsage(
+        series={m.FB_USED_MIB: fb},
+        devices=(PodDevices("ml", "chat-5c4d6f7b8-x2k4p", "NVIDIA A100-SXM4-80GB", 1, None, 81920.0),
+                 PodDevices("batch", "embed-0", "NVIDIA H100 80GB HBM3", 1, "1g.10gb", 9984.0)),
+        owners=(PodOwner("batch", "embed-0", "StatefulSet", "embed"),),
+        requests=(PodRequests("ml", "chat-5c4d6f7b8-x2k4p", (("nvidia.com/gpu", 1.0),)),),
+        vllm=(VllmInfo("ml", "chat-5c4d6f7b8-fghjk", "llama-3-8b", 300_000.0, 0.9),),
+    )
+    snap = assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "test")
+    by = {w.ref.key: w for w in snap.workloads}
+    chat = by["ml/Deployment/chat"]
+    assert chat.allocation.sharing is Sharing.EXCLUSIVE and chat.allocation.replicas == 2
+    assert chat.allocation.gpu_model == "A100-80GB" and chat.kv_capacity_tokens == 300_000.0
+    assert chat.allocation.vllm is not None and chat.allocation.vllm.gpu_memory_utilization == 0.9
+    embed = by["batch/StatefulSet/embed"]
+    assert embed.allocation.mig_profile == "1g.10gb" and embed.allocation.gpu_model == "H100-80GB"
+    assert embed.allocation.gpu_equivalents == pytest.approx(1 / 7)
+    assert snap.usage[m.FB_USED_MIB]["ml/Deployment/chat"].iloc[0] == 71000.0
+
+
+def test_assemble_with_cluster_warns_about_deleted_workloads() -> None:
+    idx = index(1)
+    fb = pd.DataFrame({"ml/chat-5c4d6f7b8-x2k4p": 1.0, "ml/gone-5c4d6f7b8-x2k4p": 2.0}, index=idx)
+    chat = Workload(WorkloadRef("ml", "Deployment", "chat"),
+                    Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_product="NVIDIA A100-SXM4-80GB"),
+                    pods=("chat-5c4d6f7b8-x2k4p",))
+    snap = assemble(PodUsage({m.FB_USED_MIB: fb}), [chat], idx[0].to_pydatetime(), END, 600.0, CAT, "t")
+    assert [w.ref.name for w in snap.workloads] == ["chat"]
+    assert any("not in the cluster now" in w and "gone" in w for w in snap.warnings)
+    assert list(snap.usage[m.FB_USED_MIB].columns) == ["ml/Deployment/chat"]
