@@ -25,8 +25,9 @@ def _select(snapshot: Snapshot, namespaces: tuple[str, ...]) -> Snapshot:
 
 @register_source("demo")
 def demo(req: SourceRequest, progress: Progress) -> Snapshot:
-    from collectors.files import read_snapshot
     from recommender.demo import demo_path
+
+    from collectors.files import read_snapshot
 
     progress.log(f"using the bundled demo cluster ({demo_path()})")
     return _select(read_snapshot(demo_path()), req.settings.namespaces)
