@@ -25,9 +25,8 @@ def _select(snapshot: Snapshot, namespaces: tuple[str, ...]) -> Snapshot:
 
 @register_source("demo")
 def demo(req: SourceRequest, progress: Progress) -> Snapshot:
-    from recommender.demo import demo_path
-
     from collectors.files import read_snapshot
+    from recommender.demo import demo_path
 
     progress.log(f"using the bundled demo cluster ({demo_path()})")
     return _select(read_snapshot(demo_path()), req.settings.namespaces)
@@ -61,7 +60,7 @@ def prometheus(req: SourceRequest, progress: Progress) -> Snapshot:
     s = req.settings
     start = req.end - timedelta(seconds=s.history_s)
     workloads, why = _cluster_workloads(req, progress)
-    usage = collect_pod_usage(s, start, req.end, progress)
+    usage = collect_pod_usage(s, start, req.end, progress, with_ksm=workloads is None)
     if why:
         progress.log(f"warning: {why}")
         usage = type(usage)(**{**usage.__dict__, "warnings": (*usage.warnings, why)})

@@ -1,0 +1,253 @@
+"""GPU workloads from the Kubernetes API: list objects, resolve each pod's top-level owner, parse specs.
+
+A workload is the highest object we can find by following controller ownerReferences: Pod →
+ReplicaSet → Deployment, Pod → Job → CronJob, Pod → StatefulSet, and for LeaderWorkerSet worker pod →
+worker StatefulSet → leader Pod → leader StatefulSet → LeaderWorkerSet. Its allocation is read from the
+controller's pod template (what every replica gets), not from whichever pods happen to run; pods only
+say which node, and so which GPU, the workload runs on. Listing is the only I/O; :func:`build_workloads`
+is pure and tests without a server.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kubernetes import client
+
+from collectors.kubernetes.client import (
+    KubernetesDenied,
+    KubernetesNotServed,
+    Resource,
+    list_objects,
+    make_api_client,
+)
+from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
+from recommender.model import Sharing, Workload, WorkloadRef
+from recommender.progress import Progress
+from recommender.settings import Settings
+
+NAMESPACED = (
+    Resource("apps", "v1", "deployments", "Deployment"),
+    Resource("apps", "v1", "statefulsets", "StatefulSet"),
+    Resource("apps", "v1", "replicasets", "ReplicaSet"),
+    Resource("batch", "v1", "jobs", "Job"),
+    Resource("batch", "v1", "cronjobs", "CronJob"),
+    Resource("", "v1", "pods", "Pod"),
+)
+LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+LISTED_KINDS = frozenset(r.kind for r in (*NAMESPACED, LEADER_WORKER_SETS))
+LIST_TASK = "kubernetes: list objects"
+_MAX_OWNER_DEPTH = 8  # LeaderWorkerSet chains are 4 deep; more is a loop or something we do not know
+_DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})  # whole manifests
+
+Key = tuple[str, str, str]  # (namespace, kind, name)
+
+
+@dataclass
+class Listing:
+    """What the API returned, indexed: objects by (namespace, kind, name), node labels by node name."""
+
+    objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    nodes_listed: bool = True
+
+    def add(self, kind: str, items: Sequence[Mapping[str, Any]]) -> None:
+        """Index by the kind we listed: items of a list response carry no ``kind`` of their own."""
+        for item in items:
+            meta = item.get("metadata") or {}
+            self.objects[(meta.get("namespace") or "", kind, meta.get("name") or "")] = dict(item)
+
+
+def discover_workloads(
+    settings: Settings, progress: Progress, api_client: client.ApiClient | None = None
+) -> tuple[Workload, ...]:
+    """GPU workloads in ``settings.namespaces`` (empty: all), sorted by namespace, kind, name."""
+    api = api_client or make_api_client(settings.kubernetes)
+    return build_workloads(list_cluster(api, settings.namespaces, settings.kubernetes.timeout_s, progress))
+
+
+def list_cluster(
+    api: client.ApiClient, namespaces: Sequence[str], timeout_s: float, progress: Progress
+) -> Listing:
+    """One list call per resource and namespace (one across all namespaces when none are given)."""
+    scopes: list[str | None] = list(dict.fromkeys(namespaces)) or [None]
+    progress.start(LIST_TASK, total=len(scopes) * (len(NAMESPACED) + 1) + 1)
+    listing = Listing()
+    lws_served = True
+    for namespace in scopes:
+        for resource in NAMESPACED:
+            listing.add(resource.kind, list_objects(api, resource, namespace, timeout_s))
+            progress.advance(LIST_TASK)
+        if lws_served:
+            lws_served = _list_optional(api, LEADER_WORKER_SETS, namespace, timeout_s, listing, progress)
+        progress.advance(LIST_TASK)
+    try:
+        nodes = list_objects(api, NODES, None, timeout_s)
+        listing.node_labels = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}) for n in nodes}
+    except KubernetesDenied as exc:  # nodes are cluster-scoped: namespace-scoped users often cannot list them
+        listing.nodes_listed = False
+        progress.log(f"GPU products unknown where pods do not select one: {exc}")
+    progress.advance(LIST_TASK)
+    return listing
+
+
+def _list_optional(
+    api: client.ApiClient, res: Resource, namespace: str | None, timeout_s: float, listing: Listing,
+    progress: Progress,
+) -> bool:
+    """List a CRD that may not be installed; False (stop asking) when it is not served or not allowed."""
+    try:
+        listing.add(res.kind, list_objects(api, res, namespace, timeout_s))
+    except KubernetesNotServed:
+        return False  # the CRD is not installed: nothing to say
+    except KubernetesDenied as exc:
+        progress.log(f"skipping {res.kind}s: {exc}")
+        return False
+    return True
+
+
+def build_workloads(listing: Listing) -> tuple[Workload, ...]:
+    """Group pods under their top-level owners and keep the workloads that hold a GPU."""
+    pods: dict[Key, list[dict[str, Any]]] = {}
+    notes: dict[Key, list[str]] = {}
+    tops: set[Key] = set()
+    for key, obj in listing.objects.items():
+        top, why = top_owner(key, obj, listing.objects)
+        notes.setdefault(top, []).extend(why)
+        if key[1] == "Pod":
+            pods.setdefault(top, []).append(obj)
+        elif top == key:
+            tops.add(key)
+    found = (_workload(k, listing, pods.get(k, []), notes.get(k, [])) for k in sorted(tops | set(pods)))
+    return tuple(w for w in found if w is not None)
+
+
+def top_owner(key: Key, obj: Mapping[str, Any], objects: Mapping[Key, Mapping[str, Any]]) -> tuple[Key, list[str]]:
+    """Follow controller ownerReferences up to the highest object we listed, saying where it stopped."""
+    for _ in range(_MAX_OWNER_DEPTH):
+        ref = _controller_ref(obj)
+        if ref is None:
+            bare = key[1] == "Pod"
+            return key, ["bare pod: no controller owns it, so nothing recreates it"] if bare else []
+        owner_key: Key = (key[0], str(ref.get("kind", "")), str(ref.get("name", "")))
+        owner = objects.get(owner_key)
+        if owner is None:
+            if key[1] == "Pod":
+                return _missing_owner(owner_key, obj)
+            kind, name = owner_key[1:]
+            why = "not found (deleted?)" if kind in LISTED_KINDS else "not read"
+            return key, [f"owner {kind} {name} {why}; {key[1]} {key[2]} taken as the workload"]
+        key, obj = owner_key, owner
+    return key, [f"ownerReferences deeper than {_MAX_OWNER_DEPTH} levels; stopped at {key[1]} {key[2]}"]
+
+
+def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+
+
+def _missing_owner(ref: Key, pod: Mapping[str, Any]) -> tuple[Key, list[str]]:
+    """A pod whose owner is gone or of a kind we do not list: group by the reference itself.
+
+    A ReplicaSet is named ``<deployment>-<pod-template-hash>``, so its Deployment can be inferred.
+    """
+    namespace, kind, name = ref
+    template_hash = ((pod.get("metadata") or {}).get("labels") or {}).get("pod-template-hash")
+    if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
+        deployment = name[: -len(template_hash) - 1]
+        return (namespace, "Deployment", deployment), [
+            f"ReplicaSet {name} not found; owner inferred from its name: Deployment {deployment}"
+        ]
+    if kind in LISTED_KINDS:
+        return ref, [f"owner {kind} {name} not found (deleted?); allocation read from its pods"]
+    return ref, [f"owner kind {kind} is not read; allocation read from its pods"]
+
+
+def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: list[str]) -> Workload | None:
+    obj = listing.objects.get(key)
+    pods = sorted(pods, key=lambda p: p["metadata"]["name"])
+    if obj is not None and key[1] != "Pod":
+        parsed, meta = parse_controller(key[1], obj), obj.get("metadata") or {}
+    elif pods:
+        spec, meta = pods[0].get("spec") or {}, pods[0].get("metadata") or {}
+        parsed = parse_pod_spec(spec, meta.get("annotations") or {}, replicas=len(pods))
+    else:
+        return None
+    if parsed.allocation.sharing is Sharing.NONE:
+        return None
+    parsed = unresolved(place(parsed, pods, listing))
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
+    return Workload(
+        ref=WorkloadRef(*key),
+        allocation=parsed.allocation,
+        pods=tuple(p["metadata"]["name"] for p in pods),
+        labels=dict(meta.get("labels") or {}),
+        annotations=annotations,
+        source="kubernetes",
+        notes=tuple(dict.fromkeys([*notes, *parsed.notes])),
+        served_model=parsed.served_model,
+    )
+
+
+def parse_controller(kind: str, obj: Mapping[str, Any]) -> ParsedSpec:
+    """One replica's allocation from a controller's pod template, with its replica count."""
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        return _template(job.get("template"), _int(job.get("parallelism"), 1))
+    if kind == "Job":
+        return _template(spec.get("template"), _int(spec.get("parallelism"), 1))
+    if kind == "LeaderWorkerSet":
+        return _leader_worker_set(spec)
+    return _template(spec.get("template"), _int(spec.get("replicas"), 1))  # 0 replicas is valid
+
+
+def _template(template: Mapping[str, Any] | None, replicas: int) -> ParsedSpec:
+    t = template or {}
+    return parse_pod_spec(t.get("spec") or {}, (t.get("metadata") or {}).get("annotations") or {}, replicas)
+
+
+def _int(value: Any, default: int) -> int:
+    return default if value is None else int(value)
+
+
+def _leader_worker_set(spec: Mapping[str, Any]) -> ParsedSpec:
+    """One LeaderWorkerSet replica is a group: a leader plus ``size - 1`` workers, GPUs added up."""
+    lwt = spec.get("leaderWorkerTemplate") or {}
+    size, replicas = _int(lwt.get("size"), 1), _int(spec.get("replicas"), 1)
+    worker = _template(lwt.get("workerTemplate"), replicas)
+    leader = _template(lwt.get("leaderTemplate"), replicas) if lwt.get("leaderTemplate") else worker
+    base = worker if worker.allocation.sharing is not Sharing.NONE else leader
+    group = replace(
+        base.allocation,
+        gpus=leader.allocation.gpus + (size - 1) * worker.allocation.gpus,
+        mig_count=leader.allocation.mig_count + (size - 1) * worker.allocation.mig_count,
+        vllm=leader.allocation.vllm or worker.allocation.vllm,
+    )
+    notes = (*leader.notes, *worker.notes, f"LeaderWorkerSet: one replica is a group of {size} pods")
+    return replace(base, allocation=group, served_model=leader.served_model or worker.served_model,
+                   notes=tuple(dict.fromkeys(notes)))
+
+
+def place(parsed: ParsedSpec, pods: Sequence[Mapping[str, Any]], listing: Listing) -> ParsedSpec:
+    """Finish the allocation from the node its pods run on, else from the GPU product they select."""
+    nodes = [n for p in pods if (n := (p.get("spec") or {}).get("nodeName")) in listing.node_labels]
+    if nodes:
+        by_product = Counter(listing.node_labels[n].get(PRODUCT_LABEL) for n in nodes)
+        product = by_product.most_common(1)[0][0]
+        node = next(n for n in nodes if listing.node_labels[n].get(PRODUCT_LABEL) == product)
+        done = with_node(parsed, listing.node_labels[node])
+        if len(by_product) > 1:
+            seen = ", ".join(sorted(str(p) for p in by_product))
+            done = replace(done, notes=(*done.notes, f"pods run on several GPU products ({seen}); using {product}"))
+        return done
+    if parsed.selected_product:
+        like = (v for v in listing.node_labels.values() if v.get(PRODUCT_LABEL) == parsed.selected_product)
+        return with_node(parsed, next(like, {PRODUCT_LABEL: parsed.selected_product}))
+    if not listing.nodes_listed:
+        return replace(parsed, notes=(*parsed.notes, "GPU product unknown: nodes could not be listed"))
+    return parsed

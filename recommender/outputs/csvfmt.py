@@ -1,0 +1,83 @@
+"""``csv``: one flat row per workload, for spreadsheets and ``join``/``awk`` pipelines.
+
+Columns hold one value each with the unit in the name, in the same rounding as the JSON contract;
+absent values are empty cells. Text cells that a spreadsheet would run as a formula (starting with
+``=``, ``+``, ``-``, ``@``, tab or CR) get a leading ``'``: names and reasons are user data.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from io import StringIO
+from typing import Any
+
+from recommender.model import Allocation, Plan, Recommendation, Snapshot
+from recommender.outputs import jsondoc as j
+from recommender.outputs.registry import register_formatter
+
+_ALLOC_FIELDS: tuple[tuple[str, Callable[[Allocation], Any]], ...] = (
+    ("sharing", lambda a: a.sharing.value),
+    ("gpus", lambda a: a.gpus),
+    ("mig_profile", lambda a: a.mig_profile),
+    ("mig_count", lambda a: a.mig_count),
+    ("gpu_equivalents", lambda a: j.frac(a.gpu_equivalents)),
+    ("replicas", lambda a: a.replicas),
+    ("gpu_model", lambda a: a.gpu_model),
+    ("gpu_product", lambda a: a.gpu_product),
+    ("device_memory_mib", lambda a: j.mib(a.device_memory_mib)),
+    ("vllm_gpu_memory_utilization", lambda a: j.frac(a.vllm.gpu_memory_utilization) if a.vllm else None),
+)
+_BOUND = ("lower", "target", "upper")
+COLUMNS = (
+    "namespace", "kind", "name",
+    *(f"current_{n}" for n, _ in _ALLOC_FIELDS),
+    *(f"recommended_{n}" for n, _ in _ALLOC_FIELDS),
+    *(f"memory_need_{b}_mib" for b in _BOUND),
+    *(f"compute_need_{b}_frac" for b in _BOUND),
+    "gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk", "history_s", "reasons",
+)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _text(value: str) -> str:
+    """A user-supplied text cell made inert for spreadsheets (CSV injection)."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
+
+def _alloc(prefix: str, a: Allocation | None) -> dict[str, Any]:
+    return {f"{prefix}_{n}": (get(a) if a is not None else None) for n, get in _ALLOC_FIELDS}
+
+
+def _bound(prefix: str, unit: str, values: dict[str, Any] | None) -> dict[str, Any]:
+    return {f"{prefix}_{b}_{unit}": (values[b] if values else None) for b in _BOUND}
+
+
+def row(rec: Recommendation) -> dict[str, Any]:
+    ref = rec.ref
+    doc = j.workload(rec)
+    return {
+        "namespace": _text(ref.namespace), "kind": _text(ref.kind), "name": _text(ref.name),
+        **_alloc("current", rec.workload.allocation),
+        **_alloc("recommended", rec.recommended),
+        **_bound("memory_need", "mib", doc["memory_need_mib"]),
+        **_bound("compute_need", "frac", doc["compute_need_frac"]),
+        **{k: doc[k] for k in ("gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk",
+                               "history_s")},
+        "reasons": _text("; ".join(rec.reasons)),
+    }
+
+
+@register_formatter("csv")
+def render_csv(plan: Plan, snapshot: Snapshot | None = None) -> str:
+    """A header row, then one row per workload in the plan's order.
+
+    Lines end in ``\\n`` rather than RFC 4180's ``\\r\\n``: the file is read by shell tools as often as
+    by spreadsheets, and every CSV reader accepts both.
+    """
+    buf = StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for rec in plan.recommendations:
+        writer.writerow({k: ("" if v is None else v) for k, v in row(rec).items()})
+    return buf.getvalue()

@@ -1,0 +1,188 @@
+"""``html``: one self-contained page that opens offline and that a person can read top to bottom.
+
+Header (window, source) → fleet cards (GPUs held vs needed, packed whole GPUs, savings) → warnings →
+a bar chart of GPUs held vs needed per namespace → a table of every workload → a section per
+workload, with its usage chart, for the top ``top_n`` by GPUs saved (charts are what make a page
+heavy; the table still lists everyone).
+
+Self-contained means: CSS inlined, charts as inline SVG, no JavaScript, no fonts or images fetched; a
+Content-Security-Policy meta tag makes the browser refuse anything external should it ever creep in.
+Every string that comes from the cluster (names, reasons, warnings) goes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from html import escape
+from importlib.resources import files
+
+from recommender.model import Plan, Recommendation, Snapshot
+from recommender.outputs import charts
+from recommender.outputs import text as t
+from recommender.outputs.jsondoc import SCHEMA_VERSION
+from recommender.outputs.registry import register_formatter
+from recommender.outputs.usagechart import usage_chart
+
+TOP_N = 50
+MAX_NAMESPACES = 25
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def top_workloads(plan: Plan, n: int) -> list[Recommendation]:
+    """The ``n`` workloads that free the most GPU-equivalents (ties by namespace/kind/name)."""
+    return sorted(plan.recommendations, key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))[:max(n, 0)]
+
+
+def _card(label: str, value: str, sub: str = "", cls: str = "") -> str:
+    return (f'<div class="card"><div class="label">{e(label)}</div><div class="value {cls}">{e(value)}</div>'
+            f'<div class="sub">{e(sub)}</div></div>')
+
+
+def _savings_class(usd: float | None) -> str:
+    value = t.finite(usd) or 0.0
+    return "good" if value > 0.005 else "bad" if value < -0.005 else ""
+
+
+def _cards(plan: Plan) -> str:
+    s = plan.summary
+    packed = str(s.gpus_needed_packed) if s.gpus_needed_packed is not None else t.DASH
+    return '<section class="cards">' + "".join((
+        _card("GPUs held", f"{s.gpus_held:.2f}", f"GPU-equivalents · {s.gpu_hours_held:,.0f} GPU-h in window"),
+        _card("GPUs needed", f"{s.gpus_needed:.2f}", f"GPU-equivalents · {s.gpu_hours_needed:,.0f} GPU-h"),
+        _card("Whole GPUs after packing", packed, "MIG slices packed into valid layouts"),
+        _card("Savings / month", t.money(s.monthly_savings_usd, ""), "at the configured GPU-hour prices",
+              _savings_class(s.monthly_savings_usd)),
+        _card("Workloads", f"{s.with_recommendation} / {s.workloads}", "with a recommendation"),
+    )) + "</section>"
+
+
+def _warnings(plan: Plan) -> str:
+    if not plan.warnings:
+        return ""
+    items = "".join(f"<li>{e(w)}</li>" for w in plan.warnings)
+    return f'<section class="warnings"><h2>Warnings</h2><ul>{items}</ul></section>'
+
+
+def _fleet(plan: Plan) -> str:
+    """GPU-equivalents held vs needed per namespace, most held first; past 25 the rest are a sentence
+    (one "other" bar would dwarf every namespace shown)."""
+    held: dict[str, float] = defaultdict(float)
+    needed: dict[str, float] = defaultdict(float)
+    for r in plan.recommendations:
+        held[r.ref.namespace] += r.gpus_held
+        needed[r.ref.namespace] += r.gpus_needed
+    if not held:
+        return '<p class="none">No workloads.</p>'
+    names = sorted(held, key=lambda ns: (-held[ns], ns))
+    shown, rest = names[:MAX_NAMESPACES], names[MAX_NAMESPACES:]
+    with charts.chart_style("gpu-rightsizer-fleet"):
+        fig = charts.fleet_figure(shown, [held[n] for n in shown], [needed[n] for n in shown])
+        svg = charts.to_svg(fig, tight=True)
+    note = (f'<p class="note">{len(rest):,} more namespaces hold {sum(held[n] for n in rest):,.2f} GPUs and need '
+            f"{sum(needed[n] for n in rest):,.2f}.</p>" if rest else "")
+    return f'<figure class="panel" aria-label="GPUs held vs needed per namespace">{svg}{note}</figure>'
+
+
+_COLUMNS = ("namespace", "kind/name", "current", "used", "recommended", "GPUs held→needed", "$/month",
+            "confidence", "risk", "why")
+_NUMERIC = {"GPUs held→needed", "$/month", "confidence"}
+
+
+def _row(rec: Recommendation, snapshot: Snapshot | None, anchor: str | None) -> str:
+    ref = rec.ref
+    name = e(f"{ref.kind}/{ref.name}")
+    name = f'<a href="#{anchor}">{name}</a>' if anchor else name
+    recommended = (e(t.recommended_text(rec)) if rec.actionable
+                   else f'<span class="none">{e(t.recommended_text(rec))}</span>')
+    why = "".join(f"<li>{e(x)}</li>" for x in rec.reasons)
+    cells = (
+        f"<td>{e(ref.namespace)}</td>", f'<td class="name">{name}</td>',
+        f'<td class="alloc">{e(t.alloc_text(rec.workload.allocation))}</td>',
+        f"<td>{e(t.used_text(rec, snapshot))}</td>",
+        f"<td>{recommended}</td>", f'<td class="num">{e(t.gpus_text(rec))}</td>',
+        f'<td class="num {_savings_class(rec.monthly_savings_usd)}">{e(t.money(rec.monthly_savings_usd, ""))}</td>',
+        f'<td class="num">{e(t.percent(rec.confidence) if rec.actionable else t.DASH)}</td>',
+        f'<td class="risk-{e(rec.risk)}">{e(rec.risk)}</td>',
+        f"<td><details><summary>{_count(len(rec.reasons), 'reason')}</summary><ul>{why}</ul></details></td>",
+    )
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _table(plan: Plan, snapshot: Snapshot | None, anchors: dict[str, str]) -> str:
+    head = "".join(f'<th class="num">{e(c)}</th>' if c in _NUMERIC else f"<th>{e(c)}</th>" for c in _COLUMNS)
+    rows = "".join(_row(r, snapshot, anchors.get(r.ref.key)) for r in plan.recommendations)
+    note = ("<p class=\"note\">used: memory need (target) / device memory per replica, compute need as a share "
+            "of one GPU; “p95 seen” where no need was estimated.</p>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>{note}'
+
+
+def _facts(rec: Recommendation) -> str:
+    facts = (("GPUs held → needed", t.gpus_text(rec), ""),
+             ("savings / month", t.money(rec.monthly_savings_usd, ""), _savings_class(rec.monthly_savings_usd)),
+             ("confidence", t.percent(rec.confidence) if rec.actionable else t.DASH, ""),
+             ("risk", rec.risk, f"risk-{rec.risk}"), ("history", t.duration(rec.history_s), ""))
+    return '<dl class="facts">' + "".join(
+        f'<div><dt>{e(k)}</dt><dd class="{e(c)}">{e(v)}</dd></div>' for k, v, c in facts) + "</dl>"
+
+
+def _section(rec: Recommendation, anchor: str, snapshot: Snapshot | None) -> str:
+    """Current vs recommended, the facts, the reasons, and the usage chart of one workload."""
+    ref = rec.ref
+    current = e(t.alloc_text(rec.workload.allocation, vllm=True))
+    recommended = e(t.recommended_text(rec))
+    chart = usage_chart(rec, snapshot, f"gpu-rightsizer-{anchor}")
+    figure = (f'<figure aria-label="usage over time">{chart.svg}</figure>' if chart.svg
+              else f'<p class="none">{e(chart.notes[0])}</p>')
+    notes = chart.notes if chart.svg else chart.notes[1:]
+    notes_html = f'<ul class="chart-notes">{"".join(f"<li>{e(n)}</li>" for n in notes)}</ul>' if notes else ""
+    reasons = "".join(f"<li>{e(r)}</li>" for r in rec.reasons)
+    return (f'<article class="workload" id="{anchor}"><h3>{e(ref.namespace)} / {e(ref.kind)} / {e(ref.name)}</h3>'
+            f'<div class="compare"><div class="box"><h4>Current</h4>{current}</div><div class="arrow">→</div>'
+            f'<div class="box rec"><h4>Recommended</h4>{recommended}</div></div>'
+            f'{_facts(rec)}<ul class="reasons">{reasons}</ul>{figure}{notes_html}</article>')
+
+
+def _sections(plan: Plan, snapshot: Snapshot | None, chosen: list[Recommendation], anchors: dict[str, str]) -> str:
+    left_out = len(plan.recommendations) - len(chosen)
+    note = (f'<p class="note">Sections and charts for the {len(chosen)} workloads that free the most GPUs; '
+            f"{left_out:,} more are listed in the table above without charts.</p>" if left_out else "")
+    return note + "".join(_section(r, anchors[r.ref.key], snapshot) for r in chosen)
+
+
+def _head(plan: Plan) -> str:
+    css = files("recommender.outputs").joinpath("report.css").read_text(encoding="utf-8")
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+            f"<title>GPU right-sizing report · {e(t.human_utc(plan.window_end))}</title>\n"
+            f"<style>\n{css}</style>\n</head>\n")
+
+
+def render_html(plan: Plan, snapshot: Snapshot | None = None, *, top_n: int = TOP_N) -> str:
+    """The whole page as one string; sections and charts for the ``top_n`` workloads that save most."""
+    chosen = top_workloads(plan, top_n)
+    anchors = {r.ref.key: f"w-{i}" for i, r in enumerate(chosen)}
+    body = (
+        f"<header><h1>GPU right-sizing report</h1><p class=\"meta\">{e(t.window_line(plan))}</p>"
+        f'<p class="meta">generated {e(t.human_utc(plan.generated_at))}</p></header>\n'
+        f'<p class="summary">{e(t.fleet_line(plan))}</p>\n{_cards(plan)}\n{_warnings(plan)}\n'
+        f"<h2>GPUs held vs needed by namespace</h2>\n{_fleet(plan)}\n"
+        f"<h2>Workloads</h2>\n{_table(plan, snapshot, anchors)}\n"
+        f"<h2>Per workload</h2>\n{_sections(plan, snapshot, chosen, anchors)}\n"
+        f"<footer>gpu-rightsizer report · JSON schema {e(SCHEMA_VERSION)} · window step {plan.step_s:g} s</footer>\n"
+    )
+    return f"{_head(plan)}<body>\n<main>\n{body}</main>\n</body>\n</html>\n"
+
+
+@register_formatter("html")
+def html(plan: Plan, snapshot: Snapshot | None) -> str:
+    """The default page: :data:`TOP_N` workloads charted."""
+    return render_html(plan, snapshot)

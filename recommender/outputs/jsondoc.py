@@ -1,0 +1,129 @@
+"""``json``: the plan as one versioned JSON object, the contract other tools build on.
+
+The contract is documented field by field in ``JSON.md`` and checked by ``schema.json`` (JSON Schema
+2020-12). Every key is always present (``null`` when unknown) so consumers never guess; numbers are
+rounded by unit so reports diff cleanly; NaN and infinity become ``null`` (and ``allow_nan=False``
+guarantees none slips through). Adding a field bumps the minor version; renaming or removing one,
+or changing a unit, bumps the major version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from recommender.model import Allocation, Bound, Plan, Recommendation, Snapshot, Summary, VllmArgs
+from recommender.outputs import text as t
+from recommender.outputs.registry import register_formatter
+
+SCHEMA_VERSION = "1.0"
+
+
+def _rounder(digits: int) -> Callable[[float | None], float | None]:
+    """Round to ``digits`` decimals; None for absent or non-finite; never ``-0.0``."""
+
+    def r(x: float | None) -> float | None:
+        value = t.finite(x)
+        return None if value is None else round(value, digits) + 0.0
+
+    return r
+
+
+frac = _rounder(4)  # 0-1 shares, GPU-equivalents, confidence
+mib = _rounder(1)  # MiB
+usd = _rounder(2)  # dollars
+secs = _rounder(1)  # seconds, hours
+pct = _rounder(2)  # 0-100 percentages
+
+
+def _vllm(v: VllmArgs | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {"model": v.model, "gpu_memory_utilization": frac(v.gpu_memory_utilization),
+            "max_model_len": v.max_model_len, "max_num_seqs": v.max_num_seqs,
+            "tensor_parallel_size": v.tensor_parallel_size}
+
+
+def allocation(a: Allocation | None) -> dict[str, Any] | None:
+    """One replica's allocation; ``total_gpu_equivalents`` covers all replicas."""
+    if a is None:
+        return None
+    return {
+        "text": t.alloc_text(a, vllm=True),
+        "sharing": a.sharing.value,
+        "gpus": a.gpus,
+        "mig_profile": a.mig_profile,
+        "mig_count": a.mig_count,
+        "gpu_equivalents": frac(a.gpu_equivalents),
+        "replicas": a.replicas,
+        "total_gpu_equivalents": frac(a.total_gpu_equivalents),
+        "gpu_model": a.gpu_model,
+        "gpu_product": a.gpu_product,
+        "device_memory_mib": mib(a.device_memory_mib),
+        "mps_active_thread_pct": pct(a.mps_active_thread_pct),
+        "mps_pinned_mem_mib": mib(a.mps_pinned_mem_mib),
+        "hami_gpumem_mib": mib(a.hami_gpumem_mib),
+        "hami_gpucores_pct": pct(a.hami_gpucores_pct),
+        "kai_gpu_fraction": frac(a.kai_gpu_fraction),
+        "vllm": _vllm(a.vllm),
+    }
+
+
+def _bound(b: Bound | None, r: Callable[[float | None], float | None]) -> dict[str, float | None] | None:
+    """A bound with all three figures, or None: a bound missing one of them is no bound."""
+    values = {"lower": r(b.lower), "target": r(b.target), "upper": r(b.upper)} if b is not None else {}
+    return values if values and None not in values.values() else None
+
+
+def workload(rec: Recommendation) -> dict[str, Any]:
+    ref = rec.ref
+    return {
+        "namespace": ref.namespace,
+        "name": ref.name,
+        "kind": ref.kind,
+        "current": allocation(rec.workload.allocation),
+        "recommended": allocation(rec.recommended),
+        "reasons": list(rec.reasons),
+        "confidence": frac(rec.confidence),
+        "memory_need_mib": _bound(rec.memory_need_mib, mib),
+        "compute_need_frac": _bound(rec.compute_need_frac, frac),
+        "gpus_held": frac(rec.gpus_held),
+        "gpus_needed": frac(rec.gpus_needed),
+        "monthly_savings_usd": usd(rec.monthly_savings_usd),
+        "risk": rec.risk,
+        "history_s": secs(rec.history_s),
+    }
+
+
+def summary(s: Summary) -> dict[str, Any]:
+    return {
+        "gpus_held": frac(s.gpus_held),
+        "gpus_needed": frac(s.gpus_needed),
+        "gpus_needed_packed": s.gpus_needed_packed,
+        "workloads": s.workloads,
+        "with_recommendation": s.with_recommendation,
+        "monthly_savings_usd": usd(s.monthly_savings_usd),
+        "gpu_hours_held": secs(s.gpu_hours_held),
+        "gpu_hours_needed": secs(s.gpu_hours_needed),
+    }
+
+
+def document(plan: Plan) -> dict[str, Any]:
+    """The contract as plain Python data (what :func:`render_json` serialises)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": t.iso_utc(plan.generated_at),
+        "window": {"start": t.iso_utc(plan.window_start), "end": t.iso_utc(plan.window_end),
+                   "step_s": secs(plan.step_s)},
+        "source": plan.source,
+        "summary": summary(plan.summary),
+        "warnings": list(plan.warnings),
+        "workloads": [workload(r) for r in plan.recommendations],
+    }
+
+
+@register_formatter("json")
+def render_json(plan: Plan, snapshot: Snapshot | None = None) -> str:
+    """One JSON object, two-space indented, UTF-8 as is (names stay readable), newline-terminated."""
+    return json.dumps(document(plan), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

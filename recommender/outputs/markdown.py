@@ -1,0 +1,81 @@
+"""``markdown``: a report for pull requests, issues and wikis (GitHub-flavoured Markdown).
+
+A summary, one table row per workload, the reasons per workload, then warnings. Workload names and
+reasons are user data: every Markdown and HTML special character in them is escaped, so a name like
+``a<b>|c`` neither opens a tag nor splits a table cell.
+"""
+
+from __future__ import annotations
+
+import re
+
+from recommender.model import Plan, Recommendation, Snapshot
+from recommender.outputs import text as t
+from recommender.outputs.registry import register_formatter
+
+_INLINE = re.compile(r"([\\`*_\[\]|~$])")  # emphasis, code, links, cells, strikethrough, GitHub math
+_BLOCK_START = re.compile(r"^(\d*)([#+=.)-])")  # a heading, list or ordered list at the line's start
+_HEADER = ("namespace", "kind/name", "current", "used", "recommended", "GPUs held→needed", "$/month", "confidence")
+
+
+def md(value: str) -> str:
+    """Inline text safe in a GFM table cell or list item: HTML entities, then escaped punctuation.
+
+    Only characters that change meaning inline are escaped (and block markers at the very start),
+    so the raw Markdown stays readable.
+    """
+    text = " ".join(value.split())  # a newline would end the table row
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _BLOCK_START.sub(r"\1\\\2", _INLINE.sub(r"\\\1", text))
+
+
+def _summary(plan: Plan) -> list[str]:
+    s = plan.summary
+    packed = f"{s.gpus_needed_packed}" if s.gpus_needed_packed is not None else "not computed"
+    return [
+        f"- **Window**: {md(t.window_line(plan))}",
+        f"- **Workloads**: {s.workloads} ({s.with_recommendation} with a recommendation)",
+        f"- **GPUs held → needed**: {s.gpus_held:.2f} → {s.gpus_needed:.2f} GPU-equivalents "
+        f"(whole GPUs after packing: {packed})",
+        f"- **GPU-hours over the window**: {s.gpu_hours_held:,.1f} held → {s.gpu_hours_needed:,.1f} needed",
+        f"- **Savings**: {md(t.money(s.monthly_savings_usd, ' per month'))}",
+    ]
+
+
+def _row(rec: Recommendation, snapshot: Snapshot | None) -> str:
+    ref = rec.ref
+    cells = (ref.namespace, f"{ref.kind}/{ref.name}", t.alloc_text(rec.workload.allocation),
+             t.used_text(rec, snapshot), t.recommended_text(rec), t.gpus_text(rec),
+             t.money(rec.monthly_savings_usd, ""), t.percent(rec.confidence) if rec.actionable else t.DASH)
+    return "| " + " | ".join(md(c) for c in cells) + " |"
+
+
+def _table(plan: Plan, snapshot: Snapshot | None) -> list[str]:
+    align = ["---"] * 5 + ["---:"] * 3
+    return ["| " + " | ".join(_HEADER) + " |", "| " + " | ".join(align) + " |",
+            *(_row(r, snapshot) for r in plan.recommendations)]
+
+
+def _reasons(plan: Plan) -> list[str]:
+    lines: list[str] = []
+    for rec in plan.recommendations:
+        lines.append(f"- **{md(rec.ref.key)}** (risk {md(rec.risk)})")
+        lines.extend(f"  - {md(reason)}" for reason in rec.reasons)
+    return lines
+
+
+@register_formatter("markdown")
+def render_markdown(plan: Plan, snapshot: Snapshot | None = None) -> str:
+    """Summary, table, reasons, warnings; sections separated by blank lines, newline-terminated."""
+    parts = [
+        ["# GPU right-sizing report"],
+        _summary(plan),
+        ["## Workloads"],
+        _table(plan, snapshot),
+        ["_used_: memory need (target) / device memory per replica, compute need as a share of one GPU."],
+        ["## Why"],
+        _reasons(plan) or ["No workloads."],
+    ]
+    if plan.warnings:
+        parts += [["## Warnings"], [f"- {md(w)}" for w in plan.warnings]]
+    return "\n\n".join("\n".join(p) for p in parts) + "\n"

@@ -1,0 +1,161 @@
+"""Words and numbers shared by every human-readable format, so table, Markdown and HTML agree.
+
+Each helper turns one typed value into a short string a platform engineer reads at a glance:
+``1× A100-80GB``, ``mig 3g.40gb``, ``ts 1/4``, ``$1,606/mo``. Absent values read ``–``, never ``nan``.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from fractions import Fraction
+
+import numpy as np
+
+from recommender.model import FB_USED_MIB, Allocation, Plan, Recommendation, Sharing, Snapshot
+
+DASH = "–"
+NO_REC = "no recommendation: "
+
+
+def finite(x: float | None) -> float | None:
+    """``x`` as a float, or None when absent or not finite (NaN and inf never reach a report)."""
+    if x is None:
+        return None
+    value = float(x)
+    return value if math.isfinite(value) else None
+
+
+def iso_utc(t: datetime) -> str:
+    """ISO-8601 UTC with a ``Z``, to the second; naive times are taken as UTC."""
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def human_utc(t: datetime) -> str:
+    return iso_utc(t).replace("T", " ").replace("Z", " UTC")
+
+
+def duration(seconds: float) -> str:
+    """``14 d``, ``6.0 h``, ``45 min``: the largest unit that keeps the number readable."""
+    if seconds >= 2 * 86_400:
+        return f"{seconds / 86_400:.3g} d"
+    if seconds >= 3_600:
+        return f"{seconds / 3_600:.1f} h"
+    return f"{seconds / 60:.0f} min"
+
+
+def share_fraction(gpu_equivalents: float) -> str:
+    """A time-sliced share as a small fraction (0.25 → ``1/4``)."""
+    frac = Fraction(gpu_equivalents).limit_denominator(64)
+    return f"{frac.numerator}/{frac.denominator}" if frac else "0"
+
+
+def alloc_text(a: Allocation | None, *, vllm: bool = False) -> str:
+    """What one replica holds, in the fewest words; replicas and the vLLM memory fraction appended."""
+    if a is None:
+        return DASH
+    if a.replicas == 0:
+        return "scale to zero"
+    text = _mechanism(a)
+    if a.replicas != 1:
+        text += f", {a.replicas} replicas"
+    if vllm and a.vllm is not None and a.vllm.gpu_memory_utilization is not None:
+        text += f", vLLM util {a.vllm.gpu_memory_utilization:.2f}"
+    return text
+
+
+def _mechanism(a: Allocation) -> str:
+    model = a.gpu_model or (f"unknown GPU ({a.gpu_product})" if a.gpu_product else "unknown GPU")
+    match a.sharing:
+        case Sharing.EXCLUSIVE:
+            return f"{a.gpus}× {model}"
+        case Sharing.MIG:
+            count = f"{a.mig_count}× " if a.mig_count > 1 else ""
+            return f"{count}mig {a.mig_profile or '?'}"
+        case Sharing.TIME_SLICING:
+            return f"ts {share_fraction(a.gpu_equivalents)}"
+        case Sharing.MPS:
+            pct = f" {a.mps_active_thread_pct:g}%" if a.mps_active_thread_pct is not None else ""
+            return f"mps{pct}"
+        case Sharing.HAMI:
+            mem = f" {a.hami_gpumem_mib:,.0f} MiB" if a.hami_gpumem_mib is not None else ""
+            cores = f" {a.hami_gpucores_pct:g}%" if a.hami_gpucores_pct is not None else ""
+            return f"hami{mem}{cores}"
+        case Sharing.KAI:
+            frac = f" {a.kai_gpu_fraction:g}" if a.kai_gpu_fraction is not None else ""
+            return f"kai{frac} gpu"
+    return "no GPU"
+
+
+def short_reason(rec: Recommendation) -> str:
+    """Why there is no recommendation, in one line: the first reason that says so."""
+    why = next((r for r in rec.reasons if r.startswith(NO_REC)), rec.reasons[0] if rec.reasons else "")
+    return why.removeprefix(NO_REC) or "no reason given"
+
+
+def recommended_text(rec: Recommendation) -> str:
+    if rec.recommended is None:
+        return NO_REC + short_reason(rec)
+    return alloc_text(rec.recommended, vllm=True)
+
+
+def observed_p95(snapshot: Snapshot | None, rec: Recommendation, metric: str = FB_USED_MIB) -> float | None:
+    """p95 of a workload's series in the snapshot: what it used when no need was estimated."""
+    series = snapshot.series(metric, rec.ref) if snapshot is not None else None
+    if series is None:
+        return None
+    values = series.to_numpy(dtype="float64")
+    values = values[np.isfinite(values)]
+    return float(np.quantile(values, 0.95)) if values.size else None
+
+
+def used_text(rec: Recommendation, snapshot: Snapshot | None) -> str:
+    """Memory need target / device memory (MiB), then compute need as a share of one GPU."""
+    device = finite(rec.workload.allocation.device_memory_mib)
+    of = f"/{device:,.0f} MiB" if device is not None else " MiB"
+    if rec.memory_need_mib is not None:
+        mem = f"{rec.memory_need_mib.target:,.0f}{of}"
+    else:
+        seen = observed_p95(snapshot, rec)
+        mem = f"{seen:,.0f}{of} (p95 seen)" if seen is not None else DASH
+    comp = f", {rec.compute_need_frac.target:.0%} GPU" if rec.compute_need_frac is not None else ""
+    return mem + comp
+
+
+def num(x: float | None, fmt: str = ".2f") -> str:
+    value = finite(x)
+    return DASH if value is None else format(value, fmt)
+
+
+def gpus_text(rec: Recommendation) -> str:
+    return f"{rec.gpus_held:.2f} → {rec.gpus_needed:.2f}"
+
+
+def money(usd: float | None, per: str = "/mo") -> str:
+    """``$1,606/mo``; negative when the change costs more; ``–`` when unknown."""
+    value = finite(usd)
+    if value is None:
+        return DASH
+    sign = "-" if value < -0.005 else ""
+    return f"{sign}${abs(value):,.0f}{per}"
+
+
+def percent(frac: float | None) -> str:
+    value = finite(frac)
+    return DASH if value is None else f"{value:.0%}"
+
+
+def fleet_line(plan: Plan) -> str:
+    """One sentence with the fleet totals: held vs needed, packed whole GPUs, money per month."""
+    s = plan.summary
+    packed = f" (packed: {s.gpus_needed_packed} whole GPUs)" if s.gpus_needed_packed is not None else ""
+    return (f"Fleet: {s.workloads} workloads, {s.with_recommendation} with a recommendation · "
+            f"GPUs held {s.gpus_held:.2f} → needed {s.gpus_needed:.2f}{packed} · "
+            f"saves {money(s.monthly_savings_usd, '/month')}")
+
+
+def window_line(plan: Plan) -> str:
+    span = (plan.window_end - plan.window_start).total_seconds()
+    return (f"{human_utc(plan.window_start)} → {human_utc(plan.window_end)} "
+            f"({duration(span)}, step {plan.step_s:g} s) · source {plan.source}")

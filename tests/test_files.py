@@ -1,0 +1,195 @@
+"""The file source: a snapshot written to a directory reads back exactly; bad input fails in one line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from collectors.files import read_snapshot, write_snapshot
+from recommender import model as m
+from recommender.errors import SourceError
+from recommender.model import Allocation, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
+from tests.builders import END, index, whole_gpu
+
+STEP_S = 600.0
+
+
+def _workloads() -> tuple[Workload, ...]:
+    """Every kind of field the format must carry: MIG, vLLM args, None, labels, unicode notes."""
+    chat = Workload(WorkloadRef("chat", "Deployment", "assistant"),
+                    whole_gpu("NVIDIA H100 80GB HBM3", "H100-80GB", memory_mib=81559.0, replicas=2,
+                              vllm=VllmArgs("meta-llama/Meta-Llama-3-8B-Instruct", 0.9, 8192, 256)),
+                    pods=("assistant-7d9f8b6c5d-x2k4p", "assistant-7d9f8b6c5d-q8v7n"),
+                    labels={"app.kubernetes.io/name": "assistant"}, annotations={"note": "naïve — “quoted”"},
+                    source="kubernetes", notes=("owner inferred",), kv_capacity_tokens=436_224.0,
+                    served_model="llama-3-8b")
+    mig = Workload(WorkloadRef("dev", "StatefulSet", "review"),
+                   Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5,
+                              gpu_model="A100-80GB", gpu_product="NVIDIA A100-SXM4-80GB", device_memory_mib=40192.0,
+                              vllm=VllmArgs(tensor_parallel_size=1)),
+                   pods=("review-0",))
+    bare = Workload(WorkloadRef("dev", "Pod", "debug"), Allocation(Sharing.NONE))
+    return chat, mig, bare
+
+
+def _snapshot(start: datetime | None = None) -> Snapshot:
+    idx = index(2)  # 288 steps ending at END
+    keys = [w.ref.key for w in _workloads()]
+    rng = np.random.default_rng(7)
+    fb = rng.uniform(0, 80_000, size=(len(idx), 2)).astype(np.float32).astype(float)
+    fb[5, 0] = np.nan
+    kv = np.full((len(idx), 2), np.nan)
+    kv[:, 0] = 0.25
+    usage = {m.FB_USED_MIB: pd.DataFrame(fb, index=idx, columns=keys[:2]),
+             m.KV_USAGE_FRAC: pd.DataFrame(kv, index=idx, columns=[keys[0], keys[1]])}  # an all-NaN column
+    begin = start or idx[0].to_pydatetime() - timedelta(seconds=STEP_S)
+    return Snapshot(_workloads(), usage, begin, END, STEP_S, ("one warning",), "test")
+
+
+def _assert_same(a: Snapshot, b: Snapshot) -> None:
+    assert (b.workloads, b.start, b.end, b.step_s, b.warnings, b.source) == (
+        a.workloads, a.start, a.end, a.step_s, a.warnings, a.source)
+    assert b.start.tzinfo == a.start.tzinfo
+    assert list(b.usage) == list(a.usage)
+    for metric, frame in a.usage.items():
+        pd.testing.assert_frame_equal(b.usage[metric], frame)
+
+
+def test_round_trip_is_exact(tmp_path: Path) -> None:
+    snap = _snapshot()
+    write_snapshot(snap, tmp_path / "new" / "dir")  # parents are created
+    _assert_same(snap, read_snapshot(tmp_path / "new" / "dir"))
+
+
+def test_round_trip_keeps_a_naive_start_naive(tmp_path: Path) -> None:
+    snap = _snapshot(start=datetime(2026, 10, 30))
+    write_snapshot(snap, tmp_path)
+    assert read_snapshot(tmp_path).start == datetime(2026, 10, 30)
+
+
+def test_values_are_stored_as_float32(tmp_path: Path) -> None:
+    snap = _snapshot()
+    snap.usage[m.FB_USED_MIB].iloc[0, 0] = 0.1  # not float32-representable
+    write_snapshot(snap, tmp_path)
+    assert read_snapshot(tmp_path).usage[m.FB_USED_MIB].iloc[0, 0] == float(np.float32(0.1))
+
+
+def _csv_dir(tmp_path: Path, rows: list[str], header: str = "metric,workload,timestamp,value") -> Path:
+    write_snapshot(_snapshot(), tmp_path)
+    (tmp_path / "usage.parquet").unlink()
+    (tmp_path / "usage.csv").write_text("\n".join([header, *rows]) + "\n")
+    return tmp_path
+
+
+KEY = "chat/Deployment/assistant"
+T0 = int(datetime(2026, 10, 31, 23, 50, tzinfo=UTC).timestamp())
+
+
+@pytest.mark.parametrize("stamps", [
+    [str(T0), str(T0 + 600)],  # unix seconds
+    ["2026-10-31T23:50:00Z", "2026-11-01T00:00:00+00:00"],  # ISO-8601 with offsets
+    ["2026-10-31 23:50:00", "2026-11-01T01:00:00+01:00"],  # no offset = UTC; other offsets converted
+])
+def test_csv_input_in_unix_seconds_or_iso(tmp_path: Path, stamps: list[str]) -> None:
+    rows = [f"fb_used_mib,{KEY},{stamps[0]},100.5", f"fb_used_mib,{KEY},{stamps[1]},NaN",
+            f"kv_usage_frac,{KEY},{stamps[1]},"]
+    snap = read_snapshot(_csv_dir(tmp_path, rows))
+    expected_index = pd.date_range(END - timedelta(seconds=600), END, freq="600s", tz=UTC)
+    expected = pd.DataFrame({KEY: [100.5, np.nan]}, index=expected_index)
+    pd.testing.assert_frame_equal(snap.usage[m.FB_USED_MIB], expected)
+    assert snap.usage[m.KV_USAGE_FRAC].isna().all().all()  # empty and NaN both read as NaN
+    assert snap.warnings == ("one warning",)
+
+
+def test_parquet_wins_over_csv_with_a_warning(tmp_path: Path) -> None:
+    write_snapshot(_snapshot(), tmp_path)
+    (tmp_path / "usage.csv").write_text("metric,workload,timestamp,value\n")
+    snap = read_snapshot(tmp_path)
+    assert m.FB_USED_MIB in snap.usage
+    assert any("usage.csv: ignored" in w for w in snap.warnings)
+
+
+def test_unknown_metrics_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    rows = [f"fb_used_mib,{KEY},{T0},1", f"gpu_util,{KEY},{T0},50", f"DCGM_FI_DEV_GPU_UTIL,{KEY},{T0},50"]
+    snap = read_snapshot(_csv_dir(tmp_path, rows))
+    assert set(snap.usage) == {m.FB_USED_MIB}
+    assert any("skipped 2 row(s) of unknown metric(s) DCGM_FI_DEV_GPU_UTIL, gpu_util" in w for w in snap.warnings)
+
+
+def test_usage_of_workloads_not_in_the_inventory_is_kept_with_a_warning(tmp_path: Path) -> None:
+    rows = [f"fb_used_mib,{KEY},{T0},1", f"fb_used_mib,ghost/Deployment/gone,{T0},2"]
+    snap = read_snapshot(_csv_dir(tmp_path, rows))
+    assert list(snap.usage[m.FB_USED_MIB].columns) == [KEY, "ghost/Deployment/gone"]
+    assert any("1 workload(s) not in snapshot.json" in w and "ghost/Deployment/gone" in w for w in snap.warnings)
+
+
+def _edit_json(change: Callable[[dict], object]) -> Callable[[Path], None]:
+    """Spoil snapshot.json by changing the parsed document in place."""
+    def apply(d: Path) -> None:
+        doc = json.loads((d / "snapshot.json").read_text())
+        change(doc)
+        (d / "snapshot.json").write_text(json.dumps(doc))
+    return apply
+
+
+def _csv(*rows: str) -> Callable[[Path], None]:
+    def apply(d: Path) -> None:
+        (d / "usage.parquet").unlink()
+        (d / "usage.csv").write_text("\n".join(rows) + "\n")
+    return apply
+
+
+HEADER = "metric,workload,timestamp,value"
+BAD_INPUTS = {
+    "missing directory": (lambda d: None, "missing", "does not exist"),
+    "a file, not a directory": (lambda d: (d / "f").write_text("x"), "f", "not a directory"),
+    "no snapshot.json": (lambda d: (d / "snapshot.json").unlink(), "", "snapshot.json: not found"),
+    "malformed JSON": (lambda d: (d / "snapshot.json").write_text('{"format_version": 1,\n  oops}'), "",
+                       "snapshot.json: malformed JSON at line 2 column 3"),
+    "JSON not an object": (lambda d: (d / "snapshot.json").write_text("[1, 2]"), "",
+                           "expected a JSON object at the top, found list"),
+    "bad enum": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(sharing="slices")), "",
+                 "snapshot.json: workloads[1].allocation.sharing: Input should be 'exclusive'"),
+    "unknown field": (_edit_json(lambda doc: doc.update(colour="red")), "", "snapshot.json: colour: Extra inputs"),
+    "missing field": (_edit_json(lambda doc: doc.pop("step_s")), "", "snapshot.json: step_s: Field required"),
+    "newer format": (_edit_json(lambda doc: doc.update(format_version=99)), "", "format_version 99 is newer"),
+    "bad start": (_edit_json(lambda doc: doc.update(start="last tuesday")), "",
+                  "snapshot.json: start: not an ISO-8601 time: 'last tuesday'"),
+    "no usage file": (lambda d: (d / "usage.parquet").unlink(), "", "no usage file (usage.parquet or usage.csv)"),
+    "corrupt parquet": (lambda d: (d / "usage.parquet").write_bytes(b"PAR1 not really"), "",
+                        "usage.parquet: not a readable Parquet file"),
+    "missing column": (_csv("metric,workload,value", f"fb_used_mib,{KEY},1"), "",
+                       "usage.csv: missing column(s) timestamp"),
+    "bad timestamp": (_csv(HEADER, f"fb_used_mib,{KEY},{T0},1", f"fb_used_mib,{KEY},yesterday,1"), "",
+                      "usage.csv: bad timestamp 'yesterday' in row 2 (expected unix seconds or ISO-8601)"),
+    "non-numeric value": (_csv(HEADER, f"fb_used_mib,{KEY},{T0},lots"), "",
+                          "usage.csv: non-numeric value 'lots' in row 1"),
+    "duplicate rows": (_csv(HEADER, f"fb_used_mib,{KEY},{T0},1", f"fb_used_mib,{KEY},{T0},2"), "",
+                       f"usage.csv: 1 duplicate row(s), first: fb_used_mib {KEY} at 2026-10-31T23:50"),
+    "empty workload": (_csv(HEADER, f"fb_used_mib,,{T0},1"), "", "usage.csv: empty workload in row 1"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_raises_one_clear_line(tmp_path: Path, case: str) -> None:
+    spoil, target, expected = BAD_INPUTS[case]
+    write_snapshot(_snapshot(), tmp_path)
+    spoil(tmp_path)
+    with pytest.raises(SourceError) as err:
+        read_snapshot(tmp_path / target)
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+    assert str(tmp_path) in message  # names the file (or directory) it could not read
+
+
+def test_unwritable_target_raises_source_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SourceError, match="cannot write the snapshot"):
+        write_snapshot(_snapshot(), tmp_path / "file" / "sub")

@@ -1,0 +1,270 @@
+"""discover_workloads against kmock's emulator seeded with a realistic GPU cluster (real HTTP, real client)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from collectors.kubernetes import discover_workloads
+from collectors.kubernetes.discover import Listing, build_workloads
+from recommender.model import Sharing, VllmArgs, Workload
+from recommender.progress import NullProgress, RecordingProgress
+from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+VLLM = "vllm/vllm-openai:v0.8.5"
+GPU1 = {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"}
+
+
+def _nodes() -> list[dict[str, Any]]:
+    none = {"nvidia.com/mig.strategy": "none", "nvidia.com/gpu.replicas": "1",
+            "nvidia.com/gpu.sharing-strategy": "none"}
+    mixed = {"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig.config": "all-balanced",
+             "nvidia.com/mig-3g.40gb.count": "2", "nvidia.com/mig-3g.40gb.memory": "40192",
+             "nvidia.com/mig-1g.10gb.count": "2", "nvidia.com/mig-1g.10gb.memory": "9728"}
+    sliced = {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    return [
+        gpu_node("gpu-a100-0", A100, 81920, labels=none),
+        gpu_node("gpu-a100-1", A100, 81920, labels=none),
+        gpu_node("gpu-a100-mig-0", A100, 81920, labels=mixed),
+        gpu_node("gpu-t4-0", "Tesla-T4-SHARED", 15360, count=1, labels=sliced),
+        manifest("Node", None, "cpu-0", {}, {"kubernetes.io/hostname": "cpu-0"}),
+    ]
+
+
+def _deployment(ns: str, name: str, tmpl: dict[str, Any], replicas: int, template_hash: str,
+                nodes: list[str | None]) -> list[dict[str, Any]]:
+    """A Deployment, its ReplicaSet ``<name>-<hash>`` and one pod per entry of ``nodes``."""
+    dep = manifest("Deployment", ns, name, {"replicas": replicas, "template": tmpl}, {"app": name},
+                   {"deployment.kubernetes.io/revision": "3", "kubectl.kubernetes.io/last-applied-configuration": "{}"})
+    rs = manifest("ReplicaSet", ns, f"{name}-{template_hash}", {"replicas": replicas, "template": tmpl},
+                  {"app": name, "pod-template-hash": template_hash}, owner=dep)
+    pods = [pod_from(rs, ns, f"{name}-{template_hash}-{suffix}", tmpl, node, {"pod-template-hash": template_hash})
+            for suffix, node in zip(("x2k4p", "q8r7m", "b5n3v"), nodes, strict=False)]
+    return [dep, rs, *pods]
+
+
+def _llm() -> list[dict[str, Any]]:
+    llama = template({"app": "llama-8b"}, container("vllm", VLLM, GPU1, args=[
+        "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu-memory-utilization", "0.90",
+        "--max-model-len=8192", "--max-num-seqs", "256", "--served-model-name", "llama-8b"]))
+    qwen = template({"app": "qwen-7b"}, container("vllm", VLLM, {"nvidia.com/mig-3g.40gb": "1"}, command=[
+        "vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization", "0.85", "--max-model-len", "16K"]))
+    mps = template({"app": "embedder"}, container("tei", "ghcr.io/huggingface/text-embeddings-inference:1.5", GPU1,
+                                                  env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+                                                       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10G"}))
+    idle = template({"app": "gemma-idle"}, container("vllm", VLLM, GPU1, args=["google/gemma-2-9b-it"]),
+                    nodeSelector={"nvidia.com/gpu.product": A100})
+    mistral = template({"app": "mistral"}, container(
+        "vllm", "vllm/vllm-openai:v0.6.3", {"nvidia.com/gpu": "2"}, command=["/bin/sh", "-c"],
+        args=["exec python3 -m vllm.entrypoints.openai.api_server --model mistralai/Mistral-7B-Instruct-v0.3 "
+              "--tensor-parallel-size 2 --max-model-len 32k"]))
+    sts = manifest("StatefulSet", "llm", "mistral", {"replicas": 1, "serviceName": "mistral", "template": mistral},
+                   {"app": "mistral"})
+    orphan = template({"app": "llama-old"}, container("vllm", VLLM, GPU1, args=["meta-llama/Llama-2-7b-chat-hf"]))
+    gone_rs = {"kind": "ReplicaSet", "metadata": {"name": "llama-old-6f7c8d9e5b", "uid": "uid-gone"}}
+    return [
+        *_deployment("llm", "llama-8b", llama, 2, "7d4b9c6f5d", ["gpu-a100-0", "gpu-a100-1"]),
+        *_deployment("llm", "qwen-7b", qwen, 1, "5c9f7b8d4", ["gpu-a100-mig-0"]),
+        *_deployment("llm", "embedder", mps, 1, "6b8c9d7f5", ["gpu-a100-1"]),
+        *_deployment("llm", "gemma-idle", idle, 0, "85f6d9c7b", []),
+        sts, pod_from(sts, "llm", "mistral-0", mistral, "gpu-a100-0", {"apps.kubernetes.io/pod-index": "0"}),
+        pod_from(gone_rs, "llm", "llama-old-6f7c8d9e5b-h7j2k", orphan, "gpu-a100-1",
+                 {"pod-template-hash": "6f7c8d9e5b"}),
+    ]
+
+
+def _batch_and_research() -> list[dict[str, Any]]:
+    embed = template({"job": "nightly-embed"}, container("embed", "ghcr.io/acme/embed-batch:2.1", GPU1),
+                     restartPolicy="OnFailure")
+    cron = manifest("CronJob", "batch", "nightly-embed", {"schedule": "0 2 * * *", "jobTemplate": {
+        "spec": {"parallelism": 1, "completions": 1, "template": embed}}})
+    job = manifest("Job", "batch", "nightly-embed-29000000", {"parallelism": 1, "template": embed}, owner=cron)
+    notebook = template({"app": "notebook"}, container("jupyter", "quay.io/jupyter/pytorch-notebook:cuda12", GPU1))
+    hami = template({"app": "hami"}, container("train", "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime", {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000", "nvidia.com/gpucores": "30"}))
+    kai = template({"app": "kai", "kai.scheduler/queue": "research"},
+                   container("infer", "ghcr.io/acme/small-llm:0.3", {"cpu": "2"}),
+                   annotations={"gpu-fraction": "0.5"}, schedulerName="kai-scheduler")
+    web = template({"app": "frontend"}, container("web", "nginx:1.27", {"cpu": "500m", "memory": "256Mi"}))
+    return [
+        cron, job, pod_from(job, "batch", "nightly-embed-29000000-abcde", embed, "gpu-t4-0"),
+        pod_from(None, "research", "notebook-gpu", notebook, "gpu-a100-0"),
+        pod_from(None, "research", "hami-train", hami, "gpu-a100-1"),
+        pod_from(None, "research", "kai-infer", kai, "gpu-a100-1"),
+        *_deployment("web", "frontend", web, 3, "79c5d8f6b4", ["cpu-0", "cpu-0"]),
+        *_deployment("empty", "static", web, 1, "6d5f8c7b9", ["cpu-0"]),
+    ]
+
+
+def _leader_worker_set() -> list[dict[str, Any]]:
+    leader_t = template({"role": "leader"}, container("vllm", VLLM, {"nvidia.com/gpu": "8"}, command=["sh", "-c"],
+                        args=["ray start --head && vllm serve meta-llama/Llama-3.1-70B-Instruct "
+                              "--tensor-parallel-size 8 --pipeline-parallel-size 2"]))
+    worker_t = template({"role": "worker"}, container("vllm", VLLM, {"nvidia.com/gpu": "8"},
+                                                      command=["sh", "-c", "ray start --block"]))
+    lws = manifest("LeaderWorkerSet", "llm", "llama-70b", {"replicas": 1, "leaderWorkerTemplate": {
+        "size": 2, "leaderTemplate": leader_t, "workerTemplate": worker_t}})
+    leader_sts = manifest("StatefulSet", "llm", "llama-70b", {"replicas": 1, "template": leader_t}, owner=lws)
+    leader = pod_from(leader_sts, "llm", "llama-70b-0", leader_t, "gpu-a100-0")
+    worker_sts = manifest("StatefulSet", "llm", "llama-70b-0", {"replicas": 1, "template": worker_t}, owner=leader)
+    worker = pod_from(worker_sts, "llm", "llama-70b-0-1", worker_t, "gpu-a100-1")
+    return [lws, leader_sts, leader, worker_sts, worker]
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[KubeEmulator]:
+    with KubeEmulator([*_nodes(), *_llm(), *_batch_and_research(), *_leader_worker_set()]) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def found(kube: KubeEmulator) -> dict[str, Workload]:
+    workloads = discover_workloads(kube.settings(), NullProgress(), kube.api_client())
+    return {w.ref.key: w for w in workloads}
+
+
+def test_only_gpu_workloads_sorted(found: dict[str, Workload]) -> None:
+    assert list(found) == [
+        "batch/CronJob/nightly-embed",
+        "llm/Deployment/embedder",
+        "llm/Deployment/gemma-idle",
+        "llm/Deployment/llama-8b",
+        "llm/Deployment/llama-old",
+        "llm/Deployment/qwen-7b",
+        "llm/LeaderWorkerSet/llama-70b",
+        "llm/StatefulSet/mistral",
+        "research/Pod/hami-train",
+        "research/Pod/kai-infer",
+        "research/Pod/notebook-gpu",
+    ]  # web/Deployment/frontend and empty/Deployment/static hold no GPU
+
+
+def test_vllm_deployment_on_a100(found: dict[str, Workload]) -> None:
+    w = found["llm/Deployment/llama-8b"]
+    assert w.allocation.sharing is Sharing.EXCLUSIVE
+    assert (w.allocation.gpus, w.allocation.replicas) == (1, 2)
+    assert (w.allocation.gpu_product, w.allocation.device_memory_mib) == (A100, 81920.0)
+    assert (w.allocation.gpu_model, w.allocation.gpu_equivalents) == (None, 0.0)  # the core normalises
+    assert w.allocation.vllm == VllmArgs("meta-llama/Llama-3.1-8B-Instruct", 0.90, 8192, 256, 1)
+    assert w.served_model == "llama-8b"
+    assert w.pods == ("llama-8b-7d4b9c6f5d-q8r7m", "llama-8b-7d4b9c6f5d-x2k4p")
+    assert (w.source, w.notes, w.labels) == ("kubernetes", (), {"app": "llama-8b"})
+    assert w.annotations == {"deployment.kubernetes.io/revision": "3"}  # last-applied-configuration dropped
+
+
+def test_mig_slice_memory_from_the_profile_label(found: dict[str, Workload]) -> None:
+    a = found["llm/Deployment/qwen-7b"].allocation
+    assert (a.sharing, a.mig_profile, a.mig_count, a.gpus) == (Sharing.MIG, "3g.40gb", 1, 0)
+    assert a.device_memory_mib == 40192.0  # nvidia.com/mig-3g.40gb.memory, not the 81920 of the GPU
+    assert a.vllm is not None and a.vllm.max_model_len == 16_384  # 16K = 16 × 1024
+
+
+def test_statefulset_with_shell_command(found: dict[str, Workload]) -> None:
+    w = found["llm/StatefulSet/mistral"]
+    assert (w.allocation.gpus, w.allocation.replicas, w.pods) == (2, 1, ("mistral-0",))
+    assert w.allocation.vllm == VllmArgs("mistralai/Mistral-7B-Instruct-v0.3", None, 32_000, None, 2)
+
+
+def test_cronjob_owns_job_owns_pod_on_time_sliced_node(found: dict[str, Workload]) -> None:
+    w = found["batch/CronJob/nightly-embed"]
+    assert w.pods == ("nightly-embed-29000000-abcde",)
+    assert (w.allocation.sharing, w.allocation.gpus, w.allocation.replicas) == (Sharing.TIME_SLICING, 1, 1)
+    assert (w.allocation.gpu_product, w.allocation.device_memory_mib) == ("Tesla-T4-SHARED", 15360.0)
+
+
+def test_bare_pod(found: dict[str, Workload]) -> None:
+    w = found["research/Pod/notebook-gpu"]
+    assert (w.allocation.sharing, w.pods) == (Sharing.EXCLUSIVE, ("notebook-gpu",))
+    assert w.notes == ("bare pod: no controller owns it, so nothing recreates it",)
+
+
+def test_mps_hami_kai(found: dict[str, Workload]) -> None:
+    mps = found["llm/Deployment/embedder"].allocation
+    assert (mps.sharing, mps.mps_active_thread_pct, mps.mps_pinned_mem_mib) == (Sharing.MPS, 30.0, 10_240.0)
+    hami = found["research/Pod/hami-train"].allocation
+    assert (hami.sharing, hami.hami_gpumem_mib, hami.hami_gpucores_pct) == (Sharing.HAMI, 20_000.0, 30.0)
+    kai = found["research/Pod/kai-infer"].allocation
+    assert (kai.sharing, kai.kai_gpu_fraction, kai.gpu_product) == (Sharing.KAI, 0.5, A100)
+
+
+def test_scaled_to_zero_takes_the_product_it_selects(found: dict[str, Workload]) -> None:
+    w = found["llm/Deployment/gemma-idle"]
+    assert (w.allocation.replicas, w.pods) == (0, ())
+    assert (w.allocation.gpu_product, w.allocation.device_memory_mib) == (A100, 81920.0)  # from a matching node
+    assert w.served_model == "google/gemma-2-9b-it"
+
+
+def test_pod_whose_replicaset_is_gone(found: dict[str, Workload]) -> None:
+    w = found["llm/Deployment/llama-old"]
+    assert w.pods == ("llama-old-6f7c8d9e5b-h7j2k",)
+    assert w.notes == ("ReplicaSet llama-old-6f7c8d9e5b not found; owner inferred from its name: Deployment llama-old",)
+    assert w.allocation.gpus == 1
+
+
+def test_leader_worker_set_is_one_workload(found: dict[str, Workload]) -> None:
+    w = found["llm/LeaderWorkerSet/llama-70b"]
+    assert w.pods == ("llama-70b-0", "llama-70b-0-1")  # worker → worker sts → leader pod → leader sts → LWS
+    assert (w.allocation.gpus, w.allocation.replicas) == (16, 1)  # 8 (leader) + (2 − 1) × 8 (worker)
+    assert w.allocation.vllm is not None and w.allocation.vllm.tensor_parallel_size == 8
+    assert "LeaderWorkerSet: one replica is a group of 2 pods" in w.notes
+
+
+def test_namespaces_are_listed_one_by_one(kube: KubeEmulator) -> None:
+    before = len(kube.requests())
+    workloads = discover_workloads(kube.settings(["batch", "research"]), NullProgress(), kube.api_client())
+    assert [w.ref.key for w in workloads] == [
+        "batch/CronJob/nightly-embed", "research/Pod/hami-train", "research/Pod/kai-infer", "research/Pod/notebook-gpu",
+    ]
+    paths = kube.requests()[before:]
+    assert "GET /apis/apps/v1/namespaces/batch/deployments" in paths
+    assert "GET /api/v1/namespaces/research/pods" in paths
+    assert not any(p.endswith(("/apis/apps/v1/deployments", "/api/v1/pods")) for p in paths)  # no cluster-wide
+
+
+@pytest.mark.parametrize("namespace", ["empty", "no-such-namespace"])
+def test_namespace_without_gpu_workloads(kube: KubeEmulator, namespace: str) -> None:
+    assert discover_workloads(kube.settings([namespace]), NullProgress(), kube.api_client()) == ()
+
+
+def test_progress_counts_every_list_call(kube: KubeEmulator) -> None:
+    progress = RecordingProgress()
+    discover_workloads(kube.settings(["llm", "web"]), progress, kube.api_client())
+    # per namespace: 6 built-in kinds + LeaderWorkerSet; then nodes once
+    assert progress.totals == {"kubernetes: list objects": 2 * 7 + 1}
+    assert progress.done == progress.totals
+
+
+def test_settings_host_alone_builds_the_client(kube: KubeEmulator) -> None:
+    assert len(discover_workloads(kube.settings(["batch"]), NullProgress())) == 1
+
+
+def test_owners_we_do_not_list_without_a_server() -> None:
+    """build_workloads is pure: a Listing by hand, no emulator."""
+    burn = template({"app": "gpu-burn"}, container("burn", "oguzpastirmaci/gpu-burn:latest", GPU1))
+    ds = manifest("DaemonSet", "ops", "gpu-burn", {"template": burn})
+    isvc = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": "granite", "uid": "uid-isvc"}}
+    predictor_t = template({"app": "granite"}, container("kserve-container", VLLM, GPU1, args=["ibm/granite-8b"]))
+    predictor = manifest("Deployment", "serving", "granite-predictor", {"replicas": 1, "template": predictor_t},
+                         owner=isvc)
+    kai_t = template({"app": "kai"}, container("infer", "ghcr.io/acme/small-llm:0.3"),
+                     annotations={"gpu-memory": "2000"})
+    listing = Listing()
+    listing.add("Pod", [pod_from(ds, "ops", "gpu-burn-4xk2p", burn, "gpu-a100-0"),
+                        pod_from(ds, "ops", "gpu-burn-9mz7q", burn, "gpu-a100-1"),
+                        pod_from(None, "research", "kai-pending", kai_t, None)])
+    listing.add("Deployment", [predictor])
+    by_key = {w.ref.key: w for w in build_workloads(listing)}
+    assert list(by_key) == [
+        "ops/DaemonSet/gpu-burn", "research/Pod/kai-pending", "serving/Deployment/granite-predictor"]
+    burner = by_key["ops/DaemonSet/gpu-burn"]
+    assert (burner.allocation.replicas, burner.pods) == (2, ("gpu-burn-4xk2p", "gpu-burn-9mz7q"))
+    assert burner.notes == ("owner kind DaemonSet is not read; allocation read from its pods",)
+    assert by_key["serving/Deployment/granite-predictor"].notes == (
+        "owner InferenceService granite not read; Deployment granite-predictor taken as the workload",)
+    kai = by_key["research/Pod/kai-pending"]
+    assert (kai.allocation.sharing, kai.allocation.kai_gpu_fraction) == (Sharing.KAI, None)
+    assert "KAI gpu-memory=2000 MiB: fraction unknown without GPU memory" in kai.notes
