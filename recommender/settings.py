@@ -33,6 +33,9 @@ class PrometheusSettings(BaseModel):
     max_samples_per_query: int = Field(
         20_000_000, ge=10_000, description="Samples one query may touch; kept well under query.max-samples."
     )
+    max_points_per_query: int = Field(
+        500_000, ge=1_000, description="Points one answer may hold in all; bounds memory while it is parsed."
+    )
     target_points: int = Field(
         2_016, ge=50, description="Points per series over the whole history; sets the step (≥ 60 s)."
     )

@@ -1,0 +1,198 @@
+"""Prometheus HTTP access on prometheus-api-client: auth, TLS, timeouts, retries, and one-line errors.
+
+prometheus-api-client holds the session (bearer token and extra headers, basic auth, CA bundle,
+client certificate); its own urllib3 retries are switched off so that tenacity alone retries, with
+exponential backoff, what is worth retrying (connection failures, timeouts, 429 and 5xx). Answers that
+retrying cannot fix (401/403, a bad query, a query over the server's limits) fail at once, each as one
+line that says what to do. Every query is counted in :class:`QueryStats`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from urllib3.util.retry import Retry
+
+from recommender.errors import PrometheusError
+from recommender.settings import PrometheusSettings
+
+Result = list[dict[str, Any]]  # Prometheus' data.result: [{"metric": {...}, "values": [[ts, "v"], ...]}]
+_LIMIT = re.compile(r"too many samples|maximum resolution|exceeded|max.?samples|limit", re.IGNORECASE)
+_MESSAGE_CHARS = 240
+
+
+class PrometheusLimitError(PrometheusError):
+    """The server refused a query as too large (samples, points, series): a smaller query may pass."""
+
+
+class _Transient(PrometheusError):
+    """A failure worth retrying (connection, timeout, 429, 5xx); re-raised as PrometheusError at the end."""
+
+
+@dataclass
+class QueryStats:
+    """What one collection cost the server: printed by the CLI and the scale benchmark."""
+
+    queries: int = 0
+    retries: int = 0
+    splits: int = 0  # queries halved after the server found them too large
+    series: int = 0
+    points: int = 0
+    max_points_per_query: int = 0
+    max_points_per_series: int = 0
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def record(self, result: Result, seconds: float) -> None:
+        sizes = [len(r.get("values") or ()) or 1 for r in result]
+        with self._lock:
+            self.queries += 1
+            self.series += len(sizes)
+            self.points += sum(sizes)
+            self.max_points_per_query = max(self.max_points_per_query, sum(sizes))
+            self.max_points_per_series = max(self.max_points_per_series, max(sizes, default=0))
+            self.seconds += seconds
+
+    def count(self, field: str) -> None:
+        with self._lock:
+            setattr(self, field, getattr(self, field) + 1)
+
+    def line(self) -> str:
+        return (f"prometheus: {self.queries} queries ({self.retries} retried, {self.splits} split), "
+                f"{self.series:,} series, {self.points:,} points; largest answer {self.max_points_per_query:,} "
+                f"points, {self.max_points_per_series:,} per series")
+
+
+def _session(p: PrometheusSettings) -> requests.Session:
+    s = requests.Session()
+    s.verify = False if p.insecure_skip_verify else (p.ca_file or True)
+    if p.client_cert:
+        s.cert = (p.client_cert, p.client_key) if p.client_key else p.client_cert
+    return s
+
+
+class PromClient:
+    """A Prometheus-compatible API (Prometheus, Thanos, Mimir, VictoriaMetrics) as we query it."""
+
+    def __init__(self, p: PrometheusSettings, stats: QueryStats | None = None) -> None:
+        if not p.url:
+            raise PrometheusError("no Prometheus URL: pass --prometheus-url or set PROMETHEUS_URL")
+        self.settings = p
+        self.url = p.url.rstrip("/")
+        self.stats = stats or QueryStats()
+        headers = dict(p.headers)
+        if p.bearer_token:
+            headers["Authorization"] = f"Bearer {p.bearer_token}"
+        auth = (p.username, p.password or "") if p.username else None
+        if p.insecure_skip_verify:
+            import urllib3
+
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        self._prom = PrometheusConnect(url=self.url, headers=headers or None, auth=auth, session=_session(p),
+                                       retry=Retry(total=0, raise_on_status=False), timeout=p.timeout_s)
+
+    def check(self) -> None:
+        """One cheap query, so a wrong URL or credentials fail before any real work starts."""
+        self._call(lambda: self._prom.custom_query("vector(1)"), "check the connection")
+
+    def query(self, promql: str, at_s: float) -> Result:
+        """An instant query at ``at_s`` (unix seconds)."""
+        return self._call(lambda: self._prom.custom_query(promql, params={"time": at_s}), promql)
+
+    def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> Result:
+        """A range query; ``start_s``/``end_s`` are on the step grid, so chunks join without gaps."""
+        start, end = (datetime.fromtimestamp(t, UTC) for t in (start_s, end_s))
+        return self._call(lambda: self._prom.custom_query_range(promql, start, end, f"{step_s:g}s"), promql)
+
+    def _call(self, fn: Any, what: str) -> Result:
+        p = self.settings
+        retrying = Retrying(
+            stop=stop_after_attempt(p.retries + 1), wait=wait_exponential(multiplier=0.5, max=8),
+            retry=retry_if_exception(lambda e: isinstance(e, _Transient)), reraise=True,
+            before_sleep=self._on_retry,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    t0 = time.perf_counter()
+                    result = self._once(fn, what)
+                    self.stats.record(result, time.perf_counter() - t0)
+                    return result
+        except _Transient as exc:
+            raise PrometheusError(f"{exc} (after {p.retries + 1} attempts)") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _on_retry(self, state: RetryCallState) -> None:
+        self.stats.count("retries")
+
+    def _once(self, fn: Any, what: str) -> Result:
+        try:
+            result = fn()
+        except PrometheusApiClientException as exc:
+            raise self._http_error(str(exc), what) from None
+        except requests.exceptions.SSLError as exc:
+            raise PrometheusError(f"TLS with Prometheus at {self.url} failed: {_short(exc)}; "
+                                  "check --ca-file, --client-cert/--client-key or --insecure") from None
+        except requests.exceptions.Timeout:
+            raise _Transient(f"Prometheus at {self.url} did not answer within "
+                             f"{self.settings.timeout_s:g} s") from None
+        except requests.exceptions.ConnectionError as exc:
+            why = "connection refused" if "refused" in str(exc).lower() else _short(exc)
+            raise _Transient(f"cannot reach Prometheus at {self.url} ({why})") from None
+        except (ValueError, KeyError, TypeError) as exc:  # 200 but not a Prometheus API answer
+            raise PrometheusError(f"{self.url} did not answer like a Prometheus API ({_short(exc)}); "
+                                  "is --prometheus-url the server's base URL?") from None
+        if not isinstance(result, list):
+            raise PrometheusError(f"{self.url} sent an unexpected answer to {_short(what)}")
+        return result
+
+    def _http_error(self, text: str, what: str) -> PrometheusError:
+        hit = re.match(r"HTTP Status Code (\d+) \((.*)\)$", text, re.DOTALL)
+        status = int(hit.group(1)) if hit else 0
+        detail = _server_message(hit.group(2) if hit else text)
+        where = f"Prometheus at {self.url}"
+        if status in (401, 403):
+            return PrometheusError(f"{where} refused our credentials (HTTP {status}); check --bearer-token "
+                                   "(PROMETHEUS_TOKEN) or --username/--password")
+        if status == 404:
+            return PrometheusError(f"{where} has no query API (HTTP 404); is --prometheus-url the base URL "
+                                   "(without /api/v1)?")
+        if status == 429:
+            return _Transient(f"{where} is rate-limiting us (HTTP 429): {detail}")
+        if _LIMIT.search(detail) or "timed out" in detail:  # smaller queries pass both
+            return PrometheusLimitError(f"{where} refused a query as too large (HTTP {status}): {detail}")
+        if status >= 500:
+            return _Transient(f"{where} failed (HTTP {status}): {detail}")
+        return PrometheusError(f"{where} rejected a query (HTTP {status}): {detail} — query: {_short(what)}")
+
+
+def _server_message(raw: str) -> str:
+    """The ``error`` field of Prometheus' JSON error body (given as the repr of bytes), on one line."""
+    text = raw
+    if raw[:2] in ("b'", 'b"'):
+        try:
+            text = bytes(raw[2:-1], "utf-8").decode("unicode_escape")
+        except (UnicodeDecodeError, ValueError):
+            text = raw[2:-1]
+    try:
+        body = json.loads(text)
+        text = str(body.get("error") or body) if isinstance(body, dict) else text
+    except ValueError:
+        pass
+    return _short(text)
+
+
+def _short(thing: object) -> str:
+    flat = " ".join(str(thing).split())
+    return flat if len(flat) <= _MESSAGE_CHARS else flat[: _MESSAGE_CHARS - 1] + "…"

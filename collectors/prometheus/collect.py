@@ -1,0 +1,238 @@
+"""Collect pod-level usage and inventory from Prometheus: plan the queries, run them in a bounded pool.
+
+The plan is fixed by the number of metric families and time chunks, never by the number of pods: a
+census query first counts the series behind each family (so absent families cost nothing and chunks
+are sized to the fleet), then every (family, chunk) query and the coarse inventory queries run in a
+pool of ``max_workers``. A query the server refuses as too large is halved and retried.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from collectors.prometheus import parse, queries
+from collectors.prometheus.client import PromClient, PrometheusLimitError, QueryStats
+from collectors.prometheus.parse import Accumulator, Grid, Result
+from collectors.prometheus.queries import Chunk, Scope
+from recommender import model as m
+from recommender.errors import PrometheusError
+from recommender.inventory import PodDevices, PodUsage, pod_key
+from recommender.progress import Progress
+from recommender.settings import PrometheusSettings, Settings
+
+INVENTORY_POINTS = 336  # coarse inventory series: hourly over 14 days
+MAX_SPLITS = 6  # a chunk is halved at most this often (1/64 of its steps) before we give up
+_DEVICE_LABELS = ("UUID", "uuid", "gpu", "Hostname", "GPU_I_ID", "GPU_I_PROFILE", "modelName")
+TASK = "querying Prometheus"
+_GPU_RESOURCES = 'resource=~"nvidia.*"'  # KSM's sanitised names of nvidia.com/* resources start "nvidia_com_"
+
+
+@dataclass(frozen=True)
+class Window:
+    """The aligned query grid of one collection, and the coarse step of the inventory queries."""
+
+    grid: Grid
+    window_s: int  # range of *_over_time and rate(): one step, at least two scrapes
+    coarse: Chunk  # the whole window at the inventory step
+
+    @property
+    def fine(self) -> Chunk:
+        g = self.grid
+        return Chunk(g.start_s, g.start_s + (g.n - 1) * g.step_s, g.step_s)
+
+
+def window_for(start: datetime, end: datetime, p: PrometheusSettings) -> Window:
+    """Grid points on multiples of the step, so repeated runs and chunks line up.
+
+    Example: 14 d ending 12:34:56 at step 600 s → last point 12:30:00, first 14 d later + 600 s, 2,016 points.
+    """
+    history_s = (end - start).total_seconds()
+    step = queries.step_for(history_s, p)
+    last = math.floor(end.timestamp() / step) * step
+    n = max(1, int(history_s // step))
+    first = last - (n - 1) * step
+    coarse_step = max(step, math.ceil(history_s / INVENTORY_POINTS / step) * step)
+    coarse_first = last - math.floor((last - first) / coarse_step) * coarse_step
+    return Window(Grid(first, step, n), queries.rate_window_s(step, p), Chunk(coarse_first, last, coarse_step))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One query of the plan: what it fills (a metric or an inventory name), its PromQL and range."""
+
+    key: str
+    promql: str
+    chunk: Chunk
+    origin: int  # index of the planned job it was split from (for progress)
+    depth: int = 0
+
+
+def inventory_queries(scope: Scope, win: Window, with_ksm: bool) -> dict[str, str]:
+    """Coarse queries for what the spec cannot say: devices, vLLM config, and (without the API) owners."""
+    by = scope.by
+    out = {
+        "devices": queries.device_query(scope, _DEVICE_LABELS),
+        "cache_config": f"max by ({by}, num_gpu_blocks, block_size, gpu_memory_utilization, model_name) "
+                        f"(last_over_time({scope.matchers(queries.CACHE_CONFIG)}[{int(win.coarse.step_s)}s]))",
+        "models": f"group by ({by}, model_name) ({scope.matchers(queries.RUNNING)})",
+    }
+    if with_ksm:
+        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra)
+        out |= {
+            "pod_owner": f"max by (namespace, pod, owner_kind, owner_name) ({ksm.matchers(queries.KSM_POD_OWNER)})",
+            "rs_owner": "max by (namespace, replicaset, owner_kind, owner_name) "
+                        f"({ksm.matchers(queries.KSM_REPLICASET_OWNER, pods=False)})",
+            "job_owner": "max by (namespace, job_name, owner_kind, owner_name) "
+                         f"({ksm.matchers(queries.KSM_JOB_OWNER, pods=False)})",
+            "requests": "sum by (namespace, pod, resource) "
+                        f"({ksm.matchers(queries.KSM_REQUESTS, also=_GPU_RESOURCES)})",
+        }
+    return out
+
+
+def coarse_chunks(win: Window, p: PrometheusSettings) -> list[Chunk]:
+    """The inventory step over the whole window, cut only by the points-per-series limit (few series)."""
+    c = win.coarse
+    return queries.chunks(c.start_s, c.end_s, c.step_s, p.max_points_per_series)
+
+
+def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
+         with_ksm: bool) -> list[Job]:
+    """Every query of one collection: each present family over its chunks, then the inventory."""
+    jobs: list[Job] = []
+    for fam in queries.FAMILIES:
+        series = parse.total(counts, fam.names)
+        if series == 0:
+            continue
+        per = queries.steps_per_chunk(series, win.grid.step_s, p)
+        promql = queries.usage_query(fam.metric, scope, win.window_s)
+        f = win.fine
+        jobs += [Job(fam.metric, promql, c, 0) for c in queries.chunks(f.start_s, f.end_s, f.step_s, per)]
+    jobs += [Job(k, q, c, 0) for k, q in inventory_queries(scope, win, with_ksm).items() for c in coarse_chunks(win, p)]
+    return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]
+
+
+def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Result], None],
+             progress: Progress, task: str = TASK) -> None:
+    """Run the plan in a bounded pool; halve a query the server finds too large; stop at the first error."""
+    progress.start(task, len(jobs))
+    parts = {j.origin: 1 for j in jobs}
+    with ThreadPoolExecutor(max_workers=client.settings.max_workers, thread_name_prefix="promql") as pool:
+        def submit(job: Job) -> tuple[Future[Result], Job]:
+            c = job.chunk
+            return pool.submit(client.query_range, job.promql, c.start_s, c.end_s, c.step_s), job
+
+        pending = dict(submit(j) for j in jobs)
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    job = pending.pop(fut)
+                    try:
+                        result = fut.result()
+                    except PrometheusLimitError as exc:
+                        halves = queries.split(job.chunk) if job.depth < MAX_SPLITS else None
+                        if halves is None:
+                            raise exc from None
+                        client.stats.count("splits")
+                        parts[job.origin] += 1
+                        pending |= dict(submit(Job(job.key, job.promql, h, job.origin, job.depth + 1))
+                                        for h in halves)
+                        continue
+                    on_result(job, result)
+                    parts[job.origin] -= 1
+                    if parts[job.origin] == 0:
+                        progress.advance(task)
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+
+def _missing(counts: dict[str, int]) -> list[str]:
+    """Warnings for the families a report cannot do without."""
+    out = []
+    for fam in queries.FAMILIES:
+        if fam.hint and parse.total(counts, fam.names) == 0:
+            out.append(f"no {' or '.join(fam.names)} series in the selected namespaces: {fam.hint}")
+    return out
+
+
+def _device_memory(used: pd.DataFrame | None, devices: tuple[PodDevices, ...]) -> pd.DataFrame | None:
+    """FB used + free per pod, wherever FB used has data (device memory does not change under a pod)."""
+    if used is None:
+        return None
+    mib = {pod_key(d.namespace, d.pod): d.device_memory_mib for d in devices if d.device_memory_mib}
+    cols = [c for c in used.columns if c in mib]
+    if not cols:
+        return None
+    present = used[cols].notna().to_numpy()
+    values = np.where(present, np.array([mib[c] for c in cols]), np.nan)
+    return pd.DataFrame(values, index=used.index, columns=pd.Index(cols))
+
+
+def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Progress, *,
+                      with_ksm: bool = True, client: PromClient | None = None) -> PodUsage:
+    """Usage series, devices, vLLM config and (``with_ksm``) owners and requests of every GPU pod."""
+    p = s.prometheus
+    client = client or PromClient(p, QueryStats())
+    try:
+        return _collect(client, s, window_for(start, end, p), progress, with_ksm)
+    except PrometheusLimitError as exc:
+        raise PrometheusError(f"{exc}, even in {2 ** MAX_SPLITS} parts; shorten --history, select fewer "
+                              "namespaces (-n) or raise the server's query limits") from None
+
+
+def _census(client: PromClient, scope: Scope, win: Window, progress: Progress) -> dict[str, int]:
+    """Series per exported name, most at any one time (split like any query if the server insists)."""
+    counts: dict[str, int] = {}
+
+    def merge(_: Job, result: Result) -> None:
+        for name, n in parse.series_counts(result).items():
+            counts[name] = max(counts.get(name, 0), n)
+
+    promql = queries.census_query(scope)
+    jobs = [Job("census", promql, c, i) for i, c in enumerate(coarse_chunks(win, client.settings))]
+    run_jobs(client, jobs, merge, progress, "counting series")
+    return counts
+
+
+def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, with_ksm: bool) -> PodUsage:
+    p = s.prometheus
+    scope = Scope.of(s.namespaces, p)
+    client.check()
+    counts = _census(client, scope, win, progress)
+    jobs = plan(counts, scope, win, p, with_ksm)
+    progress.log(f"{client.url}: {len(jobs)} queries over {win.grid.n:,} steps of {win.grid.step_s:g} s "
+                 f"for {', '.join(scope.namespaces) or 'all namespaces'}")
+    acc = {fam.metric: Accumulator(win.grid) for fam in queries.FAMILIES}
+    inventory: dict[str, Result] = {}
+
+    def on_result(job: Job, result: Result) -> None:
+        if job.key in acc:
+            acc[job.key].add(result, scope.namespace_label, scope.pod_label)
+        else:
+            inventory.setdefault(job.key, []).extend(result)
+
+    run_jobs(client, jobs, on_result, progress)
+    progress.log(client.stats.line())
+    series = {metric: a.frame() for metric, a in acc.items() if a.pods}
+    devices = parse.devices(inventory.get("devices", []), scope.namespace_label, scope.pod_label)
+    total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)
+    if total_mib is not None:
+        series[m.FB_TOTAL_MIB] = total_mib
+    return PodUsage(
+        series=series,
+        devices=devices,
+        owners=parse.owners(*(inventory.get(k, []) for k in ("pod_owner", "rs_owner", "job_owner"))),
+        requests=parse.requests(inventory.get("requests", [])),
+        vllm=parse.vllm_info(inventory.get("cache_config", []), inventory.get("models", []),
+                             scope.namespace_label, scope.pod_label),
+        warnings=tuple(_missing(counts)),
+    )

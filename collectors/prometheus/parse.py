@@ -1,0 +1,239 @@
+"""Prometheus answers → pod-level arrays and inventory records. Pure functions over JSON-shaped data.
+
+Range answers are written into per-pod arrays on the query grid as they arrive, so a large answer is
+freed as soon as it is read; the inventory (devices, owners, requests, vLLM cache config) comes from
+coarse range queries whose latest value per label set is what counts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recommender.inventory import PodDevices, PodOwner, PodRequests, VllmInfo, pod_key
+
+Result = list[dict[str, Any]]
+
+
+@dataclass
+class Grid:
+    """The evaluation timestamps of the whole window: ``start_s + k * step_s`` for k in [0, n)."""
+
+    start_s: float
+    step_s: float
+    n: int
+
+    def index(self) -> pd.DatetimeIndex:
+        return pd.date_range(pd.Timestamp(self.start_s, unit="s", tz="UTC"), periods=self.n,
+                             freq=pd.Timedelta(seconds=self.step_s))
+
+
+@dataclass
+class Accumulator:
+    """Per-pod value arrays of one metric on the grid, filled chunk by chunk."""
+
+    grid: Grid
+    pods: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add(self, result: Result, ns_label: str, pod_label: str) -> None:
+        for item in result:
+            labels = item.get("metric") or {}
+            ns, pod = labels.get(ns_label), labels.get(pod_label)
+            values = item.get("values") or ()
+            if not ns or not pod or not values:
+                continue
+            key = pod_key(ns, pod)
+            arr = self.pods.get(key)
+            if arr is None:
+                arr = self.pods[key] = np.full(self.grid.n, np.nan)
+            ts = np.fromiter((p[0] for p in values), dtype=np.float64, count=len(values))
+            vs = np.fromiter((float(p[1]) for p in values), dtype=np.float64, count=len(values))
+            pos = np.rint((ts - self.grid.start_s) / self.grid.step_s).astype(np.int64)
+            ok = (pos >= 0) & (pos < self.grid.n)
+            arr[pos[ok]] = vs[ok]
+
+    def frame(self) -> pd.DataFrame:
+        """Wide frame: index = grid timestamps (UTC), one column per pod; ±Inf (e.g. quantiles) → NaN."""
+        if not self.pods:
+            return pd.DataFrame(index=self.grid.index(), dtype="float64")
+        keys = sorted(self.pods)
+        data = np.column_stack([self.pods[k] for k in keys])
+        data[~np.isfinite(data)] = np.nan
+        return pd.DataFrame(data, index=self.grid.index(), columns=pd.Index(keys))
+
+
+def latest(result: Result) -> list[tuple[dict[str, str], float, float]]:
+    """Each series' labels with its last finite value and that value's time, oldest first, so that
+    callers building a dict keep the newest value when chunks repeat a series."""
+    out = []
+    for item in result:
+        points = item.get("values") or ([item["value"]] if "value" in item else [])
+        for ts, raw in reversed(points):
+            value = float(raw)
+            if math.isfinite(value):
+                out.append((dict(item.get("metric") or {}), value, float(ts)))
+                break
+    return sorted(out, key=lambda x: x[2])
+
+
+_UUID_LABELS = ("UUID", "uuid", "gpu_uuid")
+
+
+def _device_id(labels: Mapping[str, str]) -> str:
+    """A physical GPU (UUID, else host + index) plus the MIG instance on it, if any."""
+    gpu = next((labels[k] for k in _UUID_LABELS if labels.get(k)), None)
+    gpu = gpu or f"{labels.get('Hostname') or labels.get('hostname', '?')}/{labels.get('gpu', '?')}"
+    return f"{gpu}/{labels.get('GPU_I_ID', '')}"
+
+
+def devices(result: Result, ns_label: str, pod_label: str) -> tuple[PodDevices, ...]:
+    """What dcgm-exporter attributed to each pod: GPU product, MIG profile, device count and memory.
+
+    ``shared_with`` is the most pods seen on one device at the same time, so a rolling update that puts
+    a new pod on the GPU its predecessor left is not mistaken for time-slicing.
+    """
+    on_device: dict[tuple[str, float], set[str]] = defaultdict(set)
+    per_pod: dict[str, dict[str, Any]] = {}
+    for item in result:
+        labels = item.get("metric") or {}
+        ns, pod = labels.get(ns_label), labels.get(pod_label)
+        if not ns or not pod:
+            continue
+        key, dev = pod_key(ns, pod), _device_id(labels)
+        points = [(float(t), float(v)) for t, v in (item.get("values") or [item.get("value", (0, "NaN"))])]
+        finite = [(t, v) for t, v in points if math.isfinite(v)]
+        for t, _ in finite:
+            on_device[(dev, t)].add(key)
+        info = per_pod.setdefault(key, {"ns": ns, "pod": pod, "devices": set(), "product": None,
+                                        "profile": None, "mib": None, "t": -math.inf})
+        info["devices"].add(dev)
+        info["product"] = info["product"] or labels.get("modelName")
+        info["profile"] = info["profile"] or labels.get("GPU_I_PROFILE")
+        if finite and finite[-1][0] >= info["t"]:
+            info["t"], info["mib"] = finite[-1]
+    shared: dict[str, int] = defaultdict(lambda: 1)
+    for (_, _), pods in on_device.items():
+        for key in pods:
+            shared[key] = max(shared[key], len(pods))
+    return tuple(
+        PodDevices(i["ns"], i["pod"], i["product"], len(i["devices"]), i["profile"], i["mib"], shared[key])
+        for key, i in sorted(per_pod.items())
+    )
+
+
+def _owner_map(result: Result, child_label: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """(namespace, child) → (owner kind, owner name) from kube_replicaset_owner / kube_job_owner."""
+    out = {}
+    for labels, _, _ in latest(result):
+        ns, child, kind = labels.get("namespace"), labels.get(child_label), labels.get("owner_kind")
+        if ns and child and kind and kind != "<none>":
+            out[(ns, child)] = (kind, labels.get("owner_name", ""))
+    return out
+
+
+def owners(pod_owner: Result, rs_owner: Result, job_owner: Result) -> tuple[PodOwner, ...]:
+    """Each pod's top-level owner: ReplicaSet → Deployment, Job → CronJob, none → the bare pod."""
+    rs, jobs = _owner_map(rs_owner, "replicaset"), _owner_map(job_owner, "job_name")
+    found: dict[tuple[str, str], PodOwner] = {}
+    for labels, _, _ in latest(pod_owner):
+        ns, pod = labels.get("namespace"), labels.get("pod")
+        if not ns or not pod:
+            continue
+        kind, name = labels.get("owner_kind", "<none>"), labels.get("owner_name", "")
+        if kind in ("<none>", "") or not name:
+            kind, name = "Pod", pod
+        elif kind == "ReplicaSet":
+            kind, name = rs.get((ns, name), (kind, name))
+        elif kind == "Job":
+            kind, name = jobs.get((ns, name), (kind, name))
+        found[(ns, pod)] = PodOwner(ns, pod, kind, name)
+    return tuple(found[k] for k in sorted(found))
+
+
+_MIG_RESOURCE = re.compile(r"^nvidia_com_mig_(\d+g)_(\d+gb)(_me)?$")
+_PLAIN = {
+    "nvidia_com_gpu": "nvidia.com/gpu",
+    "nvidia_com_gpu_shared": "nvidia.com/gpu.shared",
+    "nvidia_com_gpumem": "nvidia.com/gpumem",
+    "nvidia_com_gpumem_percentage": "nvidia.com/gpumem-percentage",
+    "nvidia_com_gpucores": "nvidia.com/gpucores",
+}
+
+
+def resource_name(label: str) -> str | None:
+    """The pod-spec resource name behind kube-state-metrics' sanitised ``resource`` label, or None.
+
+    KSM replaces '.', '/' and '-' with '_': ``nvidia_com_mig_1g_10gb_me`` → ``nvidia.com/mig-1g.10gb.me``.
+    Names already in spec form pass through.
+    """
+    if label.startswith("nvidia.com/"):
+        return label
+    if label in _PLAIN:
+        return _PLAIN[label]
+    hit = _MIG_RESOURCE.match(label)
+    if hit:
+        return f"nvidia.com/mig-{hit.group(1)}.{hit.group(2)}{'.me' if hit.group(3) else ''}"
+    return None
+
+
+def requests(result: Result) -> tuple[PodRequests, ...]:
+    """GPU resources each pod requests (summed over its containers by the query)."""
+    per_pod: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for labels, value, _ in latest(result):
+        ns, pod, name = labels.get("namespace"), labels.get("pod"), resource_name(labels.get("resource", ""))
+        if ns and pod and name and value > 0:
+            per_pod[(ns, pod)][name] = value
+    return tuple(PodRequests(ns, pod, tuple(sorted(res.items()))) for (ns, pod), res in sorted(per_pod.items()))
+
+
+def _number(labels: Mapping[str, str], name: str) -> float | None:
+    try:
+        value = float(labels.get(name, ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def vllm_info(cache_config: Result, models: Result, ns_label: str, pod_label: str) -> tuple[VllmInfo, ...]:
+    """KV capacity (num_gpu_blocks x block_size) and memory fraction from vllm:cache_config_info."""
+    names: dict[str, str] = {}
+    for labels, _, _ in latest(models):
+        if labels.get(ns_label) and labels.get(pod_label) and labels.get("model_name"):
+            names[pod_key(labels[ns_label], labels[pod_label])] = labels["model_name"]
+    found: dict[str, VllmInfo] = {}
+    for labels, _, _ in latest(cache_config):
+        ns, pod = labels.get(ns_label), labels.get(pod_label)
+        if not ns or not pod:
+            continue
+        blocks, size = _number(labels, "num_gpu_blocks"), _number(labels, "block_size")
+        key = pod_key(ns, pod)
+        found[key] = VllmInfo(ns, pod, names.get(key) or labels.get("model_name") or None,
+                              blocks * size if blocks and size else None,
+                              _number(labels, "gpu_memory_utilization"))
+    for key, model in names.items():
+        if key not in found:
+            ns, pod = key.split("/", 1)
+            found[key] = VllmInfo(ns, pod, model, None, None)
+    return tuple(found[k] for k in sorted(found))
+
+
+def series_counts(result: Result) -> dict[str, int]:
+    """``count by (__name__)`` answers → the most series each exported name had at once."""
+    counts: dict[str, int] = {}
+    for item in result:
+        name = (item.get("metric") or {}).get("__name__")
+        points = item.get("values") or ([item["value"]] if "value" in item else [])
+        if name:
+            counts[name] = max([counts.get(name, 0), *(int(float(v)) for _, v in points)])
+    return counts
+
+
+def total(counts: Mapping[str, int], names: Iterable[str]) -> int:
+    return sum(counts.get(n, 0) for n in names)

@@ -1,0 +1,224 @@
+"""PromQL for every metric family we read, and how a window is cut into queries. Pure: no I/O.
+
+One range query per metric family covers every selected namespace, aggregated ``by (namespace, pod)``
+so the answer has one series per pod, never one query per pod. Old and new vLLM names are selected
+together with a ``__name__`` regex, so a fleet that runs both versions needs no second query. The
+window is cut into time chunks so that no query returns more than ``max_points_per_series`` points per
+series, touches more than ``max_samples_per_query`` raw samples, or returns more than
+``max_points_per_query`` points in all (the last bounds our memory while one answer is parsed).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from recommender import model as m
+from recommender.settings import PrometheusSettings
+
+# Names as exported. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9 (reference §9.1).
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
+GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent, absent on MIG: only a fallback
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+WAITING = ("vllm:num_requests_waiting",)
+RUNNING = ("vllm:num_requests_running",)
+REQUESTS = ("vllm:request_success_total",)
+PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
+GENERATION_TOKENS = ("vllm:generation_tokens_total",)
+PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+TTFT_BUCKET = ("vllm:time_to_first_token_seconds_bucket",)
+CACHE_CONFIG = "vllm:cache_config_info"
+
+# kube-state-metrics: pod → ReplicaSet/Job → Deployment/CronJob, and the GPU resources each pod requests.
+KSM_POD_OWNER = "kube_pod_owner"
+KSM_REPLICASET_OWNER = "kube_replicaset_owner"
+KSM_JOB_OWNER = "kube_job_owner"
+KSM_REQUESTS = "kube_pod_container_resource_requests"
+
+
+def _quote(value: str) -> str:
+    """A PromQL string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def regex_alternatives(values: tuple[str, ...] | list[str]) -> str:
+    """``a|b`` with regex metacharacters escaped (namespaces may hold '.', metric names ':')."""
+    return "|".join(re.sub(r"([.\\+*?\[\]^$(){}|])", r"\\\1", v) for v in values)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which series a query selects: the namespaces (empty = all) and extra matchers."""
+
+    namespaces: tuple[str, ...]
+    namespace_label: str = "namespace"
+    pod_label: str = "pod"
+    extra: str = ""  # e.g. 'cluster="a"', added verbatim to every selector
+
+    @classmethod
+    def of(cls, namespaces: tuple[str, ...], p: PrometheusSettings) -> Scope:
+        return cls(tuple(sorted(set(namespaces))), p.namespace_label, p.pod_label, p.extra_selector.strip(" ,{}"))
+
+    @property
+    def by(self) -> str:
+        return f"{self.namespace_label}, {self.pod_label}"
+
+    def matchers(self, names: tuple[str, ...] | str | None = None, *, pods: bool = True, also: str = "") -> str:
+        """The label matchers of one selector, e.g. ``{__name__=~"a|b",namespace=~"x",pod!=""}``."""
+        parts = []
+        if isinstance(names, str):
+            names = (names,)
+        if names:
+            parts.append(f"__name__=~{_quote(regex_alternatives(names))}" if len(names) > 1
+                         else f"__name__={_quote(names[0])}")
+        ns = self.namespace_label
+        parts.append(f"{ns}=~{_quote(regex_alternatives(self.namespaces))}" if self.namespaces else f'{ns}!=""')
+        if pods:
+            parts.append(f'{self.pod_label}!=""')
+        parts += [x for x in (self.extra, also) if x]
+        return "{" + ",".join(parts) + "}"
+
+
+@dataclass(frozen=True)
+class Family:
+    """One usage metric family: the canonical metric it fills (its PromQL is :func:`usage_query`)."""
+
+    metric: str  # canonical name from recommender.model
+    names: tuple[str, ...]  # exported names it reads (for "metric missing" warnings)
+    hint: str = ""  # what to check when no series exists at all
+
+
+def usage_query(metric: str, scope: Scope, window_s: int) -> str:
+    """The range-query expression for one canonical metric, one series per (namespace, pod).
+
+    Gauges are reduced within each step (``max_over_time`` for memory and KV, ``avg_over_time`` for
+    activity and queues) so a peak between two steps is not lost; counters use ``rate`` over the step.
+    """
+    w, by = f"[{window_s}s]", scope.by
+
+    def sel(names: tuple[str, ...] | str) -> str:
+        return scope.matchers(names)
+
+    match metric:
+        case m.FB_USED_MIB:
+            return f"max by ({by}) (max_over_time({sel(FB_USED)}{w}))"
+        case m.GR_ENGINE_ACTIVE_FRAC:
+            return (f"max by ({by}) (avg_over_time({sel(GR_ENGINE_ACTIVE)}{w})) or "
+                    f"max by ({by}) (avg_over_time({sel(GPU_UTIL)}{w})) / 100")
+        case m.SM_ACTIVE_FRAC:
+            return f"max by ({by}) (avg_over_time({sel(SM_ACTIVE)}{w}))"
+        case m.POWER_W:
+            return f"sum by ({by}) (avg_over_time({sel(POWER)}{w}))"
+        case m.KV_USAGE_FRAC:
+            return f"max by ({by}) (max_over_time({sel(KV_USAGE)}{w}))"
+        case m.REQUESTS_WAITING:
+            return f"sum by ({by}) (avg_over_time({sel(WAITING)}{w}))"
+        case m.REQUESTS_RUNNING:
+            return f"sum by ({by}) (avg_over_time({sel(RUNNING)}{w}))"
+        case m.REQUEST_RATE:
+            return f"sum by ({by}) (rate({sel(REQUESTS)}{w}))"
+        case m.PROMPT_TOKENS_RATE:
+            return f"sum by ({by}) (rate({sel(PROMPT_TOKENS)}{w}))"
+        case m.GENERATION_TOKENS_RATE:
+            return f"sum by ({by}) (rate({sel(GENERATION_TOKENS)}{w}))"
+        case m.PREEMPTIONS_RATE:
+            return f"sum by ({by}) (rate({sel(PREEMPTIONS)}{w}))"
+        case m.TTFT_P95_S:
+            return f"histogram_quantile(0.95, sum by ({by}, le) (rate({sel(TTFT_BUCKET)}{w})))"
+    raise ValueError(f"no query for metric {metric!r}")
+
+
+# The families read at full resolution, with the exported names behind each (for "missing" warnings).
+# FB_TOTAL_MIB is not here: device memory does not change, so it comes from the coarse device query.
+FAMILIES: tuple[Family, ...] = (
+    Family(m.FB_USED_MIB, (FB_USED,), "is dcgm-exporter scraped, with Kubernetes pod mapping (-k)?"),
+    Family(m.GR_ENGINE_ACTIVE_FRAC, (GR_ENGINE_ACTIVE, GPU_UTIL), "is dcgm-exporter's DCP profiling enabled?"),
+    Family(m.SM_ACTIVE_FRAC, (SM_ACTIVE,)),
+    Family(m.POWER_W, (POWER,)),
+    Family(m.KV_USAGE_FRAC, KV_USAGE, "are the vLLM pods scraped?"),
+    Family(m.REQUESTS_WAITING, WAITING),
+    Family(m.REQUESTS_RUNNING, RUNNING),
+    Family(m.REQUEST_RATE, REQUESTS),
+    Family(m.PROMPT_TOKENS_RATE, PROMPT_TOKENS),
+    Family(m.GENERATION_TOKENS_RATE, GENERATION_TOKENS),
+    Family(m.PREEMPTIONS_RATE, PREEMPTIONS),
+    Family(m.TTFT_P95_S, TTFT_BUCKET),
+)
+
+
+def census_query(scope: Scope) -> str:
+    """How many series each exported name has: which families exist, and how big their queries are."""
+    names = sorted({n for f in FAMILIES for n in f.names} | {FB_FREE, CACHE_CONFIG})
+    return f"count by (__name__) ({scope.matchers(tuple(names))})"
+
+
+def device_query(scope: Scope, labels: tuple[str, ...]) -> str:
+    """Device memory (FB_USED + FB_FREE, MiB) per pod and device, keeping the labels that name the device."""
+    by = ", ".join((scope.namespace_label, scope.pod_label, *labels))
+    return f"max by ({by}) ({scope.matchers(FB_USED)} + {scope.matchers(FB_FREE)})"
+
+
+def step_for(history_s: float, p: PrometheusSettings) -> float:
+    """Query step: about ``target_points`` over the history, never below the scrape interval, whole minutes.
+
+    Example: 14 d / 2,016 points = 600 s; 1 h / 2,016 → 60 s (the floor).
+    """
+    raw = max(history_s / p.target_points, p.min_step_s)
+    unit = 60.0 if raw >= 60 else 1.0
+    return float(math.ceil(raw / unit) * unit)
+
+
+def rate_window_s(step_s: float, p: PrometheusSettings) -> int:
+    """Window of ``rate`` and ``*_over_time``: the step, but at least two scrapes so rate() has two samples."""
+    return int(max(step_s, 2 * p.min_step_s))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One query's time range: evaluation timestamps ``start_s, start_s + step_s, ..., end_s`` (inclusive)."""
+
+    start_s: float
+    end_s: float
+    step_s: float
+
+    @property
+    def steps(self) -> int:
+        return round((self.end_s - self.start_s) / self.step_s) + 1
+
+
+def steps_per_chunk(series: int, step_s: float, p: PrometheusSettings) -> int:
+    """How many steps one query may cover, from the three limits; at least one.
+
+    Example: 2,000 series at step 600 s, scrape 60 s, limits 11,000 points/series, 20 M samples and
+    500 k points/query: samples allow 20 M / (2,000 x 10) = 1,000 steps, points/query 500 k / 2,000 = 250
+    steps → 250 steps (about 42 h) per query.
+    """
+    series = max(series, 1)
+    samples_per_step = series * max(step_s / p.min_step_s, 1.0)
+    by_samples = p.max_samples_per_query / samples_per_step
+    by_points = p.max_points_per_query / series
+    return max(1, int(min(p.max_points_per_series, by_samples, by_points)))
+
+
+def chunks(start_s: float, end_s: float, step_s: float, per_chunk: int) -> list[Chunk]:
+    """Cut the aligned grid ``start_s .. end_s`` (every step) into consecutive chunks of ``per_chunk`` steps."""
+    total = round((end_s - start_s) / step_s) + 1
+    out = []
+    for first in range(0, total, per_chunk):
+        last = min(first + per_chunk, total) - 1
+        out.append(Chunk(start_s + first * step_s, start_s + last * step_s, step_s))
+    return out
+
+
+def split(chunk: Chunk) -> tuple[Chunk, Chunk] | None:
+    """Halve a chunk that Prometheus found too large; None when it is one step already."""
+    n = chunk.steps
+    if n < 2:
+        return None
+    mid = chunk.start_s + (n // 2 - 1) * chunk.step_s
+    return Chunk(chunk.start_s, mid, chunk.step_s), Chunk(mid + chunk.step_s, chunk.end_s, chunk.step_s)

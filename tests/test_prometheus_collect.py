@@ -1,0 +1,286 @@
+"""The Prometheus collector against a real Prometheus over TSDB blocks built with promtool.
+
+Expectations are computed from the raw series written into the TSDB (tests/promcluster.py), with the
+query semantics spelled out: at each grid time t the window holds the samples at t-90 s and t-30 s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from collectors.prometheus import PromClient, QueryStats, collect_pod_usage, window_for
+from recommender import model as m
+from recommender.errors import PrometheusError
+from recommender.inventory import PodUsage
+from recommender.progress import RecordingProgress
+from recommender.settings import PrometheusSettings, Settings
+from tests import promcluster as pc
+from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(prometheus_binaries() is None,
+                       reason="Debian's prometheus/promtool not installed (apt-get install -y prometheus)"),
+]
+WINDOW_S = 120  # 48 h / 2,016 target points → step 120 s; the window is one step
+
+
+@dataclass(frozen=True)
+class Cluster:
+    url: str
+    end: datetime
+    series: list[Series]
+    tsdb: Path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    end_s = int(time.time()) // 3600 * 3600
+    series = pc.cluster_series(end_s)
+    work = tmp_path_factory.mktemp("prom")
+    write_openmetrics(series, work / "data.om", pc.TYPES)
+    build_tsdb(work / "data.om", work / "tsdb")
+    with PromServer.from_tsdb(work / "tsdb") as prom:
+        yield Cluster(prom.url, datetime.fromtimestamp(end_s, UTC), series, work / "tsdb")
+
+
+class LoggingClient(PromClient):
+    """A real client that also remembers every PromQL it sent."""
+
+    def __init__(self, p: PrometheusSettings) -> None:
+        super().__init__(p, QueryStats())
+        self.sent: list[str] = []
+
+    def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
+        self.sent.append(promql)
+        return super().query_range(promql, start_s, end_s, step_s)
+
+
+def settings(url: str, **prom: object) -> Settings:
+    return Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(**{"url": url, "retries": 0, **prom}))  # type: ignore[arg-type]
+
+
+def collect(c: Cluster, s: Settings | None = None, client: PromClient | None = None) -> PodUsage:
+    s = s or settings(c.url)
+    return collect_pod_usage(s, c.end - timedelta(hours=pc.HOURS), c.end, RecordingProgress(), client=client)
+
+
+@pytest.fixture(scope="module")
+def usage(cluster: Cluster) -> PodUsage:
+    return collect(cluster)
+
+
+def expected(raw: Series, index: pd.DatetimeIndex, fn: str) -> np.ndarray:
+    """``max``/``avg`` over the samples in (t - 120 s, t] at each grid time t; NaN where there are none."""
+    grid = index.as_unit("s").asi8
+    ts = raw.timestamps_s
+    out = np.full(grid.size, np.nan)
+    for i, t in enumerate(grid):
+        vals = raw.values[(ts > t - WINDOW_S) & (ts <= t)]
+        if vals.size:
+            out[i] = vals.max() if fn == "max" else vals.mean()
+    return out
+
+
+def column(u: PodUsage, metric: str, pod: pc.Pod) -> pd.Series:
+    return u.series[metric][pod.key]
+
+
+POD = {p.name.split("-")[0] + ("" if "q8w7z" not in p.name else "-2"): p for p in pc.PODS}
+
+
+def test_grid_is_aligned_and_covers_the_window(cluster: Cluster, usage: PodUsage) -> None:
+    idx = usage.series[m.FB_USED_MIB].index
+    # 48 h at 120 s = 1,440 points, the last one at the window's end (a whole hour, a multiple of 120 s)
+    assert len(idx) == 1440 and idx[-1] == pd.Timestamp(cluster.end) and (idx.as_unit("s").asi8 % 120 == 0).all()
+    assert window_for(cluster.end - timedelta(hours=pc.HOURS), cluster.end, PrometheusSettings()).grid.n == 1440
+
+
+@pytest.mark.parametrize("name", ["llama", "llama-2", "embedder", "nightly", "debug"])
+def test_framebuffer_is_the_max_within_each_step(cluster: Cluster, usage: PodUsage, name: str) -> None:
+    pod = POD[name]
+    got = column(usage, m.FB_USED_MIB, pod)
+    want = expected(pc.find(cluster.series, "DCGM_FI_DEV_FB_USED", pod.name), got.index, "max")
+    np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+def test_late_pod_has_no_data_before_it_started(usage: PodUsage) -> None:
+    got = column(usage, m.FB_USED_MIB, POD["nightly"])
+    first = int(0.4 * 2880) // 2  # from_frac 0.4 of 2,880 scrapes; two scrapes per step
+    assert got.iloc[: first - 1].isna().all() and got.iloc[first + 1:].notna().all()
+
+
+def test_engine_activity_is_the_mean_within_each_step_and_nan_stays_nan(cluster: Cluster, usage: PodUsage) -> None:
+    pod = POD["llama"]  # every 17th sample is NaN; it also exports GPU_UTIL, which must not be used
+    got = column(usage, m.GR_ENGINE_ACTIVE_FRAC, pod)
+    want = expected(pc.find(cluster.series, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", pod.name), got.index, "avg")
+    assert np.isnan(want).sum() > 50
+    np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-9)
+
+
+def test_gpu_util_is_the_fallback_in_percent(cluster: Cluster, usage: PodUsage) -> None:
+    pod = POD["util"]
+    got = column(usage, m.GR_ENGINE_ACTIVE_FRAC, pod)
+    want = expected(pc.find(cluster.series, "DCGM_FI_DEV_GPU_UTIL", pod.name), got.index, "avg") / 100
+    np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-9)
+    assert POD["no"].key not in usage.series[m.GR_ENGINE_ACTIVE_FRAC].columns
+
+
+@pytest.mark.parametrize(("name", "raw"), [("llama", "vllm:kv_cache_usage_perc"),
+                                           ("old", "vllm:gpu_cache_usage_perc")])
+def test_kv_usage_under_new_and_old_vllm_names(cluster: Cluster, usage: PodUsage, name: str, raw: str) -> None:
+    pod = POD[name]
+    got = column(usage, m.KV_USAGE_FRAC, pod)
+    np.testing.assert_array_equal(got.to_numpy(), expected(pc.find(cluster.series, raw, pod.name), got.index, "max"))
+
+
+def test_queue_gauges_are_means(cluster: Cluster, usage: PodUsage) -> None:
+    pod = POD["llama-2"]
+    for metric, raw in ((m.REQUESTS_RUNNING, "vllm:num_requests_running"),
+                        (m.REQUESTS_WAITING, "vllm:num_requests_waiting")):
+        got = column(usage, metric, pod)
+        np.testing.assert_allclose(got.to_numpy(), expected(pc.find(cluster.series, raw, pod.name), got.index, "avg"))
+
+
+def test_counter_rates(usage: PodUsage) -> None:
+    # counters grow linearly, so rate() over two samples 60 s apart is the slope exactly
+    for name, per_s in (("llama", 2.0), ("llama-2", 1.5)):
+        pod = POD[name]
+        for metric, factor in ((m.REQUEST_RATE, 1), (m.PROMPT_TOKENS_RATE, 500), (m.GENERATION_TOKENS_RATE, 200)):
+            got = column(usage, metric, pod).iloc[5:]
+            np.testing.assert_allclose(got.to_numpy(), per_s * factor, rtol=1e-9)
+        assert (column(usage, m.PREEMPTIONS_RATE, pod).dropna() == 0).all()
+
+
+def test_ttft_p95_from_the_histogram(usage: PodUsage) -> None:
+    # cumulative shares 0.50, 0.80, 0.97, 0.99, 1.0 at le 0.1, 0.25, 0.5, 1, +Inf:
+    # rank 0.95 falls in (0.25, 0.5]: 0.25 + 0.25 x (0.95 - 0.80) / (0.97 - 0.80) = 0.470588...
+    got = column(usage, m.TTFT_P95_S, POD["llama"]).iloc[5:]
+    np.testing.assert_allclose(got.to_numpy(), 0.25 + 0.25 * 0.15 / 0.17, rtol=1e-6)
+
+
+def test_device_memory_total_only_where_framebuffer_has_data(usage: PodUsage) -> None:
+    total, used = usage.series[m.FB_TOTAL_MIB], usage.series[m.FB_USED_MIB]
+    pod = POD["embedder"]
+    assert (total[pod.key].dropna() == 40192).all()
+    assert (total[POD["nightly"].key].notna() == used[POD["nightly"].key].notna()).all()
+
+
+def test_devices_mig_profiles_products_and_sharing(usage: PodUsage) -> None:
+    dev = {f"{d.namespace}/{d.pod}": d for d in usage.devices}
+    emb, tiny = dev[POD["embedder"].key], dev[POD["tiny"].key]
+    assert (emb.mig_profile, emb.device_memory_mib, emb.device_count, emb.shared_with) == ("3g.40gb", 40192, 1, 1)
+    assert (tiny.mig_profile, tiny.shared_with) == ("1g.10gb", 1)  # same GPU, another MIG instance
+    assert dev[POD["ts"].key].shared_with == 2  # ts-a and ts-b on GPU-t1 at the same time
+    assert dev[POD["old"].key].gpu_product == "NVIDIA H100 80GB HBM3"
+    assert dev[POD["llama"].key].shared_with == 1 and dev[POD["llama"].key].mig_profile is None
+
+
+def test_owners_from_kube_state_metrics(usage: PodUsage) -> None:
+    owners = {f"{o.namespace}/{o.pod}": (o.kind, o.name) for o in usage.owners}
+    assert owners[POD["llama"].key] == ("Deployment", "llama-chat")
+    assert owners[POD["nightly"].key] == ("CronJob", "nightly-eval")
+    assert owners[POD["debug"].key] == ("Pod", "debug-shell")
+    assert all(not o.inferred for o in usage.owners)
+
+
+def test_requests_get_their_spec_names_back(usage: PodUsage) -> None:
+    req = {f"{r.namespace}/{r.pod}": dict(r.resources) for r in usage.requests}
+    assert req[POD["embedder"].key] == {"nvidia.com/mig-3g.40gb": 1.0}
+    assert req[POD["ts"].key] == {"nvidia.com/gpu.shared": 1.0}
+    assert req[POD["llama"].key] == {"nvidia.com/gpu": 1.0}  # the CPU request is not a GPU resource
+
+
+def test_vllm_cache_config(usage: PodUsage) -> None:
+    info = {f"{v.namespace}/{v.pod}": v for v in usage.vllm}
+    llama = info[POD["llama"].key]
+    assert llama.kv_capacity_tokens == 27000 * 16 and llama.gpu_memory_utilization == 0.9
+    assert llama.model_name == "meta-llama/Meta-Llama-3-8B-Instruct"
+    assert POD["embedder"].key not in info
+
+
+def test_no_missing_family_warnings_when_all_exist(usage: PodUsage) -> None:
+    assert usage.warnings == ()
+
+
+def test_queries_are_batched_per_family_never_per_pod(cluster: Cluster) -> None:
+    client = LoggingClient(PrometheusSettings(url=cluster.url, retries=0))
+    collect(cluster, client=client)
+    pods = {p.name for p in pc.PODS}
+    assert not [q for q in client.sent if any(p in q for p in pods)]
+    usage_queries = [q for q in client.sent if "_over_time" in q or "rate(" in q]
+    assert all("by (namespace, pod" in q for q in usage_queries)
+    # one query per present family (10: no SM_ACTIVE, no power here) + census + 3 inventory + 4 kube-state-metrics,
+    # plus the connection check
+    assert len(client.sent) == 10 + 1 + 3 + 4 and client.stats.queries == len(client.sent) + 1
+    assert client.stats.max_points_per_series <= 1440
+
+
+def test_namespace_selection_reaches_the_queries(cluster: Cluster) -> None:
+    s = Settings(namespaces=("mig",), history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=cluster.url))
+    u = collect(cluster, s)
+    assert {c.split("/")[0] for c in u.series[m.FB_USED_MIB].columns} == {"mig"}
+    assert m.KV_USAGE_FRAC not in u.series  # no vLLM in that namespace: that family is not even queried
+    assert any("vllm:kv_cache_usage_perc" in w for w in u.warnings)
+
+
+def test_chunked_queries_give_the_same_series(cluster: Cluster, usage: PodUsage) -> None:
+    s = settings(cluster.url, max_points_per_series=100)
+    client = LoggingClient(s.prometheus)
+    chunked = collect(cluster, s, client)
+    assert client.stats.max_points_per_series <= 100
+    assert sum("DCGM_FI_DEV_FB_USED" in q and "max_over_time" in q for q in client.sent) == 15  # ceil(1440/100)
+    for metric, frame in usage.series.items():
+        pd.testing.assert_frame_equal(chunked.series[metric], frame, check_freq=False)
+
+
+def test_server_limits_split_queries_until_they_pass(cluster: Cluster, usage: PodUsage) -> None:
+    with PromServer.from_tsdb(cluster.tsdb, extra_args=["--query.max-samples=20000"]) as strict:
+        client = PromClient(PrometheusSettings(url=strict.url, retries=0), QueryStats())
+        split = collect(cluster, settings(strict.url), client)
+    assert client.stats.splits > 0
+    pd.testing.assert_frame_equal(split.series[m.FB_USED_MIB], usage.series[m.FB_USED_MIB], check_freq=False)
+
+
+def test_a_limit_no_split_can_meet_is_one_clear_error(cluster: Cluster) -> None:
+    with PromServer.from_tsdb(cluster.tsdb, extra_args=["--query.max-samples=5"]) as strict, \
+            pytest.raises(PrometheusError) as err:
+        collect(cluster, settings(strict.url))
+    msg = str(err.value)
+    assert "too large" in msg and "--history" in msg and "\n" not in msg
+
+
+def test_dead_prometheus_is_one_line(cluster: Cluster) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(PrometheusError, match=r"cannot reach Prometheus at http://127\.0\.0\.1:\d+ \(connection "
+                                              r"refused\) \(after 2 attempts\)"):
+        collect(cluster, settings(f"http://127.0.0.1:{port}", retries=1))
+
+
+def test_a_url_that_is_not_the_api_base(cluster: Cluster) -> None:
+    with pytest.raises(PrometheusError, match="no query API"):
+        collect(cluster, settings(cluster.url + "/nothing/here"))
+
+
+# bcrypt (cost 4) of the password "rightsizer-test", as in test_promfixture; the web config wants a hash
+WEB_CONFIG = "basic_auth_users:\n  rightsizer: $2b$04$DXE3Ll9ZouRBjvjRyOceOe6RO8uhy.4CZHWSnjb6CvpFfXSC/a8P6\n"
+
+
+def test_basic_auth_right_and_wrong(cluster: Cluster) -> None:
+    with PromServer.from_tsdb(cluster.tsdb, web_config=WEB_CONFIG) as guarded:
+        with pytest.raises(PrometheusError, match=r"refused our credentials \(HTTP 401\)"):
+            collect(cluster, settings(guarded.url, username="rightsizer", password="wrong"))
+        ok = collect(cluster, settings(guarded.url, username="rightsizer", password="rightsizer-test"))
+    assert POD["llama"].key in ok.series[m.FB_USED_MIB].columns
