@@ -52,7 +52,7 @@ class RichProgress:
             self.console.print(f"{task}: {total}/{total} done", highlight=False)
 
     def log(self, message: str) -> None:
-        self.console.print(message, highlight=False)
+        self.console.print(message, highlight=False, soft_wrap=True)
 
 
 def collect(source: str, path: str | None, settings: Settings, end: datetime) -> Snapshot:

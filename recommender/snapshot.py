@@ -173,6 +173,10 @@ def enrich(workload: Workload, usage: PodUsage) -> Workload:
     if isinstance(dev, PodDevices):
         alloc = replace(alloc, gpu_product=alloc.gpu_product or dev.gpu_product,
                         device_memory_mib=alloc.device_memory_mib or dev.device_memory_mib)
+        if dev.shared_with > 1 and alloc.sharing is Sharing.TIME_SLICING and not alloc.gpu_equivalents:
+            alloc = replace(alloc, gpu_equivalents=max(alloc.gpus, 1) / dev.shared_with)
+            wl = replace(wl, notes=(*wl.notes, f"time-sliced: dcgm-exporter saw {dev.shared_with} pods on its GPU "
+                                    f"at once, so it holds 1/{dev.shared_with} of it"))
         if dev.shared_with > 1 and alloc.sharing is Sharing.EXCLUSIVE:
             wl = replace(wl, notes=(*wl.notes, f"dcgm-exporter attributes its GPU to {dev.shared_with} pods: "
                                     "usage is per device, not per pod (time-slicing or MPS)"))
@@ -201,6 +205,8 @@ def gpu_equivalents(alloc: Allocation, catalogue: Catalogue) -> tuple[float, str
             guess = int(slices.group(1)) / 7 if slices else 1.0
             return guess * max(alloc.mig_count, 1), f"MIG profile {alloc.mig_profile} not in the catalogue " \
                 f"for {alloc.gpu_model or 'an unknown GPU'}: share guessed from its SM slices"
+        case Sharing.TIME_SLICING if alloc.gpu_equivalents:  # the share was measured (pods per device)
+            return alloc.gpu_equivalents, None
         case Sharing.MPS if alloc.mps_active_thread_pct:
             return alloc.mps_active_thread_pct / 100 * max(alloc.gpus, 1), None
         case Sharing.HAMI:

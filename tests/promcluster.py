@@ -8,11 +8,16 @@ compute what the collector must return from these same raw series.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 
-from tests.promfixture import Series
+from tests.promfixture import PromServer, Series, build_tsdb, write_openmetrics
 
 SCRAPE_S = 60
 HOURS = 48.0
@@ -192,3 +197,24 @@ def find(series: list[Series], name: str, pod: str, **labels: str) -> Series:
             and all(s.labels.get(k) == v for k, v in labels.items())]
     assert len(hits) == 1, f"{len(hits)} series {name} for {pod}"
     return hits[0]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running Prometheus over the cluster's history: its URL, the window's end, the raw series."""
+
+    url: str
+    end: datetime
+    series: list[Series]
+    tsdb: Path
+
+
+@contextmanager
+def serve(workdir: Path) -> Iterator[Cluster]:
+    """Build the TSDB (ending at the last whole hour, inside retention) and serve it."""
+    end_s = int(time.time()) // 3600 * 3600
+    series = cluster_series(end_s)
+    write_openmetrics(series, workdir / "data.om", TYPES)
+    build_tsdb(workdir / "data.om", workdir / "tsdb")
+    with PromServer.from_tsdb(workdir / "tsdb") as prom:
+        yield Cluster(prom.url, datetime.fromtimestamp(end_s, UTC), series, workdir / "tsdb")

@@ -6,11 +6,7 @@ query semantics spelled out: at each grid time t the window holds the samples at
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
 import numpy as np
 import pandas as pd
@@ -23,7 +19,8 @@ from recommender.inventory import PodUsage
 from recommender.progress import RecordingProgress
 from recommender.settings import PrometheusSettings, Settings
 from tests import promcluster as pc
-from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+from tests.promcluster import Cluster
+from tests.promfixture import PromServer, Series, prometheus_binaries
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -31,25 +28,6 @@ pytestmark = [
                        reason="Debian's prometheus/promtool not installed (apt-get install -y prometheus)"),
 ]
 WINDOW_S = 120  # 48 h / 2,016 target points → step 120 s; the window is one step
-
-
-@dataclass(frozen=True)
-class Cluster:
-    url: str
-    end: datetime
-    series: list[Series]
-    tsdb: Path
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    end_s = int(time.time()) // 3600 * 3600
-    series = pc.cluster_series(end_s)
-    work = tmp_path_factory.mktemp("prom")
-    write_openmetrics(series, work / "data.om", pc.TYPES)
-    build_tsdb(work / "data.om", work / "tsdb")
-    with PromServer.from_tsdb(work / "tsdb") as prom:
-        yield Cluster(prom.url, datetime.fromtimestamp(end_s, UTC), series, work / "tsdb")
 
 
 class LoggingClient(PromClient):

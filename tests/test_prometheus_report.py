@@ -1,0 +1,132 @@
+"""``rightsizer report`` end to end on a real Prometheus: kube-state-metrics inventory, the Kubernetes API
+(kmock) with Prometheus usage, and the one-line failures a user sees."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from recommender.app import make_report
+from recommender.cli import main
+from recommender.settings import KubernetesSettings, PrometheusSettings, Settings
+from tests import promcluster as pc
+from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
+from tests.promcluster import Cluster
+
+pytestmark = pytest.mark.prometheus
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(main, ["report", *args], catch_exceptions=False)
+
+
+def report_json(c: Cluster, *extra: str) -> dict[str, Any]:
+    res = run("--prometheus-url", c.url, "--no-kubernetes", "--history", "2d", "--min-history", "12h",
+              "--end", c.end.isoformat(), "--format", "json", *extra)
+    assert res.exit_code == 0, res.output
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def doc(cluster: Cluster) -> dict[str, Any]:
+    return report_json(cluster)
+
+
+def by_key(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{w['namespace']}/{w['kind']}/{w['name']}": w for w in doc["workloads"]}
+
+
+def test_every_workload_found_from_kube_state_metrics(doc: dict[str, Any]) -> None:
+    assert set(by_key(doc)) == {
+        "inference/Deployment/llama-chat", "inference/Deployment/old-vllm", "mig/Deployment/embedder",
+        "mig/Deployment/tiny", "batch/CronJob/nightly-eval", "batch/Deployment/ts-a", "batch/Deployment/ts-b",
+        "sparse/Deployment/no-activity", "sparse/Deployment/util-only", "sparse/Pod/debug-shell",
+    }
+    assert doc["source"].startswith("prometheus") and doc["window"]["step_s"] == 120
+
+
+def test_vllm_deployment_sized_from_kv_in_use(doc: dict[str, Any]) -> None:
+    llama = by_key(doc)["inference/Deployment/llama-chat"]
+    assert llama["current"]["replicas"] == 2 and llama["current"]["gpu_model"] == "A100-80GB"
+    assert llama["recommended"] is not None
+    assert any("KV in use" in r for r in llama["reasons"])
+    # KV pool 27,000 blocks x 16 tokens from vllm:cache_config_info; the need is far below the 73 GB framebuffer
+    assert llama["memory_need_mib"]["target"] < 73_000
+
+
+def test_old_vllm_names_still_give_kv(doc: dict[str, Any]) -> None:
+    old = by_key(doc)["inference/Deployment/old-vllm"]
+    assert old["current"]["gpu_model"] == "H100-80GB"
+    assert not any("KV usage (vllm:kv_cache_usage_perc)" in r for r in old["reasons"])
+
+
+def test_mig_and_time_slicing_as_held(doc: dict[str, Any]) -> None:
+    w = by_key(doc)
+    assert w["mig/Deployment/embedder"]["current"]["mig_profile"] == "3g.40gb"
+    assert w["mig/Deployment/embedder"]["gpus_held"] == 0.5  # max(3/7, 4/8) of an A100-80GB
+    ts = w["batch/Deployment/ts-a"]
+    assert ts["current"]["sharing"] == "time-slicing"
+    assert ts["gpus_held"] == 0.5  # dcgm-exporter saw ts-a and ts-b on one GPU at the same time
+    assert any("1/2" in r for r in ts["reasons"])
+
+
+def test_missing_metric_and_unknown_gpu_are_per_workload_reasons(doc: dict[str, Any]) -> None:
+    w = by_key(doc)
+    assert any("metric missing" in r and "GR_ENGINE_ACTIVE" in r for r in w["sparse/Deployment/no-activity"]["reasons"])
+    debug = w["sparse/Pod/debug-shell"]
+    assert debug["recommended"] is None and debug["reasons"][0].startswith("no recommendation: unknown GPU model")
+    assert any("bare pod" in r for r in debug["reasons"])
+
+
+def test_namespace_selection(cluster: Cluster) -> None:
+    doc = report_json(cluster, "-n", "mig")
+    assert {w["name"] for w in doc["workloads"]} == {"embedder", "tiny"}
+
+
+def test_empty_namespace_is_one_line_and_exit_2(cluster: Cluster) -> None:
+    res = run("--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d", "--end", cluster.end.isoformat(),
+              "-n", "nothing-here")
+    assert res.exit_code == 2
+    assert res.stderr.strip() .splitlines()[-1] == "error: no GPU workloads found in nothing-here"
+
+
+def test_dead_prometheus_is_one_line_and_exit_2() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    res = run("--prometheus-url", f"http://127.0.0.1:{port}", "--no-kubernetes", "--timeout", "2")
+    assert res.exit_code == 2
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: cannot reach Prometheus at http://127.0.0.1:{port} (connection refused)")
+
+
+def _inference_cluster() -> list[dict[str, Any]]:
+    """The API's view of namespace inference: llama-chat (2 replicas on A100 nodes); old-vllm is gone."""
+    vllm = template({"app": "llama-chat"}, container("vllm", "vllm/vllm-openai:v0.8.5", {"nvidia.com/gpu": "1"}, args=[
+        "--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--gpu-memory-utilization", "0.9", "--max-model-len", "8192"]))
+    dep = manifest("Deployment", "inference", "llama-chat", {"replicas": 2, "template": vllm}, {"app": "llama-chat"})
+    rs = manifest("ReplicaSet", "inference", f"llama-chat-{pc.RS}", {"replicas": 2, "template": vllm},
+                  {"app": "llama-chat"}, owner=dep)
+    pods = [pod_from(rs, "inference", f"llama-chat-{pc.RS}-{s}", vllm, f"a100-{i}") for i, s in
+            enumerate(("x2k4p", "q8w7z"))]
+    nodes = [gpu_node(f"a100-{i}", "NVIDIA-A100-SXM4-80GB", 81920) for i in range(2)]
+    return [dep, rs, *pods, *nodes]
+
+
+def test_kubernetes_inventory_with_prometheus_usage(cluster: Cluster) -> None:
+    with KubeEmulator(_inference_cluster()) as kube:
+        s = Settings(namespaces=("inference",), history_s=pc.HOURS * 3600,
+                     prometheus=PrometheusSettings(url=cluster.url, retries=0),
+                     kubernetes=KubernetesSettings(host=kube.url))
+        doc = json.loads(make_report("prometheus", None, s, cluster.end, "json"))
+    (llama,) = doc["workloads"]
+    assert (llama["kind"], llama["name"], llama["current"]["replicas"]) == ("Deployment", "llama-chat", 2)
+    # the engine arguments come from the pod spec, the KV capacity from vllm:cache_config_info
+    assert llama["current"]["vllm"]["max_model_len"] == 8192
+    assert any("KV in use" in r for r in llama["reasons"])
+    assert any("not in the cluster now" in w and "old-vllm" in w for w in doc["warnings"])
