@@ -75,7 +75,7 @@ def _write_chunk(args: tuple[int, int, int, int, int, str]) -> tuple[int, float]
         for metric, values in _series_values(i, n, step_s, rng).items():
             vals = values.astype(str)
             prefix = f"{metric}{{{labels}}} "
-            by_metric.setdefault(metric, []).append("".join(prefix + v + " " + t + "\n" for v, t in zip(vals, ts)))
+            by_metric.setdefault(metric, []).append("".join(prefix + v + " " + t + "\n" for v, t in zip(vals, ts, strict=True)))
             samples += n
         if i % 2 == 0:  # vLLM's static config, once an hour is enough for last_over_time
             info = f'vllm:cache_config_info{{namespace="{ns}",pod="{pod}",num_gpu_blocks="18000",block_size="16",' \

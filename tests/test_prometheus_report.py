@@ -92,7 +92,7 @@ def test_empty_namespace_is_one_line_and_exit_2(cluster: Cluster) -> None:
     res = run("--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d", "--end", cluster.end.isoformat(),
               "-n", "nothing-here")
     assert res.exit_code == 2
-    assert res.stderr.strip() .splitlines()[-1] == "error: no GPU workloads found in nothing-here"
+    assert res.stderr.strip().splitlines()[-1] == "error: no GPU workloads found in nothing-here"
 
 
 def test_dead_prometheus_is_one_line_and_exit_2() -> None:
@@ -107,8 +107,10 @@ def test_dead_prometheus_is_one_line_and_exit_2() -> None:
 
 def _inference_cluster() -> list[dict[str, Any]]:
     """The API's view of namespace inference: llama-chat (2 replicas on A100 nodes); old-vllm is gone."""
-    vllm = template({"app": "llama-chat"}, container("vllm", "vllm/vllm-openai:v0.8.5", {"nvidia.com/gpu": "1"}, args=[
-        "--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--gpu-memory-utilization", "0.9", "--max-model-len", "8192"]))
+    args = ["--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--gpu-memory-utilization", "0.9",
+            "--max-model-len", "8192"]
+    vllm = template({"app": "llama-chat"}, container("vllm", "vllm/vllm-openai:v0.8.5", {"nvidia.com/gpu": "1"},
+                                                     args=args))
     dep = manifest("Deployment", "inference", "llama-chat", {"replicas": 2, "template": vllm}, {"app": "llama-chat"})
     rs = manifest("ReplicaSet", "inference", f"llama-chat-{pc.RS}", {"replicas": 2, "template": vllm},
                   {"app": "llama-chat"}, owner=dep)
