@@ -1,0 +1,154 @@
+"""Pure parts of the Prometheus source: steps, chunk sizes, selectors, answer parsing, error lines."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from collectors.prometheus import PromClient, PrometheusLimitError, parse, queries
+from collectors.prometheus.collect import window_for
+from collectors.prometheus.queries import Chunk, Scope
+from recommender.errors import PrometheusError
+from recommender.settings import PrometheusSettings
+
+P = PrometheusSettings()
+
+
+@pytest.mark.parametrize(("history_s", "step_s"), [
+    (14 * 86_400, 600.0),  # 1,209,600 / 2,016 = 600 exactly
+    (2 * 86_400, 120.0),  # 172,800 / 2,016 = 85.7 → whole minutes: 120
+    (3600, 60.0),  # 1.8 s → the 60 s floor (one scrape)
+    (30 * 86_400, 1320.0),  # 2,592,000 / 2,016 = 1,285.7 → 22 min
+])
+def test_step_for(history_s: float, step_s: float) -> None:
+    assert queries.step_for(history_s, P) == step_s
+
+
+@pytest.mark.parametrize(("series", "step_s", "limits", "steps"), [
+    # 2,000 series at 600 s, scrape 60 s: samples 20 M / (2,000 x 10) = 1,000; points 500 k / 2,000 = 250
+    (2_000, 600.0, {}, 250),
+    # 10 series: samples 20 M / 100 = 200 k, points 50 k; the 11,000 points/series cap wins
+    (10, 600.0, {}, 11_000),
+    # 100 series at 60 s with 1 M samples: 1 M / (100 x 1) = 10,000 steps
+    (100, 60.0, {"max_samples_per_query": 1_000_000, "max_points_per_query": 10**7}, 10_000),
+    # more series than points allowed in one answer: still one step per query, never zero
+    (10**7, 600.0, {}, 1),
+])
+def test_steps_per_chunk(series: int, step_s: float, limits: dict[str, int], steps: int) -> None:
+    assert queries.steps_per_chunk(series, step_s, PrometheusSettings(**limits)) == steps  # type: ignore[arg-type]
+
+
+def test_chunks_cover_the_grid_once_and_split_halves_it() -> None:
+    got = queries.chunks(1000.0, 1000.0 + 99 * 60, 60.0, 30)  # 100 steps in chunks of 30
+    assert [c.steps for c in got] == [30, 30, 30, 10]
+    assert all(b.start_s - a.end_s == 60 for a, b in itertools.pairwise(got))
+    assert (got[0].start_s, got[-1].end_s) == (1000.0, 1000.0 + 99 * 60)
+    halves = queries.split(Chunk(0.0, 9 * 60.0, 60.0))  # 10 steps → 5 + 5, no gap
+    assert halves is not None and [h.steps for h in halves] == [5, 5] and halves[1].start_s == halves[0].end_s + 60
+    assert queries.split(Chunk(60.0, 60.0, 60.0)) is None
+
+
+def test_window_is_aligned_to_the_step() -> None:
+    end = datetime(2026, 11, 1, 12, 34, 56, tzinfo=UTC)
+    win = window_for(end - timedelta(days=14), end, P)
+    last = datetime(2026, 11, 1, 12, 30, tzinfo=UTC).timestamp()
+    assert (win.grid.step_s, win.grid.n) == (600.0, 2016)
+    assert win.fine.end_s == last and win.fine.start_s == last - 2015 * 600
+    assert win.coarse.step_s == 3600 and win.coarse.end_s == last  # 14 d / 336 inventory points = 1 h
+
+
+def test_selectors_escape_namespaces_and_keep_old_vllm_names() -> None:
+    scope = Scope.of(("team.a", "b"), PrometheusSettings(extra_selector='cluster="eu-1"'))
+    sel = scope.matchers(queries.KV_USAGE)
+    assert sel == ('{__name__=~"vllm:kv_cache_usage_perc|vllm:gpu_cache_usage_perc",namespace=~"b|team\\\\.a",'
+                   'pod!="",cluster="eu-1"}')
+    assert Scope.of((), P).matchers("X") == '{__name__="X",namespace!="",pod!=""}'
+    q = queries.usage_query("gr_engine_active_frac", Scope.of((), P), 600)
+    assert q.startswith("max by (namespace, pod) (avg_over_time({__name__=\"DCGM_FI_PROF_GR_ENGINE_ACTIVE\"")
+    assert " or " in q and q.endswith("/ 100")  # GPU_UTIL (percent) only where GR_ENGINE_ACTIVE is absent
+
+
+@pytest.mark.parametrize(("label", "name"), [
+    ("nvidia_com_gpu", "nvidia.com/gpu"),
+    ("nvidia_com_gpu_shared", "nvidia.com/gpu.shared"),
+    ("nvidia_com_mig_3g_40gb", "nvidia.com/mig-3g.40gb"),
+    ("nvidia_com_mig_1g_10gb_me", "nvidia.com/mig-1g.10gb.me"),
+    ("nvidia_com_gpumem", "nvidia.com/gpumem"),
+    ("nvidia.com/mig-2g.20gb", "nvidia.com/mig-2g.20gb"),  # already the spec name
+    ("cpu", None),
+    ("nvidia_com_something_else", None),
+])
+def test_resource_names_from_kube_state_metrics(label: str, name: str | None) -> None:
+    assert parse.resource_name(label) == name
+
+
+def _dev(pod: str, uuid: str, points: list[tuple[float, str]], **labels: str) -> dict[str, object]:
+    return {"metric": {"namespace": "ns", "pod": pod, "UUID": uuid, "modelName": "NVIDIA A100-SXM4-80GB", **labels},
+            "values": [[t, v] for t, v in points]}
+
+
+def test_a_rolling_update_on_one_gpu_is_not_sharing() -> None:
+    # old pod on GPU-1 until t=200, new pod from t=300: never together → shared_with 1 for both
+    result = [_dev("old", "GPU-1", [(100, "81920"), (200, "81920")]),
+              _dev("new", "GPU-1", [(300, "81920"), (400, "81920")]),
+              _dev("a", "GPU-2", [(100, "81920"), (200, "81920")]),
+              _dev("b", "GPU-2", [(200, "81920"), (300, "81920")])]  # a and b overlap at t=200
+    got = {d.pod: d.shared_with for d in parse.devices(result, "namespace", "pod")}
+    assert got == {"old": 1, "new": 1, "a": 2, "b": 2}
+
+
+def test_mig_instances_on_one_gpu_are_separate_devices() -> None:
+    result = [_dev("x", "GPU-1", [(100, "40192")], GPU_I_ID="1", GPU_I_PROFILE="3g.40gb"),
+              _dev("y", "GPU-1", [(100, "40192")], GPU_I_ID="2", GPU_I_PROFILE="3g.40gb"),
+              _dev("y", "GPU-1", [(100, "NaN")], GPU_I_ID="3", GPU_I_PROFILE="3g.40gb")]
+    got = {d.pod: d for d in parse.devices(result, "namespace", "pod")}
+    assert got["x"].shared_with == 1 and got["x"].mig_profile == "3g.40gb"
+    assert got["y"].device_count == 2 and got["y"].device_memory_mib == 40192
+
+
+def test_owner_chain_from_kube_state_metrics() -> None:
+    def series(labels: dict[str, str]) -> dict[str, object]:
+        return {"metric": labels, "values": [[100, "1"]]}
+
+    pod_owner = [series({"namespace": "a", "pod": "web-1", "owner_kind": "ReplicaSet", "owner_name": "web-7d"}),
+                 series({"namespace": "a", "pod": "job-x", "owner_kind": "Job", "owner_name": "cron-123"}),
+                 series({"namespace": "a", "pod": "lone", "owner_kind": "<none>", "owner_name": "<none>"}),
+                 series({"namespace": "a", "pod": "orphan", "owner_kind": "ReplicaSet", "owner_name": "gone-9"})]
+    rs = [series({"namespace": "a", "replicaset": "web-7d", "owner_kind": "Deployment", "owner_name": "web"})]
+    jobs = [series({"namespace": "a", "job_name": "cron-123", "owner_kind": "CronJob", "owner_name": "cron"})]
+    got = {o.pod: (o.kind, o.name) for o in parse.owners(pod_owner, rs, jobs)}
+    assert got == {"web-1": ("Deployment", "web"), "job-x": ("CronJob", "cron"), "lone": ("Pod", "lone"),
+                   "orphan": ("ReplicaSet", "gone-9")}
+
+
+def test_accumulator_places_points_on_the_grid_and_drops_infinities() -> None:
+    acc = parse.Accumulator(parse.Grid(1000.0, 60.0, 5))
+    acc.add([{"metric": {"namespace": "n", "pod": "p"}, "values": [[1060, "1.5"], [1180, "+Inf"], [1240, "2"]]}],
+            "namespace", "pod")
+    acc.add([{"metric": {"namespace": "n"}, "values": [[1000, "9"]]}], "namespace", "pod")  # no pod label: skipped
+    frame = acc.frame()
+    assert list(frame.columns) == ["n/p"]
+    assert frame["n/p"].tolist()[1] == 1.5 and frame["n/p"].tolist()[4] == 2.0
+    assert frame["n/p"].isna().tolist() == [True, False, True, True, False]  # +Inf (an empty quantile) → NaN
+
+
+@pytest.mark.parametrize(("text", "kind", "fragment"), [
+    ("HTTP Status Code 401 (b'Unauthorized\\n')", PrometheusError, "refused our credentials (HTTP 401)"),
+    ("HTTP Status Code 422 (b'{\"status\":\"error\",\"errorType\":\"execution\",\"error\":\"query processing "
+     "would load too many samples into memory in query execution\"}')", PrometheusLimitError, "too many samples"),
+    ("HTTP Status Code 400 (b'{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"exceeded maximum "
+     "resolution of 11,000 points per timeseries\"}')", PrometheusLimitError, "11,000 points"),
+    ("HTTP Status Code 400 (b'{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"parse error\"}')",
+     PrometheusError, "rejected a query (HTTP 400): parse error"),
+    ("HTTP Status Code 404 (b'404 page not found')", PrometheusError, "no query API"),
+])
+def test_http_errors_become_one_line(text: str, kind: type, fragment: str) -> None:
+    err = PromClient(PrometheusSettings(url="http://prom:9090"))._http_error(text, "up")
+    assert type(err) is kind and fragment in str(err) and "\n" not in str(err)
+
+
+def test_no_url_is_a_clear_error() -> None:
+    with pytest.raises(PrometheusError, match="--prometheus-url"):
+        PromClient(PrometheusSettings())
