@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,6 +82,18 @@ def test_missing_metric_and_unknown_gpu_are_per_workload_reasons(doc: dict[str, 
     debug = w["sparse/Pod/debug-shell"]
     assert debug["recommended"] is None and debug["reasons"][0].startswith("no recommendation: unknown GPU model")
     assert any("bare pod" in r for r in debug["reasons"])
+
+
+def test_snapshot_taken_from_prometheus_gives_the_same_report(cluster: Cluster, doc: dict[str, Any],
+                                                               tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["snapshot", "--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d",
+                                    "--end", cluster.end.isoformat(), "-o", str(tmp_path / "snap")])
+    assert res.exit_code == 0, res.output
+    res = run("--snapshot", str(tmp_path / "snap"), "--min-history", "12h", "--format", "json")
+    offline = json.loads(res.stdout)
+    assert offline["summary"] == doc["summary"]
+    assert [(w["name"], w["recommended"], w["reasons"]) for w in offline["workloads"]] == \
+        [(w["name"], w["recommended"], w["reasons"]) for w in doc["workloads"]]
 
 
 def test_namespace_selection(cluster: Cluster) -> None:
