@@ -108,7 +108,7 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
     """Every query of one collection: each present family over its chunks, then the inventory."""
     jobs: list[Job] = []
     for fam in queries.FAMILIES:
-        series = parse.total(counts, fam.names)
+        series = parse.total(counts, fam.all_names)
         if series == 0:
             continue
         per = queries.steps_per_chunk(series, win.grid.step_s, p)
@@ -159,8 +159,8 @@ def _missing(counts: dict[str, int]) -> list[str]:
     """Warnings for the families a report cannot do without."""
     out = []
     for fam in queries.FAMILIES:
-        if fam.hint and parse.total(counts, fam.names) == 0:
-            out.append(f"no {' or '.join(fam.names)} series in the selected namespaces: {fam.hint}")
+        if fam.hint and parse.total(counts, fam.all_names) == 0:
+            out.append(f"no {' or '.join(fam.all_names)} series in the selected namespaces: {fam.hint}")
     return out
 
 

@@ -86,74 +86,66 @@ class Scope:
 
 @dataclass(frozen=True)
 class Family:
-    """One usage metric family: the canonical metric it fills (its PromQL is :func:`usage_query`)."""
-
-    metric: str  # canonical name from recommender.model
-    names: tuple[str, ...]  # exported names it reads (for "metric missing" warnings)
-    hint: str = ""  # what to check when no series exists at all
-
-
-def usage_query(metric: str, scope: Scope, window_s: int) -> str:
-    """The range-query expression for one canonical metric, one series per (namespace, pod).
+    """One usage metric family: the canonical metric it fills and how its PromQL is formed.
 
     Gauges are reduced within each step (``max_over_time`` for memory and KV, ``avg_over_time`` for
     activity and queues) so a peak between two steps is not lost; counters use ``rate`` over the step.
     """
-    w, by = f"[{window_s}s]", scope.by
 
-    def sel(names: tuple[str, ...] | str) -> str:
-        return scope.matchers(names)
+    metric: str  # canonical name from recommender.model
+    names: tuple[str, ...]  # exported names it reads (one __name__ regex: old and new vLLM names)
+    over_time: str  # max_over_time | avg_over_time | rate
+    agg: str = "max"  # how a pod's devices/engines combine: max (per device) or sum (demand)
+    hint: str = ""  # what to check when no series exists at all (only families a report needs)
+    fallback: tuple[str, ...] = ()  # read only where ``names`` are absent (GPU_UTIL, percent → 0-1)
+    quantile: float | None = None  # for histograms: histogram_quantile of the bucket rates
 
-    match metric:
-        case m.FB_USED_MIB:
-            return f"max by ({by}) (max_over_time({sel(FB_USED)}{w}))"
-        case m.GR_ENGINE_ACTIVE_FRAC:
-            return (f"max by ({by}) (avg_over_time({sel(GR_ENGINE_ACTIVE)}{w})) or "
-                    f"max by ({by}) (avg_over_time({sel(GPU_UTIL)}{w})) / 100")
-        case m.SM_ACTIVE_FRAC:
-            return f"max by ({by}) (avg_over_time({sel(SM_ACTIVE)}{w}))"
-        case m.POWER_W:
-            return f"sum by ({by}) (avg_over_time({sel(POWER)}{w}))"
-        case m.KV_USAGE_FRAC:
-            return f"max by ({by}) (max_over_time({sel(KV_USAGE)}{w}))"
-        case m.REQUESTS_WAITING:
-            return f"sum by ({by}) (avg_over_time({sel(WAITING)}{w}))"
-        case m.REQUESTS_RUNNING:
-            return f"sum by ({by}) (avg_over_time({sel(RUNNING)}{w}))"
-        case m.REQUEST_RATE:
-            return f"sum by ({by}) (rate({sel(REQUESTS)}{w}))"
-        case m.PROMPT_TOKENS_RATE:
-            return f"sum by ({by}) (rate({sel(PROMPT_TOKENS)}{w}))"
-        case m.GENERATION_TOKENS_RATE:
-            return f"sum by ({by}) (rate({sel(GENERATION_TOKENS)}{w}))"
-        case m.PREEMPTIONS_RATE:
-            return f"sum by ({by}) (rate({sel(PREEMPTIONS)}{w}))"
-        case m.TTFT_P95_S:
-            return f"histogram_quantile(0.95, sum by ({by}, le) (rate({sel(TTFT_BUCKET)}{w})))"
-    raise ValueError(f"no query for metric {metric!r}")
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        return self.names + self.fallback
 
 
-# The families read at full resolution, with the exported names behind each (for "missing" warnings).
-# FB_TOTAL_MIB is not here: device memory does not change, so it comes from the coarse device query.
 FAMILIES: tuple[Family, ...] = (
-    Family(m.FB_USED_MIB, (FB_USED,), "is dcgm-exporter scraped, with Kubernetes pod mapping (-k)?"),
-    Family(m.GR_ENGINE_ACTIVE_FRAC, (GR_ENGINE_ACTIVE, GPU_UTIL), "is dcgm-exporter's DCP profiling enabled?"),
-    Family(m.SM_ACTIVE_FRAC, (SM_ACTIVE,)),
-    Family(m.POWER_W, (POWER,)),
-    Family(m.KV_USAGE_FRAC, KV_USAGE, "are the vLLM pods scraped?"),
-    Family(m.REQUESTS_WAITING, WAITING),
-    Family(m.REQUESTS_RUNNING, RUNNING),
-    Family(m.REQUEST_RATE, REQUESTS),
-    Family(m.PROMPT_TOKENS_RATE, PROMPT_TOKENS),
-    Family(m.GENERATION_TOKENS_RATE, GENERATION_TOKENS),
-    Family(m.PREEMPTIONS_RATE, PREEMPTIONS),
-    Family(m.TTFT_P95_S, TTFT_BUCKET),
+    Family(m.FB_USED_MIB, (FB_USED,), "max_over_time", hint="is dcgm-exporter scraped, with pod mapping (-k)?"),
+    Family(m.GR_ENGINE_ACTIVE_FRAC, (GR_ENGINE_ACTIVE,), "avg_over_time", fallback=(GPU_UTIL,),
+           hint="is dcgm-exporter's DCP profiling enabled?"),
+    Family(m.SM_ACTIVE_FRAC, (SM_ACTIVE,), "avg_over_time"),
+    Family(m.POWER_W, (POWER,), "avg_over_time", agg="sum"),
+    Family(m.KV_USAGE_FRAC, KV_USAGE, "max_over_time", hint="are the vLLM pods scraped?"),
+    Family(m.REQUESTS_WAITING, WAITING, "avg_over_time", agg="sum"),
+    Family(m.REQUESTS_RUNNING, RUNNING, "avg_over_time", agg="sum"),
+    Family(m.REQUEST_RATE, REQUESTS, "rate", agg="sum"),
+    Family(m.PROMPT_TOKENS_RATE, PROMPT_TOKENS, "rate", agg="sum"),
+    Family(m.GENERATION_TOKENS_RATE, GENERATION_TOKENS, "rate", agg="sum"),
+    Family(m.PREEMPTIONS_RATE, PREEMPTIONS, "rate", agg="sum"),
+    Family(m.TTFT_P95_S, TTFT_BUCKET, "rate", agg="sum", quantile=0.95),
 )
+# FB_TOTAL_MIB is not read at full resolution: device memory does not change under a pod, so it
+# comes from the coarse device query.
+_BY_METRIC = {f.metric: f for f in FAMILIES}
+
+
+def usage_query(metric: str, scope: Scope, window_s: int) -> str:
+    """The range-query expression for one canonical metric: one series per (namespace, pod)."""
+    fam = _BY_METRIC.get(metric)
+    if fam is None:
+        raise ValueError(f"no query for metric {metric!r}")
+    by = scope.by + (", le" if fam.quantile else "")
+
+    def reduce(names: tuple[str, ...]) -> str:
+        return f"{fam.agg} by ({by}) ({fam.over_time}({scope.matchers(names)}[{window_s}s]))"
+
+    query = reduce(fam.names)
+    if fam.quantile is not None:
+        query = f"histogram_quantile({fam.quantile:g}, {query})"
+    if fam.fallback:
+        query += f" or {reduce(fam.fallback)} / 100"
+    return query
 
 
 def census_query(scope: Scope) -> str:
     """How many series each exported name has: which families exist, and how big their queries are."""
-    names = sorted({n for f in FAMILIES for n in f.names} | {FB_FREE, CACHE_CONFIG})
+    names = sorted({n for f in FAMILIES for n in f.all_names} | {FB_FREE, CACHE_CONFIG})
     return f"count by (__name__) ({scope.matchers(tuple(names))})"
 
 
