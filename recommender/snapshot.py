@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 
 from policies.catalogue import Catalogue
@@ -120,26 +121,46 @@ def _devices_allocation(devices: PodDevices) -> Allocation:
     return Allocation(Sharing.EXCLUSIVE, gpus=devices.device_count)
 
 
-def _live_replicas(series: Mapping[str, pd.DataFrame], pods: Sequence[str]) -> int:
-    """Pods with data at the last step that any pod had data: the replica count at the window's end."""
-    frame = series.get(m.FB_USED_MIB)
-    if frame is None:
-        return max(1, len(pods))
-    cols = [p for p in pods if p in frame.columns]
-    if not cols:
-        return max(1, len(pods))
-    sub = frame[cols].dropna(how="all")
-    return max(1, int(sub.iloc[-1].notna().sum())) if len(sub) else max(1, len(pods))
+Fact = PodDevices | VllmInfo | PodRequests
+FactIndex = Mapping[str, Mapping[type, tuple[int, Fact]]]
 
 
-def _first(items: Iterable[PodDevices | VllmInfo | PodRequests], pods: Sequence[str]
-           ) -> dict[type, PodDevices | VllmInfo | PodRequests]:
-    found: dict[type, PodDevices | VllmInfo | PodRequests] = {}
-    wanted = set(pods)
-    for item in items:
-        if pod_key(item.namespace, item.pod) in wanted:
-            found.setdefault(type(item), item)
-    return found
+def index_facts(usage: PodUsage) -> FactIndex:
+    """Pod key → the first device, vLLM and request record of that pod (with its position), built once
+    so that looking up a workload's pods costs its pod count, not the fleet's."""
+    out: dict[str, dict[type, tuple[int, Fact]]] = defaultdict(dict)
+    items: list[Fact] = [*usage.requests, *usage.devices, *usage.vllm]
+    for i, item in enumerate(items):
+        out[pod_key(item.namespace, item.pod)].setdefault(type(item), (i, item))
+    return out
+
+
+def _first(index: FactIndex, pods: Sequence[str]) -> dict[type, Fact]:
+    """Per record type, the earliest record of any of ``pods``."""
+    best: dict[type, tuple[int, Fact]] = {}
+    for pod in pods:
+        for kind, candidate in index.get(pod, {}).items():
+            if kind not in best or candidate[0] < best[kind][0]:
+                best[kind] = candidate
+    return {kind: item for kind, (_, item) in best.items()}
+
+
+class _Presence:
+    """Which pods have framebuffer data at which step, as one boolean matrix computed once."""
+
+    def __init__(self, series: Mapping[str, pd.DataFrame]) -> None:
+        frame = series.get(m.FB_USED_MIB)
+        self.matrix = frame.notna().to_numpy() if frame is not None else None
+        self.column = {c: i for i, c in enumerate(frame.columns)} if frame is not None else {}
+
+    def live_replicas(self, pods: Sequence[str]) -> int:
+        """Pods with data at the last step any of them had data: the replica count at the window's end."""
+        cols = [self.column[p] for p in pods if p in self.column]
+        if self.matrix is None or not cols:
+            return max(1, len(pods))
+        sub = self.matrix[:, cols]
+        rows = np.flatnonzero(sub.any(axis=1))
+        return max(1, int(sub[rows[-1]].sum())) if rows.size else max(1, len(pods))
 
 
 def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
@@ -149,25 +170,25 @@ def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
     for key, ref in mapping.items():
         pods_of[ref].append(key)
     out = []
+    index, presence = index_facts(usage), _Presence(usage.series)
     for ref, pods in sorted(pods_of.items()):
-        found = _first([*usage.requests, *usage.devices, *usage.vllm], pods)
+        found = _first(index, pods)
         req = found.get(PodRequests)
         dev = found.get(PodDevices)
         alloc = _resources_allocation(req.resources) if isinstance(req, PodRequests) else None
         if alloc is None:
             alloc = _devices_allocation(dev) if isinstance(dev, PodDevices) else Allocation(Sharing.NONE)
-        alloc = replace(alloc, replicas=_live_replicas(usage.series, pods))
+        alloc = replace(alloc, replicas=presence.live_replicas(pods))
         source = "kube-state-metrics" if isinstance(req, PodRequests) else "dcgm"
         wl = Workload(ref, alloc, pods=tuple(p.split("/", 1)[1] for p in pods), source=source,
                       notes=tuple(notes.get(ref, ())))
-        out.append(enrich(wl, usage))
+        out.append(enrich(wl, index))
     return out
 
 
-def enrich(workload: Workload, usage: PodUsage) -> Workload:
+def enrich(workload: Workload, index: FactIndex) -> Workload:
     """Fill what the spec cannot say (GPU product, device memory, KV capacity) from metrics."""
-    keys = [pod_key(workload.ref.namespace, p) for p in workload.pods]
-    found = _first([*usage.devices, *usage.vllm], keys)
+    found = _first(index, [pod_key(workload.ref.namespace, p) for p in workload.pods])
     alloc, wl = workload.allocation, workload
     dev = found.get(PodDevices)
     if isinstance(dev, PodDevices):
@@ -246,7 +267,8 @@ def assemble(usage: PodUsage, workloads: Sequence[Workload] | None, start: datet
     if workloads is None:
         found = workloads_from_pods(usage, mapping, notes)
     else:
-        found = [enrich(w, usage) for w in known]
+        index = index_facts(usage)
+        found = [enrich(w, index) for w in known]
         orphans = sorted({ref for ref in mapping.values()} - {w.ref for w in known})
         mapping = {k: r for k, r in mapping.items() if r not in orphans}
     warnings = list(usage.warnings)

@@ -150,6 +150,11 @@ class PromServer:
         """``web_config``: YAML for ``--web.config.file`` (e.g. ``basic_auth_users``); ``extra_args`` are appended."""
         return cls(Path(data_dir), extra_args, web_config)
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (benchmarks read its CPU and memory from /proc)."""
+        return self._proc.pid if self._proc is not None else None
+
     def __enter__(self) -> PromServer:
         near = self.data_dir.parent  # same filesystem, so blocks can be hard-linked
         self._tmp = tmp = Path(tempfile.mkdtemp(prefix="promfixture-", dir=near if os.access(near, os.W_OK) else None))

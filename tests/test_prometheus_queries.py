@@ -118,7 +118,7 @@ def test_owner_chain_from_kube_state_metrics() -> None:
                  series({"namespace": "a", "pod": "orphan", "owner_kind": "ReplicaSet", "owner_name": "gone-9"})]
     rs = [series({"namespace": "a", "replicaset": "web-7d", "owner_kind": "Deployment", "owner_name": "web"})]
     jobs = [series({"namespace": "a", "job_name": "cron-123", "owner_kind": "CronJob", "owner_name": "cron"})]
-    got = {o.pod: (o.kind, o.name) for o in parse.owners(pod_owner, rs, jobs)}
+    got = {o.pod: (o.kind, o.name) for o in parse.owners(*map(parse.latest, (pod_owner, rs, jobs)))}
     assert got == {"web-1": ("Deployment", "web"), "job-x": ("CronJob", "cron"), "lone": ("Pod", "lone"),
                    "orphan": ("ReplicaSet", "gone-9")}
 

@@ -9,6 +9,7 @@ pool of ``max_workers``. A query the server refuses as too large is halved and r
 from __future__ import annotations
 
 import math
+from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -97,10 +98,10 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool) -> dict[str, st
     return out
 
 
-def coarse_chunks(win: Window, p: PrometheusSettings) -> list[Chunk]:
-    """The inventory step over the whole window, cut only by the points-per-series limit (few series)."""
+def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1) -> list[Chunk]:
+    """The inventory step over the whole window, cut by the same limits as usage queries."""
     c = win.coarse
-    return queries.chunks(c.start_s, c.end_s, c.step_s, p.max_points_per_series)
+    return queries.chunks(c.start_s, c.end_s, c.step_s, queries.steps_per_chunk(series, c.step_s, p))
 
 
 def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
@@ -115,38 +116,46 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
         promql = queries.usage_query(fam.metric, scope, win.window_s)
         f = win.fine
         jobs += [Job(fam.metric, promql, c, 0) for c in queries.chunks(f.start_s, f.end_s, f.step_s, per)]
-    jobs += [Job(k, q, c, 0) for k, q in inventory_queries(scope, win, with_ksm).items() for c in coarse_chunks(win, p)]
+    pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
+    jobs += [Job(k, q, c, 0) for k, q in inventory_queries(scope, win, with_ksm).items()
+             for c in coarse_chunks(win, p, pods)]
     return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]
 
 
 def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Result], None],
              progress: Progress, task: str = TASK) -> None:
-    """Run the plan in a bounded pool; halve a query the server finds too large; stop at the first error."""
+    """Run the plan in a bounded pool; halve a query the server finds too large; stop at the first error.
+
+    At most ``max_workers`` queries are in flight and each answer is handed to ``on_result`` as soon as
+    it is read, so no more than that many decoded answers exist at once (memory).
+    """
     progress.start(task, len(jobs))
     parts = {j.origin: 1 for j in jobs}
+    waiting = deque(jobs)
     with ThreadPoolExecutor(max_workers=client.settings.max_workers, thread_name_prefix="promql") as pool:
-        def submit(job: Job) -> tuple[Future[Result], Job]:
-            c = job.chunk
-            return pool.submit(client.query_range, job.promql, c.start_s, c.end_s, c.step_s), job
-
-        pending = dict(submit(j) for j in jobs)
+        pending: dict[Future[Result], Job] = {}
         try:
-            while pending:
+            while waiting or pending:
+                while waiting and len(pending) < client.settings.max_workers:
+                    job = waiting.popleft()
+                    c = job.chunk
+                    pending[pool.submit(client.query_range, job.promql, c.start_s, c.end_s, c.step_s)] = job
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     job = pending.pop(fut)
                     try:
                         result = fut.result()
-                    except PrometheusLimitError as exc:
+                    except PrometheusLimitError:
                         halves = queries.split(job.chunk) if job.depth < MAX_SPLITS else None
                         if halves is None:
-                            raise exc from None
+                            raise
                         client.stats.count("splits")
                         parts[job.origin] += 1
-                        pending |= dict(submit(Job(job.key, job.promql, h, job.origin, job.depth + 1))
-                                        for h in halves)
+                        waiting.extendleft(Job(job.key, job.promql, h, job.origin, job.depth + 1)
+                                           for h in reversed(halves))
                         continue
                     on_result(job, result)
+                    del result
                     parts[job.origin] -= 1
                     if parts[job.origin] == 0:
                         progress.advance(task)
@@ -212,27 +221,32 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     progress.log(f"{client.url}: {len(jobs)} queries over {win.grid.n:,} steps of {win.grid.step_s:g} s "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
     acc = {fam.metric: Accumulator(win.grid) for fam in queries.FAMILIES}
-    inventory: dict[str, Result] = {}
+    device_table = parse.DeviceTable(scope.namespace_label, scope.pod_label)
+    inventory: dict[str, parse.Latest] = defaultdict(list)
 
     def on_result(job: Job, result: Result) -> None:
+        """Fold an answer in at once (usage into arrays, inventory to its latest values); keep none."""
         if job.key in acc:
             acc[job.key].add(result, scope.namespace_label, scope.pod_label)
+        elif job.key == "devices":
+            device_table.add(result)
         else:
-            inventory.setdefault(job.key, []).extend(result)
+            inventory[job.key] += parse.latest(result)
 
     run_jobs(client, jobs, on_result, progress)
     progress.log(client.stats.line())
+    inv = {k: sorted(v, key=lambda x: x[2]) for k, v in inventory.items()}  # chunks arrive in any order
     series = {metric: a.frame() for metric, a in acc.items() if a.pods}
-    devices = parse.devices(inventory.get("devices", []), scope.namespace_label, scope.pod_label)
+    devices = device_table.records()
     total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)
     if total_mib is not None:
         series[m.FB_TOTAL_MIB] = total_mib
     return PodUsage(
         series=series,
         devices=devices,
-        owners=parse.owners(*(inventory.get(k, []) for k in ("pod_owner", "rs_owner", "job_owner"))),
-        requests=parse.requests(inventory.get("requests", [])),
-        vllm=parse.vllm_info(inventory.get("cache_config", []), inventory.get("models", []),
+        owners=parse.owners(inv.get("pod_owner", []), inv.get("rs_owner", []), inv.get("job_owner", [])),
+        requests=parse.requests(inv.get("requests", [])),
+        vllm=parse.vllm_info(inv.get("cache_config", []), inv.get("models", []),
                              scope.namespace_label, scope.pod_label),
         warnings=tuple(_missing(counts)),
     )

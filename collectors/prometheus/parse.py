@@ -20,6 +20,7 @@ import pandas as pd
 from recommender.inventory import PodDevices, PodOwner, PodRequests, VllmInfo, pod_key
 
 Result = list[dict[str, Any]]
+Latest = list[tuple[dict[str, str], float, float]]  # (labels, last finite value, its time), oldest first
 
 
 @dataclass
@@ -60,16 +61,17 @@ class Accumulator:
             arr[pos[ok]] = vs[ok]
 
     def frame(self) -> pd.DataFrame:
-        """Wide frame: index = grid timestamps (UTC), one column per pod; ±Inf (e.g. quantiles) → NaN."""
+        """Wide frame: index = grid timestamps (UTC), one column per pod; ±Inf (e.g. quantiles) → NaN.
+        Empties the accumulator, so the data is held once."""
         if not self.pods:
             return pd.DataFrame(index=self.grid.index(), dtype="float64")
         keys = sorted(self.pods)
-        data = np.column_stack([self.pods[k] for k in keys])
+        data = np.column_stack([self.pods.pop(k) for k in keys])  # frees each array once copied
         data[~np.isfinite(data)] = np.nan
         return pd.DataFrame(data, index=self.grid.index(), columns=pd.Index(keys))
 
 
-def latest(result: Result) -> list[tuple[dict[str, str], float, float]]:
+def latest(result: Result) -> Latest:
     """Each series' labels with its last finite value and that value's time, oldest first, so that
     callers building a dict keep the newest value when chunks repeat a series."""
     out = []
@@ -93,56 +95,69 @@ def _device_id(labels: Mapping[str, str]) -> str:
     return f"{gpu}/{labels.get('GPU_I_ID', '')}"
 
 
-def devices(result: Result, ns_label: str, pod_label: str) -> tuple[PodDevices, ...]:
-    """What dcgm-exporter attributed to each pod: GPU product, MIG profile, device count and memory.
+class DeviceTable:
+    """What dcgm-exporter attributed to each pod, folded in chunk by chunk so no answer is kept.
 
     ``shared_with`` is the most pods seen on one device at the same time, so a rolling update that puts
     a new pod on the GPU its predecessor left is not mistaken for time-slicing.
     """
-    on_device: dict[tuple[str, float], set[str]] = defaultdict(set)
-    per_pod: dict[str, dict[str, Any]] = {}
-    for item in result:
-        labels = item.get("metric") or {}
-        ns, pod = labels.get(ns_label), labels.get(pod_label)
-        if not ns or not pod:
-            continue
-        key, dev = pod_key(ns, pod), _device_id(labels)
-        points = [(float(t), float(v)) for t, v in (item.get("values") or [item.get("value", (0, "NaN"))])]
-        finite = [(t, v) for t, v in points if math.isfinite(v)]
-        for t, _ in finite:
-            on_device[(dev, t)].add(key)
-        info = per_pod.setdefault(key, {"ns": ns, "pod": pod, "devices": set(), "product": None,
-                                        "profile": None, "mib": None, "t": -math.inf})
-        info["devices"].add(dev)
-        info["product"] = info["product"] or labels.get("modelName")
-        info["profile"] = info["profile"] or labels.get("GPU_I_PROFILE")
-        if finite and finite[-1][0] >= info["t"]:
-            info["t"], info["mib"] = finite[-1]
-    shared: dict[str, int] = defaultdict(lambda: 1)
-    for (_, _), pods in on_device.items():
-        for key in pods:
-            shared[key] = max(shared[key], len(pods))
-    return tuple(
-        PodDevices(i["ns"], i["pod"], i["product"], len(i["devices"]), i["profile"], i["mib"], shared[key])
-        for key, i in sorted(per_pod.items())
-    )
+
+    def __init__(self, ns_label: str, pod_label: str) -> None:
+        self.ns_label, self.pod_label = ns_label, pod_label
+        self.on_device: dict[tuple[str, float], set[str]] = defaultdict(set)
+        self.per_pod: dict[str, dict[str, Any]] = {}
+
+    def add(self, result: Result) -> DeviceTable:
+        for item in result:
+            labels = item.get("metric") or {}
+            ns, pod = labels.get(self.ns_label), labels.get(self.pod_label)
+            if not ns or not pod:
+                continue
+            key, dev = pod_key(ns, pod), _device_id(labels)
+            points = item.get("values") or [item.get("value", (0, "NaN"))]
+            finite = [(float(t), float(v)) for t, v in points if math.isfinite(float(v))]
+            for t, _ in finite:
+                self.on_device[(dev, t)].add(key)
+            info = self.per_pod.setdefault(key, {"ns": ns, "pod": pod, "devices": set(), "product": None,
+                                                 "profile": None, "mib": None, "t": -math.inf})
+            info["devices"].add(dev)
+            info["product"] = info["product"] or labels.get("modelName")
+            info["profile"] = info["profile"] or labels.get("GPU_I_PROFILE")
+            if finite and finite[-1][0] >= info["t"]:
+                info["t"], info["mib"] = finite[-1]
+        return self
+
+    def records(self) -> tuple[PodDevices, ...]:
+        shared: dict[str, int] = defaultdict(lambda: 1)
+        for pods in self.on_device.values():
+            for key in pods:
+                shared[key] = max(shared[key], len(pods))
+        return tuple(
+            PodDevices(i["ns"], i["pod"], i["product"], len(i["devices"]), i["profile"], i["mib"], shared[key])
+            for key, i in sorted(self.per_pod.items())
+        )
 
 
-def _owner_map(result: Result, child_label: str) -> dict[tuple[str, str], tuple[str, str]]:
+def devices(result: Result, ns_label: str, pod_label: str) -> tuple[PodDevices, ...]:
+    """:class:`DeviceTable` over one answer."""
+    return DeviceTable(ns_label, pod_label).add(result).records()
+
+
+def _owner_map(found: Latest, child_label: str) -> dict[tuple[str, str], tuple[str, str]]:
     """(namespace, child) → (owner kind, owner name) from kube_replicaset_owner / kube_job_owner."""
     out = {}
-    for labels, _, _ in latest(result):
+    for labels, _, _ in found:
         ns, child, kind = labels.get("namespace"), labels.get(child_label), labels.get("owner_kind")
         if ns and child and kind and kind != "<none>":
             out[(ns, child)] = (kind, labels.get("owner_name", ""))
     return out
 
 
-def owners(pod_owner: Result, rs_owner: Result, job_owner: Result) -> tuple[PodOwner, ...]:
+def owners(pod_owner: Latest, rs_owner: Latest, job_owner: Latest) -> tuple[PodOwner, ...]:
     """Each pod's top-level owner: ReplicaSet → Deployment, Job → CronJob, none → the bare pod."""
     rs, jobs = _owner_map(rs_owner, "replicaset"), _owner_map(job_owner, "job_name")
     found: dict[tuple[str, str], PodOwner] = {}
-    for labels, _, _ in latest(pod_owner):
+    for labels, _, _ in pod_owner:
         ns, pod = labels.get("namespace"), labels.get("pod")
         if not ns or not pod:
             continue
@@ -183,10 +198,10 @@ def resource_name(label: str) -> str | None:
     return None
 
 
-def requests(result: Result) -> tuple[PodRequests, ...]:
+def requests(found: Latest) -> tuple[PodRequests, ...]:
     """GPU resources each pod requests (summed over its containers by the query)."""
     per_pod: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for labels, value, _ in latest(result):
+    for labels, value, _ in found:
         ns, pod, name = labels.get("namespace"), labels.get("pod"), resource_name(labels.get("resource", ""))
         if ns and pod and name and value > 0:
             per_pod[(ns, pod)][name] = value
@@ -201,14 +216,14 @@ def _number(labels: Mapping[str, str], name: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def vllm_info(cache_config: Result, models: Result, ns_label: str, pod_label: str) -> tuple[VllmInfo, ...]:
+def vllm_info(cache_config: Latest, models: Latest, ns_label: str, pod_label: str) -> tuple[VllmInfo, ...]:
     """KV capacity (num_gpu_blocks x block_size) and memory fraction from vllm:cache_config_info."""
     names: dict[str, str] = {}
-    for labels, _, _ in latest(models):
+    for labels, _, _ in models:
         if labels.get(ns_label) and labels.get(pod_label) and labels.get("model_name"):
             names[pod_key(labels[ns_label], labels[pod_label])] = labels["model_name"]
     found: dict[str, VllmInfo] = {}
-    for labels, _, _ in latest(cache_config):
+    for labels, _, _ in cache_config:
         ns, pod = labels.get(ns_label), labels.get(pod_label)
         if not ns or not pod:
             continue
