@@ -194,7 +194,7 @@ def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Pro
     try:
         return _collect(client, s, window_for(start, end, p), progress, with_ksm)
     except PrometheusLimitError as exc:
-        raise PrometheusError(f"{exc}, even in {2 ** MAX_SPLITS} parts; shorten --history, select fewer "
+        raise PrometheusError(f"{exc}, even split into smaller queries; shorten --history, select fewer "
                               "namespaces (-n) or raise the server's query limits") from None
 
 
