@@ -167,6 +167,48 @@ class Bound:
     upper: float
 
 
+class WorkloadClass(StrEnum):
+    """How a workload's demand tolerates waiting: decides mechanisms, headroom and scale-to-zero."""
+
+    REAL_TIME = "real-time"  # interactive, a latency objective: MIG slice or whole GPU, headroom
+    NEAR_REAL_TIME = "near-real-time"  # tolerates seconds of queueing: MIG or MPS, less headroom
+    BATCH = "batch"  # throughput only: MPS/time-slicing, off-peak, scale to zero
+
+
+@dataclass(frozen=True)
+class Classification:
+    """A workload's class with how sure we are and why, in words.
+
+    ``source`` is ``annotation`` (the user said so: always wins), ``rule`` (strong evidence such as
+    a Job or CronJob owner) or ``model`` (the scikit-learn classifier over the demand shape).
+    """
+
+    workload_class: WorkloadClass
+    confidence: float  # 0-1
+    evidence: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A demand forecast for one metric of one workload: a mean and prediction intervals per step.
+
+    ``frame`` has a future UTC DatetimeIndex and columns ``mean``, ``lo_80``, ``hi_80``, ``lo_95``,
+    ``hi_95`` (one pair per level asked for). ``model`` is what the backtest chose; ``reasons`` say why,
+    and what was wrong with the history (gaps, too short) when the band had to be widened.
+    """
+
+    metric: str  # canonical metric name (recommender.model), or KV_TOKENS
+    model: str
+    frame: pd.DataFrame
+    reasons: tuple[str, ...] = ()
+    backtest_smape: float | None = None  # of the chosen model, on the held-out origins
+    backtest_mase: float | None = None
+
+
+KV_TOKENS = "kv_tokens"  # KV cache tokens in use: kv_usage_frac x the KV pool (a derived series)
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """What one workload should get instead, why, and what that saves.
@@ -185,6 +227,8 @@ class Recommendation:
     monthly_savings_usd: float | None = None
     risk: str = "low"  # low | medium | high: what could go wrong if applied
     history_s: float = 0.0  # how much usable history backed it
+    classification: Classification | None = None
+    forecasts: tuple[Forecast, ...] = ()
 
     @property
     def ref(self) -> WorkloadRef:
