@@ -173,6 +173,7 @@ def test_cronjob_owns_job_owns_pod_on_time_sliced_node(found: dict[str, Workload
     assert w.pods == ("nightly-embed-29000000-abcde",)
     assert (w.allocation.sharing, w.allocation.gpus, w.allocation.replicas) == (Sharing.TIME_SLICING, 1, 1)
     assert (w.allocation.gpu_product, w.allocation.device_memory_mib) == ("Tesla-T4-SHARED", 15360.0)
+    assert w.annotations["rightsizer.io/schedule"] == "0 2 * * *"  # the classifier's evidence of batch
 
 
 def test_bare_pod(found: dict[str, Workload]) -> None:

@@ -26,6 +26,7 @@ from collectors.kubernetes.client import (
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from recommender.model import Sharing, Workload, WorkloadRef
+from recommender.shape import SCHEDULE_ANNOTATION
 from recommender.progress import Progress
 from recommender.settings import Settings
 
@@ -181,6 +182,9 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
         return None
     parsed = unresolved(place(parsed, pods, listing))
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
+    schedule = ((obj or {}).get("spec") or {}).get("schedule") if key[1] == "CronJob" else None
+    if schedule:  # the classifier reads a schedule as strong evidence of batch
+        annotations.setdefault(SCHEDULE_ANNOTATION, str(schedule))
     return Workload(
         ref=WorkloadRef(*key),
         allocation=parsed.allocation,
