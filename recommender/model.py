@@ -207,6 +207,7 @@ class Forecast:
 
 
 KV_TOKENS = "kv_tokens"  # KV cache tokens in use: kv_usage_frac x the KV pool (a derived series)
+TOKENS_RATE = "tokens_per_s"  # prompt + generation tokens per second (a derived series)
 
 
 @dataclass(frozen=True)

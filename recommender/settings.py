@@ -84,6 +84,27 @@ class PolicySettings(BaseModel):
     )
 
 
+class ForecastSettings(BaseModel):
+    """Demand forecasts per workload (request rate, token throughput, KV tokens in use)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool = Field(True, description="Forecast each workload's demand (off: classes only).")
+    horizon_s: float = Field(DAY_S, gt=0, description="How far ahead to forecast, seconds.")
+    levels: tuple[int, ...] = Field((80, 95), description="Prediction-interval levels, percent.")
+    max_workloads: int = Field(
+        300, ge=0, description="Forecast at most this many workloads, those holding the most GPUs first "
+        "(about 50 ms a series: large fleets would otherwise wait minutes)."
+    )
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(not 0 < x < 100 for x in v):
+            raise ValueError("levels are percentages between 0 and 100")
+        return tuple(sorted(set(v)))
+
+
 class PriceSettings(BaseModel):
     """Money: what one GPU-hour costs, by canonical GPU model."""
 
@@ -127,4 +148,5 @@ class Settings(BaseModel):
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    forecast: ForecastSettings = Field(default_factory=ForecastSettings)
     prices: PriceSettings = Field(default_factory=PriceSettings)

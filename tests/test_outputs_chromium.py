@@ -52,7 +52,7 @@ def test_browser_renders_the_report(report: Path, tmp_path: Path) -> None:
     dom = run.stdout
     assert "GPU right-sizing report" in dom
     assert fleet_line(pf.plan()).replace("&", "&amp;") in dom  # the fleet summary
-    assert dom.count("<svg") == 6  # fleet chart + one per workload
+    assert dom.count("<svg") == 7  # fleet chart + one per workload + llama's demand forecast
     assert "a&lt;b&gt;&amp;\"c\"" in dom  # the nasty name stayed text
     assert not console_lines(run.stderr), console_lines(run.stderr)
 

@@ -77,7 +77,7 @@ def test_json_validates_against_the_schema(plan: Plan, snap: Snapshot) -> None:
     doc = json.loads(get_formatter("json")(plan, snap), parse_constant=_no_nan)
     Draft202012Validator(SCHEMA).validate(doc)
     Draft202012Validator(strict(SCHEMA)).validate(doc)
-    assert doc["schema_version"] == "1.0" and doc["generated_at"] == "2026-11-01T00:00:00Z"
+    assert doc["schema_version"] == "1.1" and doc["generated_at"] == "2026-11-01T00:00:00Z"
     assert [w["name"] for w in doc["workloads"]] == [r.ref.name for r in plan.recommendations]
 
 
@@ -142,7 +142,7 @@ def test_markdown_table_rows_keep_their_cells(plan: Plan, snap: Snapshot) -> Non
     out = get_formatter("markdown")(replace(plan, recommendations=(*plan.recommendations, piped)), snap)
     rows = [line for line in out.splitlines() if line.startswith("| ")]
     cells = {len(re.findall(r"(?<!\\)\|", row)) for row in rows}
-    assert cells == {9}, "every row of the 8-column table has 9 unescaped pipes"
+    assert cells == {11}, "every row of the 10-column table has 11 unescaped pipes"
     assert ESCAPED_NASTY.replace("&quot;", '"') in out and "<b>" not in out
 
 
@@ -174,7 +174,9 @@ def test_html_is_self_contained(page: str) -> None:
 
 
 def test_html_has_one_chart_per_charted_workload(page: str, plan: Plan) -> None:
-    assert page.count("<svg") == 1 + len(plan.recommendations)  # fleet chart + every workload (all have series)
+    forecasts = sum(1 for r in plan.recommendations if r.forecasts)
+    # fleet chart + every workload's usage (all have series) + a demand-forecast chart where there is a forecast
+    assert forecasts == 1 and page.count("<svg") == 1 + len(plan.recommendations) + forecasts
     ids = re.findall(r'\sid="([^"]+)"', page)
     assert len(ids) == len(set(ids)), "ids of inline SVGs must not collide in one page"
 
@@ -186,7 +188,7 @@ def test_html_escapes_user_data(page: str) -> None:
 
 def test_html_charts_only_the_top_n(plan: Plan, snap: Snapshot) -> None:
     page = render_html(plan, snap, top_n=2)
-    assert page.count("<svg") == 1 + 2
+    assert page.count("<svg") == 1 + 2 + 1  # fleet, the top two's usage, the forecast of the first (llama)
     assert page.count('<article class="workload"') == 2
     assert "3 more are listed in the table above without charts" in page
     assert page.count("<tr>") == 1 + len(plan.recommendations)  # header + every workload
@@ -194,9 +196,10 @@ def test_html_charts_only_the_top_n(plan: Plan, snap: Snapshot) -> None:
 
 def test_html_without_usage_series(plan: Plan, snap: Snapshot) -> None:
     no_series = render_html(plan, replace(snap, usage={}))
-    assert no_series.count("<svg") == 1 and no_series.count("no usage series for this workload") == 5
+    # the fleet chart, and llama's forecast (its bands need no history); no usage chart at all
+    assert no_series.count("<svg") == 2 and no_series.count("no usage series for this workload") == 5
     no_snapshot = render_html(plan, None)
-    assert no_snapshot.count("<svg") == 1 and "rendered without a snapshot" in no_snapshot
+    assert no_snapshot.count("<svg") == 2 and "rendered without a snapshot" in no_snapshot  # fleet + forecast
 
 
 def test_html_chart_with_one_series_only(page: str) -> None:

@@ -35,7 +35,10 @@ COLUMNS = (
     *(f"recommended_{n}" for n, _ in _ALLOC_FIELDS),
     *(f"memory_need_{b}_mib" for b in _BOUND),
     *(f"compute_need_{b}_frac" for b in _BOUND),
-    "gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk", "history_s", "reasons",
+    "gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk", "history_s",
+    "class", "class_confidence", "class_source",
+    "forecast_metric", "forecast_model", "forecast_mean", "forecast_peak", "forecast_peak_upper",
+    "reasons",
 )
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -64,8 +67,18 @@ def row(rec: Recommendation) -> dict[str, Any]:
         **_bound("compute_need", "frac", doc["compute_need_frac"]),
         **{k: doc[k] for k in ("gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk",
                                "history_s")},
+        **_demand(doc),
         "reasons": _text("; ".join(rec.reasons)),
     }
+
+
+def _demand(doc: dict[str, Any]) -> dict[str, Any]:
+    """The class, and the first demand forecast (requests/s, else tokens/s, else KV tokens)."""
+    c = doc["class"] or {}
+    f = doc["forecasts"][0] if doc["forecasts"] else {}
+    return {"class": c.get("name"), "class_confidence": c.get("confidence"), "class_source": c.get("source"),
+            "forecast_metric": f.get("metric"), "forecast_model": f.get("model"), "forecast_mean": f.get("mean"),
+            "forecast_peak": f.get("peak"), "forecast_peak_upper": f.get("peak_upper")}
 
 
 @register_formatter("csv")

@@ -19,6 +19,7 @@ from importlib.resources import files
 from recommender.model import Plan, Recommendation, Snapshot
 from recommender.outputs import charts
 from recommender.outputs import text as t
+from recommender.outputs.forecastchart import forecast_chart
 from recommender.outputs.jsondoc import SCHEMA_VERSION
 from recommender.outputs.registry import register_formatter
 from recommender.outputs.usagechart import usage_chart
@@ -87,8 +88,8 @@ def _fleet(plan: Plan) -> str:
     return f'<figure class="panel" aria-label="GPUs held vs needed per namespace">{svg}{note}</figure>'
 
 
-_COLUMNS = ("namespace", "kind/name", "current", "used", "recommended", "GPUs held→needed", "$/month",
-            "confidence", "risk", "why")
+_COLUMNS = ("namespace", "kind/name", "class", "current", "used", "recommended", "demand forecast",
+            "GPUs held→needed", "$/month", "confidence", "risk", "why")
 _NUMERIC = {"GPUs held→needed", "$/month", "confidence"}
 
 
@@ -100,10 +101,11 @@ def _row(rec: Recommendation, snapshot: Snapshot | None, anchor: str | None) -> 
                    else f'<span class="none">{e(t.recommended_text(rec))}</span>')
     why = "".join(f"<li>{e(x)}</li>" for x in rec.reasons)
     cells = (
-        f"<td>{e(ref.namespace)}</td>", f'<td class="name">{name}</td>',
+        f"<td>{e(ref.namespace)}</td>", f'<td class="name">{name}</td>', f"<td>{e(t.class_text(rec))}</td>",
         f'<td class="alloc">{e(t.alloc_text(rec.workload.allocation))}</td>',
         f"<td>{e(t.used_text(rec, snapshot))}</td>",
-        f"<td>{recommended}</td>", f'<td class="num">{e(t.gpus_text(rec))}</td>',
+        f"<td>{recommended}</td>", f"<td>{e(t.forecast_text(rec))}</td>",
+        f'<td class="num">{e(t.gpus_text(rec))}</td>',
         f'<td class="num {_savings_class(rec.monthly_savings_usd)}">{e(t.money(rec.monthly_savings_usd, ""))}</td>',
         f'<td class="num">{e(t.percent(rec.confidence) if rec.actionable else t.DASH)}</td>',
         f'<td class="risk-{e(rec.risk)}">{e(rec.risk)}</td>',
@@ -144,10 +146,22 @@ def _section(rec: Recommendation, anchor: str, snapshot: Snapshot | None) -> str
     notes = chart.notes if chart.svg else chart.notes[1:]
     notes_html = f'<ul class="chart-notes">{"".join(f"<li>{e(n)}</li>" for n in notes)}</ul>' if notes else ""
     reasons = "".join(f"<li>{e(r)}</li>" for r in rec.reasons)
+    demand = _demand(rec, anchor, snapshot)
     return (f'<article class="workload" id="{anchor}"><h3>{e(ref.namespace)} / {e(ref.kind)} / {e(ref.name)}</h3>'
             f'<div class="compare"><div class="box"><h4>Current</h4>{current}</div><div class="arrow">→</div>'
             f'<div class="box rec"><h4>Recommended</h4>{recommended}</div></div>'
-            f'{_facts(rec)}<ul class="reasons">{reasons}</ul>{figure}{notes_html}</article>')
+            f'{_facts(rec)}<ul class="reasons">{reasons}</ul>{figure}{notes_html}{demand}</article>')
+
+
+def _demand(rec: Recommendation, anchor: str, snapshot: Snapshot | None) -> str:
+    """The workload's class with its evidence, and its demand forecasts as a chart with bands."""
+    c = rec.classification
+    evidence = "".join(f"<li>{e(x)}</li>" for x in c.evidence) if c else ""
+    head = (f'<h4>Class: {e(t.class_text(rec))}</h4><ul class="reasons">{evidence}</ul>' if c else "")
+    svg = forecast_chart(rec, snapshot, f"gpu-rightsizer-{anchor}-forecast")
+    chart = (f'<h4>Demand forecast</h4><figure aria-label="demand forecast">{svg}</figure>' if svg
+             else '<p class="none">No demand forecast (see the reasons).</p>' if c else "")
+    return head + chart
 
 
 def _sections(plan: Plan, snapshot: Snapshot | None, chosen: list[Recommendation], anchors: dict[str, str]) -> str:

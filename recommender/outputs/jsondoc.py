@@ -10,14 +10,27 @@ or changing a unit, bumps the major version.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
-from recommender.model import Allocation, Bound, Plan, Recommendation, Snapshot, Summary, VllmArgs
+import pandas as pd
+
+from recommender.model import (
+    Allocation,
+    Bound,
+    Classification,
+    Forecast,
+    Plan,
+    Recommendation,
+    Snapshot,
+    Summary,
+    VllmArgs,
+)
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: class and forecasts per workload
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -76,6 +89,41 @@ def _bound(b: Bound | None, r: Callable[[float | None], float | None]) -> dict[s
     return values if values and None not in values.values() else None
 
 
+MAX_FORECAST_POINTS = 48  # per forecast in the JSON: every k-th step; `rightsizer forecast` writes them all
+demand = _rounder(3)  # demand units (requests/s, tokens/s, tokens)
+
+
+def _class(c: Classification | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {"name": c.workload_class.value, "confidence": frac(c.confidence), "source": c.source,
+            "evidence": list(c.evidence)}
+
+
+def forecast(f: Forecast) -> dict[str, Any]:
+    """One demand forecast: its model, what the backtest said, a summary and (sampled) points."""
+    frame = f.frame
+    every = max(1, math.ceil(len(frame) / MAX_FORECAST_POINTS))
+    step_s = (frame.index[1] - frame.index[0]).total_seconds() if len(frame) > 1 else None
+    sampled = frame.iloc[::every]
+    points = [{"timestamp": t.iso_utc(ts.to_pydatetime()), **{str(c): demand(float(v)) for c, v in row.items()}}
+              for ts, row in zip(pd.DatetimeIndex(sampled.index), sampled.to_dict("records"), strict=True)]
+    upper = max((c for c in frame.columns if c.startswith("hi_")), default="mean", key=lambda c: int(c[3:]))
+    return {
+        "metric": f.metric,
+        "model": f.model,
+        "reasons": list(f.reasons),
+        "backtest_smape": frac(f.backtest_smape),
+        "backtest_mase": frac(f.backtest_mase),
+        "horizon_s": secs(step_s * len(frame)) if step_s else None,
+        "mean": demand(float(frame["mean"].mean())) if len(frame) else None,
+        "peak": demand(float(frame["mean"].max())) if len(frame) else None,
+        "peak_upper": demand(float(frame[upper].max())) if len(frame) else None,
+        "points_step_s": secs(step_s * every) if step_s else None,
+        "points": points,
+    }
+
+
 def workload(rec: Recommendation) -> dict[str, Any]:
     ref = rec.ref
     return {
@@ -93,6 +141,8 @@ def workload(rec: Recommendation) -> dict[str, Any]:
         "monthly_savings_usd": usd(rec.monthly_savings_usd),
         "risk": rec.risk,
         "history_s": secs(rec.history_s),
+        "class": _class(rec.classification),
+        "forecasts": [forecast(f) for f in rec.forecasts],
     }
 
 

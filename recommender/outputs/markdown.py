@@ -15,7 +15,8 @@ from recommender.outputs.registry import register_formatter
 
 _INLINE = re.compile(r"([\\`*_\[\]|~$])")  # emphasis, code, links, cells, strikethrough, GitHub math
 _BLOCK_START = re.compile(r"^(\d*)([#+=.)-])")  # a heading, list or ordered list at the line's start
-_HEADER = ("namespace", "kind/name", "current", "used", "recommended", "GPUs held→needed", "$/month", "confidence")
+_HEADER = ("namespace", "kind/name", "class", "current", "used", "recommended", "demand forecast",
+           "GPUs held→needed", "$/month", "confidence")
 
 
 def md(value: str) -> str:
@@ -44,14 +45,14 @@ def _summary(plan: Plan) -> list[str]:
 
 def _row(rec: Recommendation, snapshot: Snapshot | None) -> str:
     ref = rec.ref
-    cells = (ref.namespace, f"{ref.kind}/{ref.name}", t.alloc_text(rec.workload.allocation),
-             t.used_text(rec, snapshot), t.recommended_text(rec), t.gpus_text(rec),
+    cells = (ref.namespace, f"{ref.kind}/{ref.name}", t.class_text(rec), t.alloc_text(rec.workload.allocation),
+             t.used_text(rec, snapshot), t.recommended_text(rec), t.forecast_text(rec), t.gpus_text(rec),
              t.money(rec.monthly_savings_usd, ""), t.percent(rec.confidence) if rec.actionable else t.DASH)
     return "| " + " | ".join(md(c) for c in cells) + " |"
 
 
 def _table(plan: Plan, snapshot: Snapshot | None) -> list[str]:
-    align = ["---"] * 5 + ["---:"] * 3
+    align = ["---"] * 7 + ["---:"] * 3
     return ["| " + " | ".join(_HEADER) + " |", "| " + " | ".join(align) + " |",
             *(_row(r, snapshot) for r in plan.recommendations)]
 

@@ -29,6 +29,7 @@ _ASCII = str.maketrans({"×": "x", "→": "->", "–": "-", "·": "|", "≥": ">
 _WIDE = (  # header, natural-width cap (None: takes what is left), justify
     ("namespace", 16, "left"),
     ("kind/name", 30, "left"),
+    ("class", 14, "left"),
     ("current", 18, "left"),
     ("used", 20, "left"),
     ("recommended", None, "left"),
@@ -41,7 +42,7 @@ MIN_RECOMMENDED = 24
 
 
 def _wide_rows(plan: Plan, snapshot: Snapshot | None) -> list[tuple[str, ...]]:
-    return [(r.ref.namespace, f"{r.ref.kind}/{r.ref.name}", t.alloc_text(r.workload.allocation),
+    return [(r.ref.namespace, f"{r.ref.kind}/{r.ref.name}", t.class_text(r), t.alloc_text(r.workload.allocation),
              t.used_text(r, snapshot), t.recommended_text(r), t.gpus_text(r), t.money(r.monthly_savings_usd, ""),
              _confidence(r)) for r in plan.recommendations]
 
@@ -69,8 +70,9 @@ def _narrow(plan: Plan, snapshot: Snapshot | None, table: Table) -> list[tuple[s
     table.add_column("recommended", overflow="fold", ratio=4)
     table.add_column("GPUs", justify="right", no_wrap=True, width=12)
     table.add_column("$/mo", justify="right", no_wrap=True, width=8)
-    return [(r.ref.key, f"{t.alloc_text(r.workload.allocation)}\nused {t.used_text(r, snapshot)}",
-             t.recommended_text(r), t.gpus_text(r), f"{t.money(r.monthly_savings_usd, '')}\n{_confidence(r)}")
+    return [(f"{r.ref.key}\n{t.class_text(r)}",
+             f"{t.alloc_text(r.workload.allocation)}\nused {t.used_text(r, snapshot)}", t.recommended_text(r),
+             t.gpus_text(r), f"{t.money(r.monthly_savings_usd, '')}\n{_confidence(r)}")
             for r in plan.recommendations]
 
 

@@ -12,7 +12,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from recommender.model import FB_USED_MIB, Allocation, Plan, Recommendation, Sharing, Snapshot
+from recommender.demand import DEMAND_METRICS, LABELS
+from recommender.model import FB_USED_MIB, Allocation, Forecast, Plan, Recommendation, Sharing, Snapshot
 
 DASH = "–"
 NO_REC = "no recommendation: "
@@ -159,3 +160,28 @@ def window_line(plan: Plan) -> str:
     span = (plan.window_end - plan.window_start).total_seconds()
     return (f"{human_utc(plan.window_start)} → {human_utc(plan.window_end)} "
             f"({duration(span)}, step {plan.step_s:g} s) · source {plan.source}")
+
+
+def class_text(rec: Recommendation) -> str:
+    """``real-time 91%``; an annotation or a rule says so instead of a probability."""
+    c = rec.classification
+    if c is None:
+        return DASH
+    how = f"{c.confidence:.0%}" if c.source == "model" else f"({c.source})"
+    return f"{c.workload_class.value} {how}"
+
+
+def main_forecast(rec: Recommendation) -> Forecast | None:
+    """The forecast a reader looks at first: requests/s, else tokens/s, else KV tokens."""
+    by_metric = {f.metric: f for f in rec.forecasts}
+    return next((by_metric[m] for m in DEMAND_METRICS if m in by_metric), None)
+
+
+def forecast_text(rec: Recommendation) -> str:
+    """``peak 14.2 requests/s (≤ 19.8)``: the forecast mean's peak and the widest band's peak."""
+    f = main_forecast(rec)
+    if f is None or f.frame.empty:
+        return DASH
+    upper = max((c for c in f.frame.columns if c.startswith("hi_")), default="mean", key=lambda c: int(c[3:]))
+    peak, top = float(f.frame["mean"].max()), float(f.frame[upper].max())
+    return f"peak {peak:,.3g} {LABELS.get(f.metric, f.metric)} (≤ {top:,.3g})"
