@@ -134,6 +134,7 @@ class Spec:
     replicas: int = 1
     util: float = 0.9  # --gpu-memory-utilization
     max_model_len: int = 8192
+    annotations: tuple[tuple[str, str], ...] = ()  # set by the user on the workload (e.g. its class)
     max_num_seqs: int = 256
 
 
@@ -158,10 +159,12 @@ SPECS = (
     Spec("search", "query-rewrite", "unknown GPU product (not in the catalogue)", "FOO", "llama-3-8b", 56),
     Spec("research", "train-ranker", "batch Job (Helios-shaped): busier by day, often idle at night", "A100",
          None, None, kind="Job", gpus=2),
-    Spec("research", "eval-harness", "bursty evaluation runs that fill the GPU, idle in between", "H100",
-         "llama-3-8b", 26, rate_scale=0.6),
-    Spec("research", "summarizer", "long documents at ~0.3 req/s: KV need, not compute, sets its size", "H100",
-         "mistral-7b", 68, tokens="long", max_model_len=32768),
+    Spec("research", "eval-harness", "bursty evaluation runs that fill the GPU, idle in between; its team "
+         "annotated it batch", "H100", "llama-3-8b", 26, rate_scale=0.6,
+         annotations=(("rightsizer.io/class", "batch"),)),
+    Spec("research", "summarizer", "long documents at ~0.3 req/s: KV need, not compute, sets its size; a 30 s "
+         "time-to-first-token objective", "H100", "mistral-7b", 68, tokens="long", max_model_len=32768,
+         annotations=(("rightsizer.io/ttft-slo-seconds", "30"),)),
 )
 MIG_3G = ("3g.40gb", 40192, 3 / 7, 0.5)  # profile, usable MiB (catalogue), SM share, gpu-equivalents max(4/8, 3/7)
 
@@ -357,7 +360,7 @@ def workload(spec: Spec, rng: np.random.Generator) -> Workload:
     return Workload(
         WorkloadRef(spec.ns, spec.kind, spec.name), allocation(spec), pods=pod_names(spec, rng),
         labels={"app.kubernetes.io/name": spec.name, "app.kubernetes.io/component": component, "team": spec.ns},
-        annotations={SCENARIO: spec.scenario}, source="demo", notes=notes,
+        annotations={SCENARIO: spec.scenario, **dict(spec.annotations)}, source="demo", notes=notes,
         kv_capacity_tokens=float(kv_capacity_tokens(spec)) if llm else None,
         served_model=llm.hf_id if llm else None)
 

@@ -93,7 +93,7 @@ class ForecastSettings(BaseModel):
     horizon_s: float = Field(DAY_S, gt=0, description="How far ahead to forecast, seconds.")
     levels: tuple[int, ...] = Field((80, 95), description="Prediction-interval levels, percent.")
     max_workloads: int = Field(
-        300, ge=0, description="Forecast at most this many workloads, those holding the most GPUs first "
+        100, ge=0, description="Forecast at most this many workloads, those holding the most GPUs first "
         "(about 50 ms a series: large fleets would otherwise wait minutes)."
     )
 

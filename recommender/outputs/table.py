@@ -29,7 +29,6 @@ _ASCII = str.maketrans({"×": "x", "→": "->", "–": "-", "·": "|", "≥": ">
 _WIDE = (  # header, natural-width cap (None: takes what is left), justify
     ("namespace", 16, "left"),
     ("kind/name", 30, "left"),
-    ("class", 14, "left"),
     ("current", 18, "left"),
     ("used", 20, "left"),
     ("recommended", None, "left"),
@@ -42,9 +41,14 @@ MIN_RECOMMENDED = 24
 
 
 def _wide_rows(plan: Plan, snapshot: Snapshot | None) -> list[tuple[str, ...]]:
-    return [(r.ref.namespace, f"{r.ref.kind}/{r.ref.name}", t.class_text(r), t.alloc_text(r.workload.allocation),
+    return [(r.ref.namespace, f"{r.ref.kind}/{r.ref.name}\n{t.class_text(r)}", t.alloc_text(r.workload.allocation),
              t.used_text(r, snapshot), t.recommended_text(r), t.gpus_text(r), t.money(r.monthly_savings_usd, ""),
              _confidence(r)) for r in plan.recommendations]
+
+
+def _lines_len(cell: str) -> int:
+    """Width of a cell that may hold several lines (kind/name over the class)."""
+    return max(cell_len(line) for line in cell.split("\n"))
 
 
 def _wide_widths(rows: list[tuple[str, ...]], width: int) -> list[int] | None:
@@ -53,7 +57,7 @@ def _wide_widths(rows: list[tuple[str, ...]], width: int) -> list[int] | None:
     Widths are set here rather than left to rich, whose shrinking crops right-hand columns once the
     widest wrappable columns tie.
     """
-    natural = [max([cell_len(h), *(cell_len(r[i]) for r in rows)]) for i, (h, _, _) in enumerate(_WIDE)]
+    natural = [max([cell_len(h), *(_lines_len(r[i]) for r in rows)]) for i, (h, _, _) in enumerate(_WIDE)]
     widths = [n if cap is None else min(n, cap) for n, (_, cap, _) in zip(natural, _WIDE, strict=True)]
     rec = _WIDE.index(next(c for c in _WIDE if c[1] is None))
     widths[rec] = min(natural[rec], width - _OVERHEAD - (sum(widths) - widths[rec]))
