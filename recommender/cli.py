@@ -16,7 +16,7 @@ import click
 from pydantic import ValidationError
 
 from recommender.errors import RightsizerError
-from recommender.settings import KubernetesSettings, PolicySettings, PrometheusSettings, Settings
+from recommender.settings import ForecastSettings, KubernetesSettings, PolicySettings, PrometheusSettings, Settings
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 FORMATS = ("table", "json", "csv", "markdown", "html")
@@ -68,6 +68,9 @@ def build_settings(opts: dict[str, Any]) -> Settings:
             policy=PolicySettings(catalogue_override=opts.get("gpu_catalogue"),
                                   models_override=opts.get("model_catalogue"),
                                   min_history_s=parse_duration(opts.get("min_history") or "24h")),
+            forecast=ForecastSettings(enabled=not opts.get("no_forecast", False),
+                                      horizon_s=parse_duration(opts.get("forecast_horizon") or "24h"),
+                                      max_workloads=opts.get("forecast_max", 100)),
         )
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -126,6 +129,10 @@ def pick_source(opts: dict[str, Any]) -> tuple[str, str | None]:
 @source_options
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (default stdout).")
+@click.option("--forecast-horizon", default="24h", show_default=True, help="How far ahead to forecast demand.")
+@click.option("--forecast-max", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Forecast at most this many workloads (those holding the most GPUs; ~50 ms a series).")
+@click.option("--no-forecast", is_flag=True, help="Classify workloads but do not forecast their demand.")
 def report(fmt: str, output: str | None, **opts: Any) -> None:
     """Dry-run report: what each GPU workload holds, uses, and should get."""
     from recommender.app import make_report
@@ -159,3 +166,39 @@ def snapshot(output: str, **opts: Any) -> None:
         fail(str(exc))
         return
     click.echo(f"wrote snapshot to {output}", err=True)
+
+
+@main.command()
+@click.argument("input_csv", metavar="CSV", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--horizon", type=click.IntRange(min=1), required=True,
+              help="Steps to forecast, in each series' own step (144 at 10-minute steps = 1 day).")
+@click.option("--level", "levels", type=click.IntRange(1, 99), multiple=True, default=(80, 95), show_default=True,
+              help="Prediction-interval level in percent (repeatable).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the forecasts here (default stdout).")
+def forecast(input_csv: str, horizon: int, levels: tuple[int, ...], output: str | None) -> None:
+    """Forecast every series of a CSV (series_id, timestamp, value) with prediction bands, as CSV.
+
+    Timestamps are unix seconds or ISO 8601 (one form per file). Each series gets the model that did
+    best in a backtest at this horizon; a series with too little history is skipped with a warning.
+    """
+    from recommender.app import RichProgress
+    from recommender.forecast.batch import forecast_many
+    from recommender.forecast.csvio import forecasts_frame, read_series_csv, write_forecasts_csv
+
+    try:
+        series = read_series_csv(sys.stdin if input_csv == "-" else input_csv)
+    except (RightsizerError, OSError) as exc:
+        fail(f"{input_csv}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
+        return
+    with RichProgress() as progress:
+        results, skipped = forecast_many(series, horizon, levels, progress)
+    for line in skipped:
+        click.echo(f"warning: {line}", err=True)
+    if not results:
+        fail(f"{input_csv}: none of its {len(series)} series could be forecast")
+    frame = forecasts_frame(results, sorted(set(levels)))
+    if output:
+        write_forecasts_csv(frame, output)
+        click.echo(f"wrote {len(frame)} rows for {len(results)} series to {output}", err=True)
+    else:
+        write_forecasts_csv(frame, sys.stdout)

@@ -1,0 +1,232 @@
+"""Forecast benchmark: rolling-origin backtest on real traces, through the same code as ``rightsizer forecast``.
+
+    python benchmarks/forecast.py                       # everything (under a minute on the 2-core machine)
+    python benchmarks/forecast.py --clients 20          # a quick run: 20 ServeGen clients per folder
+    python benchmarks/forecast.py --keep-gaps           # ServeGen's collection gaps scored as zero demand
+
+Data (``--shared``, default ``../shared/data`` or ``$GPU_RIGHTSIZER_SHARED``): ServeGen per-client request
+rates (language/m-mid and m-small as one data set, 10-minute windows, 14 days) and the Helios per-minute virtual-cluster
+series (resampled to 10-minute means, 31 days). Each data set is written as the CLI's input CSV (ServeGen
+with unix seconds, Helios with ISO 8601), read back with ``csvio.read_series_csv`` and forecast with
+``forecast_many``, exactly what the command runs. Horizons 1 h (8 origins, 6 h apart, over the last two
+days) and 24 h (3 origins: each of the last three days); each origin sees only the history before it.
+
+Metrics (``recommender.forecast.metrics``): sMAPE in percent with 0/0 = 0 (a correct zero forecast is
+perfect, a zero forecast of non-zero demand or the reverse costs 200 %); MASE = forecast MAE / in-sample
+MAE of the daily seasonal naive (inf when that scale is 0 and the forecast is not exact). Per series
+they are averaged over origins; the baseline is the seasonal naive of one day on the same cleaned
+history. Timing is the wall time of ``forecast_many`` (clean + backtest-based choice + fit + predict)
+divided by the number of series.
+
+ServeGen records its collection gaps as zeros: in 85 of the 2,016 windows more than half of the clients
+that are otherwise almost never idle read exactly 0 at once. By default those windows are dropped
+from the CSV (a gap, as Prometheus would show it) and not scored; ``--keep-gaps`` keeps them as zeros.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from recommender.forecast import SeasonalNaive, clean_series  # noqa: E402
+from recommender.forecast.batch import forecast_many  # noqa: E402
+from recommender.forecast.csvio import read_series_csv  # noqa: E402
+from recommender.forecast.metrics import mase, smape  # noqa: E402
+
+STEP_S = 600
+DAILY = 86_400 // STEP_S
+HORIZONS = {"1h": (6, 8, 36), "24h": (144, 3, 144)}  # steps, origins, spacing (steps)
+HELIOS_COLUMNS = ("running_gpu_num", "pending_gpu_num", "running_job_num")
+STEADY_MAX_ZERO_FRAC = 0.2  # clients idle at most this often are "steady": all idle at once = a gap
+GOAL_SMAPE_CUT, GOAL_MASE_SHARE, GOAL_MS = 0.15, 0.80, 50.0
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One series at one horizon: ours and the seasonal naive, averaged over origins."""
+
+    smape: float
+    mase: float
+    naive_smape: float
+    naive_mase: float
+    cover_80: float
+    cover_95: float
+    model: str
+
+
+def servegen_frame(shared: Path, clients: int | None, keep_gaps: bool) -> pd.DataFrame:
+    """One long frame (series_id, timestamp, value) of m-mid and m-small clients, gaps dropped unless kept."""
+    root = shared / "alibaba-servegen" / "data" / "language"
+    raw = {name: {p.name.removesuffix("-trace.csv"): pd.read_csv(p, header=None, usecols=[0, 1])
+                  for p in sorted((root / name).glob("chunk-*-trace.csv"))[:clients]}
+           for name in ("m-mid", "m-small")}
+    gaps = set() if keep_gaps else collection_gaps([d[1] for frames in raw.values() for d in frames.values()])
+    print(f"ServeGen: {len(gaps)} collection-gap windows dropped" if gaps else "ServeGen: gaps kept as zeros")
+    rows = [pd.DataFrame({"series_id": f"{name}/{cid}", "timestamp": d[0], "value": d[1]})[~d[0].isin(gaps)]
+            for name, frames in raw.items() for cid, d in frames.items()]
+    return pd.concat(rows, ignore_index=True)
+
+
+def collection_gaps(rates: list[pd.Series]) -> set[int]:
+    """Window starts (s) where most steady clients read exactly zero at once: the trace's own gaps."""
+    steady = [r for r in rates if (r == 0).mean() <= STEADY_MAX_ZERO_FRAC]
+    if not steady:
+        return set()
+    idle = np.mean([(r == 0).to_numpy() for r in steady], axis=0)
+    return {int(i) * STEP_S for i in np.flatnonzero(idle > 0.5)}
+
+
+def helios_frame(shared: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Per-minute VC series resampled to 10-minute means, one series per VC and column, ISO timestamps."""
+    rows = []
+    for path in sorted((shared / "helios-sensetime" / "Earth_vcs").glob("*_cluster_sequence_vc.csv")):
+        vc = path.name.split("_")[0]
+        frame = pd.read_csv(path, parse_dates=["time"]).set_index("time")[list(columns)]
+        frame = frame.resample(f"{STEP_S}s").mean()
+        for col in columns:
+            stamps = pd.DatetimeIndex(frame.index).strftime("%Y-%m-%dT%H:%M:%S")
+            rows.append(pd.DataFrame({"series_id": f"{col}/{vc}", "timestamp": stamps, "value": frame[col].to_numpy()}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def via_csv(frame: pd.DataFrame, tmp: Path, name: str) -> dict[str, pd.Series]:
+    """Write the CLI's input CSV and read it back the way the CLI does."""
+    path = tmp / (name.replace("/", "_") + ".csv")
+    frame.to_csv(path, index=False)
+    return {sid: y.sort_index() for sid, y in read_series_csv(path).items()}
+
+
+def common_grid(series: dict[str, pd.Series]) -> pd.DatetimeIndex:
+    """The data set's full 10-minute grid: every series is scored on it (missing windows are NaN)."""
+    start = min(y.index[0] for y in series.values())
+    end = max(y.index[-1] for y in series.values())
+    return pd.date_range(start, end, freq=f"{STEP_S}s")
+
+
+def run_horizon(series: dict[str, pd.Series], h: int, origins: int, spacing: int) -> tuple[dict[str, Scores], float]:
+    """Backtest every series at ``origins`` origins; per-series scores and mean ms per series per call."""
+    index = common_grid(series)
+    grids = {sid: y.reindex(index) for sid, y in series.items()}
+    end = len(index)
+    per: dict[str, list[tuple[float, ...]]] = {sid: [] for sid in series}
+    models: dict[str, list[str]] = {sid: [] for sid in series}
+    elapsed, calls = 0.0, 0
+    for k in range(origins):
+        pos = end - h - (origins - 1 - k) * spacing
+        train = {sid: g.iloc[:pos].dropna() for sid, g in grids.items()}
+        t0 = time.perf_counter()
+        done, _ = forecast_many(train, h)
+        elapsed, calls = elapsed + time.perf_counter() - t0, calls + len(train)
+        for sid, fc in done:
+            per[sid].append(origin_scores(grids[sid], pos, h, fc.frame, train[sid]))
+            models[sid].append(fc.model)
+    scores = {sid: summarize(rows, models[sid]) for sid, rows in per.items() if rows}
+    return scores, 1000 * elapsed / max(calls, 1)
+
+
+def origin_scores(g: pd.Series, pos: int, h: int, frame: pd.DataFrame, train: pd.Series) -> tuple[float, ...]:
+    """sMAPE, MASE, seasonal-naive sMAPE and MASE, and band coverage at one origin."""
+    actual = g.iloc[pos: pos + h].to_numpy(dtype="float64")
+    history = clean_series(train).y
+    naive = SeasonalNaive(DAILY).fit(history).predict_mean(h)
+    insample = history.to_numpy(dtype="float64")
+    ok = np.isfinite(actual)
+    cover = [float(np.mean((frame[f"lo_{lv}"].to_numpy()[ok] <= actual[ok])
+                           & (actual[ok] <= frame[f"hi_{lv}"].to_numpy()[ok]))) if ok.any() else np.nan
+             for lv in (80, 95)]
+    mean = frame["mean"].to_numpy()
+    return (smape(actual, mean), mase(actual, mean, insample, DAILY), smape(actual, naive),
+            mase(actual, naive, insample, DAILY), *cover)
+
+
+def summarize(rows: list[tuple[float, ...]], models: list[str]) -> Scores:
+    """Mean over origins (NaN origins, with no actuals, left out); the model chosen most often."""
+    arr = np.array(rows, dtype="float64")
+    means = [np.nan if np.isnan(col).all() else float(np.nanmean(col)) for col in arr.T]
+    s, q, ns, nq, c80, c95 = means
+    return Scores(s, q, ns, nq, c80, c95, model=Counter(models).most_common(1)[0][0])
+
+
+def report(name: str, label: str, scores: dict[str, Scores], ms: float, skipped: int) -> dict[str, bool]:
+    """Print one data set x horizon block and return which goals it met."""
+    s = np.array([v.smape for v in scores.values()])
+    q = np.array([v.mase for v in scores.values()])
+    b = np.array([v.naive_smape for v in scores.values()])
+    qn = np.array([v.naive_mase for v in scores.values()])
+    keep_q = ~np.isnan(q)
+    cut = 1 - np.nanmedian(s) / np.nanmedian(b) if np.nanmedian(b) > 0 else 0.0
+    share_q = float(np.mean(q[keep_q] < 1)) if keep_q.any() else float("nan")
+    goals = {"smape": cut >= GOAL_SMAPE_CUT, "mase": share_q >= GOAL_MASE_SHARE, "time": ms <= GOAL_MS}
+    print(f"\n{name} @ {label}: {len(scores)} series ({skipped} skipped: too little history)")
+    print(f"  median sMAPE  {np.nanmedian(s):6.1f} %   seasonal naive {np.nanmedian(b):6.1f} %   "
+          f"-> {cut:+.0%} lower  [goal >= 15 %: {_met(goals['smape'])}]")
+    print(f"  median MASE   {np.nanmedian(q):6.2f}     seasonal naive {np.nanmedian(qn[~np.isnan(qn)]):6.2f}")
+    print(f"  MASE < 1      {share_q:6.0%} of {int(keep_q.sum())} series (flat history, no scale: "
+          f"{int((~keep_q).sum())} left out)  [goal >= 80 %: {_met(goals['mase'])}]")
+    ties = int(np.sum(s == b))
+    print(f"  beats seasonal naive (sMAPE) on {np.mean(s < b):.0%} of series (ties {ties}, worse {np.mean(s > b):.0%})")
+    print(f"  band coverage 80 %: {np.nanmean([v.cover_80 for v in scores.values()]):.0%}, "
+          f"95 %: {np.nanmean([v.cover_95 for v in scores.values()]):.0%}")
+    print(f"  fit + predict {ms:6.1f} ms per series (clean, backtest choice, fit, predict)  "
+          f"[goal <= 50 ms: {_met(goals['time'])}]")
+    chosen = Counter(v.model.split("(")[0] for v in scores.values())
+    print("  models chosen: " + ", ".join(f"{m} {n}" for m, n in chosen.most_common()))
+    groups = sorted({sid.split("/")[0] for sid in scores})
+    if len(groups) > 1:
+        print("  by group (median sMAPE ours / seasonal naive, MASE < 1): " + "; ".join(_group_line(g, scores)
+                                                                                      for g in groups))
+    return goals
+
+
+def _group_line(group: str, scores: dict[str, Scores]) -> str:
+    part = [v for sid, v in scores.items() if sid.split("/")[0] == group]
+    q = np.array([v.mase for v in part])
+    return (f"{group} ({len(part)}): {np.nanmedian([v.smape for v in part]):.1f} / "
+            f"{np.nanmedian([v.naive_smape for v in part]):.1f} %, {np.mean(q[~np.isnan(q)] < 1):.0%}")
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--shared", type=Path,
+                    default=Path(os.environ.get("GPU_RIGHTSIZER_SHARED", REPO.parent / "shared" / "data")))
+    ap.add_argument("--clients", type=int, default=None, help="ServeGen clients per folder (default all).")
+    ap.add_argument("--keep-gaps", action="store_true", help="Score ServeGen's collection gaps as zero demand.")
+    ap.add_argument("--helios-columns", default=",".join(HELIOS_COLUMNS), help="Helios series, comma-separated.")
+    ap.add_argument("--horizons", default="1h,24h", help="Comma-separated subset of 1h,24h.")
+    args = ap.parse_args()
+    if not (args.shared / "alibaba-servegen").is_dir() or not (args.shared / "helios-sensetime").is_dir():
+        print(f"skipped: public traces not found under {args.shared} (pass --shared PATH or set "
+              "GPU_RIGHTSIZER_SHARED)")
+        return
+    t0 = time.perf_counter()
+    frames = {"servegen": servegen_frame(args.shared, args.clients, args.keep_gaps),
+              "helios": helios_frame(args.shared, tuple(args.helios_columns.split(",")))}
+    met: list[bool] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, frame in frames.items():
+            series = via_csv(frame, Path(tmp), name)
+            for label in args.horizons.split(","):
+                h, origins, spacing = HORIZONS[label]
+                scores, ms = run_horizon(series, h, origins, spacing)
+                met += report(name, label, scores, ms, len(series) - len(scores)).values()
+    print(f"\n{sum(met)} of {len(met)} goals met; benchmark took {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
