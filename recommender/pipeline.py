@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 
 from policies.catalogue import Catalogue, load_catalogue
@@ -12,10 +13,14 @@ from policies.modelcards import ModelCards, load_model_cards
 from policies.registry import get_policy
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
+from recommender.classify import classify, load_class_model
+from recommender.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.errors import NoWorkloadsError
 from recommender.features import WorkloadFeatures, workload_features
-from recommender.model import Plan, Recommendation, Snapshot
-from recommender.settings import Settings
+from recommender.forecast import NotEnoughHistory, forecast_series
+from recommender.model import Classification, Forecast, Plan, Recommendation, Snapshot, Workload
+from recommender.settings import ForecastSettings, Settings
+from recommender.shape import demand_shape
 
 
 @contextmanager
@@ -40,11 +45,57 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
             w.ref.key: workload_features(snapshot, w, settings.policy.idle_compute_frac)
             for w in snapshot.workloads
         }
+    with _timed(timings, "classify"):
+        classes = _classes(snapshot)
+    with _timed(timings, "forecast"):
+        forecasts = _forecasts(snapshot, settings)
     with _timed(timings, "policies"):
         recs = [decide(Context(w, feats[w.ref.key], settings, catalogue, cards)) for w in snapshot.workloads]
+        recs = [_with_demand(r, classes[r.ref.key], *forecasts.get(r.ref.key, ((), ()))) for r in recs]
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
         summary = summarize(recs, (snapshot.end - snapshot.start).total_seconds(), catalogue)
     return Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
                 snapshot.warnings, timings, snapshot.source)
+
+
+def _classes(snapshot: Snapshot) -> dict[str, Classification]:
+    model = load_class_model()
+    return {w.ref.key: classify(w, demand_shape(snapshot, w), model) for w in snapshot.workloads}
+
+
+def _forecasts(snapshot: Snapshot, settings: Settings) -> dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]]:
+    """Forecasts of the workloads that hold the most GPUs (at most ``forecast.max_workloads``)."""
+    fs = settings.forecast
+    if not fs.enabled:
+        return {}
+    ranked = sorted(snapshot.workloads, key=lambda w: (-w.allocation.total_gpu_equivalents, w.ref))
+    chosen = {w.ref.key for w in ranked[:fs.max_workloads]}
+    out = {w.ref.key: forecast_workload(snapshot, w, fs) for w in snapshot.workloads if w.ref.key in chosen}
+    skipped = (f"no forecast: only the {fs.max_workloads} workloads holding the most GPUs are forecast "
+               "(--forecast-max)",)
+    return out | {w.ref.key: ((), skipped) for w in snapshot.workloads if w.ref.key not in chosen}
+
+
+def forecast_workload(snapshot: Snapshot, workload: Workload, fs: ForecastSettings
+                      ) -> tuple[tuple[Forecast, ...], tuple[str, ...]]:
+    """Every demand forecast of one workload, and a note for each one that could not be made."""
+    horizon = max(1, round(fs.horizon_s / snapshot.step_s))
+    found: list[Forecast] = []
+    notes: list[str] = []
+    for metric in DEMAND_METRICS:
+        y = demand_series(snapshot, workload, metric)
+        if y is None:
+            continue
+        try:
+            found.append(forecast_series(y, horizon, fs.levels, metric))
+        except NotEnoughHistory as exc:
+            notes.append(f"no {LABELS[metric]} forecast: {exc}")
+    return tuple(found), tuple(notes)
+
+
+def _with_demand(rec: Recommendation, cls: Classification, forecasts: tuple[Forecast, ...],
+                 notes: tuple[str, ...]) -> Recommendation:
+    """The recommendation with its workload's class and demand forecasts (and why any is missing)."""
+    return replace(rec, classification=cls, forecasts=forecasts, reasons=(*rec.reasons, *notes))

@@ -72,8 +72,8 @@ def rate_forecast() -> m.Forecast:
     mean = 12 + 4 * np.sin(2 * np.pi * np.arange(24) / 24)
     frame = pd.DataFrame({"mean": mean, "lo_80": mean - 2, "hi_80": mean + 2, "lo_95": mean - 3.5,
                           "hi_95": mean + 3.5}, index=idx)
-    return m.Forecast(m.REQUEST_RATE, "holt-winters", frame, ("chosen by backtest: sMAPE 0.18 vs 0.24 naive",),
-                      0.18, 0.72)
+    why = ("chosen by backtest: sMAPE 18% vs 24% for seasonal naive",)
+    return m.Forecast(m.REQUEST_RATE, "HoltWinters(144)", frame, why, 18.0, 0.72)
 
 
 def nasty() -> Recommendation:

@@ -26,9 +26,9 @@ from collectors.kubernetes.client import (
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from recommender.model import Sharing, Workload, WorkloadRef
-from recommender.shape import SCHEDULE_ANNOTATION
 from recommender.progress import Progress
 from recommender.settings import Settings
+from recommender.shape import SCHEDULE_ANNOTATION
 
 NAMESPACED = (
     Resource("apps", "v1", "deployments", "Deployment"),

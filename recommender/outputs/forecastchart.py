@@ -27,7 +27,7 @@ def _naive(index: pd.DatetimeIndex) -> pd.DatetimeIndex:
 
 
 def _title(f: Forecast) -> str:
-    err = f" · backtest sMAPE {f.backtest_smape:.2f}" if f.backtest_smape is not None else ""
+    err = f" · backtest sMAPE {f.backtest_smape:.0f}%" if f.backtest_smape is not None else ""
     return f"{LABELS.get(f.metric, f.metric)} · {f.model}{err}"
 
 
