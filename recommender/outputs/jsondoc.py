@@ -108,7 +108,7 @@ def forecast(f: Forecast) -> dict[str, Any]:
     sampled = frame.iloc[::every]
     points = [{"timestamp": t.iso_utc(ts.to_pydatetime()), **{str(c): demand(float(v)) for c, v in row.items()}}
               for ts, row in zip(pd.DatetimeIndex(sampled.index), sampled.to_dict("records"), strict=True)]
-    upper = max((c for c in frame.columns if c.startswith("hi_")), default="mean", key=lambda c: int(c[3:]))
+    upper = t.widest_upper(frame)
     return {
         "metric": f.metric,
         "model": f.model,
