@@ -6,7 +6,21 @@ from collections.abc import Iterator
 
 import pytest
 
+from recommender.model import Plan, Snapshot
+from tests import planfixture as pf
 from tests.promfixture import prometheus_binaries
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    """The hand-made five-workload plan the report formats are golden-tested on (tests/planfixture.py)."""
+    return pf.plan()
+
+
+@pytest.fixture(scope="module")
+def snap() -> Snapshot:
+    """The snapshot behind :func:`plan`."""
+    return pf.snapshot()
 
 
 @pytest.fixture(scope="session")

@@ -56,16 +56,6 @@ def check_golden(name: str, actual: str) -> None:
                     f"is intended, rerun with UPDATE_GOLDEN=1 and review the diff:\n{diff}")
 
 
-@pytest.fixture(scope="module")
-def plan() -> Plan:
-    return pf.plan()
-
-
-@pytest.fixture(scope="module")
-def snap() -> Snapshot:
-    return pf.snapshot()
-
-
 @pytest.mark.parametrize(("fmt", "golden"), [("json", "report.json"), ("csv", "report.csv"),
                                              ("markdown", "report.md"), ("html", "report.html")])
 def test_golden(fmt: str, golden: str, plan: Plan, snap: Snapshot) -> None:

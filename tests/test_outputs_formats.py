@@ -33,16 +33,6 @@ ESCAPED_NASTY = "a&lt;b&gt;&amp;&quot;c&quot;"
 
 
 @pytest.fixture(scope="module")
-def plan() -> Plan:
-    return pf.plan()
-
-
-@pytest.fixture(scope="module")
-def snap() -> Snapshot:
-    return pf.snapshot()
-
-
-@pytest.fixture(scope="module")
 def page(plan: Plan, snap: Snapshot) -> str:
     return render_html(plan, snap)
 
