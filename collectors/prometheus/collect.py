@@ -198,7 +198,8 @@ def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Pro
                               "namespaces (-n) or raise the server's query limits") from None
 
 
-def _census(client: PromClient, scope: Scope, win: Window, progress: Progress) -> dict[str, int]:
+def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress
+            ) -> dict[str, int]:
     """Series per exported name, most at any one time (split like any query if the server insists)."""
     counts: dict[str, int] = {}
 
@@ -207,7 +208,7 @@ def _census(client: PromClient, scope: Scope, win: Window, progress: Progress) -
             counts[name] = max(counts.get(name, 0), n)
 
     promql = queries.census_query(scope)
-    jobs = [Job("census", promql, c, i) for i, c in enumerate(coarse_chunks(win, client.settings))]
+    jobs = [Job("census", promql, c, i) for i, c in enumerate(coarse_chunks(win, p))]
     run_jobs(client, jobs, merge, progress, "counting series")
     return counts
 
@@ -216,7 +217,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     p = s.prometheus
     scope = Scope.of(s.namespaces, p)
     client.check()
-    counts = _census(client, scope, win, progress)
+    counts = _census(client, scope, win, p, progress)
     jobs = plan(counts, scope, win, p, with_ksm)
     progress.log(f"{client.url}: {len(jobs)} queries over {win.grid.n:,} steps of {win.grid.step_s:g} s "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
