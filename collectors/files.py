@@ -4,7 +4,8 @@ Why a directory of plain files: a snapshot taken from a live cluster can be repl
 laptop, a bug report), and users can bring metrics from anywhere as a CSV. Layout, format version 1:
 
 - ``snapshot.json``: the window (``start``, ``end``, ``step_s``), ``source``, ``warnings`` and every
-  workload with its full allocation, vLLM arguments, labels, annotations, notes and KV capacity.
+  workload with its full allocation, vLLM arguments, labels, annotations, notes and KV capacity,
+  and the GPU nodes (model, device count, MIG state) when known.
 - ``usage.parquet``: the usage series in LONG form, one row per (metric, workload, timestamp):
   ``metric`` (a canonical name from recommender.model), ``workload`` (``WorkloadRef.key``),
   ``timestamp`` (UTC), ``value`` (float32: 7 significant digits are plenty for metrics and halve the
@@ -33,7 +34,7 @@ from pandas.tseries.frequencies import to_offset
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from recommender.errors import SourceError
-from recommender.model import USAGE_METRICS, Snapshot, Workload
+from recommender.model import USAGE_METRICS, GpuNode, Snapshot, Workload
 
 FORMAT_VERSION = 1
 SNAPSHOT_FILE = "snapshot.json"
@@ -57,6 +58,7 @@ class _SnapshotDoc(BaseModel):
     source: str = "file"
     warnings: tuple[str, ...] = ()
     workloads: tuple[Workload, ...] = ()
+    nodes: tuple[GpuNode, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------- write
@@ -69,7 +71,8 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         doc = _SnapshotDoc(format_version=FORMAT_VERSION, start=snapshot.start.isoformat(),
                            end=snapshot.end.isoformat(), step_s=snapshot.step_s, source=snapshot.source,
-                           warnings=snapshot.warnings, workloads=snapshot.workloads)
+                           warnings=snapshot.warnings, workloads=snapshot.workloads,
+                           nodes=snapshot.nodes)
         text = json.dumps(doc.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
         (directory / SNAPSHOT_FILE).write_text(text, encoding="utf-8")
         pq.write_table(_long_table(snapshot.usage), directory / PARQUET_FILE, compression="zstd",
@@ -123,7 +126,7 @@ def read_snapshot(directory: Path) -> Snapshot:
     long, skipped = _known_metrics(long, path)
     orphans = _orphans(long, {w.ref.key for w in doc.workloads}, path)
     return Snapshot(doc.workloads, _wide(long, doc.step_s), start, end, doc.step_s,
-                    (*doc.warnings, *warnings, *skipped, *orphans), doc.source)
+                    (*doc.warnings, *warnings, *skipped, *orphans), doc.source, doc.nodes)
 
 
 def _read_doc(path: Path) -> _SnapshotDoc:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 import pandas as pd
 
@@ -97,6 +98,20 @@ class Workload:
     notes: tuple[str, ...] = ()  # caveats found while discovering it (e.g. owner inferred from pod name)
     kv_capacity_tokens: float | None = None  # vLLM num_gpu_blocks x block_size, per replica
     served_model: str | None = None  # vLLM model_name label
+    nodes: tuple[str, ...] = ()  # nodes its pods run on now (for the per-node MIG plan)
+    cold_start_s: float | None = None  # measured pod start → ready, when known
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """A GPU node as found: model, device count and its MIG state (for per-node MIG plans)."""
+
+    name: str
+    gpu_model: str | None  # canonical key; None when unknown
+    gpus: int
+    mig_config: str | None = None  # current nvidia.com/mig.config label value
+    # current per-GPU MIG devices when known (one {profile: count} per GPU index); empty: unknown/none
+    mig_devices: tuple[Mapping[str, int], ...] = ()
 
 
 # Canonical usage metric names. Collectors fill these; features and policies read them.
@@ -148,6 +163,7 @@ class Snapshot:
     step_s: float
     warnings: tuple[str, ...] = ()
     source: str = "unknown"
+    nodes: tuple[GpuNode, ...] = ()
 
     def series(self, metric: str, ref: WorkloadRef) -> pd.Series | None:
         """One workload's series for one metric, or None when absent or all-NaN."""
@@ -211,6 +227,45 @@ TOKENS_RATE = "tokens_per_s"  # prompt + generation tokens per second (a derived
 
 
 @dataclass(frozen=True)
+class ScalingPlan:
+    """Replica bounds and the autoscaler parameters derived from forecast demand and replica capacity.
+
+    ``metric`` is the demand the trigger scales on (a canonical name such as ``request_rate_per_s`` or
+    ``requests_waiting``), in that metric's units. ``target_per_replica`` is the HPA/KEDA
+    ``AverageValue`` threshold: capacity at the latency objective less the class's headroom.
+    ``activation_threshold`` wakes a scaled-to-zero workload (KEDA: active iff value > threshold).
+    """
+
+    metric: str
+    per_replica_capacity: float
+    target_per_replica: float
+    min_replicas: int
+    max_replicas: int
+    recommended_replicas: int  # for the forecast peak over the horizon (or observed peak without one)
+    activation_threshold: float
+    cooldown_s: int
+    scale_to_zero: bool
+    headroom_frac: float
+    cold_start_s: float | None
+    reasons: tuple[str, ...] = ()
+    capacity_source: str = "measured"  # measured | configured | model card
+
+
+@dataclass(frozen=True)
+class NodeMigPlan:
+    """One node's MIG layout after the change: per-GPU devices, the mig-parted config and label."""
+
+    node: str
+    gpu_model: str
+    gpus_total: int  # GPUs on the node (or needed, for a node not yet known)
+    layouts: tuple[Mapping[str, int], ...]  # {profile: count} per GPU index, in index order
+    workloads: tuple[str, ...]  # WorkloadRef keys whose slices sit here
+    config_name: str  # mig-parted config name, value of the nvidia.com/mig.config label
+    reconfigured_gpus: int  # GPUs whose layout changes (each evicts its pods: a maintenance step)
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """What one workload should get instead, why, and what that saves.
 
@@ -230,6 +285,8 @@ class Recommendation:
     history_s: float = 0.0  # how much usable history backed it
     classification: Classification | None = None
     forecasts: tuple[Forecast, ...] = ()
+    scaling: ScalingPlan | None = None
+    mechanism: str | None = None  # chosen sharing mechanism (a Sharing value), with why in reasons
 
     @property
     def ref(self) -> WorkloadRef:
@@ -265,3 +322,5 @@ class Plan:
     warnings: tuple[str, ...] = ()
     timings_s: Mapping[str, float] = field(default_factory=dict)
     source: str = "unknown"
+    mig_nodes: tuple[NodeMigPlan, ...] = ()
+    mig_parted_config: Mapping[str, Any] = field(default_factory=dict)  # version: v1 document

@@ -105,6 +105,48 @@ class ForecastSettings(BaseModel):
         return tuple(sorted(set(v)))
 
 
+class ScalingSettings(BaseModel):
+    """Replicas, scale-to-zero and the KEDA/HPA parameters derived from them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    headroom_frac: dict[str, float] = Field(
+        default_factory=lambda: {"real-time": 0.30, "near-real-time": 0.15, "batch": 0.0},
+        description="Capacity kept free per replica, by workload class.",
+    )
+    ttft_objective_s: float = Field(
+        2.0, gt=0, description="TTFT objective when a workload has no rightsizer.io/ttft-slo-seconds annotation."
+    )
+    default_cold_start_s: float = Field(
+        180.0, gt=0, description="Pod start → ready when not measured (image pull + weights load + warm-up)."
+    )
+    scale_to_zero_idle_multiple: float = Field(
+        10.0, ge=1, description="Scale to zero only where typical idle gaps are this many cold starts long."
+    )
+    max_replicas: int = Field(100, ge=1, description="Never recommend more replicas than this.")
+    polling_interval_s: int = Field(30, ge=1, description="KEDA pollingInterval the parameters assume.")
+
+
+class MechanismSettings(BaseModel):
+    """Which GPU sharing mechanisms may be recommended, cluster-wide and per namespace.
+
+    Per workload, the annotations ``rightsizer.io/mechanisms`` (allowed, comma-separated) and
+    ``rightsizer.io/mechanism`` (required) narrow this further.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    allowed: tuple[str, ...] = Field(
+        ("mig", "mps", "time-slicing", "exclusive"), description="Mechanisms that may be recommended."
+    )
+    by_namespace: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, description="Namespace → the mechanisms allowed there (narrows 'allowed')."
+    )
+    fraction_backend: str = Field(
+        "mps", description="How the cluster hands out GPU fractions: mps (device plugin), dra, hami or kai."
+    )
+
+
 class PriceSettings(BaseModel):
     """Money: what one GPU-hour costs, by canonical GPU model."""
 
@@ -149,4 +191,6 @@ class Settings(BaseModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     forecast: ForecastSettings = Field(default_factory=ForecastSettings)
+    scaling: ScalingSettings = Field(default_factory=ScalingSettings)
+    mechanisms: MechanismSettings = Field(default_factory=MechanismSettings)
     prices: PriceSettings = Field(default_factory=PriceSettings)
