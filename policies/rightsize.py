@@ -11,12 +11,23 @@ from dataclasses import dataclass, replace
 from policies.catalogue import Catalogue, GpuModel, MigProfile
 from policies.compute import compute_need
 from policies.estimators import confidence
-from policies.memory import memory_need
+from policies.mechanism import mechanisms
+from policies.memory import MemoryNeed, memory_need
 from policies.mig import smallest_profile
 from policies.modelcards import ModelCards
 from policies.registry import register_policy
+from policies.shares import size_share, time_slices
 from recommender.features import WorkloadFeatures
-from recommender.model import Allocation, Bound, Recommendation, Sharing, VllmArgs, Workload
+from recommender.model import (
+    Allocation,
+    Bound,
+    Classification,
+    Forecast,
+    Recommendation,
+    Sharing,
+    VllmArgs,
+    Workload,
+)
 from recommender.settings import Settings
 
 HOUR_S = 3600.0
@@ -31,6 +42,8 @@ class Context:
     settings: Settings
     catalogue: Catalogue
     cards: ModelCards
+    classification: Classification | None = None
+    forecasts: tuple[Forecast, ...] = ()
 
 
 def _none(ctx: Context, *reasons: str, risk: str = "low") -> Recommendation:
@@ -56,42 +69,144 @@ def _precheck(ctx: Context) -> tuple[str, ...] | GpuModel:
     return gpu
 
 
-def _vllm_fraction(ctx: Context, need_mib: float, device_mib: float) -> tuple[VllmArgs | None, str | None]:
+MIB = 1024 * 1024
+FRACTION_MECHANISMS = {"mps": Sharing.MPS, "hami": Sharing.HAMI, "kai": Sharing.KAI}
+
+
+def default_max_num_seqs(device_mib: float, gpu_key: str) -> int:
+    """vLLM's own default when --max-num-seqs is unset (reference.md §9.2): 1024 on ≥ 70 GiB non-A100
+    devices, else 256 (so a MIG slice of an H100 gets 256)."""
+    return 1024 if device_mib >= 70 * 1024 and "a100" not in gpu_key.lower() else 256
+
+
+def _vllm_args(ctx: Context, mem: MemoryNeed, device_mib: float, gpu_key: str) -> tuple[VllmArgs | None, list[str]]:
+    """``--gpu-memory-utilization`` for the memory the process sees, and ``--max-num-seqs`` where the
+    KV pool, not the scheduler, limits how many sequences can run at once."""
     vllm = ctx.workload.allocation.vllm
-    if vllm is None:
-        return None, None
+    if vllm is None or mem.bound is None:
+        return None, []
     p = ctx.settings.policy
-    frac = min(max(need_mib / device_mib, p.vllm_min_gpu_memory_utilization), p.vllm_max_gpu_memory_utilization)
-    frac = math.ceil(frac * 100) / 100
+    frac = min(max(mem.bound.target / device_mib, p.vllm_min_gpu_memory_utilization), p.vllm_max_gpu_memory_utilization)
+    frac = math.ceil(frac * 100 - 1e-9) / 100
     was = f"{vllm.gpu_memory_utilization:g}" if vllm.gpu_memory_utilization else "default"
-    return (replace(vllm, gpu_memory_utilization=frac),
-            f"vLLM --gpu-memory-utilization {was} → {frac:.2f} of {device_mib:,.0f} MiB")
+    why = [f"vLLM --gpu-memory-utilization {was} → {frac:.2f} of {device_mib:,.0f} MiB"]
+    out = replace(vllm, gpu_memory_utilization=frac)
+    per_seq = ctx.features.tokens_per_request
+    if mem.non_kv_mib is not None and mem.kv_bytes_per_token and per_seq:
+        tp = max(1, vllm.tensor_parallel_size)
+        pool_tokens = max(0.0, frac * device_mib - mem.non_kv_mib) * MIB / mem.kv_bytes_per_token * tp
+        fits = max(1, math.floor(pool_tokens / per_seq))
+        limit = vllm.max_num_seqs or default_max_num_seqs(device_mib, gpu_key)
+        if fits < limit:
+            out = replace(out, max_num_seqs=fits)
+            why.append(f"vLLM --max-num-seqs {vllm.max_num_seqs or f'default {limit}'} → {fits}: the KV pool "
+                       f"({pool_tokens:,.0f} tokens) holds {fits} sequences of the mean {per_seq:,.0f} tokens, so "
+                       "more would be preempted rather than served")
+    return out, why
 
 
-def _placement(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None
-               ) -> tuple[Allocation, float, str, MigProfile | None]:
-    """Smallest MIG slice that fits (if allowed and useful), else whole GPUs; with the device memory."""
-    w, p = ctx.workload, ctx.settings.policy
-    alloc = w.allocation
-    per_replica_devices = max(alloc.gpus, alloc.vllm.tensor_parallel_size if alloc.vllm else 1, 1)
+def _whole(ctx: Context, gpu: GpuModel) -> Allocation:
+    alloc = ctx.workload.allocation
+    devices = max(alloc.gpus, alloc.vllm.tensor_parallel_size if alloc.vllm else 1, 1)
+    return Allocation(Sharing.EXCLUSIVE, gpus=devices, gpu_model=gpu.key, gpu_product=alloc.gpu_product,
+                      device_memory_mib=gpu.memory_mib, gpu_equivalents=float(devices), replicas=alloc.replicas)
+
+
+Placed = tuple[Allocation, str, MigProfile | None]
+
+
+def _placement_memory(ctx: Context, mem: Bound) -> Bound:
+    """vLLM never gets more than ``vllm_max_gpu_memory_utilization`` of what it sees, so the slice or share
+    must hold need / that fraction, or the capped fraction would fall short of the need."""
+    if ctx.workload.allocation.vllm is None:
+        return mem
+    cap = ctx.settings.policy.vllm_max_gpu_memory_utilization
+    return Bound(mem.lower / cap, mem.target / cap, mem.upper / cap)
+
+
+def _mig(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None, base: Allocation) -> Placed | str:
+    if not gpu.supports_mig or not ctx.settings.policy.allow_mig:
+        return f"{gpu.key} has no MIG" if not gpu.supports_mig else "MIG not allowed by settings"
     need_frac = comp.target if comp else 1.0
-    base = Allocation(Sharing.EXCLUSIVE, gpus=per_replica_devices, gpu_model=gpu.key,
-                      gpu_product=alloc.gpu_product, device_memory_mib=gpu.memory_mib,
-                      gpu_equivalents=float(per_replica_devices), replicas=alloc.replicas)
-    if per_replica_devices > 1:
-        return base, gpu.memory_mib, f"multi-GPU replica ({per_replica_devices} devices) keeps its GPU count", None
-    if not gpu.supports_mig or not p.allow_mig:
-        why = f"{gpu.key} has no MIG" if not gpu.supports_mig else "MIG not allowed by settings"
-        return base, gpu.memory_mib, f"whole GPU: {why}", None
     prof = smallest_profile(gpu, mem.target, need_frac)
     if prof is None or gpu.share(prof) >= 1.0:
-        return base, gpu.memory_mib, "whole GPU: no smaller MIG slice holds the need", None
+        return "no MIG slice smaller than the GPU holds the need"
     mig = replace(base, sharing=Sharing.MIG, gpus=0, mig_profile=prof.name, mig_count=1,
                   device_memory_mib=prof.usable_mib, gpu_equivalents=gpu.share(prof))
     est = "" if prof.usable_verified else " (usable memory estimated from the name: unverified)"
-    why = (f"MIG {prof.name}: smallest {gpu.key} slice with ≥ {mem.target:,.0f} MiB "
-           f"({prof.usable_mib:,.0f} usable{est}) and ≥ {need_frac:.2f} GPU of compute")
-    return mig, prof.usable_mib, why, prof
+    return mig, (f"MIG {prof.name}: smallest {gpu.key} slice with ≥ {mem.target:,.0f} MiB "
+                 f"({prof.usable_mib:,.0f} usable{est}) and ≥ {need_frac:.2f} GPU of compute"), prof
+
+
+def _fraction(ctx: Context, mech: str, gpu: GpuModel, mem: Bound, comp: Bound | None, base: Allocation
+              ) -> Placed | str:
+    if comp is None:
+        return "compute need unknown: a share cannot be sized"
+    share = size_share(comp.target, mem.target, gpu.memory_mib)
+    if share is None:
+        return "the need is a whole GPU"
+    ms = ctx.settings.mechanisms
+    backend = ms.fraction_backend
+    seen = share.memory_mib if ms.memory_seen.get(backend, "device") == "limit" else gpu.memory_mib
+    common = dict(gpus=1, device_memory_mib=float(seen), gpu_equivalents=share.gpu_equivalents)
+    if mech == "mps":
+        alloc = replace(base, sharing=Sharing.MPS, mps_active_thread_pct=float(share.thread_pct),
+                        mps_pinned_mem_mib=float(share.memory_mib), **common)  # type: ignore[arg-type]
+        how = "DRA GpuConfig" if backend == "dra" else "CUDA MPS"
+        why = (f"{how} share: {share.thread_pct}% of the SMs and {share.memory_mib:,} MiB pinned; share the GPU "
+               f"only with MPS clients of namespace {ctx.workload.ref.namespace} (an MPS client fault takes down "
+               "every client on that GPU)")
+    elif mech == "hami":
+        alloc = replace(base, sharing=Sharing.HAMI, hami_gpumem_mib=float(share.memory_mib),
+                        hami_gpucores_pct=float(share.thread_pct), **common)  # type: ignore[arg-type]
+        why = f"HAMi share: gpumem {share.memory_mib:,} MiB, gpucores {share.thread_pct}%"
+    else:
+        frac = math.ceil(share.memory_frac * 100 - 1e-9) / 100
+        alloc = replace(base, sharing=Sharing.KAI, kai_gpu_fraction=frac, **common)  # type: ignore[arg-type]
+        why = (f"KAI gpu-fraction {frac:.2f} (memory); KAI enforces no limit, so the workload must keep itself "
+               "within it")
+    return alloc, why, None
+
+
+def _time_slicing(gpu: GpuModel, mem: Bound, comp: Bound | None, base: Allocation) -> Placed | str:
+    if comp is None:
+        return "compute need unknown: time-slices cannot be sized"
+    n = time_slices(comp.target, mem.target, gpu.memory_mib)
+    if n < 2:
+        return "compute or memory need leaves no room for a second time-sliced client"
+    alloc = replace(base, sharing=Sharing.TIME_SLICING, gpus=1, gpu_equivalents=1 / n)
+    return alloc, (f"time-slicing 1/{n} of a {gpu.key}: no memory or fault isolation, so {n} clients of "
+                   f"{mem.target:,.0f} MiB must fit side by side; device plugin replicas apply to every GPU of "
+                   "the node (keep time-sliced batch on its own node pool)"), None
+
+
+def _placement(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None
+               ) -> tuple[Allocation, list[str], MigProfile | None]:
+    """The first mechanism, in the class's order, that holds the need; else whole GPUs (always valid)."""
+    base = _whole(ctx, gpu)
+    cls = ctx.classification.workload_class if ctx.classification else None
+    choice = mechanisms(ctx.workload, cls, ctx.settings.mechanisms)
+    if choice.conflict:
+        return base, [f"whole GPU: constraints contradict: {choice.conflict}", *choice.reasons], None
+    if base.gpus > 1:
+        return base, [f"multi-GPU replica ({base.gpus} devices) keeps its GPU count"], None
+    skipped: list[str] = []
+    for mech in choice.order:
+        if mech == "exclusive":
+            why = "whole GPU" + (f" ({'; '.join(skipped)})" if skipped else "")
+            return base, [why, *choice.reasons], None
+        if mech == "mig":
+            got = _mig(ctx, gpu, mem, comp, base)
+        elif mech == "time-slicing":
+            got = _time_slicing(gpu, mem, comp, base)
+        else:
+            got = _fraction(ctx, mech, gpu, mem, comp, base)
+        if isinstance(got, str):
+            skipped.append(f"{mech}: {got}")
+            continue
+        alloc, why, prof = got
+        return alloc, [why, *choice.reasons], prof
+    return base, [f"whole GPU: no allowed mechanism fits ({'; '.join(skipped)})", *choice.reasons], None
 
 
 def _risk(ctx: Context, mem: Bound, device_mib: float, conf: float, prof: MigProfile | None) -> str:
@@ -132,15 +247,19 @@ def rightsize(ctx: Context) -> Recommendation:
     comp = compute_need(w.allocation, f, ctx.catalogue, ctx.settings.policy)
     if mem.bound is None:
         return _none(ctx, *(f"no recommendation: {r}" for r in mem.reasons))
-    alloc, device_mib, where, prof = _placement(ctx, gpu, mem.bound, comp.bound)
-    vllm, vllm_why = _vllm_fraction(ctx, mem.bound.target, device_mib)
+    alloc, where, prof = _placement(ctx, gpu, _placement_memory(ctx, mem.bound), comp.bound)
+    device_mib = alloc.device_memory_mib or gpu.memory_mib
+    vllm, vllm_why = _vllm_args(ctx, mem, device_mib, gpu.key)
     alloc = replace(alloc, vllm=vllm)
+    if alloc.sharing is Sharing.KAI and vllm and vllm.gpu_memory_utilization:  # KAI: vLLM must self-limit
+        alloc = replace(alloc, kai_gpu_fraction=max(alloc.kai_gpu_fraction or 0.0, vllm.gpu_memory_utilization))
     conf = confidence(f.history_s, f.coverage_frac, ctx.settings.policy.full_confidence_history_s)
     if comp.bound is None:
         conf = round(conf * 0.5, 3)
-    reasons = (where, *mem.reasons, *comp.reasons, *((vllm_why,) if vllm_why else ()), *w.notes)
+    reasons = (*where, *mem.reasons, *comp.reasons, *vllm_why, *w.notes)
     return Recommendation(
         w, alloc, reasons, conf, memory_need_mib=mem.bound, compute_need_frac=comp.bound,
         gpus_held=w.allocation.total_gpu_equivalents, gpus_needed=alloc.total_gpu_equivalents,
         risk=_risk(ctx, mem.bound, device_mib, conf, prof), history_s=f.history_s,
+        mechanism=alloc.sharing.value,
     )

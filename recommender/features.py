@@ -64,6 +64,19 @@ class WorkloadFeatures:
     ttft_p95_s: Quantiles | None
     idle_frac: float | None  # share of steps with engine activity <= the idle threshold and no requests
     longest_idle_s: float | None
+    tokens_per_request: float | None = None  # (prompt + generation tokens) / finished requests, whole window
+
+
+def tokens_per_request(snapshot: Snapshot, workload: Workload) -> float | None:
+    """Mean tokens a request carries (prompt + output), from the token and request rates summed over
+    the window: what one sequence holds in the KV cache on average."""
+    rate = snapshot.series(m.REQUEST_RATE, workload.ref)
+    if rate is None:
+        return None
+    tokens = sum((s.fillna(0.0).sum() for metric in (m.PROMPT_TOKENS_RATE, m.GENERATION_TOKENS_RATE)
+                  if (s := snapshot.series(metric, workload.ref)) is not None), 0.0)
+    requests = float(rate.fillna(0.0).sum())
+    return float(tokens / requests) if requests > 0 and tokens > 0 else None
 
 
 def _presence(snapshot: Snapshot, workload: Workload) -> pd.Series | None:
@@ -124,6 +137,7 @@ def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float =
         ttft_p95_s=quantiles(snapshot.series(m.TTFT_P95_S, ref)),
         idle_frac=float(idle.mean()) if has_idle and idle is not None else None,
         longest_idle_s=longest_run_s(idle, snapshot.step_s) if has_idle and idle is not None else None,
+        tokens_per_request=tokens_per_request(snapshot, workload),
     )
 
 

@@ -50,8 +50,11 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     with _timed(timings, "forecast"):
         forecasts = _forecasts(snapshot, settings)
     with _timed(timings, "policies"):
-        recs = [decide(Context(w, feats[w.ref.key], settings, catalogue, cards)) for w in snapshot.workloads]
-        recs = [_with_demand(r, classes[r.ref.key], *forecasts.get(r.ref.key, ((), ()))) for r in recs]
+        recs = []
+        for w in snapshot.workloads:
+            found, notes = forecasts.get(w.ref.key, ((), ()))
+            ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found)
+            recs.append(_with_demand(decide(ctx), classes[w.ref.key], found, notes))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DAY_S = 86_400.0
+MECHANISMS = ("mig", "mps", "time-slicing", "exclusive", "hami", "kai")
+FRACTION_BACKENDS = ("mps", "dra", "hami", "kai")
 
 
 class PrometheusSettings(BaseModel):
@@ -125,6 +127,23 @@ class ScalingSettings(BaseModel):
     )
     max_replicas: int = Field(100, ge=1, description="Never recommend more replicas than this.")
     polling_interval_s: int = Field(30, ge=1, description="KEDA pollingInterval the parameters assume.")
+    scale_to_zero_classes: tuple[str, ...] = Field(
+        ("batch",), description="Classes that may scale to zero (a request arriving at zero waits a cold start)."
+    )
+    replica_capacity_rps: float | None = Field(
+        None, gt=0, description="Requests/s one replica serves at the TTFT objective when neither measured "
+        "nor annotated (rightsizer.io/replica-capacity)."
+    )
+    capacity_quantile: float = Field(
+        0.95, gt=0, le=1, description="Quantile of the per-replica request rate, over steps that met the "
+        "TTFT objective with nothing waiting, taken as measured capacity."
+    )
+    min_capacity_steps: int = Field(
+        30, ge=1, description="Steps that met the objective needed before capacity counts as measured."
+    )
+    max_burst_frac: float = Field(
+        0.5, ge=0, description="maxReplicaCount = replicas for the larger of forecast and observed peak x (1 + this)."
+    )
 
 
 class MechanismSettings(BaseModel):
@@ -137,7 +156,7 @@ class MechanismSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     allowed: tuple[str, ...] = Field(
-        ("mig", "mps", "time-slicing", "exclusive"), description="Mechanisms that may be recommended."
+        ("mig", "mps", "time-slicing", "exclusive", "hami", "kai"), description="Mechanisms that may be recommended."
     )
     by_namespace: dict[str, tuple[str, ...]] = Field(
         default_factory=dict, description="Namespace → the mechanisms allowed there (narrows 'allowed')."
@@ -145,6 +164,28 @@ class MechanismSettings(BaseModel):
     fraction_backend: str = Field(
         "mps", description="How the cluster hands out GPU fractions: mps (device plugin), dra, hami or kai."
     )
+    memory_seen: dict[str, str] = Field(
+        default_factory=lambda: {"mps": "limit", "dra": "limit", "hami": "limit", "kai": "device"},
+        description="Per fraction backend, the memory a process sees: 'limit' (its share) or 'device' (the "
+        "whole GPU). Sets what vLLM's --gpu-memory-utilization is a fraction of. Unverified for MPS/DRA "
+        "(reference.md §9.2 marks it inferred); KAI enforces nothing, so the process sees the device.",
+    )
+    mps_max_clients: int = Field(48, ge=1, description="MPS clients per GPU (reference.md §4).")
+
+    @field_validator("allowed")
+    @classmethod
+    def _known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [x for x in v if x not in MECHANISMS]
+        if bad:
+            raise ValueError(f"unknown mechanism(s) {', '.join(bad)}; known: {', '.join(MECHANISMS)}")
+        return v
+
+    @field_validator("fraction_backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        if v not in FRACTION_BACKENDS:
+            raise ValueError(f"unknown fraction backend {v!r}; known: {', '.join(FRACTION_BACKENDS)}")
+        return v
 
 
 class PriceSettings(BaseModel):
