@@ -111,7 +111,9 @@ VLLM = VllmArgs(model="meta-llama/Meta-Llama-3-8B-Instruct", gpu_memory_utilizat
 
 
 def _vllm_snapshot(kv: float | np.ndarray = 0.10, act: float = 0.05, days: float = 14):
-    w = workload("chat", whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model)
+    # real-time by annotation: MIG or a whole GPU, never a share (tests/test_mechanism.py covers those)
+    w = workload("chat", whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model,
+                 annotations={"rightsizer.io/class": "real-time"})
     fb = 0.9 * 81920  # vLLM pre-allocates: flat at 0.9 of the device
     return snapshot([w], {m.FB_USED_MIB: {"chat": fb}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": act},
                           m.KV_USAGE_FRAC: {"chat": kv}, m.REQUESTS_RUNNING: {"chat": 2.0}}, days=days)
@@ -129,7 +131,8 @@ def test_vllm_is_sized_from_kv_in_use_not_framebuffer() -> None:
 
 
 def test_vllm_small_kv_use_gets_a_mig_slice_and_fraction() -> None:
-    w = workload("chat", whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model)
+    w = workload("chat", whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model,
+                 annotations={"rightsizer.io/class": "real-time"})
     fb = 16_000 + 37_500.0  # non-KV 16,000 MiB + the KV pool
     snap = snapshot([w], {m.FB_USED_MIB: {"chat": fb}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": 0.10},
                           m.KV_USAGE_FRAC: {"chat": 0.20}})
@@ -192,7 +195,7 @@ def test_idle_whole_window_scales_to_zero() -> None:
 
 
 def test_fleet_packs_slices_into_valid_gpus() -> None:
-    ws = [workload(f"s{i}", whole_gpu()) for i in range(4)]
+    ws = [workload(f"s{i}", whole_gpu(), annotations={"rightsizer.io/class": "real-time"}) for i in range(4)]
     series = {m.FB_USED_MIB: {f"s{i}": 7000.0 for i in range(4)},
               m.GR_ENGINE_ACTIVE_FRAC: {f"s{i}": 0.05 for i in range(4)}}
     plan = run_once(snapshot(ws, series), Settings(), END)
