@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 from collectors.registry import SourceRequest, register_source
 from policies.catalogue import load_catalogue
 from recommender.errors import ConfigError, KubernetesError
-from recommender.model import Snapshot, Workload
+from recommender.model import GpuNode, Snapshot, Workload
 from recommender.progress import Progress
 from recommender.snapshot import assemble
 
@@ -20,7 +21,7 @@ def _select(snapshot: Snapshot, namespaces: tuple[str, ...]) -> Snapshot:
     keep = tuple(w for w in snapshot.workloads if w.ref.namespace in namespaces)
     keys = {w.ref.key for w in keep}
     usage = {m: f[[c for c in f.columns if c in keys]] for m, f in snapshot.usage.items()}
-    return Snapshot(keep, usage, snapshot.start, snapshot.end, snapshot.step_s, snapshot.warnings, snapshot.source)
+    return replace(snapshot, workloads=keep, usage=usage)
 
 
 @register_source("demo")
@@ -41,16 +42,20 @@ def file(req: SourceRequest, progress: Progress) -> Snapshot:
     return _select(read_snapshot(Path(req.path)), req.settings.namespaces)
 
 
-def _cluster_workloads(req: SourceRequest, progress: Progress) -> tuple[tuple[Workload, ...] | None, str | None]:
-    """Workloads from the Kubernetes API, or None with the reason we fell back to metrics labels."""
+def _cluster_workloads(req: SourceRequest, progress: Progress
+                       ) -> tuple[tuple[Workload, ...] | None, tuple[GpuNode, ...], str | None]:
+    """Workloads and GPU nodes from the Kubernetes API, or None with the reason we fell back to metrics."""
     if not req.settings.kubernetes.enabled:
-        return None, None
-    from collectors.kubernetes import discover_workloads
+        return None, (), None
+    from collectors.kubernetes import discover_cluster
 
     try:
-        return discover_workloads(req.settings, progress), None
+        catalogue = load_catalogue(req.settings.policy.catalogue_override)
+        workloads, nodes = discover_cluster(req.settings, progress, catalogue)
+        return workloads, nodes, None
     except KubernetesError as exc:
-        return None, f"Kubernetes API not used ({exc}): workloads come from kube-state-metrics and DCGM labels"
+        why = f"Kubernetes API not used ({exc}): workloads come from kube-state-metrics and DCGM labels"
+        return None, (), why
 
 
 @register_source("prometheus")
@@ -59,7 +64,7 @@ def prometheus(req: SourceRequest, progress: Progress) -> Snapshot:
 
     s = req.settings
     start = req.end - timedelta(seconds=s.history_s)
-    workloads, why = _cluster_workloads(req, progress)
+    workloads, nodes, why = _cluster_workloads(req, progress)
     usage = collect_pod_usage(s, start, req.end, progress, with_ksm=workloads is None)
     if why:
         progress.log(f"warning: {why}")
@@ -67,4 +72,5 @@ def prometheus(req: SourceRequest, progress: Progress) -> Snapshot:
     catalogue = load_catalogue(s.policy.catalogue_override)
     step_s = step_for(s.history_s, s.prometheus)
     where = s.prometheus.url or "prometheus"
-    return assemble(usage, workloads, start, req.end, step_s, catalogue, f"prometheus {where}")
+    snap = assemble(usage, workloads, start, req.end, step_s, catalogue, f"prometheus {where}")
+    return replace(snap, nodes=nodes)

@@ -269,3 +269,34 @@ def test_owners_we_do_not_list_without_a_server() -> None:
     kai = by_key["research/Pod/kai-pending"]
     assert (kai.allocation.sharing, kai.allocation.kai_gpu_fraction) == (Sharing.KAI, None)
     assert "KAI gpu-memory=2000 MiB: fraction unknown without GPU memory" in kai.notes
+
+
+def test_cluster_nodes_and_where_pods_run(kube: KubeEmulator) -> None:
+    from collectors.kubernetes import discover_cluster
+    from policies.catalogue import load_catalogue
+
+    workloads, nodes = discover_cluster(kube.settings(), NullProgress(), load_catalogue(), kube.api_client())
+    by_name = {n.name: n for n in nodes}
+    # cpu-0 has no GPU count: not a GPU node; the T4 is not in the catalogue: model unknown, still listed
+    assert sorted(by_name) == ["gpu-a100-0", "gpu-a100-1", "gpu-a100-mig-0", "gpu-t4-0"]
+    assert (by_name["gpu-a100-mig-0"].gpu_model, by_name["gpu-a100-mig-0"].gpus) == ("A100-80GB", 8)
+    assert by_name["gpu-a100-mig-0"].mig_config == "all-balanced"
+    assert by_name["gpu-a100-0"].mig_config is None
+    lws = {w.ref.key: w for w in workloads}["llm/LeaderWorkerSet/llama-70b"]
+    assert lws.nodes == ("gpu-a100-0", "gpu-a100-1")  # leader and worker pods, each on its own node
+
+
+def test_cold_start_is_the_median_start_to_ready() -> None:
+    from collectors.kubernetes.discover import cold_start_s
+
+    def pod(start: str, ready: str | None) -> dict[str, Any]:
+        conditions = [{"type": "Ready", "status": "True", "lastTransitionTime": ready}] if ready else []
+        return {"status": {"startTime": start, "conditions": conditions}}
+
+    pods = [pod("2026-11-01T10:00:00Z", "2026-11-01T10:02:00Z"),  # 120 s
+            pod("2026-11-01T11:00:00Z", "2026-11-01T11:03:30Z"),  # 210 s
+            pod("2026-11-01T12:00:00Z", "2026-11-01T12:01:30Z"),  # 90 s → median 120 s
+            pod("2026-11-01T13:00:00Z", None)]  # never ready: not counted
+    assert cold_start_s(pods) == 120.0
+    assert cold_start_s([pod("2026-11-01T13:00:00Z", None), {"status": {}}]) is None
+    assert cold_start_s([pod("not a time", "2026-11-01T12:01:30Z")]) is None

@@ -13,13 +13,14 @@ from collectors.kubernetes.client import (
     reachable,
     server_version,
 )
-from collectors.kubernetes.discover import build_workloads, discover_workloads, list_cluster
+from collectors.kubernetes.discover import build_workloads, discover_cluster, discover_workloads, list_cluster
 from collectors.kubernetes.parse import parse_pod_spec, with_node
 
 __all__ = [
     "KubernetesDenied",
     "KubernetesNotServed",
     "build_workloads",
+    "discover_cluster",
     "discover_workloads",
     "list_cluster",
     "make_api_client",

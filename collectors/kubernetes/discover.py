@@ -10,9 +10,11 @@ is pure and tests without a server.
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -25,7 +27,8 @@ from collectors.kubernetes.client import (
     make_api_client,
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
-from recommender.model import Sharing, Workload, WorkloadRef
+from policies.catalogue import Catalogue
+from recommender.model import GpuNode, Sharing, Workload, WorkloadRef
 from recommender.progress import Progress
 from recommender.settings import Settings
 from recommender.shape import SCHEDULE_ANNOTATION
@@ -63,12 +66,25 @@ class Listing:
             self.objects[(meta.get("namespace") or "", kind, meta.get("name") or "")] = dict(item)
 
 
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # GFD
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # mig-manager (reference.md §2)
+
+
 def discover_workloads(
     settings: Settings, progress: Progress, api_client: client.ApiClient | None = None
 ) -> tuple[Workload, ...]:
     """GPU workloads in ``settings.namespaces`` (empty: all), sorted by namespace, kind, name."""
     api = api_client or make_api_client(settings.kubernetes)
     return build_workloads(list_cluster(api, settings.namespaces, settings.kubernetes.timeout_s, progress))
+
+
+def discover_cluster(
+    settings: Settings, progress: Progress, catalogue: Catalogue, api_client: client.ApiClient | None = None
+) -> tuple[tuple[Workload, ...], tuple[GpuNode, ...]]:
+    """The GPU workloads and the GPU nodes (for per-node MIG plans), from one listing."""
+    api = api_client or make_api_client(settings.kubernetes)
+    listing = list_cluster(api, settings.namespaces, settings.kubernetes.timeout_s, progress)
+    return build_workloads(listing), gpu_nodes(listing, catalogue)
 
 
 def list_cluster(
@@ -194,7 +210,41 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
         source="kubernetes",
         notes=tuple(dict.fromkeys([*notes, *parsed.notes])),
         served_model=parsed.served_model,
+        nodes=tuple(sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))})),
+        cold_start_s=cold_start_s(pods),
     )
+
+
+def _when(text: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
+
+
+def cold_start_s(pods: Sequence[Mapping[str, Any]]) -> float | None:
+    """Median seconds from pod start to Ready over pods that became ready: what scale-from-zero costs
+    (image pull, weights load, warm-up). None when no pod tells."""
+    took = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        started = _when(status.get("startTime"))
+        ready = next((_when(c.get("lastTransitionTime")) for c in status.get("conditions") or []
+                      if c.get("type") == "Ready" and c.get("status") == "True"), None)
+        if started and ready and ready >= started:
+            took.append((ready - started).total_seconds())
+    return float(statistics.median(took)) if took else None
+
+
+def gpu_nodes(listing: Listing, catalogue: Catalogue) -> tuple[GpuNode, ...]:
+    """GPU nodes from their GFD labels: model, device count and the MIG config label they carry."""
+    out = []
+    for name, labels in sorted(listing.node_labels.items()):
+        count = _int(labels.get(GPU_COUNT_LABEL), 0)
+        if count <= 0:
+            continue
+        out.append(GpuNode(name, catalogue.canonical(labels.get(PRODUCT_LABEL)), count, labels.get(MIG_CONFIG_LABEL)))
+    return tuple(out)
 
 
 def parse_controller(kind: str, obj: Mapping[str, Any]) -> ParsedSpec:
