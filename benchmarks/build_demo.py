@@ -26,7 +26,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from collectors.files import read_snapshot, write_snapshot
 from recommender import model as m
-from recommender.model import Allocation, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
+from recommender.model import Allocation, GpuNode, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
 
 # -- Window: 14 days at 10 minutes, stamped at each step's end (as a Prometheus range query is). --------
 END = datetime(2026, 11, 1, tzinfo=UTC)
@@ -362,7 +362,23 @@ def workload(spec: Spec, rng: np.random.Generator) -> Workload:
         labels={"app.kubernetes.io/name": spec.name, "app.kubernetes.io/component": component, "team": spec.ns},
         annotations={SCENARIO: spec.scenario, **dict(spec.annotations)}, source="demo", notes=notes,
         kv_capacity_tokens=float(kv_capacity_tokens(spec)) if llm else None,
-        served_model=llm.hf_id if llm else None)
+        served_model=llm.hf_id if llm else None, nodes=(node_of(spec),))
+
+
+# Where the demo's pods run: one 8-GPU node per product; the MIG workload on a node partitioned into
+# 3g.40gb pairs (mig-parted's all-3g.40gb), so the per-node MIG plan has a current layout to keep.
+NODES = (
+    GpuNode("gpu-a100-0", "A100-80GB", 8),
+    GpuNode("gpu-a100-mig-0", "A100-80GB", 8, "all-3g.40gb", tuple({"3g.40gb": 2} for _ in range(8))),
+    GpuNode("gpu-h100-0", "H100-80GB", 8),
+    GpuNode("gpu-foo-0", None, 4),
+)
+
+
+def node_of(spec: Spec) -> str:
+    if spec.sharing is Sharing.MIG:
+        return "gpu-a100-mig-0"
+    return {"A100": "gpu-a100-0", "H100": "gpu-h100-0"}.get(spec.gpu, "gpu-foo-0")
 
 
 # -- Build, write, report ---------------------------------------------------------------------------
@@ -385,7 +401,7 @@ def build(shared: Path) -> Snapshot:
             columns.setdefault(metric, {})[workloads[-1].ref.key] = np.where(traces.gaps, np.nan, values)
     usage = {metric: pd.DataFrame(columns[metric], index=index) for metric in m.USAGE_METRICS if metric in columns}
     return Snapshot(tuple(workloads), usage, END - timedelta(seconds=STEP_S * STEPS), END, float(STEP_S),
-                    (), SOURCE)
+                    (), SOURCE, NODES)
 
 
 def _stat(snapshot: Snapshot, metric: str, ref: WorkloadRef, q: float | None) -> str:

@@ -14,7 +14,7 @@ import pytest
 from collectors.files import read_snapshot, write_snapshot
 from recommender import model as m
 from recommender.errors import SourceError
-from recommender.model import Allocation, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
+from recommender.model import Allocation, GpuNode, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
 from tests.builders import END, index, whole_gpu
 
 STEP_S = 600.0
@@ -28,7 +28,7 @@ def _workloads() -> tuple[Workload, ...]:
                     pods=("assistant-7d9f8b6c5d-x2k4p", "assistant-7d9f8b6c5d-q8v7n"),
                     labels={"app.kubernetes.io/name": "assistant"}, annotations={"note": "naïve — “quoted”"},
                     source="kubernetes", notes=("owner inferred",), kv_capacity_tokens=436_224.0,
-                    served_model="llama-3-8b")
+                    served_model="llama-3-8b", nodes=("gpu-h100-0", "gpu-h100-1"), cold_start_s=142.5)
     mig = Workload(WorkloadRef("dev", "StatefulSet", "review"),
                    Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5,
                               gpu_model="A100-80GB", gpu_product="NVIDIA A100-SXM4-80GB", device_memory_mib=40192.0,
@@ -49,12 +49,14 @@ def _snapshot(start: datetime | None = None) -> Snapshot:
     usage = {m.FB_USED_MIB: pd.DataFrame(fb, index=idx, columns=keys[:2]),
              m.KV_USAGE_FRAC: pd.DataFrame(kv, index=idx, columns=[keys[0], keys[1]])}  # an all-NaN column
     begin = start or idx[0].to_pydatetime() - timedelta(seconds=STEP_S)
-    return Snapshot(_workloads(), usage, begin, END, STEP_S, ("one warning",), "test")
+    nodes = (GpuNode("gpu-h100-0", "H100-80GB", 8),
+             GpuNode("gpu-a100-mig-0", "A100-80GB", 2, "custom", ({"3g.40gb": 2}, {"1g.10gb": 7})))
+    return Snapshot(_workloads(), usage, begin, END, STEP_S, ("one warning",), "test", nodes)
 
 
 def _assert_same(a: Snapshot, b: Snapshot) -> None:
-    assert (b.workloads, b.start, b.end, b.step_s, b.warnings, b.source) == (
-        a.workloads, a.start, a.end, a.step_s, a.warnings, a.source)
+    assert (b.workloads, b.start, b.end, b.step_s, b.warnings, b.source, b.nodes) == (
+        a.workloads, a.start, a.end, a.step_s, a.warnings, a.source, a.nodes)
     assert b.start.tzinfo == a.start.tzinfo
     assert list(b.usage) == list(a.usage)
     for metric, frame in a.usage.items():
