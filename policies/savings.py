@@ -7,9 +7,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from policies.catalogue import Catalogue
-from policies.packing import pack
-from recommender.model import Recommendation, Sharing, Summary
+from policies.catalogue import Catalogue, MigProfile
+from policies.fractions import Share, pack_fractions
+from policies.packing import pack_optimal
+from recommender.model import Allocation, Recommendation, Sharing, Summary
 from recommender.settings import PriceSettings
 
 
@@ -22,22 +23,42 @@ def with_money(rec: Recommendation, prices: PriceSettings) -> Recommendation:
     return replace(rec, monthly_savings_usd=round(saved * price * prices.hours_per_month, 2))
 
 
+def _share(alloc: Allocation) -> tuple[float, float] | None:
+    """(compute, memory MiB) of one fractional replica, None when it is not a fraction."""
+    match alloc.sharing:
+        case Sharing.MPS:
+            return (alloc.mps_active_thread_pct or 100.0) / 100, alloc.mps_pinned_mem_mib or 0.0
+        case Sharing.HAMI:
+            return (alloc.hami_gpucores_pct or 100.0) / 100, alloc.hami_gpumem_mib or 0.0
+        case Sharing.KAI | Sharing.TIME_SLICING:
+            return alloc.gpu_equivalents, alloc.gpu_equivalents * (alloc.device_memory_mib or 0.0)
+    return None
+
+
 def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue) -> int:
-    """Whole GPUs the recommended fleet needs: MIG slices packed into valid layouts, the rest whole.
+    """Whole GPUs the recommended fleet needs: MIG slices packed into valid layouts (exact MILP, fewest
+    GPUs), fractional shares packed per GPU model and namespace (MPS is one trust boundary), the rest whole.
 
     Workloads without a recommendation keep what they hold (rounded up to whole GPUs per model).
     """
-    slices: dict[str, list] = defaultdict(list)
+    slices: dict[str, list[MigProfile]] = defaultdict(list)
+    shares: dict[tuple[str, str], list[Share]] = defaultdict(list)
     whole = 0.0
     for r in recs:
         alloc = r.recommended or r.workload.allocation
         gpu = catalogue.get(alloc.gpu_model)
         prof = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
+        share = _share(alloc)
         if alloc.sharing is Sharing.MIG and gpu is not None and prof is not None:
             slices[gpu.key].extend([prof] * (alloc.mig_count * alloc.replicas))
+        elif share is not None and gpu is not None and r.recommended is not None:
+            key = (gpu.key, r.ref.namespace)
+            shares[key].extend(Share(f"{r.ref.key}#{i}", share[0], share[1]) for i in range(alloc.replicas))
         else:
             whole += alloc.total_gpu_equivalents
-    packed = sum(len(pack(catalogue.gpus[k], profs)) for k, profs in slices.items())
+    packed = sum(len(pack_optimal(catalogue.gpus[k], profs)) for k, profs in slices.items())
+    packed += sum(pack_fractions(group, catalogue.gpus[model].memory_mib).n_gpus
+                  for (model, _), group in shares.items())
     return packed + math.ceil(whole - 1e-9)
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from policies.catalogue import Catalogue, load_catalogue
 from policies.modelcards import ModelCards, load_model_cards
+from policies.nodeplan import mig_demands, plan_nodes
 from policies.registry import get_policy
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
@@ -59,8 +60,11 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
         summary = summarize(recs, (snapshot.end - snapshot.start).total_seconds(), catalogue)
+    with _timed(timings, "mig_nodes"):
+        nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
     return Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
-                snapshot.warnings, timings, snapshot.source)
+                (*snapshot.warnings, *nodes.warnings), timings, snapshot.source, nodes.nodes,
+                nodes.mig_parted_config)
 
 
 def _classes(snapshot: Snapshot) -> dict[str, Classification]:

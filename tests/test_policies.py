@@ -216,3 +216,31 @@ def test_model_cards_match_common_names() -> None:
     cards = load_model_cards()
     assert cards.find("meta-llama/Llama-3.1-70B-Instruct").kv_bytes_per_token == 2 * 80 * 8 * 128 * 2  # type: ignore[union-attr]
     assert cards.find("some/unknown-model") is None
+
+
+def test_plan_has_a_per_node_mig_plan_that_validates() -> None:
+    from dataclasses import replace as _replace
+
+    from policies.miglayout import validate_layout
+    from policies.packing import place
+
+    rt = {"rightsizer.io/class": "real-time"}
+    ws = [workload(f"s{i}", whole_gpu(), annotations=rt, nodes=("gpu-a100-0",)) for i in range(3)]
+    ws.append(workload("big", whole_gpu(), annotations=rt, nodes=("gpu-a100-0",)))
+    series = {m.FB_USED_MIB: {"s0": 7000.0, "s1": 7000.0, "s2": 7000.0, "big": 70_000.0},
+              m.GR_ENGINE_ACTIVE_FRAC: {"s0": 0.05, "s1": 0.05, "s2": 0.05, "big": 0.9}}
+    snap = _replace(snapshot(ws, series), nodes=(m.GpuNode("gpu-a100-0", "A100-80GB", 4),))
+    plan = run_once(snap, Settings(), END)
+    (node,) = plan.mig_nodes
+    # three 1g.10gb slices fit one GPU; "big" keeps a whole GPU, where MIG is disabled
+    assert node.node == "gpu-a100-0" and node.gpus_total == 4
+    assert [dict(d) for d in node.layouts if d] == [{"1g.10gb": 3}]
+    assert set(node.workloads) == {"ml/Deployment/s0", "ml/Deployment/s1", "ml/Deployment/s2"}
+    gpu = CAT.gpus["A100-80GB"]
+    for devices in node.layouts:
+        profs = [p for name, n in devices.items() for p in [gpu.profile(name)] * n if p is not None]
+        layout = place(gpu, profs)
+        assert layout is not None and validate_layout(gpu, layout.placed) == []
+    configs = plan.mig_parted_config["mig-configs"]
+    assert plan.mig_parted_config["version"] == "v1" and node.config_name in configs
+    assert any(entry.get("mig-enabled") is False for entry in configs[node.config_name])
