@@ -111,7 +111,9 @@ def _pool(demands: Sequence[MigDemand]) -> dict[str, list[str]]:
 
 
 def _take(pool: dict[str, list[str]], devs: Devices) -> tuple[str, ...]:
-    return tuple(sorted({pool[name].pop(0) for name, n in devs for _ in range(n)}))
+    """Workloads whose slices these devices hold; a kept GPU may hold spare slices no workload asked for."""
+    taken = {pool[name].pop(0) for name, n in devs for _ in range(n) if pool.get(name)}
+    return tuple(sorted(taken))
 
 
 def _current(node: GpuNode, warnings: list[str]) -> list[Devices]:

@@ -12,6 +12,7 @@ from policies.catalogue import Catalogue, load_catalogue
 from policies.modelcards import ModelCards, load_model_cards
 from policies.nodeplan import mig_demands, plan_nodes
 from policies.registry import get_policy
+from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
 from recommender.classify import classify, load_class_model
@@ -19,7 +20,7 @@ from recommender.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.errors import NoWorkloadsError
 from recommender.features import WorkloadFeatures, workload_features
 from recommender.forecast import NotEnoughHistory, forecast_series
-from recommender.model import Classification, Forecast, Plan, Recommendation, Snapshot, Workload
+from recommender.model import Classification, Forecast, Plan, Recommendation, ScalingPlan, Snapshot, Workload
 from recommender.settings import ForecastSettings, Settings
 from recommender.shape import demand_shape
 
@@ -55,7 +56,9 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
         for w in snapshot.workloads:
             found, notes = forecasts.get(w.ref.key, ((), ()))
             ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found)
-            recs.append(_with_demand(decide(ctx), classes[w.ref.key], found, notes))
+            rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
+            recs.append(with_scaling(rec, scaling_plan(w, history_from_snapshot(snapshot, w), classes[w.ref.key],
+                                                       found, settings.scaling)))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
@@ -100,6 +103,17 @@ def forecast_workload(snapshot: Snapshot, workload: Workload, fs: ForecastSettin
         except NotEnoughHistory as exc:
             notes.append(f"no {LABELS[metric]} forecast: {exc}")
     return tuple(found), tuple(notes)
+
+
+def with_scaling(rec: Recommendation, found: ScalingPlan | NoScalingPlan) -> Recommendation:
+    """Attach the scaling plan (replica bounds and autoscaler parameters), or say why there is none.
+
+    The plan is advice for an autoscaler, not a fixed count: the recommendation keeps its replicas, so
+    GPUs needed and savings compare like with like (one replica's right-sizing times today's replicas).
+    """
+    if isinstance(found, NoScalingPlan):
+        return replace(rec, reasons=(*rec.reasons, *(f"no scaling plan: {r}" for r in found.reasons)))
+    return replace(rec, scaling=found)
 
 
 def _with_demand(rec: Recommendation, cls: Classification, forecasts: tuple[Forecast, ...],

@@ -1,0 +1,299 @@
+"""Replicas, scale-to-zero and the KEDA/HPA parameters, from demand and per-replica capacity.
+
+``scaling_plan`` is the one entry point: replicas = demand to size for / (capacity at the TTFT
+objective x (1 - headroom of the class)). Demand is the forecast's upper band by class (real-time
+``hi_95``, near-real-time ``hi_80``, batch ``mean``), else the observed peak / p95 / mean. Capacity is
+measured where history shows the knee (steps that met the objective beside steps that did not), else
+configured, else the measured rate as a lower bound. Scale-to-zero only for the classes in
+``ScalingSettings.scale_to_zero_classes`` (batch by default: a request that arrives at zero waits a
+whole cold start, which no real-time objective tolerates) and only when idle gaps are long against the
+cold start. KEDA's cooldown is a ski-rental threshold: at least one cold start, long enough to ride
+out the short gaps. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from recommender import model as m
+from recommender.model import Classification, Forecast, ScalingPlan, Snapshot, Workload, WorkloadClass
+from recommender.settings import ScalingSettings
+from recommender.shape import TTFT_OBJECTIVE_ANNOTATION
+
+CAPACITY_ANNOTATION = "rightsizer.io/replica-capacity"  # requests/s one replica serves at the objective
+BAND_BY_CLASS = {WorkloadClass.REAL_TIME: "hi_95", WorkloadClass.NEAR_REAL_TIME: "hi_80", WorkloadClass.BATCH: "mean"}
+OBSERVED_BY_CLASS = {WorkloadClass.REAL_TIME: 1.0, WorkloadClass.NEAR_REAL_TIME: 0.95, WorkloadClass.BATCH: -1.0}
+KEDA_DEFAULT_COOLDOWN_S = 300  # reference.md §10; only used when scaling to zero
+HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
+
+
+@dataclass(frozen=True)
+class ReplicaHistory:
+    """The series the replica policy reads, one value per step (whole workload, pods summed).
+
+    ``replicas`` is the ready replica count per step; None means the allocation's count throughout.
+    """
+
+    step_s: float
+    request_rate_per_s: pd.Series | None = None
+    ttft_p95_s: pd.Series | None = None
+    requests_waiting: pd.Series | None = None
+    replicas: pd.Series | None = None
+
+
+@dataclass(frozen=True)
+class NoScalingPlan:
+    """Why no scaling plan could be made (one line each)."""
+
+    reasons: tuple[str, ...]
+
+
+def history_from_snapshot(snapshot: Snapshot, workload: Workload) -> ReplicaHistory:
+    """The replica policy's inputs from a snapshot (replica count: the allocation's, held constant)."""
+    ref = workload.ref
+    return ReplicaHistory(snapshot.step_s, snapshot.series(m.REQUEST_RATE, ref), snapshot.series(m.TTFT_P95_S, ref),
+                          snapshot.series(m.REQUESTS_WAITING, ref))
+
+
+def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
+                 forecasts: Sequence[Forecast], settings: ScalingSettings) -> ScalingPlan | NoScalingPlan:
+    """Replica bounds and autoscaler parameters for one workload, or why there are none."""
+    cls = classification.workload_class if classification else WorkloadClass.REAL_TIME
+    why = [] if classification else ["no class: sized as real-time (the most headroom, never to zero)"]
+    objective_s, note = ttft_objective(workload, settings)
+    capacity = per_replica_capacity(workload, history, objective_s, settings)
+    demand = demand_to_size(cls, forecasts, history.request_rate_per_s)
+    if isinstance(capacity, str) or isinstance(demand, str):
+        return NoScalingPlan(tuple(x for x in (capacity, demand) if isinstance(x, str)))
+    cap, source, cap_why = capacity
+    peak, trough, observed_max, demand_why = demand
+    headroom = settings.headroom_frac.get(cls.value, 0.0)
+    target = cap * (1.0 - headroom)
+    cold_s = workload.cold_start_s or settings.default_cold_start_s
+    gaps = idle_gaps_s(history)
+    to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings)
+    recommended = replicas_for(peak, target)
+    low = 0 if to_zero else max(1, replicas_for(trough, target))
+    high = math.ceil(replicas_for(max(peak, observed_max), target) * (1.0 + settings.max_burst_frac))
+    cap_note = []
+    if recommended > settings.max_replicas:
+        cap_note = [f"{recommended} replicas needed, capped at max_replicas={settings.max_replicas}: expect queueing"]
+    recommended = min(max(recommended, low), settings.max_replicas)
+    low, high = min(low, recommended), min(max(high, recommended), settings.max_replicas)
+    cooldown, cool_why = cooldown_s(gaps, cold_s, to_zero, settings)
+    act = 1.0 / cold_s if to_zero else 0.0
+    why += [note, *cap_why, *demand_why,
+            f"target {target:.3g} req/s per replica = {cap:.3g} x (1 - {headroom:.0%} headroom for {cls.value})",
+            f"{recommended} replicas for {peak:.3g} req/s; min {low}, max {high} "
+            f"(the larger of forecast and observed peak, +{settings.max_burst_frac:.0%} for bursts)",
+            *cap_note, zero_why, cool_why]
+    if to_zero:
+        why.append(f"activation above {act:.3g} req/s: wake when the forecast expects a request within one "
+                   f"cold start ({cold_s:g} s), before the queue builds")
+    return ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=cap, target_per_replica=target,
+                       min_replicas=low, max_replicas=high, recommended_replicas=recommended,
+                       activation_threshold=act, cooldown_s=cooldown, scale_to_zero=to_zero, headroom_frac=headroom,
+                       cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source)
+
+
+def replicas_for(demand: float, target_per_replica: float) -> int:
+    """ceil(demand / target), 0 for no demand; a tiny tolerance keeps 2.0000000001 at 2."""
+    if demand <= 0:
+        return 0
+    return max(1, math.ceil(demand / target_per_replica - 1e-9))
+
+
+def ttft_objective(workload: Workload, settings: ScalingSettings) -> tuple[float, str]:
+    """The TTFT objective (seconds) from the annotation, else the settings' default, and where it came from."""
+    raw = workload.annotations.get(TTFT_OBJECTIVE_ANNOTATION)
+    value = _positive(raw)
+    if value is not None:
+        return value, f"TTFT objective {value:g} s from {TTFT_OBJECTIVE_ANNOTATION}"
+    bad = f" ({TTFT_OBJECTIVE_ANNOTATION}={raw!r} is not a positive number: ignored)" if raw is not None else ""
+    return settings.ttft_objective_s, f"TTFT objective {settings.ttft_objective_s:g} s (default){bad}"
+
+
+def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_s: float,
+                         settings: ScalingSettings) -> tuple[float, str, list[str]] | str:
+    """Requests/s one replica serves at the objective, its source and reasons; a one-line reason when unknown.
+
+    Measured: the ``capacity_quantile`` of the per-replica rate over steps that met the objective with
+    nothing waiting. It is the capacity only when other steps show the knee (the objective missed or
+    requests waiting); otherwise it is a lower bound, used only when nothing is configured.
+    """
+    configured, conf_src = _configured_capacity(workload, settings)
+    good, knee = _good_rates(workload, history, objective_s)
+    measured = None
+    if good is not None and good.size >= settings.min_capacity_steps:
+        measured = float(np.quantile(good, settings.capacity_quantile))
+    n = 0 if good is None else good.size
+    what = f"p{settings.capacity_quantile * 100:g} of the rate per replica over {n} steps that met the objective"
+    if measured and knee:
+        return measured, "measured", [f"capacity {measured:.3g} req/s per replica measured: {what}, "
+                                      "beside steps that missed it or queued"]
+    if configured:
+        return configured, "configured", [f"capacity {configured:.3g} req/s per replica from {conf_src}"]
+    if measured:
+        return measured, "lower bound", [f"capacity {measured:.3g} req/s per replica: {what}; the service never "
+                                      f"queued, so this is a lower bound (set {CAPACITY_ANNOTATION} to size tighter)"]
+    return (f"no per-replica capacity: fewer than {settings.min_capacity_steps} steps with request rate and TTFT "
+            f"that met the objective, and no {CAPACITY_ANNOTATION} annotation")
+
+
+def _configured_capacity(workload: Workload, settings: ScalingSettings) -> tuple[float | None, str]:
+    value = _positive(workload.annotations.get(CAPACITY_ANNOTATION))
+    if value is not None:
+        return value, CAPACITY_ANNOTATION
+    return settings.replica_capacity_rps, "settings (scaling.replica_capacity_rps)"
+
+
+def _good_rates(workload: Workload, history: ReplicaHistory, objective_s: float) -> tuple[np.ndarray | None, bool]:
+    """Per-replica rates at steps that met the objective with nothing waiting, and whether any step missed."""
+    rate, ttft = history.request_rate_per_s, history.ttft_p95_s
+    if rate is None or ttft is None:
+        return None, False
+    frame = pd.DataFrame({"rate": rate, "ttft": ttft})
+    waiting = history.requests_waiting
+    frame["waiting"] = 0.0 if waiting is None else waiting
+    replicas = history.replicas if history.replicas is not None else max(1, workload.allocation.replicas)
+    frame["per"] = frame["rate"] / replicas
+    frame = frame[np.isfinite(frame["rate"]) & np.isfinite(frame["ttft"]) & np.isfinite(frame["per"])]
+    ok = (frame["ttft"] <= objective_s) & (frame["waiting"].fillna(0) < 1) & (frame["rate"] > 0)
+    knee = bool(((frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)).any())
+    return frame.loc[ok, "per"].to_numpy(dtype="float64"), knee
+
+
+def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.Series | None
+                   ) -> tuple[float, float, float, list[str]] | str:
+    """(peak, trough, observed max) request rates and reasons: the forecast band by class, else observed."""
+    observed = np.array([]) if rate is None else rate.to_numpy(dtype="float64")
+    observed = observed[np.isfinite(observed)]
+    observed_max = float(observed.max()) if observed.size else 0.0
+    fc = next((f for f in forecasts if f.metric == m.REQUEST_RATE and not f.frame.empty), None)
+    if fc is not None:
+        column = _band(fc.frame, BAND_BY_CLASS[cls])
+        band = fc.frame[column].clip(lower=0.0).to_numpy(dtype="float64")
+        if np.isfinite(band).any():
+            peak, trough = float(np.nanmax(band)), float(np.nanmin(band))
+            return peak, trough, observed_max, [f"demand {peak:.3g} req/s: peak of the forecast's {column} "
+                                                f"({fc.model}) for {cls.value}"]
+    if not observed.size:
+        return "no request-rate history and no request-rate forecast: no demand to size replicas for"
+    q = OBSERVED_BY_CLASS[cls]
+    peak = float(observed.mean()) if q < 0 else float(np.quantile(observed, q))
+    what = "mean" if q < 0 else ("peak" if q >= 1 else f"p{q * 100:g}")
+    return peak, peak, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast)"]
+
+
+def _band(frame: pd.DataFrame, wanted: str) -> str:
+    """The wanted column, else the widest upper band the forecast has, else the mean."""
+    if wanted in frame.columns:
+        return wanted
+    his = sorted((c for c in frame.columns if c.startswith("hi_")), key=lambda c: int(c[3:]))
+    return his[-1] if his else "mean"
+
+
+def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:
+    """Lengths (s) of runs of steps with no requests and nothing waiting; unknown steps break a run."""
+    rate = history.request_rate_per_s
+    if rate is None:
+        return np.array([])
+    values = rate.to_numpy(dtype="float64")
+    idle = np.isfinite(values) & (values <= 0)
+    if history.requests_waiting is not None:
+        idle &= ~(history.requests_waiting.reindex(rate.index).fillna(0).to_numpy() > 0)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], idle.astype(np.int8), [0]))))
+    return (edges[1::2] - edges[::2]) * history.step_s
+
+
+def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, settings: ScalingSettings
+                  ) -> tuple[bool, str]:
+    """Whether to scale to zero, and why: the class must allow it and most idle time be in long gaps.
+
+    "Typical" gap = the time-weighted median: half of all idle time lies in gaps at least this long.
+    """
+    long_s = settings.scale_to_zero_idle_multiple * cold_start_s
+    if cls.value not in settings.scale_to_zero_classes:
+        return False, f"no scale-to-zero: {cls.value} is not in scale_to_zero_classes (a request at zero waits " \
+                      f"a {cold_start_s:g} s cold start)"
+    if gaps_s.size == 0:
+        return False, "no scale-to-zero: no idle gaps in the request history"
+    typical = _time_weighted_median(gaps_s)
+    verdict = "scale to zero" if typical >= long_s else "no scale-to-zero"
+    return typical >= long_s, (f"{verdict}: typical idle gap {typical:g} s vs {long_s:g} s "
+                               f"({settings.scale_to_zero_idle_multiple:g} cold starts of {cold_start_s:g} s)")
+
+
+def _time_weighted_median(gaps_s: np.ndarray) -> float:
+    ordered = np.sort(gaps_s)
+    share = np.cumsum(ordered) / ordered.sum()
+    return float(ordered[np.searchsorted(share, 0.5)])
+
+
+def cooldown_s(gaps_s: np.ndarray, cold_start_s: float, to_zero: bool, settings: ScalingSettings) -> tuple[int, str]:
+    """KEDA cooldownPeriod: p90 of the short gaps, clamped to [one cold start, the long-gap length].
+
+    Ski rental: holding an idle replica for one cold start costs what bringing it back costs, so never
+    less; gaps shorter than the cooldown keep the replica and avoid a cold start.
+    """
+    if not to_zero:
+        return KEDA_DEFAULT_COOLDOWN_S, f"cooldownPeriod {KEDA_DEFAULT_COOLDOWN_S} s (KEDA default; unused: min >= 1)"
+    long_s = settings.scale_to_zero_idle_multiple * cold_start_s
+    short = gaps_s[gaps_s < long_s]
+    raw = float(np.quantile(short, 0.9)) if short.size else cold_start_s
+    poll = settings.polling_interval_s
+    value = int(math.ceil(min(max(raw, cold_start_s), long_s) / poll) * poll)
+    return value, (f"cooldownPeriod {value} s: p90 of idle gaps under {long_s:g} s is {raw:g} s, kept within "
+                   f"[{cold_start_s:g} s cold start, {long_s:g} s], rounded up to the {poll} s polling interval")
+
+
+def keda_parameters(plan: ScalingPlan, query: str = 'sum(rate(vllm:request_success_total{namespace="NS"}[1m]))',
+                    server_address: str = "http://prometheus:9090", polling_interval_s: int = 30) -> dict[str, object]:
+    """A KEDA ScaledObject ``spec`` fragment (reference.md §10) with a Prometheus trigger on request rate.
+
+    Trigger metadata values are strings, as KEDA expects; ``query`` must return exactly one element.
+    """
+    return {
+        "pollingInterval": polling_interval_s,
+        "cooldownPeriod": plan.cooldown_s,
+        "minReplicaCount": plan.min_replicas,
+        "maxReplicaCount": plan.max_replicas,
+        "advanced": {"horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(plan)}},
+        "triggers": [{
+            "type": "prometheus",
+            "metricType": "AverageValue",
+            "metadata": {"serverAddress": server_address, "query": query,
+                         "threshold": f"{plan.target_per_replica:.6g}",
+                         "activationThreshold": f"{plan.activation_threshold:.6g}"},
+        }],
+    }
+
+
+def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:
+    """HPA ``behavior`` (reference.md §12): scale up at once, scale down only after one cold start.
+
+    The scale-down window is at least the HPA default of 300 s and at least the cold start (releasing a
+    replica needed again within a cold start costs more than keeping it), at most 3600 s.
+    """
+    cold = plan.cold_start_s or default_cold_start_s
+    window = int(min(HPA_MAX_WINDOW_S, max(300, math.ceil(cold))))
+    return {
+        "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                    "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
+                                 {"type": "Percent", "value": 100, "periodSeconds": 15}]},
+        "scaleDown": {"stabilizationWindowSeconds": window, "selectPolicy": "Max",
+                      "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]},
+    }
+
+
+def _positive(raw: str | None) -> float | None:
+    try:
+        value = float(raw) if raw is not None else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None

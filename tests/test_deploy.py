@@ -1,0 +1,499 @@
+"""deploy/: every overlay renders, validates offline, and keeps its promises (RBAC, ports, CRD, rules).
+
+Rendering needs ``kubectl`` (``kubectl kustomize``; CI installs Debian's kubernetes-client, kubectl
+1.20 with kustomize v2.0.3); set ``KUBECTL`` to use another binary. Built-in kinds are validated with
+kubernetes-validate against Kubernetes ``K8S_VERSION``; our own kinds against the CRD's schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from collectors.prometheus import queries
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+OVERLAYS = ("recommend", "auto", "external-metrics")
+K8S_VERSION = "1.30.0"
+NS = "gpu-rightsizer"
+SA = ("ServiceAccount", NS, "gpu-rightsizer")
+READ = {"get", "list", "watch"}
+# (apiGroup, resource) → the write verbs the controller may hold there: the whole allowlist.
+WRITES_RECOMMEND = {
+    ("", "events"): {"create"},
+    ("rightsizer.io", "gpurightsizingpolicies/status"): {"patch"},
+    ("coordination.k8s.io", "leases"): {"create", "patch"},
+}
+WRITES_AUTO = WRITES_RECOMMEND | {
+    ("apps", "deployments"): {"patch"},
+    ("apps", "statefulsets"): {"patch"},
+    ("keda.sh", "scaledobjects"): {"patch"},
+    ("", "nodes"): {"patch"},
+    ("", "pods/eviction"): {"create"},
+    ("", "configmaps"): {"patch"},
+}
+BUILTIN_ROLES = {"system:auth-delegator", "extension-apiserver-authentication-reader"}
+
+
+def _kubectl() -> str:
+    found = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    if not found:
+        pytest.skip("kubectl not on PATH (CI installs Debian's kubernetes-client); cannot render deploy/")
+    return found
+
+
+@cache
+def _render(overlay: str) -> tuple[dict[str, Any], ...]:
+    done = subprocess.run([_kubectl(), "kustomize", str(DEPLOY / "overlays" / overlay)],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        pytest.fail(f"kubectl kustomize {overlay}: {done.stderr.strip().splitlines()[-1:]}")
+    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+
+
+def _one(docs: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def _config(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    cm = _one(docs, "ConfigMap")
+    assert cm["metadata"]["name"].startswith("gpu-rightsizer-config"), cm["metadata"]["name"]
+    assert cm["metadata"]["namespace"] == NS
+    return yaml.safe_load(cm["data"]["config.yaml"])
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+# --- every overlay renders and every built-in object is valid Kubernetes -----------------------------
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_validates_against_kubernetes_schemas(overlay: str) -> None:
+    errors = []
+    for doc in _render(overlay):
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # not in kubernetes-validate's schemas: checked in the monitoring tests below
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError) as e:
+            errors.append(f"{doc['kind']}/{doc['metadata']['name']}: {type(e).__name__} {e}")
+    assert errors == []
+
+
+def test_validation_is_not_vacuous() -> None:
+    """A misspelt field must fail, or the test above proves nothing."""
+    bad = copy.deepcopy(_one(_render("recommend"), "Deployment"))
+    bad["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(("overlay", "replicas", "mode", "election", "external"), [
+    ("recommend", 1, "Recommend", False, False),
+    ("auto", 2, "Auto", True, False),  # two replicas are only safe with leader election
+    ("external-metrics", 1, "Recommend", False, True),
+])
+def test_overlay_settings(overlay: str, replicas: int, mode: str, election: bool, external: bool) -> None:
+    docs = _render(overlay)
+    config = _config(docs)
+    assert _one(docs, "Deployment")["spec"]["replicas"] == replicas
+    assert (config["mode"], config["leader_election"]["enabled"]) == (mode, election)
+    assert config["serve"]["external_metrics"] is external
+    assert any(d["kind"] == "APIService" for d in docs) is external
+    assert isinstance(config["interval_s"], int) and config["interval_s"] > 0
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_config_sections_are_valid_settings(overlay: str) -> None:
+    """The config's sections load into the settings models the controller builds from them."""
+    from recommender.settings import Settings
+
+    serve = pytest.importorskip("recommender.serve.settings", reason="recommender.serve not present")
+    config = _config(_render(overlay))
+    settings = Settings.model_validate({k: config[k] for k in ("namespaces", "history_s", "prometheus")})
+    assert settings.prometheus.url == config["prometheus"]["url"]
+    assert serve.ServeSettings.model_validate(config["serve"]).external_metrics is config["serve"]["external_metrics"]
+
+
+# --- the pod, its Service, its probes and its config agree -------------------------------------------
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_deployment_service_and_config_agree(overlay: str) -> None:
+    docs = _render(overlay)
+    dep, svc = _one(docs, "Deployment", "gpu-rightsizer"), _one(docs, "Service", "gpu-rightsizer")
+    pod = dep["spec"]["template"]
+    (ctr,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    assert set(ports) == {"http", "grpc", "https"}
+    assert {p["targetPort"] for p in svc["spec"]["ports"]} == set(ports)
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["https"] == 443  # APIServices call 443
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert ctr[probe]["httpGet"] == {"path": path, "port": "http"}
+    labels = pod["metadata"]["labels"]
+    for selector in (svc["spec"]["selector"], dep["spec"]["selector"]["matchLabels"],
+                     _one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"]):
+        assert selector.items() <= labels.items()
+    assert pod["spec"]["serviceAccountName"] in {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    # The config the pod mounts is the ConfigMap rendered here, at the path the command reads.
+    volume = next(v for v in pod["spec"]["volumes"] if "configMap" in v)
+    assert volume["configMap"]["name"] == _one(docs, "ConfigMap")["metadata"]["name"]
+    mount = next(m for m in ctr["volumeMounts"] if m["name"] == volume["name"])
+    config_path = ctr["args"][ctr["args"].index("--config") + 1]
+    assert Path(config_path).parent == Path(mount["mountPath"])
+    servers = _config(docs)["serve"]
+    assert (servers["http_port"], servers["grpc_port"], servers["https_port"]) == (
+        ports["http"], ports["grpc"], ports["https"])
+
+
+def test_pod_is_locked_down() -> None:
+    pod = _one(_render("recommend"), "Deployment")["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    sc = ctr["securityContext"]
+    assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+    assert sc["seccompProfile"]["type"] == "RuntimeDefault" == pod["securityContext"]["seccompProfile"]["type"]
+    assert {"cpu", "memory"} <= ctr["resources"]["requests"].keys()
+    assert "memory" in ctr["resources"]["limits"]
+    assert ctr["image"].startswith("ghcr.io/gpu-rightsizer/gpu-rightsizer:")
+
+
+# --- RBAC: least privilege -------------------------------------------------------------------------
+
+def _grants(docs: tuple[dict[str, Any], ...]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(role, rule) for every rule bound to our ServiceAccount; checks that every binding resolves."""
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
+             for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    out = []
+    for b in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        ref = b["roleRef"]
+        key = (ref["kind"], b["metadata"].get("namespace") if ref["kind"] == "Role" else None, ref["name"])
+        if key not in roles:
+            assert ref["name"] in BUILTIN_ROLES, f"{b['metadata']['name']} binds missing {key}"
+            continue
+        if any((s["kind"], s.get("namespace"), s["name"]) == SA for s in b["subjects"]):
+            out += [(roles[key], rule) for rule in roles[key]["rules"]]
+    return out
+
+
+@pytest.mark.parametrize(("overlay", "allowed"), [
+    ("recommend", WRITES_RECOMMEND), ("auto", WRITES_AUTO), ("external-metrics", WRITES_RECOMMEND)])
+def test_rbac_is_least_privilege(overlay: str, allowed: dict[tuple[str, str], set[str]]) -> None:
+    docs = _render(overlay)
+    grants = _grants(docs)
+    assert grants, "no rule is bound to the controller's ServiceAccount"
+    for role, rule in grants:
+        where = f"{role['kind']}/{role['metadata']['name']}"
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
+        assert "secrets" not in rule["resources"], where
+        assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"]), where
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                writes = set(rule["verbs"]) - READ
+                assert writes <= allowed.get((group, res), set()), f"{where}: {sorted(writes)} on {group}/{res}"
+                if res == "leases":  # our own namespace only
+                    assert (role["kind"], role["metadata"]["namespace"]) == ("Role", NS), where
+                if res == "configmaps":  # the mig-parted config, in the GPU Operator's namespace only
+                    assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "gpu-operator"), where
+    # Wildcards appear once: the HPA's read of external metrics (metric names are the resources).
+    for d in docs:
+        if d["kind"] in ("Role", "ClusterRole"):
+            for rule in d["rules"]:
+                if "*" in rule["resources"]:
+                    assert rule["apiGroups"] == ["external.metrics.k8s.io"] and set(rule["verbs"]) <= READ
+
+
+def test_recommend_writes_nothing_auto_needs() -> None:
+    granted = {(g, r) for role, rule in _grants(_render("recommend")) if set(rule["verbs"]) - READ
+               for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted <= WRITES_RECOMMEND.keys()
+    assert not granted & {("apps", "deployments"), ("", "nodes"), ("", "pods/eviction")}
+
+
+def _names(docs: tuple[dict[str, Any], ...], resource: str) -> set[tuple[str, str]]:
+    """(namespace, name) of every object of ``resource`` our grants are limited to by resourceNames."""
+    return {(role["metadata"].get("namespace", ""), n) for role, rule in _grants(docs)
+            if resource in rule["resources"] for n in rule.get("resourceNames", [])}
+
+
+def test_rbac_names_the_configured_lease_and_mig_configmap() -> None:
+    docs = _render("auto")
+    config = _config(docs)
+    election = config["leader_election"]
+    assert _names(docs, "leases") == {(election["lease_namespace"], election["lease_name"])}
+    assert _names(docs, "configmaps") == {tuple(config["mig"]["configmap"].split("/"))}
+
+
+def test_apiservice_points_at_our_https_port() -> None:
+    docs = _render("external-metrics")
+    api = _one(docs, "APIService")["spec"]
+    svc = _one(docs, "Service", api["service"]["name"])
+    assert (api["group"], api["version"], api["service"]["namespace"]) == ("external.metrics.k8s.io", "v1beta1", NS)
+    port = next(p for p in svc["spec"]["ports"] if p["port"] == api["service"].get("port", 443))
+    assert port["targetPort"] == "https"
+    hpa = [b for b in docs if b["kind"] == "ClusterRoleBinding"
+           and {"name": "horizontal-pod-autoscaler", "namespace": "kube-system"} in
+           [{k: s.get(k) for k in ("name", "namespace")} for s in b["subjects"]]]
+    assert len(hpa) == 1
+    reader = _one(docs, "RoleBinding", "gpu-rightsizer-auth-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"  # kustomize's namespace must not move it
+    assert _names(docs, "apiservices") == {("", _one(docs, "APIService")["metadata"]["name"])}
+
+
+def test_external_metrics_has_its_certificate() -> None:
+    docs = _render("external-metrics")
+    serve = _config(docs)["serve"]
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    secret = next(v for v in pod["volumes"] if "secret" in v)
+    mount = next(m for m in ctr["volumeMounts"] if m["name"] == secret["name"])
+    for key in ("tls_cert", "tls_key"):
+        assert Path(serve[key]).parent == Path(mount["mountPath"])
+    assert {m["mountPath"] for m in ctr["volumeMounts"]} >= {"/etc/rightsizer", mount["mountPath"]}  # patch merged
+
+
+# --- monitoring --------------------------------------------------------------------------------------
+
+def test_servicemonitor_scrapes_our_service() -> None:
+    docs = _render("recommend")
+    sm, svc = _one(docs, "ServiceMonitor"), _one(docs, "Service", "gpu-rightsizer")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert NS in sm["spec"]["namespaceSelector"]["matchNames"]
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in svc["spec"]["ports"]} and endpoint["path"] == "/metrics"
+
+
+def _rules() -> dict[str, str]:
+    doc = _load(DEPLOY / "monitoring" / "recording-rules.yaml")
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
+    return {r["record"]: r["expr"] for g in doc["spec"]["groups"] for r in g["rules"]}
+
+
+def test_recording_rules_are_what_the_recommender_queries() -> None:
+    rules = _rules()
+    for fam in queries.FAMILIES:
+        want = queries.usage_query(fam.metric, queries.Scope(()), 120)
+        got = rules.get(f"namespace_pod:{fam.metric}:2m")
+        assert got is not None and " ".join(got.split()) == want, f"update the rule for {fam.metric}: {want}"
+    assert len(rules) == len(queries.FAMILIES)
+
+
+def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian's prometheus package)")
+    doc = _load(DEPLOY / "monitoring" / "recording-rules.yaml")
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(_rules())} rules found" in done.stdout + done.stderr
+
+
+# --- the CRD: examples pass, malformed policies do not -----------------------------------------------
+
+def _crd_schema() -> dict[str, Any]:
+    crd = _load(DEPLOY / "base" / "gpurightsizingpolicy-crd.yaml")
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    return version["schema"]["openAPIV3Schema"]
+
+
+def _strict(node: Any) -> Any:
+    """The schema as `kubectl apply` enforces it: unknown fields are errors (field validation Strict)."""
+    if isinstance(node, list):
+        return [_strict(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _strict(v) for k, v in node.items()}
+    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+# OpenAPI 3.0 schema objects use draft-4 keywords (exclusiveMinimum is a boolean).
+VALIDATOR = jsonschema.Draft4Validator(_strict(_crd_schema()), format_checker=jsonschema.FormatChecker())
+POLICIES = sorted(DEPLOY.glob("examples/policy-*.yaml"))
+
+
+def _errors(doc: Any) -> list[str]:
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATOR.iter_errors(doc)]
+
+
+@pytest.mark.parametrize("path", POLICIES, ids=lambda p: p.name)
+def test_example_policies_match_the_crd(path: Path) -> None:
+    doc = _load(path)
+    assert (doc["apiVersion"], doc["kind"]) == ("rightsizer.io/v1alpha1", "GPURightsizingPolicy")
+    assert _errors(doc) == []
+
+
+def test_examples_cover_every_mode_a_selector_and_windows() -> None:
+    specs = [_load(p)["spec"] for p in POLICIES]
+    assert {s.get("mode", "Recommend") for s in specs} == {"Off", "Recommend", "Auto"}
+    assert any("selector" in s["target"] for s in specs)
+    assert any(s.get("maintenanceWindows") for s in specs)
+
+
+def _break(change: str) -> dict[str, Any]:
+    doc = _load(DEPLOY / "examples" / "policy-maintenance-windows.yaml")
+    spec = doc["spec"]
+    match change:
+        case "bad mode":
+            spec["mode"] = "Sometimes"
+        case "mode Off unquoted":  # `mode: Off` in YAML 1.1 is the boolean false
+            spec["mode"] = yaml.safe_load("mode: Off")["mode"]
+        case "both targets":
+            spec["target"]["selector"] = {"matchLabels": {"app": "x"}}
+        case "no target":
+            spec["target"] = {}
+        case "empty selector":
+            spec["target"] = {"selector": {}}
+        case "empty matchLabels":
+            spec["target"] = {"selector": {"matchLabels": {}}}
+        case "negative minReplicas":
+            spec["bounds"]["minReplicas"] = -1
+        case "zero maxReplicas":
+            spec["bounds"]["maxReplicas"] = 0
+        case "unknown mechanism":
+            spec["allowedMechanisms"] = ["mig", "vgpu"]
+        case "zero ttft":
+            spec["latencyObjectives"]["ttftSeconds"] = 0
+        case "bad profile":
+            spec["bounds"]["smallestProfile"] = "1g"
+        case "bad cron":
+            spec["maintenanceWindows"][0]["schedule"] = "every night"
+        case "window without duration":
+            del spec["maintenanceWindows"][0]["durationMinutes"]
+        case "bad class":
+            spec["classOverride"] = "interactive"
+        case "unknown field":
+            spec["bounds"]["maxReplica"] = 3
+        case "bad workload kind":
+            spec["target"]["workloadRef"]["kind"] = "Pod"
+        case "bad condition status":
+            doc["status"] = {"conditions": [{"type": "Ready", "status": "Yes", "reason": "Ok", "message": "",
+                                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    return doc
+
+
+@pytest.mark.parametrize("change", [
+    "bad mode", "mode Off unquoted", "both targets", "no target", "empty selector", "empty matchLabels",
+    "negative minReplicas",
+    "zero maxReplicas", "unknown mechanism", "zero ttft", "bad profile", "bad cron", "window without duration",
+    "bad class", "unknown field", "bad workload kind", "bad condition status"])
+def test_crd_rejects_malformed_policies(change: str) -> None:
+    assert _break("none") != _break(change)
+    assert _errors(_break(change)), f"schema accepted a policy with {change}"
+
+
+@pytest.mark.parametrize("path", POLICIES, ids=lambda p: p.name)
+def test_controller_accepts_what_the_crd_accepts(path: Path) -> None:
+    """The controller's own parser (extra fields forbidden) takes every example the CRD takes."""
+    policy = pytest.importorskip("recommender.controller.policy", reason="recommender.controller not present")
+    assert policy.parse_policy(_load(path)).problem is None
+
+
+def test_controller_status_fits_the_crd(plan: Any) -> None:
+    """A status the controller writes must pass the status subresource's schema, or every write fails."""
+    loop = pytest.importorskip("recommender.controller.loop", reason="recommender.controller not present")
+    records = pytest.importorskip("recommender.controller.records", reason="recommender.controller not present")
+    summary = getattr(loop, "_summary", None)
+    if summary is None:
+        pytest.skip("recommender.controller.loop has no _summary")
+    now = plan.generated_at
+    doc = _break("none")
+    doc["status"] = {
+        "observedGeneration": 3,
+        "recommendations": [summary(r) for r in plan.recommendations],
+        "conditions": [records.condition("Valid", False, "InvalidSpec", "bounds.minReplicas 5 > maxReplicas 2", now)],
+        "lastActions": [{"time": records.ts(now), "workload": "inference/Deployment/chat", "result": "rolled-back",
+                         "message": "TTFT p95 rose"}],
+    }
+    assert doc["status"]["recommendations"]
+    assert _errors(doc) == []
+
+
+def _nodes(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every schema node with its path (properties, items, additionalProperties)."""
+    out = [(path, node)]
+    for name, child in node.get("properties", {}).items():
+        out += _nodes(child, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            out += _nodes(node[key], f"{path}[]")
+    return out
+
+
+def test_crd_schema_is_structural() -> None:
+    """What the API server demands of a CRD schema, which jsonschema does not check."""
+    for path, node in _nodes(_crd_schema()):
+        assert "type" in node, f"{path}: every node needs a type"
+        assert not ("properties" in node and "additionalProperties" in node), f"{path}: not both"
+        assert node.get("uniqueItems") is not True, f"{path}: uniqueItems is refused; use list-type set"
+        for branch in node.get("oneOf", []) + node.get("anyOf", []) + node.get("allOf", []):
+            assert not {"type", "description", "default"} & branch.keys(), f"{path}: junctors hold no types"
+            assert set(branch.get("required", [])) <= node["properties"].keys(), path
+        for rule in node.get("x-kubernetes-validations", []):
+            # CEL runs only on the API server: at least check it names fields that exist where it sits.
+            for field in re.findall(r"self\.(\w+)", rule["rule"]):
+                assert field in node["properties"], f"{path}: rule {rule['rule']!r} names unknown {field}"
+            assert rule["message"]
+
+
+def test_cel_only_rules_are_declared() -> None:
+    """minReplicas <= maxReplicas and profile order are beyond OpenAPI: they must be CEL rules."""
+    bounds = _crd_schema()["properties"]["spec"]["properties"]["bounds"]
+    rules = " ".join(r["rule"] for r in bounds["x-kubernetes-validations"])
+    assert "self.minReplicas <= self.maxReplicas" in rules
+    assert "smallestProfile" in rules and "largestProfile" in rules
+    swapped = _break("none")
+    swapped["spec"]["bounds"].update(minReplicas=5, maxReplicas=2)
+    assert _errors(swapped) == []  # documents the gap: only the API server refuses this one
+
+
+# --- KEDA examples -----------------------------------------------------------------------------------
+
+def _service_port(name: str) -> int:
+    svc = _load(DEPLOY / "base" / "service.yaml")
+    return next(p["port"] for p in svc["spec"]["ports"] if p["name"] == name)
+
+
+@pytest.mark.parametrize("path", sorted(DEPLOY.glob("examples/scaledobject-*.yaml")), ids=lambda p: p.name)
+def test_scaledobjects_point_at_our_servers(path: Path) -> None:
+    so = _load(path)
+    assert (so["apiVersion"], so["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    spec, ns = so["spec"], so["metadata"]["namespace"]
+    target = spec["scaleTargetRef"]
+    assert target["kind"] in ("Deployment", "StatefulSet") and target["name"]
+    assert 0 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+    if spec["minReplicaCount"] == 0:
+        assert spec["cooldownPeriod"] > 0  # KEDA's wait before the last replica goes
+    if "idleReplicaCount" in spec:
+        assert spec["idleReplicaCount"] < spec["minReplicaCount"]
+    assert 0 < spec["fallback"]["replicas"] <= spec["maxReplicaCount"]
+    host = f"gpu-rightsizer.{NS}.svc"
+    for trig in spec["triggers"]:
+        meta = trig["metadata"]
+        assert all(isinstance(v, str) for v in meta.values()), "KEDA trigger metadata values are strings"
+        if trig["type"] == "external":
+            assert meta["scalerAddress"] == f"{host}:{_service_port('grpc')}"
+            assert meta["workload"] == f"{target['kind']}/{target['name']}"
+        elif trig["type"] == "metrics-api":
+            assert meta["url"] == f"http://{host}:{_service_port('http')}/api/v1/keda/{ns}/{target['name']}"
+            assert meta["valueLocation"] and float(meta["targetValue"]) > 0
+            assert float(meta.get("activationTargetValue", "0")) >= 0
+        else:
+            pytest.fail(f"unexpected trigger type {trig['type']}")

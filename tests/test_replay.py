@@ -1,0 +1,105 @@
+"""The replay simulator on tiny synthetic traces: capacity, cold starts, the policies' mechanics."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import replay
+from replay import Capacity, Reactive, Trace, simulate
+
+CAP = Capacity(prefill_tps=1000.0, decode_tps=1000.0, seq_tps=100.0, kv_tokens=100_000.0, max_seqs=8, cold_start_s=30.0)
+
+
+def steady(rate_per_s: float, seconds: int, tin: float = 100.0, tout: float = 10.0) -> Trace:
+    t = np.arange(0, seconds, 1.0 / rate_per_s)
+    return Trace(t, np.full(t.size, tin), np.full(t.size, tout))
+
+
+def test_one_replica_under_capacity_meets_the_objective_and_counts_gpu_time() -> None:
+    # 2 req/s x 100 prompt tokens = 200 of 1,000 prefill tokens/s: no queue; TTFT = 100 / 1000 = 0.1 s
+    r = simulate(steady(2.0, 600), CAP, lambda obs: 1, "t", warm=1)
+    assert np.all(np.isfinite(r.ttft_s)) and r.ttft_s.max() <= 1.0
+    assert r.ttft_s.min() == pytest.approx(0.1)
+    assert 600 / 3600 <= r.gpu_hours <= 620 / 3600  # one replica for the trace (+ a few seconds of drain)
+    assert r.cold_starts == 0 and r.pod_starts == 0
+
+
+def test_overload_queues_and_more_replicas_fix_it() -> None:
+    # 12 req/s x 100 tokens = 1,200 tokens/s > 1,000 on one replica: the queue grows ~200 tokens each second
+    trace = steady(12.0, 300)
+    one = simulate(trace, CAP, lambda obs: 1, "one", warm=1)
+    two = simulate(trace, CAP, lambda obs: 2, "two", warm=2)
+    assert (one.ttft_s > 2.0).mean() > 0.5
+    assert (two.ttft_s > 2.0).mean() == 0.0
+
+
+def test_scale_from_zero_waits_a_cold_start() -> None:
+    # nothing ready; the policy asks for one pod at t=0: ready at 30 s, so the first requests wait ~30 s
+    trace = steady(1.0, 120)
+    r = simulate(trace, CAP, lambda obs: 1, "cold", warm=0)
+    assert r.cold_starts == 1 and r.pod_starts == 1
+    assert r.waited_on_cold_start == 30  # arrivals at 0..29 s found no ready replica
+    assert r.ttft_s[0] == pytest.approx(31 - 0 - 0.9, abs=0.2)  # admitted in second 30, prefill 0.1 s
+
+
+def test_reactive_scales_on_waiting_and_back_down_after_the_window() -> None:
+    # a 60 s overload burst (30 req/s) then quiet: the waiting metric scales up, stabilisation 300 s brings it down
+    burst = np.arange(0, 60, 1 / 30.0)
+    quiet = np.arange(60, 1200, 2.0)
+    t = np.concatenate([burst, quiet])
+    trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
+    seen: list[int] = []
+    policy = Reactive(min_replicas=1)
+
+    def spy(obs: replay.Observed) -> int:
+        seen.append(obs.pods)
+        return policy(obs)
+
+    r = simulate(trace, CAP, spy, "reactive", warm=1)
+    assert max(seen) > 1 and seen[-1] == 1
+    assert r.pod_starts >= 1
+
+
+def test_reactive_zero_deactivates_after_the_cooldown() -> None:
+    t = np.array([0.0, 1.0, 2.0, 1000.0])
+    trace = Trace(t, np.full(4, 100.0), np.full(4, 10.0))
+    r = simulate(trace, CAP, Reactive(min_replicas=0), "rz", warm=1)
+    assert r.cold_starts == 1  # scaled to zero after 300 s without waiting, woke for the request at 1,000 s
+    assert r.waited_on_cold_start >= 1 and r.ttft_s[-1] > CAP.cold_start_s
+
+
+def test_ours_runs_the_product_policy_without_peeking(tmp_path: Path) -> None:
+    trace = steady(3.0, 1800)
+    ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 300, replay.ScalingSettings())
+    r = simulate(trace, CAP, ours, "ours", warm=1)
+    assert ours.refits >= 5 and ours.plan is not None
+    assert ours.plan.min_replicas >= 1 and not ours.plan.scale_to_zero  # real-time never to zero
+    assert (r.ttft_s > 2.0).mean() < 0.01
+
+
+def test_cli_skips_a_missing_trace_and_rejects_a_bad_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay.main(["--trace", str(tmp_path / "absent.csv"), "--format", "azure"]) == 0
+    assert "not found: skipped" in capsys.readouterr().out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert replay.main(["--trace", str(bad), "--format", "azure"]) == 2
+    assert capsys.readouterr().err.startswith("error:")
+
+
+def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = ["0,0.5,1.0,Gamma,1.0,2.0", "600,0,0,,0,0", "1200,0.2,1.0,,0,0"]
+    path = tmp_path / "chunk-trace.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert replay.main(["--trace", str(path), "--format", "servegen", "--servegen-mean-input", "200"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("policy=")]
+    assert [x.split()[0] for x in lines] == ["policy=static-peak", "policy=reactive", "policy=reactive-zero",
+                                             "policy=ours"]
+    for line in lines:
+        fields = dict(kv.split("=") for kv in line.split())
+        assert float(fields["gpu_hours"]) > 0 and 0 <= float(fields["ttft_violation_pct"]) <= 100

@@ -1,0 +1,214 @@
+"""Replica policy: the arithmetic in comments beside each expected number, then properties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.replicas import (
+    CAPACITY_ANNOTATION,
+    NoScalingPlan,
+    ReplicaHistory,
+    cooldown_s,
+    hpa_behavior,
+    keda_parameters,
+    scaling_plan,
+)
+from recommender import model as m
+from recommender.model import (
+    Allocation,
+    Classification,
+    Forecast,
+    ScalingPlan,
+    Sharing,
+    Workload,
+    WorkloadClass,
+    WorkloadRef,
+)
+from recommender.settings import ScalingSettings
+from recommender.shape import TTFT_OBJECTIVE_ANNOTATION
+
+RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
+S = ScalingSettings()
+
+
+def workload(replicas: int = 1, cold_start_s: float | None = None, annotations: dict[str, str] | None = None
+             ) -> Workload:
+    alloc = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=replicas)
+    ref = WorkloadRef("ns", "Deployment", "svc")
+    return Workload(ref, alloc, annotations=annotations or {}, cold_start_s=cold_start_s)
+
+
+def cls(c: WorkloadClass) -> Classification:
+    return Classification(c, 1.0, ("test",), "annotation")
+
+
+def series(values: list[float] | np.ndarray, step_s: float = 60.0) -> pd.Series:
+    idx = pd.date_range("2024-01-01", periods=len(values), freq=pd.Timedelta(seconds=step_s), tz="UTC")
+    return pd.Series(np.asarray(values, dtype="float64"), index=idx)
+
+
+def forecast(**columns: list[float]) -> Forecast:
+    idx = pd.date_range("2024-02-01", periods=len(next(iter(columns.values()))), freq="10min", tz="UTC")
+    return Forecast(m.REQUEST_RATE, "test", pd.DataFrame(columns, index=idx))
+
+
+def plan(w: Workload, h: ReplicaHistory, c: WorkloadClass | None, fcs: tuple[Forecast, ...] = (),
+         s: ScalingSettings = S) -> ScalingPlan:
+    out = scaling_plan(w, h, cls(c) if c else None, fcs, s)
+    assert isinstance(out, ScalingPlan), out
+    return out
+
+
+def with_capacity(value: str = "10") -> Workload:
+    return workload(annotations={CAPACITY_ANNOTATION: value})
+
+
+FC = forecast(mean=[4.0, 9.0], lo_80=[2.0, 6.0], hi_80=[5.0, 20.0], lo_95=[1.0, 5.0], hi_95=[6.0, 35.0])
+
+
+@pytest.mark.parametrize(
+    ("klass", "recommended", "low", "high", "target"),
+    [
+        # real-time: hi_95 peak 35, target 10 x (1 - 0.30) = 7 → ceil(35/7) = 5; trough 6 → min ceil(6/7) = 1;
+        # max: max(35, observed 20) = 35 → 5 x 1.5 = 7.5 → 8
+        (RT, 5, 1, 8, 7.0),
+        # near-real-time: hi_80 peak 20, target 10 x 0.85 = 8.5 → ceil(2.35) = 3; trough 5 → 1;
+        # max: max(20, 20) → 3 x 1.5 = 4.5 → 5
+        (NRT, 3, 1, 5, 8.5),
+        # batch: mean peak 9, target 10 → 1; trough 4 → min 1 (no long gaps: not to zero); max 20/10=2 → 3
+        (BATCH, 1, 1, 3, 10.0),
+    ],
+)
+def test_forecast_band_by_class(klass: WorkloadClass, recommended: int, low: int, high: int, target: float) -> None:
+    p = plan(with_capacity(), ReplicaHistory(60.0, series([5.0, 20.0, 3.0])), klass, (FC,))
+    assert (p.recommended_replicas, p.min_replicas, p.max_replicas) == (recommended, low, high)
+    assert p.target_per_replica == pytest.approx(target)
+    assert p.capacity_source == "configured" and not p.scale_to_zero
+
+
+@pytest.mark.parametrize(
+    ("klass", "recommended"),
+    [
+        (RT, 3),  # observed peak 20 / 7 = 2.86 → 3
+        (NRT, 3),  # observed p95 of [3, 5, 20]: position 1.9 → 5 + 0.9 x 15 = 18.5 / 8.5 = 2.18 → 3
+        (BATCH, 1),  # observed mean 28/3 = 9.33 / 10 → 1
+    ],
+)
+def test_observed_demand_without_forecast(klass: WorkloadClass, recommended: int) -> None:
+    p = plan(with_capacity(), ReplicaHistory(60.0, series([5.0, 20.0, 3.0])), klass)
+    assert p.recommended_replicas == recommended
+    assert any("no forecast" in r for r in p.reasons)
+
+
+def knee_history(with_knee: bool, good_steps: int = 40) -> ReplicaHistory:
+    """2 replicas; good steps at 16 req/s (8 per replica, TTFT 1 s), knee steps at 24 req/s (TTFT 5 s, 3 waiting)."""
+    rate = [16.0] * good_steps + ([24.0] * 10 if with_knee else [])
+    ttft = [1.0] * good_steps + ([5.0] * 10 if with_knee else [])
+    wait = [0.0] * good_steps + ([3.0] * 10 if with_knee else [])
+    return ReplicaHistory(60.0, series(rate), series(ttft), series(wait))
+
+
+def test_capacity_measured_at_the_knee_beats_configured() -> None:
+    w = workload(replicas=2, annotations={CAPACITY_ANNOTATION: "50"})
+    p = plan(w, knee_history(True), RT)
+    # good steps: 16 req/s / 2 replicas = 8 each → p95 = 8; target 8 x 0.7 = 5.6; peak 24 → ceil(4.29) = 5
+    assert p.per_replica_capacity == pytest.approx(8.0) and p.capacity_source == "measured"
+    assert p.recommended_replicas == 5
+
+
+def test_capacity_configured_when_no_knee_else_lower_bound() -> None:
+    w = workload(replicas=2, annotations={CAPACITY_ANNOTATION: "12"})
+    assert plan(w, knee_history(False), RT).per_replica_capacity == 12.0  # the service never queued
+    lower = plan(workload(replicas=2), knee_history(False), RT)
+    assert lower.per_replica_capacity == pytest.approx(8.0) and lower.capacity_source == "lower bound"
+    assert any("lower bound" in r for r in lower.reasons)
+
+
+def test_no_capacity_and_no_demand_say_why() -> None:
+    out = scaling_plan(workload(replicas=2), knee_history(False, good_steps=5), cls(RT), (), S)
+    assert isinstance(out, NoScalingPlan) and "no per-replica capacity" in out.reasons[0]
+    out = scaling_plan(with_capacity(), ReplicaHistory(60.0), cls(RT), (), S)
+    assert isinstance(out, NoScalingPlan) and "no request-rate history" in out.reasons[0]
+
+
+def test_bad_annotations_are_ignored_with_a_reason() -> None:
+    w = workload(annotations={CAPACITY_ANNOTATION: "fast", TTFT_OBJECTIVE_ANNOTATION: "-1"})
+    p = plan(w, ReplicaHistory(60.0, series([1.0])), RT, s=ScalingSettings(replica_capacity_rps=4.0))
+    assert p.per_replica_capacity == 4.0  # falls back to settings
+    assert any("is not a positive number" in r for r in p.reasons)
+
+
+def bursts(step_s: float, busy: int, idle: int, cycles: int, level: float = 5.0) -> pd.Series:
+    return series(([level] * busy + [0.0] * idle) * cycles, step_s)
+
+
+def test_batch_with_long_gaps_scales_to_zero_with_derived_keda_parameters() -> None:
+    # busy 1 h, idle 5 h (18,000 s ≥ 10 x 180 s): to zero; no short gaps → cooldown = cold start 180 s
+    p = plan(with_capacity(), ReplicaHistory(60.0, bursts(60.0, 60, 300, 4)), BATCH)
+    assert p.scale_to_zero and p.min_replicas == 0 and p.recommended_replicas == 1
+    assert p.cooldown_s == 180 and p.activation_threshold == pytest.approx(1 / 180)
+    spec = keda_parameters(p)
+    meta = spec["triggers"][0]["metadata"]  # type: ignore[index]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"], spec["cooldownPeriod"]) == (0, p.max_replicas, 180)
+    assert float(meta["threshold"]) == pytest.approx(p.target_per_replica)
+    assert float(meta["activationThreshold"]) == pytest.approx(1 / 180)
+
+
+def test_real_time_and_short_gaps_do_not_scale_to_zero() -> None:
+    long_gaps = ReplicaHistory(60.0, bursts(60.0, 60, 300, 4))
+    assert not plan(with_capacity(), long_gaps, RT).scale_to_zero
+    short_gaps = ReplicaHistory(60.0, bursts(60.0, 1, 1, 100))  # 60 s gaps < 1,800 s
+    p = plan(with_capacity(), short_gaps, BATCH)
+    assert not p.scale_to_zero and p.min_replicas == 1 and p.activation_threshold == 0.0
+
+
+def test_measured_cold_start_moves_the_scale_to_zero_line() -> None:
+    h = ReplicaHistory(60.0, bursts(60.0, 60, 300, 4))  # 18,000 s gaps
+    slow = workload(cold_start_s=2000.0, annotations={CAPACITY_ANNOTATION: "10"})
+    assert not plan(slow, h, BATCH).scale_to_zero  # 18,000 < 10 x 2,000
+
+
+def test_cooldown_is_p90_of_short_gaps_clamped() -> None:
+    # short gaps (< 1,800): [60, 120, 600, 900] → p90 at position 2.7 = 600 + 0.7 x 300 = 810 → 810 (x30)
+    assert cooldown_s(np.array([60.0, 120, 600, 900, 36000]), 180.0, True, S)[0] == 810
+    # only tiny gaps: p90 = 60 → raised to one cold start, 180
+    assert cooldown_s(np.array([60.0, 60, 36000]), 180.0, True, S)[0] == 180
+
+
+@pytest.mark.parametrize(("cold", "window"), [(600.0, 600), (None, 300), (7200.0, 3600), (100.0, 300)])
+def test_hpa_scale_down_window_follows_the_cold_start(cold: float | None, window: int) -> None:
+    w = workload(cold_start_s=cold, annotations={CAPACITY_ANNOTATION: "10"})
+    p = plan(w, ReplicaHistory(60.0, series([1.0])), RT)
+    assert hpa_behavior(p)["scaleDown"]["stabilizationWindowSeconds"] == window  # type: ignore[index]
+
+
+rates = st.lists(st.floats(0, 500, allow_nan=False), min_size=1, max_size=60)
+classes = st.sampled_from([RT, NRT, BATCH])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rates, st.floats(0.1, 100), classes, st.floats(1.0, 10.0))
+def test_bounds_hold_and_more_demand_never_fewer_replicas(values: list[float], cap: float, c: WorkloadClass,
+                                                          factor: float) -> None:
+    w = with_capacity(repr(cap))
+    low = plan(w, ReplicaHistory(60.0, series(values)), c)
+    high = plan(w, ReplicaHistory(60.0, series([v * factor for v in values])), c)
+    for p in (low, high):
+        assert p.min_replicas <= p.recommended_replicas <= p.max_replicas <= S.max_replicas
+    assert high.recommended_replicas >= low.recommended_replicas
+    if c is RT:
+        assert low.min_replicas >= 1 and low.recommended_replicas >= 1 and not low.scale_to_zero
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(31, 500), st.sampled_from([10.0, 60.0]))
+def test_zero_demand_batch_with_long_gaps_is_zero(steps: int, step_s: float) -> None:
+    p = plan(with_capacity(), ReplicaHistory(step_s, series([0.0] * steps, step_s)), BATCH)
+    # one gap of steps x step_s ≥ 1,800 s (31 x 60) → zero; a 10 s step needs 180 steps
+    expected_zero = steps * step_s >= 1800
+    assert p.scale_to_zero == expected_zero
+    assert p.recommended_replicas == (0 if expected_zero else 1)
