@@ -1,0 +1,171 @@
+"""``rightsizer controller`` (the in-cluster loop) and ``rightsizer rollback`` (undo the last change).
+
+Thin: build a Kube client and a Controller, then hand over to ``recommender.controller``. Expected
+failures end with one line, ``error: ...``, exit code 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from recommender.cli import build_settings, fail, parse_duration, source_options
+from recommender.errors import RightsizerError
+from recommender.settings import KubernetesSettings
+
+
+def _kube(kubeconfig: str | None, context: str | None, host: str | None, timeout_s: float) -> Any:
+    from collectors.kubernetes import make_api_client
+    from recommender.controller.kube import Kube
+
+    api = make_api_client(KubernetesSettings(kubeconfig=kubeconfig, context=context, host=host, timeout_s=timeout_s))
+    return Kube(api, timeout_s)
+
+
+@click.command()
+@source_options
+@click.option("--interval", default="5m", show_default=True, help="Time between reconciles.")
+@click.option("--dry-run", is_flag=True, help="Log the diff of every change instead of applying it.")
+@click.option("--once", is_flag=True, help="Reconcile once and exit (status 1 when anything failed).")
+@click.option("--lease-namespace", envvar="POD_NAMESPACE", default="gpu-rightsizer", show_default=True)
+@click.option("--lease-name", default="gpu-rightsizer-leader", show_default=True)
+@click.option("--identity", envvar="POD_NAME", default=None, help="Leader-election identity (default: hostname).")
+@click.option("--mig-configmap", help="NAMESPACE/NAME of the mig-parted ConfigMap (key config.yaml) to extend.")
+@click.option("--no-serve", is_flag=True, help="Do not start the /healthz, /readyz and /metrics servers.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Controller ConfigMap file (mode, interval_s, namespaces, history_s, prometheus, "
+                   "leader_election, serve); flags given on the command line win.")
+@click.option("--max-mode", type=click.Choice(["Off", "Recommend", "Auto"]), default=None,
+              help="The most any policy may do (default Auto, or the config's mode).")
+def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, lease_name: str,
+               identity: str | None, mig_configmap: str | None, no_serve: bool, config_file: str | None,
+               max_mode: str | None, **opts: Any) -> None:
+    """Run in the cluster: plan on a schedule, write recommendations, act on Auto policies."""
+    from recommender.app import collect
+    from recommender.controller.leader import LeaderElector
+    from recommender.controller.loop import Controller, run_scheduled
+    from recommender.controller.mig import MigSettings
+    from recommender.controller.policy import Mode
+    from recommender.pipeline import run_once
+    from recommender.planstore import PlanStore
+
+    cfg = _read_config(config_file) if config_file else {}
+    if cfg.get("prometheus", {}).get("url") and not opts.get("prometheus_url"):
+        opts["prometheus_url"] = cfg["prometheus"]["url"]
+    if cfg.get("namespaces") and not opts.get("namespace"):
+        opts["namespace"] = tuple(cfg["namespaces"])
+    if cfg.get("history_s") and opts.get("history") == "14d":
+        opts["history"] = f"{float(cfg['history_s']):g}s"
+    if cfg.get("interval_s") and interval == "5m":
+        interval = f"{float(cfg['interval_s']):g}s"
+    election = cfg.get("leader_election") or {"enabled": True}
+    lease_name = election.get("lease_name", lease_name)
+    lease_namespace = election.get("lease_namespace", lease_namespace)
+    cap = Mode(max_mode or cfg.get("mode") or "Auto")
+    logging.basicConfig(level=logging.INFO, format='{"time":"%(asctime)s","level":"%(levelname)s",'
+                        '"logger":"%(name)s","message":"%(message)s"}')
+    settings = build_settings(opts)
+    source = "demo" if opts["demo"] else "file" if opts.get("snapshot_dir") else "prometheus"
+    if source == "prometheus" and not opts.get("prometheus_url"):
+        fail("say where the metrics are: --prometheus-url URL (or PROMETHEUS_URL)")
+    where = tuple(mig_configmap.split("/", 1)) if mig_configmap else None
+    if where is not None and len(where) != 2:
+        fail(f"--mig-configmap {mig_configmap!r} is not NAMESPACE/NAME")
+    try:
+        kube = _kube(opts.get("kubeconfig"), opts.get("context"), None, settings.kubernetes.timeout_s)
+    except RightsizerError as exc:
+        fail(str(exc))
+        return
+
+    def plan_fn(now: datetime) -> Any:
+        snap = collect(source, opts.get("snapshot_dir"), settings, now)
+        return run_once(snap, settings, now), snap
+
+    store = PlanStore()
+    elector = LeaderElector(kube, lease_namespace, lease_name,
+                            identity or socket.gethostname() or str(os.getpid())) if election.get("enabled") else None
+    ctl = Controller(kube, plan_fn, elector=elector, store=store, dry_run=dry_run, namespaces=settings.namespaces,
+                     mig=MigSettings(configmap=where), max_mode=cap)  # type: ignore[arg-type]
+    if once:
+        report = ctl.reconcile()
+        for o in report.outcomes:
+            click.echo(f"{o.workload}: {o.status}: {o.message}")
+        for line in report.errors:
+            click.echo(f"error: {line}", err=True)
+        raise SystemExit(1 if report.errors else 0)
+    servers = None if no_serve else _serve(store, cfg.get("serve") or {})
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        run_scheduled(ctl, parse_duration(interval), stop)
+    finally:
+        if servers is not None:
+            servers.stop()
+
+
+def _read_config(path: str) -> dict[str, Any]:
+    """The controller ConfigMap's config.yaml; a missing or malformed file ends with one line."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        fail(f"--config {path}: {exc}")
+    if not isinstance(data, dict) or data.get("mode", "Auto") not in ("Off", "Recommend", "Auto"):
+        fail(f"--config {path}: expected a mapping whose mode is Off, Recommend or Auto")
+    return data
+
+
+def _serve(store: Any, serve_cfg: dict[str, Any]) -> Any:
+    """/healthz, /readyz and /metrics from recommender.serve (ready once a plan exists)."""
+    from pydantic import ValidationError
+
+    from recommender.serve import start_servers
+    from recommender.serve.settings import ServeSettings
+
+    try:
+        settings = ServeSettings.model_validate(serve_cfg)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fail(f"invalid serve setting {'.'.join(str(x) for x in err['loc'])}: {err['msg']}")
+        raise AssertionError from exc
+    return start_servers(store, settings, health=lambda: True, ready=lambda: store.latest() is not None)
+
+
+@click.command()
+@click.argument("target", metavar="NAMESPACE/KIND/NAME")
+@click.option("--dry-run", is_flag=True, help="Show what would be restored, change nothing.")
+@click.option("--kubeconfig", type=click.Path(), help="kubeconfig to use.")
+@click.option("--context", help="kubeconfig context.")
+@click.option("--server", "host", help="API server URL (overrides the kubeconfig's).", hidden=True)
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds per API call.")
+def rollback(target: str, dry_run: bool, kubeconfig: str | None, context: str | None, host: str | None,
+             timeout: float) -> None:
+    """Restore the values the last recorded change replaced (annotation rightsizer.io/last-change)."""
+    from recommender.controller.actuator import Actuator
+    from recommender.controller.changes import ACTUATED_KINDS, ObjectRef
+
+    parts = target.split("/")
+    if len(parts) != 3 or not all(parts):
+        fail(f"{target!r} is not NAMESPACE/KIND/NAME, e.g. llm/Deployment/chat")
+    if parts[1] not in ACTUATED_KINDS:
+        fail(f"kind {parts[1]!r} is not actuated; one of {', '.join(sorted(ACTUATED_KINDS))}")
+    try:
+        kube = _kube(kubeconfig, context, host, timeout)
+    except RightsizerError as exc:
+        fail(str(exc))
+        return
+    out = Actuator(kube, dry_run=dry_run).rollback(ObjectRef(parts[1], parts[0], parts[2]), datetime.now(UTC),
+                                                   "rightsizer rollback")
+    if not out.ok:
+        fail(f"{out.status}: {out.message}")
+    click.echo(f"{out.workload}: {out.status}: {out.message}")

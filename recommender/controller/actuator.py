@@ -1,0 +1,169 @@
+"""Applies a :class:`Desired` state to one workload through its guardrails, records it, rolls it back.
+
+Order of one apply: read → plan (pure) → guardrails (pure) → log the dry-run diff → the KEDA
+ScaledObject patch if KEDA owns the replicas → one guarded JSON patch on the workload that also writes
+the change record. A failed second write undoes the first, so a workload is never left half-changed.
+Every failure comes back as an :class:`Outcome` with one line; nothing here raises to the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from recommender.controller import records as rec
+from recommender.controller.changes import (
+    ChangeSet,
+    Desired,
+    ObjectRef,
+    inverse,
+    keda_owner,
+    plan_changes,
+    scaledobject_changes,
+    to_patch,
+)
+from recommender.controller.guardrails import Health, may_act, step_replicas
+from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
+from recommender.controller.policy import ChangeLimits
+
+log = logging.getLogger("rightsizer.actuator")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """``status``: applied, dry-run, no-change, blocked, recommended, rolled-back; or conflict, failed."""
+
+    workload: str
+    status: str
+    message: str
+    record: rec.ChangeRecord | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("applied", "dry-run", "no-change", "blocked", "rolled-back", "recommended")
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything one apply needs besides the cluster."""
+
+    ref: ObjectRef
+    desired: Desired
+    now: datetime
+    limits: ChangeLimits
+    history_s: float
+    window_open: bool = True
+    policy: str | None = None
+    reason: str = ""
+    baseline: Health | None = None
+
+
+class Actuator:
+    def __init__(self, kube: Kube, dry_run: bool = False) -> None:
+        self.kube = kube
+        self.dry_run = dry_run
+
+    def apply(self, req: Request) -> Outcome:
+        key = req.ref.key
+        try:
+            return self._apply(req)
+        except Conflict as exc:
+            return Outcome(key, "conflict", str(exc))
+        except (KubeFailure, rec.RecordError) as exc:
+            return Outcome(key, "failed", str(exc))
+
+    def _apply(self, req: Request) -> Outcome:
+        ref, key = req.ref, req.ref.key
+        obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+        previous = rec.read_record(obj)
+        so = self._scaled_object(ref) if req.desired.keda_min is not None else None
+        desired = req.desired
+        if desired.replicas is not None and so is None:
+            current = int((obj.get("spec") or {}).get("replicas", 1))
+            desired = replace(desired, replicas=step_replicas(current, desired.replicas,
+                                                              req.limits.max_replica_change_per_step))
+        sets = [plan_changes(obj, desired, replicas_owned_by_keda=so is not None)]
+        if so is not None and desired.keda_min is not None and desired.keda_max is not None:
+            sets.insert(0, scaledobject_changes(so, desired.keda_min, desired.keda_max))
+        if all(s.empty for s in sets):
+            skipped = "; ".join(x for s in sets for x in s.skipped)
+            return Outcome(key, "no-change", "already as recommended" + (f" ({skipped})" if skipped else ""))
+        past = previous.change_times() if previous else []
+        verdict = may_act(req.limits, req.history_s, past, req.now, req.window_open)
+        diff = "; ".join(s.diff() for s in sets if not s.empty)
+        if not verdict.allowed:
+            return Outcome(key, "blocked", f"not applied ({'; '.join(verdict.reasons)}): {diff}")
+        log.info("dry-run diff %s: %s", key, diff)
+        if self.dry_run:
+            return Outcome(key, "dry-run", diff)
+        record = rec.ChangeRecord(
+            workload=key, at=req.now, policy=req.policy, reason=req.reason,
+            sets=[rec.RecordedSet.of(s) for s in sets if not s.empty], baseline=rec.health_dict(req.baseline),
+            watch_until=req.now + timedelta(seconds=req.limits.watch_seconds),
+            history=past[-rec.MAX_HISTORY:])
+        self._write(obj, sets, record)
+        rec.emit_event(self.kube, ref, "RightsizerApplied", diff, req.now)
+        return Outcome(key, "applied", diff, record)
+
+    def _write(self, obj: dict, sets: list[ChangeSet], record: rec.ChangeRecord) -> None:
+        """Other objects first (guarded), then the workload with its record; undo the others on failure."""
+        done: list[ChangeSet] = []
+        try:
+            for cs in sets[:-1]:
+                if not cs.empty:
+                    self._patch(cs, None)
+                    done.append(cs)
+            self._patch(sets[-1], obj, rec.record_json(record))
+        except KubeFailure:
+            for cs in reversed(done):
+                try:
+                    self._patch(inverse(cs), None)
+                except KubeFailure as undo:
+                    log.error("could not undo %s after a failed write: %s", cs.target.key, undo)
+            raise
+
+    def _patch(self, cs: ChangeSet, obj: dict | None, record_text: str | None = None) -> None:
+        rv = None
+        extra: list[dict] = []
+        if obj is not None:
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if record_text is not None:
+                extra = rec.annotation_ops(obj, rec.LAST_CHANGE, record_text)
+        target = cs.target
+        self.kube.patch(target.kind, target.namespace, target.name, to_patch(cs, rv, extra))
+
+    def rollback(self, ref: ObjectRef, now: datetime, reason: str) -> Outcome:
+        """Restore every previous value of the last change; refuses when something changed them since."""
+        try:
+            obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+            record = rec.read_record(obj)
+            if record is None or record.status != "applied":
+                why = "no change recorded" if record is None else f"the last change is already {record.status}"
+                return Outcome(ref.key, "failed", f"nothing to roll back on {ref.key}: {why}")
+            sets = [s.change_set() for s in record.sets]
+            own = [s for s in sets if s.target == ref] or [ChangeSet(ref)]
+            others = [s for s in sets if s.target != ref]
+            done = record.model_copy(update={"status": "rolled-back", "reason": f"rolled back: {reason}"})
+            if self.dry_run:
+                return Outcome(ref.key, "dry-run", "rollback: " + "; ".join(inverse(s).diff() for s in sets))
+            self._write(obj, [inverse(s) for s in others] + [inverse(own[0])], done)
+        except Conflict as exc:
+            return Outcome(ref.key, "conflict", f"not rolled back: {exc}")
+        except NotFound as exc:
+            return Outcome(ref.key, "failed", str(exc))
+        except (KubeFailure, rec.RecordError) as exc:
+            return Outcome(ref.key, "failed", str(exc))
+        undone = "; ".join(inverse(s).diff() for s in sets if not s.empty)
+        rec.emit_event(self.kube, ref, "RightsizerRolledBack", f"{reason}; {undone}", now, warning=True)
+        return Outcome(ref.key, "rolled-back", f"{reason}; {undone}", done)
+
+    def last_record(self, ref: ObjectRef) -> rec.ChangeRecord | None:
+        return rec.read_record(self.kube.get(ref.kind, ref.namespace, ref.name))
+
+    def _scaled_object(self, ref: ObjectRef) -> dict | None:
+        """The KEDA ScaledObject that owns this workload's replicas; None when KEDA is not installed."""
+        try:
+            return dict(keda_owner(self.kube.list("ScaledObject", ref.namespace), ref) or {}) or None
+        except NotFound:
+            return None

@@ -1,0 +1,316 @@
+"""Pure: what a recommendation changes on a live object, as typed :class:`Change` records and the JSON
+patch that applies them only if nothing moved since we read it.
+
+Every change carries its previous value, so the inverse (:func:`inverse`) is exact and ``rightsizer
+rollback`` needs nothing but the record. Guards are JSON-patch ``test`` ops on what is about to change
+(a replaced value, or the list/map an entry is added to or removed from) plus ``metadata.resourceVersion``
+when the server has one: a concurrent edit makes the whole patch fail instead of being overwritten.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from recommender.model import Recommendation, Sharing
+
+GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_MEM = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+GPU_MEM_UTIL = "--gpu-memory-utilization"
+MAX_NUM_SEQS = "--max-num-seqs"
+ACTUATED_KINDS = frozenset({"Deployment", "StatefulSet"})
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One value at one JSON pointer: ``old`` None means it was added, ``new`` None that it was removed."""
+
+    path: str
+    what: str  # for people: "replicas", "vllm --max-num-seqs", "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+    old: Any
+    new: Any
+
+    def describe(self) -> str:
+        return f"{self.what}: {_show(self.old)} → {_show(self.new)}"
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    """Changes to one object, the ``test`` guards that must hold first, and what was left out and why."""
+
+    target: ObjectRef
+    changes: tuple[Change, ...] = ()
+    guards: tuple[tuple[str, Any], ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes
+
+    def diff(self) -> str:
+        """The dry-run diff: one line per change."""
+        return "; ".join(c.describe() for c in self.changes) or "no change"
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What the actuator should make true; None leaves that field alone."""
+
+    replicas: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    mps_thread_pct: int | None = None
+    mps_mem_limit: str | None = None  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value, e.g. "0=20480M"
+    mig_profile: str | None = None
+    mig_count: int = 1
+    keda_min: int | None = None  # ScaledObject minReplicaCount/maxReplicaCount where KEDA owns replicas
+    keda_max: int | None = None
+    reasons: tuple[str, ...] = field(default=())
+
+
+def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int | None = None,
+                 max_replicas: int | None = None) -> Desired:
+    """The parts of a recommendation a policy allows, within its replica bounds."""
+    alloc, why = rec.recommended, []
+    replicas = keda_min = keda_max = None
+    lo, hi = min_replicas or 0, max_replicas or 10**6
+    if "replicas" in allowed and rec.scaling is not None:
+        replicas = max(lo, min(hi, rec.scaling.recommended_replicas))
+        keda_min = max(lo, min(hi, rec.scaling.min_replicas))
+        keda_max = max(keda_min, 1, min(hi, rec.scaling.max_replicas))
+    elif "replicas" in allowed:
+        why.append("replicas: no scaling recommendation")
+    if alloc is None:
+        return Desired(replicas=replicas, keda_min=keda_min, keda_max=keda_max, reasons=(*why, *rec.reasons))
+    vllm = alloc.vllm if "vllm" in allowed else None
+    mps = alloc.sharing == Sharing.MPS and "mps" in allowed
+    mig = alloc.sharing == Sharing.MIG and "mig" in allowed and alloc.mig_profile is not None
+    return Desired(
+        replicas=replicas, keda_min=keda_min, keda_max=keda_max,
+        gpu_memory_utilization=vllm.gpu_memory_utilization if vllm else None,
+        max_num_seqs=vllm.max_num_seqs if vllm else None,
+        mps_thread_pct=round(alloc.mps_active_thread_pct) if mps and alloc.mps_active_thread_pct else None,
+        mps_mem_limit=f"0={round(alloc.mps_pinned_mem_mib)}M" if mps and alloc.mps_pinned_mem_mib else None,
+        mig_profile=alloc.mig_profile if mig else None,
+        mig_count=max(1, alloc.mig_count),
+        reasons=tuple(why),
+    )
+
+
+def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_keda: bool = False) -> ChangeSet:
+    """The change set that makes ``obj`` (a Deployment or StatefulSet as read) what ``desired`` says."""
+    meta = obj.get("metadata") or {}
+    ref = ObjectRef(str(obj.get("kind")), str(meta.get("namespace", "")), str(meta.get("name", "")))
+    if ref.kind not in ACTUATED_KINDS:
+        return ChangeSet(ref, skipped=(f"{ref.kind} is not actuated (only {', '.join(sorted(ACTUATED_KINDS))})",))
+    b = _Builder(obj)
+    if desired.replicas is not None and not replicas_owned_by_keda:
+        b.replace("/spec/replicas", "replicas", (obj.get("spec") or {}).get("replicas", 1), desired.replicas)
+    containers = ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    gpu_i = next((i for i, c in enumerate(containers) if _gpu_resources(c)), None)
+    vllm_i = next((i for i, c in enumerate(containers) if _runs_vllm(c)), gpu_i)
+    if desired.gpu_memory_utilization is not None or desired.max_num_seqs is not None:
+        if vllm_i is None:
+            b.skipped.append("vllm: no container runs vLLM")
+        else:
+            flags = {GPU_MEM_UTIL: desired.gpu_memory_utilization, MAX_NUM_SEQS: desired.max_num_seqs}
+            b.flags(vllm_i, containers[vllm_i], {f: _fmt(v) for f, v in flags.items() if v is not None})
+    if desired.mps_thread_pct is not None or desired.mps_mem_limit is not None or desired.mig_profile:
+        if gpu_i is None:
+            b.skipped.append("no container requests a GPU: MPS/MIG changes left out")
+        else:
+            env = {MPS_THREADS: None if desired.mps_thread_pct is None else str(desired.mps_thread_pct),
+                   MPS_MEM: desired.mps_mem_limit}
+            b.envs(gpu_i, containers[gpu_i], {k: v for k, v in env.items() if v is not None})
+            if desired.mig_profile:
+                b.mig(gpu_i, containers[gpu_i], desired.mig_profile, desired.mig_count)
+    return b.build(ref)
+
+
+def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas: int) -> ChangeSet:
+    """KEDA owns the replica count: change its ScaledObject's min/max instead of ``spec.replicas``."""
+    meta, spec = so.get("metadata") or {}, so.get("spec") or {}
+    b = _Builder(so)
+    b.set_key("/spec", spec, "minReplicaCount", "keda minReplicaCount", min_replicas)
+    b.set_key("/spec", spec, "maxReplicaCount", "keda maxReplicaCount", max(max_replicas, min_replicas, 1))
+    return b.build(ObjectRef("ScaledObject", str(meta.get("namespace", "")), str(meta.get("name", ""))))
+
+
+def keda_owner(scaled_objects: Sequence[Mapping[str, Any]], ref: ObjectRef) -> Mapping[str, Any] | None:
+    """The ScaledObject whose scaleTargetRef names this workload (kind defaults to Deployment)."""
+    for so in scaled_objects:
+        t = (so.get("spec") or {}).get("scaleTargetRef") or {}
+        if t.get("name") == ref.name and t.get("kind", "Deployment") == ref.kind:
+            return so
+    return None
+
+
+def to_patch(cs: ChangeSet, resource_version: str | None = None,
+             extra: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Guards first (``test``), then one op per change, then ``extra`` ops (the record annotation)."""
+    ops: list[dict[str, Any]] = []
+    if resource_version:
+        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version})
+    ops += [{"op": "test", "path": p, "value": v} for p, v in cs.guards]
+    for c in cs.changes:
+        if c.old is None:
+            ops.append({"op": "add", "path": c.path, "value": c.new})
+        elif c.new is None:
+            ops.append({"op": "remove", "path": c.path})
+        else:
+            ops.append({"op": "replace", "path": c.path, "value": c.new})
+    return ops + [dict(o) for o in extra]
+
+
+def inverse(cs: ChangeSet) -> ChangeSet:
+    """The change set that undoes ``cs``, guarded by the values ``cs`` wrote (nobody changed them since)."""
+    back = tuple(Change(c.path, c.what, c.new, c.old) for c in reversed(cs.changes))
+    guards = tuple((c.path, c.new) for c in cs.changes if c.new is not None)
+    return ChangeSet(cs.target, back, guards)
+
+
+def apply_local(obj: Mapping[str, Any], cs: ChangeSet) -> dict[str, Any]:
+    """``obj`` with ``cs`` applied in memory (for tests and for showing the result of a dry run)."""
+    import jsonpatch  # a kmock/kubernetes dependency; only needed here
+
+    result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(dict(obj)), to_patch(cs))
+    return result
+
+
+class _Builder:
+    """Collects changes and their guards while walking one object."""
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self.obj = obj
+        self.changes: list[Change] = []
+        self.guards: dict[str, Any] = {}
+        self.skipped: list[str] = []
+
+    def build(self, ref: ObjectRef) -> ChangeSet:
+        return ChangeSet(ref, tuple(self.changes), tuple(self.guards.items()), tuple(self.skipped))
+
+    def replace(self, path: str, what: str, old: Any, new: Any) -> None:
+        if old == new:
+            return
+        if old is None:
+            self.changes.append(Change(path, what, None, new))
+        else:
+            self.guards[path] = old
+            self.changes.append(Change(path, what, old, new))
+
+    def set_key(self, parent: str, container: Mapping[str, Any], key: str, what: str, new: Any) -> None:
+        old = container.get(key)
+        if old is None and new is not None:
+            self.guards.setdefault(parent, dict(container))  # JSON patch cannot test absence: test the parent
+        self.replace(f"{parent}/{_esc(key)}", what, old, new)
+
+    def flags(self, i: int, c: Mapping[str, Any], values: Mapping[str, str]) -> None:
+        """vLLM flags in the container's ``args``: replaced where found (``--f v`` or ``--f=v``), else appended."""
+        base = f"/spec/template/spec/containers/{i}"
+        args = [str(t) for t in c.get("args") or []]
+        missing = []
+        for flag, value in values.items():
+            j = next((j for j, t in enumerate(args) if t == flag or t.startswith(flag + "=")), None)
+            if j is not None and args[j] == flag and j + 1 < len(args):
+                self.replace(f"{base}/args/{j + 1}", f"vllm {flag}", args[j + 1], value)
+            elif j is not None and args[j] != flag:
+                self.replace(f"{base}/args/{j}", f"vllm {flag}", args[j], f"{flag}={value}")
+            elif any(flag in str(t) for t in [*(c.get("command") or []), *args]):
+                self.skipped.append(f"vllm {flag}: set inside a shell command string, not changed")
+            else:
+                missing.append(f"{flag}={value}")
+        self._append(base, "args", args if "args" in c else None, missing, "vllm")
+
+    def envs(self, i: int, c: Mapping[str, Any], values: Mapping[str, str]) -> None:
+        """Literal env values: replaced where set, appended where absent; ``valueFrom`` is left alone."""
+        base = f"/spec/template/spec/containers/{i}"
+        env = [dict(e) for e in c.get("env") or []]
+        missing = []
+        for name, value in values.items():
+            j = next((j for j, e in enumerate(env) if e.get("name") == name), None)
+            if j is None:
+                missing.append({"name": name, "value": value})
+            elif "value" in env[j]:
+                self.replace(f"{base}/env/{j}/value", f"env {name}", env[j]["value"], value)
+            else:
+                self.skipped.append(f"env {name}: set from a reference (valueFrom), not changed")
+        self._append(base, "env", env if "env" in c else None, missing, "env")
+
+    def _append(self, base: str, key: str, have: list[Any] | None, items: list[Any], what: str) -> None:
+        """Append ``items`` to the list at ``base/key`` (creating it when absent), guarding the list."""
+        if not items:
+            return
+        self.guards[f"{base}/name"] = _get(self.obj, f"{base}/name")
+        if have is None:
+            self.changes.append(Change(f"{base}/{key}", f"{what} {key}", None, items))
+            return
+        self.guards[f"{base}/{key}"] = have
+        for k, item in enumerate(items):
+            label = item if isinstance(item, str) else item["name"]
+            self.changes.append(Change(f"{base}/{key}/{len(have) + k}", f"{what} {label}", None, item))
+
+    def mig(self, i: int, c: Mapping[str, Any], profile: str, count: int) -> None:
+        base = f"/spec/template/spec/containers/{i}/resources"
+        resource = MIG_PREFIX + profile.replace("+", ".")
+        self.guards[f"/spec/template/spec/containers/{i}/name"] = c.get("name")
+        for section in ("limits", "requests"):
+            have = dict((c.get("resources") or {}).get(section) or {})
+            if not have or (section == "requests" and not any(_is_gpu(k) for k in have)):
+                continue
+            if str(have.get(resource)) == str(count) and not any(_is_gpu(k) and k != resource for k in have):
+                continue
+            self.guards[f"{base}/{section}"] = have
+            for k in sorted(have):
+                if _is_gpu(k) and k != resource:
+                    self.changes.append(Change(f"{base}/{section}/{_esc(k)}", f"{section} {k}", have[k], None))
+            if str(have.get(resource)) != str(count):
+                self.changes.append(Change(f"{base}/{section}/{_esc(resource)}", f"{section} {resource}",
+                                           have.get(resource), str(count)))
+
+
+def _get(obj: Any, pointer: str) -> Any:
+    for part in pointer.strip("/").split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        obj = obj[int(part)] if isinstance(obj, list) else obj.get(part)
+    return obj
+
+
+def _is_gpu(resource: str) -> bool:
+    return resource == GPU or resource.startswith(MIG_PREFIX)
+
+
+def _gpu_resources(c: Mapping[str, Any]) -> bool:
+    return any(_is_gpu(k) for k in ((c.get("resources") or {}).get("limits") or {}))
+
+
+def _runs_vllm(c: Mapping[str, Any]) -> bool:
+    tokens = [str(t) for t in [*(c.get("command") or []), *(c.get("args") or [])]]
+    return "vllm" in str(c.get("image", "")).lower() or any("vllm" in t for t in tokens)
+
+
+def _esc(key: str) -> str:
+    """A map key as one JSON-pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _fmt(value: float | int) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _show(value: Any) -> str:
+    return "(none)" if value is None else str(value)

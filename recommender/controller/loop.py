@@ -1,0 +1,236 @@
+"""One reconcile = collect → ``run_once`` → per policy object: Off nothing; Recommend: status, annotation,
+Event; Auto: regression check of the last change, then guardrails → dry-run diff → guarded patch. Then
+MIG node changes in flight are advanced (so a restart resumes them). An apscheduler BackgroundScheduler
+calls :meth:`Controller.reconcile` every interval; only the Lease holder acts. A failure in one policy
+(RBAC denial, timeout, conflict) is reported on that policy and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from recommender.controller import records as rec
+from recommender.controller.actuator import Actuator, Outcome, Request
+from recommender.controller.changes import ObjectRef, desired_from
+from recommender.controller.guardrails import health_from, regressions
+from recommender.controller.kube import Kube, KubeFailure, NotFound
+from recommender.controller.leader import LeaderElector
+from recommender.controller.mig import STATE_ANNOTATION, MigSettings, advance
+from recommender.controller.policy import Mode, Policy, parse_policy
+from recommender.errors import RightsizerError
+from recommender.model import Plan, Recommendation, Snapshot
+from recommender.planstore import PlanStore
+
+log = logging.getLogger("rightsizer.controller")
+PlanFn = Callable[[datetime], tuple[Plan, Snapshot]]
+MAX_ACTIONS = 10  # lastActions kept in a policy's status
+BASELINE_S = 3600.0  # health before a change: the last hour of the snapshot
+
+
+@dataclass
+class Report:
+    """What one reconcile did; ``errors`` are one line each, never exceptions."""
+
+    at: datetime
+    leader: bool = False
+    outcomes: list[Outcome] = field(default_factory=list)
+    mig: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Controller:
+    def __init__(self, kube: Kube, plan_fn: PlanFn, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 elector: LeaderElector | None = None, store: PlanStore | None = None, dry_run: bool = False,
+                 namespaces: tuple[str, ...] = (), mig: MigSettings | None = None,
+                 max_mode: Mode = Mode.AUTO) -> None:
+        self.kube, self.plan_fn, self.clock, self.elector = kube, plan_fn, clock, elector
+        self.store, self.namespaces, self.mig = store, namespaces, mig or MigSettings()
+        self.actuator = Actuator(kube, dry_run=dry_run)
+        self.max_mode = max_mode  # the most any policy may ask for (controller ConfigMap ``mode``)
+        self.last: Report | None = None
+
+    def reconcile(self) -> Report:
+        """One pass; never raises for an expected failure (each ends up in ``Report.errors``)."""
+        report = Report(self.clock())
+        self.last = report
+        if self.elector is not None and not self.elector.is_leader():
+            if self.elector.last_error:
+                report.errors.append(self.elector.last_error)
+            return report
+        report.leader = True
+        try:
+            plan, snap = self.plan_fn(report.at)
+        except RightsizerError as exc:
+            report.errors.append(f"no plan this cycle: {exc}")
+            return report
+        if self.store is not None:
+            self.store.publish(plan)
+        recs = list(plan.recommendations)
+        policies = self._policies(report)
+        for obj in policies:
+            try:
+                self._policy(obj, recs, snap, report)
+            except KubeFailure as exc:
+                report.errors.append(f"policy {_key(obj)}: {exc}")
+        self._mig(plan, [parse_policy(o) for o in policies], report)
+        for line in report.errors:
+            log.warning("%s", line)
+        return report
+
+    def _policies(self, report: Report) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for ns in self.namespaces or (None,):
+            try:
+                out += self.kube.list("GPURightsizingPolicy", ns)
+            except NotFound:
+                report.errors.append("the GPURightsizingPolicy CRD is not installed (apply deploy/): "
+                                     "nothing to reconcile")
+            except KubeFailure as exc:
+                report.errors.append(str(exc))
+        return out
+
+    def _policy(self, obj: dict[str, Any], recs: list[Recommendation], snap: Snapshot, report: Report) -> None:
+        now, policy = report.at, parse_policy(obj)
+        status: dict[str, Any] = {"observedGeneration": policy.generation}
+        if policy.spec is None:
+            status["conditions"] = [rec.condition("Valid", False, "InvalidSpec", policy.problem or "", now)]
+            report.errors.append(f"policy {policy.key}: {policy.problem}")
+            rec.write_policy_status(self.kube, policy.namespace, policy.name, status)
+            return
+        mode = _capped(policy.spec.mode, self.max_mode)
+        if mode == Mode.OFF:
+            return
+        targets = [r for r in recs if policy.selects(r.ref, r.workload.labels)]
+        status["recommendations"] = [_summary(r) for r in targets]
+        actions = list((obj.get("status") or {}).get("lastActions") or [])
+        for r in targets:
+            outcome = self._recommend(policy, r, now) if mode == Mode.RECOMMEND \
+                else self._auto(policy, r, snap, now)
+            if outcome is None:
+                continue
+            report.outcomes.append(outcome)
+            if outcome.status not in ("no-change", "recommended"):
+                actions.append({"time": rec.ts(now), "workload": outcome.workload, "result": outcome.status,
+                                "message": outcome.message[:500]})
+            if not outcome.ok:
+                report.errors.append(f"{outcome.workload}: {outcome.status}: {outcome.message}")
+        found = "no workload matches the target" if not targets else f"{len(targets)} workload(s) targeted"
+        status["conditions"] = [rec.condition("Valid", True, "Accepted", found, now)]
+        status["lastActions"] = actions[-MAX_ACTIONS:]
+        rec.write_policy_status(self.kube, policy.namespace, policy.name, status)
+
+    def _recommend(self, policy: Policy, r: Recommendation, now: datetime) -> Outcome | None:
+        """Annotation + Event when the recommendation changed; the workload's spec is never touched."""
+        ref = ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name)
+        text = json.dumps(_summary(r), sort_keys=True)
+        note = ""
+        try:
+            obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+            if ((obj.get("metadata") or {}).get("annotations") or {}).get(rec.RECOMMENDATION) == text:
+                return Outcome(ref.key, "no-change", "recommendation unchanged")
+            body = {"metadata": {"annotations": {rec.RECOMMENDATION: text}}}
+            self.kube.patch(ref.kind, ref.namespace, ref.name, body, merge=True)
+        except KubeFailure as exc:
+            if exc.status != 403:
+                return Outcome(ref.key, "failed", str(exc))
+            # the read-only install (deploy/overlays/recommend) may not patch workloads: status and Event only
+            note = " (annotation skipped: no patch permission on the workload)"
+        message = ("; ".join(r.reasons[:3]) or "recommendation updated") + note
+        rec.emit_event(self.kube, ref, "RightsizerRecommendation", message, now)
+        return Outcome(ref.key, "recommended", message)
+
+    def _auto(self, policy: Policy, r: Recommendation, snap: Snapshot, now: datetime) -> Outcome:
+        assert policy.spec is not None
+        spec, ref = policy.spec, ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name)
+        back = self._regression(spec.latency_objectives.ttft_seconds, ref, snap, now)
+        if back is not None:
+            return back
+        desired = desired_from(r, spec.allowed_mechanisms, spec.bounds.min_replicas, spec.bounds.max_replicas)
+        baseline = health_from(snap, r.ref.key, now - timedelta(seconds=BASELINE_S), now)
+        return self.actuator.apply(Request(ref, desired, now, spec.change_limits, r.history_s,
+                                           spec.in_window(now), policy.key, "; ".join(r.reasons[:2]), baseline))
+
+    def _regression(self, objective_s: float | None, ref: ObjectRef, snap: Snapshot, now: datetime) -> Outcome | None:
+        """Roll the last change back when health after it is worse than the baseline recorded with it."""
+        try:
+            record = self.actuator.last_record(ref)
+        except (KubeFailure, rec.RecordError) as exc:
+            return Outcome(ref.key, "failed", str(exc))
+        if record is None or record.status != "applied" or record.watch_until is None or now > record.watch_until:
+            return None
+        before = record.baseline_health()
+        after = health_from(snap, ref.key, record.at, now)
+        why = regressions(before, after, ttft_objective_s=objective_s) if before is not None else ()
+        return self.actuator.rollback(ref, now, "regression after the change: " + "; ".join(why)) if why else None
+
+    def _mig(self, plan: Plan, policies: list[Policy], report: Report) -> None:
+        """Advance node MIG changes in flight; start new ones only for Auto policies allowing mig-node."""
+        try:
+            nodes = {n["metadata"]["name"]: n for n in self.kube.list("Node")}
+        except KubeFailure as exc:
+            report.errors.append(str(exc))
+            return
+        wanted: dict[str, tuple[str, bool]] = {}
+        for m in plan.mig_nodes:
+            owners = [p for p in policies if p.spec is not None and _capped(p.spec.mode, self.max_mode) == Mode.AUTO
+                      and "mig-node" in p.spec.allowed_mechanisms and p.spec.maintenance_windows
+                      and any(w.split("/")[0] == p.namespace for w in m.workloads)]
+            if owners and m.node in nodes:
+                assert owners[0].spec is not None
+                wanted[m.node] = (m.config_name, owners[0].spec.in_window(report.at))
+        in_flight = [n for n, o in nodes.items() if STATE_ANNOTATION in ((o.get("metadata") or {}).get("annotations")
+                                                                         or {})]
+        for name in sorted(set(in_flight) | set(wanted)):
+            target, open_ = wanted.get(name, (None, False))
+            out = advance(self.kube, name, target, report.at, open_, self.mig, plan.mig_parted_config or None)
+            report.mig.append(f"{out.node}: {out.phase}: {out.message}")
+            if out.phase in ("failed", "conflict", "reverted"):
+                report.errors.append(f"node {out.node}: {out.phase}: {out.message}")
+
+
+def _capped(asked: Mode, cap: Mode) -> Mode:
+    order = (Mode.OFF, Mode.RECOMMEND, Mode.AUTO)
+    return order[min(order.index(asked), order.index(cap))]
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _summary(r: Recommendation) -> dict[str, Any]:
+    """What a policy's status and the workload annotation show of one recommendation."""
+    a = r.recommended
+    out: dict[str, Any] = {"workload": r.ref.key, "actionable": r.actionable, "confidence": round(r.confidence, 3),
+                           "reasons": list(r.reasons[:4])}
+    if a is not None:
+        out |= {"sharing": a.sharing.value, "gpuEquivalents": round(a.gpu_equivalents, 4)}
+        if a.mig_profile:
+            out["migProfile"] = a.mig_profile
+        if a.vllm is not None and a.vllm.gpu_memory_utilization is not None:
+            out["gpuMemoryUtilization"] = a.vllm.gpu_memory_utilization
+    if r.scaling is not None:
+        out["replicas"] = r.scaling.recommended_replicas
+    return out
+
+
+def run_scheduled(controller: Controller, interval_s: float, stop: threading.Event) -> None:
+    """Reconcile every ``interval_s`` until ``stop`` is set; then finish the running pass and release the lease."""
+    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(controller.reconcile, "interval", seconds=interval_s, max_instances=1, coalesce=True,
+                      next_run_time=datetime.now(UTC), id="reconcile")
+    scheduler.start()
+    try:
+        stop.wait()
+    finally:
+        scheduler.shutdown(wait=True)
+        if controller.elector is not None:
+            controller.elector.release()

@@ -1,0 +1,213 @@
+"""``GPURightsizingPolicy`` (rightsizer.io/v1alpha1) as pydantic models, plus the checks a CRD schema
+cannot express. A malformed object never raises out of here: :func:`parse_policy` returns the reason,
+which the loop writes to the object's status as a ``Valid=False`` condition.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from apscheduler.triggers.cron import CronTrigger
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from recommender.model import Sharing, WorkloadRef
+
+GROUP, VERSION, KIND = "rightsizer.io", "v1alpha1", "GPURightsizingPolicy"
+MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node"}
+_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
+
+
+class Mode(StrEnum):
+    OFF = "Off"
+    RECOMMEND = "Recommend"
+    AUTO = "Auto"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class WorkloadRefSpec(_Model):
+    api_version: str = Field("apps/v1", alias="apiVersion")
+    kind: str
+    name: str = Field(min_length=1)
+
+
+class LabelSelector(_Model):
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: tuple[dict[str, Any], ...] = Field((), alias="matchExpressions")
+
+    @field_validator("match_expressions")
+    @classmethod
+    def _ops(cls, v: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        for e in v:
+            if e.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist") or not e.get("key"):
+                raise ValueError(f"matchExpressions entry {e} needs a key and an operator In|NotIn|Exists|DoesNotExist")
+        return v
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        for e in self.match_expressions:
+            key, op, values = e["key"], e["operator"], set(e.get("values") or ())
+            ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
+                  "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+            if not ok:
+                return False
+        return True
+
+
+class Target(_Model):
+    workload_ref: WorkloadRefSpec | None = Field(None, alias="workloadRef")
+    selector: LabelSelector | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Target:
+        if (self.workload_ref is None) == (self.selector is None):
+            raise ValueError("target needs exactly one of workloadRef or selector")
+        if self.selector is not None and not (self.selector.match_labels or self.selector.match_expressions):
+            raise ValueError("target.selector is empty: it would select every workload in the namespace")
+        return self
+
+
+class LatencyObjectives(_Model):
+    ttft_seconds: float | None = Field(None, gt=0, alias="ttftSeconds")
+
+
+class Bounds(_Model):
+    min_replicas: int | None = Field(None, ge=0, alias="minReplicas")
+    max_replicas: int | None = Field(None, ge=1, alias="maxReplicas")
+    smallest_profile: str | None = Field(None, alias="smallestProfile")
+    largest_profile: str | None = Field(None, alias="largestProfile")
+
+    @field_validator("smallest_profile", "largest_profile")
+    @classmethod
+    def _profile(cls, v: str | None) -> str | None:
+        if v is not None and not _PROFILE.match(v):
+            raise ValueError(f"{v!r} is not a MIG profile like 1g.10gb or 3g.40gb")
+        return v
+
+    @model_validator(mode="after")
+    def _order(self) -> Bounds:
+        if self.min_replicas is not None and self.max_replicas is not None and self.min_replicas > self.max_replicas:
+            raise ValueError(f"bounds.minReplicas {self.min_replicas} > maxReplicas {self.max_replicas}")
+        if self.smallest_profile and self.largest_profile and \
+                profile_slices(self.smallest_profile) > profile_slices(self.largest_profile):
+            raise ValueError(f"bounds.smallestProfile {self.smallest_profile} is larger than "
+                             f"largestProfile {self.largest_profile}")
+        return self
+
+
+class MaintenanceWindow(_Model):
+    schedule: str
+    duration_minutes: int = Field(gt=0, le=7 * 24 * 60, alias="durationMinutes")
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        try:
+            CronTrigger.from_crontab(v, timezone="UTC")
+        except ValueError as exc:
+            raise ValueError(f"schedule {v!r} is not a 5-field cron expression ({exc})") from None
+        return v
+
+    def open_at(self, now: datetime) -> bool:
+        """True when a window that started at a cron fire time within ``durationMinutes`` is still open."""
+        since = now - timedelta(minutes=self.duration_minutes)
+        fire = CronTrigger.from_crontab(self.schedule, timezone="UTC").get_next_fire_time(None, since)
+        return fire is not None and fire <= now
+
+
+class ChangeLimits(_Model):
+    max_replica_change_per_step: int = Field(1, ge=1, alias="maxReplicaChangePerStep")
+    cooldown_seconds: float = Field(3600.0, ge=0, alias="cooldownSeconds")
+    max_changes_per_window: int = Field(3, ge=1, alias="maxChangesPerWindow")
+    window_seconds: float = Field(86_400.0, gt=0, alias="windowSeconds")
+    min_history_seconds: float = Field(86_400.0, ge=0, alias="minHistorySeconds")
+    watch_seconds: float = Field(1800.0, ge=0, alias="watchSeconds")
+
+
+class PolicySpec(_Model):
+    target: Target
+    mode: Mode = Mode.RECOMMEND
+    allowed_mechanisms: tuple[str, ...] = Field(("replicas", "vllm"), alias="allowedMechanisms")
+    latency_objectives: LatencyObjectives = Field(default_factory=LatencyObjectives, alias="latencyObjectives")
+    class_override: str | None = Field(None, alias="classOverride")
+    bounds: Bounds = Field(default_factory=Bounds)
+    maintenance_windows: tuple[MaintenanceWindow, ...] = Field((), alias="maintenanceWindows")
+    change_limits: ChangeLimits = Field(default_factory=ChangeLimits, alias="changeLimits")
+
+    @field_validator("allowed_mechanisms")
+    @classmethod
+    def _mechanisms(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = sorted(set(v) - MECHANISMS)
+        if bad:
+            raise ValueError(f"unknown mechanism {', '.join(bad)}; known: {', '.join(sorted(MECHANISMS))}")
+        return v
+
+    @field_validator("class_override")
+    @classmethod
+    def _class(cls, v: str | None) -> str | None:
+        if v is not None and v not in ("real-time", "near-real-time", "batch"):
+            raise ValueError(f"classOverride {v!r} is not one of real-time, near-real-time, batch")
+        return v
+
+    def in_window(self, now: datetime) -> bool:
+        """No windows configured: always open (only MIG node changes insist on one)."""
+        return not self.maintenance_windows or any(w.open_at(now) for w in self.maintenance_windows)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A parsed policy object; ``spec`` is None when invalid, and ``problem`` says why in one line."""
+
+    namespace: str
+    name: str
+    spec: PolicySpec | None
+    problem: str | None = None
+    generation: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def selects(self, ref: WorkloadRef, labels: Mapping[str, str]) -> bool:
+        if self.spec is None or ref.namespace != self.namespace:
+            return False
+        t = self.spec.target
+        if t.workload_ref is not None:
+            return t.workload_ref.kind == ref.kind and t.workload_ref.name == ref.name
+        return t.selector is not None and t.selector.matches(labels)
+
+
+def parse_policy(obj: Mapping[str, Any]) -> Policy:
+    """A policy object as the API returns it → :class:`Policy`, never an exception."""
+    meta = obj.get("metadata") or {}
+    ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    gen = meta.get("generation")
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return Policy(ns, name, None, "spec is missing or not an object", gen)
+    try:
+        return Policy(ns, name, PolicySpec.model_validate(spec), None, gen)
+    except ValidationError as exc:
+        return Policy(ns, name, None, _first_error(exc), gen)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(x) for x in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"spec.{where}: {msg}{more}" if where else f"spec: {msg}{more}"
+
+
+def profile_slices(profile: str) -> int:
+    """Compute slices of a MIG profile name (``3g.40gb`` → 3), for ordering bounds."""
+    m = _PROFILE.match(profile)
+    return int(m.group(1)) if m else 0

@@ -1,0 +1,59 @@
+"""Hand-built cluster objects, plans and snapshots for the controller tests (no policies run)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+
+from recommender import model as m
+from tests import planfixture as pf
+from tests.kubefixture import container, manifest, template
+
+NS, NAME = "llm", "llama-3-8b-chat"
+KEY = f"{NS}/Deployment/{NAME}"
+ARGS = ["--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "256"]
+
+
+def deployment(name: str = NAME, replicas: int = 2, args: list[str] | None = None) -> dict[str, Any]:
+    tmpl = template({"app": name}, container("vllm", "vllm/vllm-openai:v0.6.3", {"nvidia.com/gpu": "1"},
+                                             args=list(args or ARGS)))
+    return manifest("Deployment", NS, name, {"replicas": replicas, "template": tmpl}, labels={"app": name})
+
+
+def policy(name: str, spec: dict[str, Any], namespace: str = NS) -> dict[str, Any]:
+    return {"apiVersion": "rightsizer.io/v1alpha1", "kind": "GPURightsizingPolicy",
+            "metadata": {"name": name, "namespace": namespace, "generation": 1}, "spec": spec}
+
+
+def auto_spec(**over: Any) -> dict[str, Any]:
+    spec = {"target": {"workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME}},
+            "mode": "Auto", "allowedMechanisms": ["replicas", "vllm"],
+            "changeLimits": {"maxReplicaChangePerStep": 1, "cooldownSeconds": 600}}
+    return spec | over
+
+
+def recommendation(name: str = NAME, replicas: int = 4) -> m.Recommendation:
+    """The llama recommendation of the golden plan (MIG 3g.40gb, vLLM 0.9 → 0.82) plus 4 replicas."""
+    base = pf.llama()
+    scaling = m.ScalingPlan("request_rate_per_s", 10.0, 7.0, 1, 6, replicas, 0.0, 300, False, 0.3, None)
+    wl = replace(base.workload, ref=m.WorkloadRef(NS, "Deployment", name), labels={"app": name})
+    return replace(base, workload=wl, scaling=scaling)
+
+
+def plan(*recs: m.Recommendation, now: datetime = pf.END, mig_nodes: tuple[m.NodeMigPlan, ...] = ()) -> m.Plan:
+    recs = recs or (recommendation(),)
+    return m.Plan(now, pf.START, now, pf.STEP_S, tuple(recs), pf.summary(tuple(recs)), mig_nodes=mig_nodes,
+                  mig_parted_config={"version": "v1", "mig-configs": {}} if mig_nodes else {})
+
+
+def snapshot(now: datetime, ttft_before_s: float, ttft_after_s: float, change_at: datetime | None = None,
+             key: str = KEY) -> m.Snapshot:
+    """TTFT p95 every 60 s over the two hours before ``now``: ``before`` until ``change_at``, then ``after``."""
+    idx = pd.date_range(end=now, periods=120, freq="60s")
+    cut = change_at or now
+    ttft = [ttft_after_s if t > pd.Timestamp(cut) else ttft_before_s for t in idx]
+    frame = pd.DataFrame({key: ttft}, index=idx)
+    return m.Snapshot((recommendation().workload,), {m.TTFT_P95_S: frame}, now - timedelta(hours=2), now, 60.0)

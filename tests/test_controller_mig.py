@@ -1,0 +1,92 @@
+"""Node MIG reconfiguration: resumable across controller restarts, never leaves a node cordoned."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from recommender import model as m
+from recommender.controller.loop import Controller
+from recommender.controller.mig import MIG_CONFIG, MIG_STATE, STATE_ANNOTATION, MigSettings, advance
+from tests.controllerfixture import NS, deployment, plan, policy, snapshot
+from tests.kubefixture import container, gpu_node, pod_from, template
+from tests.kubewrite import WriteCluster
+
+T0 = datetime(2026, 11, 2, 2, 10, tzinfo=UTC)  # inside the 02:00 window (120 min)
+NODE = "gpu-a"
+WINDOW = [{"schedule": "0 2 * * *", "durationMinutes": 120}]
+FAST = MigSettings(drain_timeout_s=600, config_timeout_s=900)
+
+
+def cluster_objects() -> list[dict]:
+    pod = pod_from(None, NS, "llama-0", template({"app": "x"}, container("vllm", "vllm/vllm-openai",
+                                                                          {"nvidia.com/gpu": "1"})), NODE)
+    return [gpu_node(NODE, "NVIDIA-A100-SXM4-80GB", 81920, labels={MIG_CONFIG: "all-disabled", MIG_STATE: "success"}),
+            pod, deployment()]
+
+
+def node_state(cluster: WriteCluster) -> tuple[str | None, bool, bool]:
+    node = cluster.obj("Node", None, NODE)
+    return (node["metadata"]["labels"].get(MIG_CONFIG), bool(node["spec"].get("unschedulable")),
+            STATE_ANNOTATION in (node["metadata"].get("annotations") or {}))
+
+
+def test_restarted_controllers_carry_a_mig_change_through_to_success() -> None:
+    nplan = m.NodeMigPlan(NODE, "A100-80GB", 8, ({"3g.40gb": 2},), (f"{NS}/Deployment/x",), "custom-a", 1)
+    spec = {"target": {"selector": {"matchLabels": {"app": "x"}}}, "mode": "Auto",
+            "allowedMechanisms": ["mig-node"], "maintenanceWindows": WINDOW}
+    with WriteCluster([*cluster_objects(), policy("mig", spec)]) as cluster:
+        def fresh(at: datetime) -> Controller:  # a new controller process each time: state only on the node
+            return Controller(cluster.kube(), lambda now: (plan(now=now, mig_nodes=(nplan,)), snapshot(now, .3, .3)),
+                              clock=lambda: at, mig=FAST)
+        assert fresh(T0 - timedelta(hours=1)).reconcile().mig == [f"{NODE}: waiting-window: MIG config all-disabled"
+                                                                   " → custom-a waits for a maintenance window"]
+        assert node_state(cluster) == ("all-disabled", False, False)
+        fresh(T0).reconcile()
+        assert node_state(cluster) == ("all-disabled", True, True)  # cordoned first
+        fresh(T0 + timedelta(minutes=1)).reconcile()
+        assert not cluster.exists("Pod", NS, "llama-0")  # evicted through the Eviction API
+        fresh(T0 + timedelta(minutes=2)).reconcile()
+        assert node_state(cluster) == ("custom-a", True, True)
+        assert MIG_STATE not in cluster.obj("Node", None, NODE)["metadata"]["labels"]  # stale success dropped
+        assert "configuring" in fresh(T0 + timedelta(minutes=3)).reconcile().mig[0]
+        cluster.edit("Node", None, NODE, {"metadata": {"labels": {MIG_STATE: "success"}}})  # the MIG manager
+        fresh(T0 + timedelta(minutes=4)).reconcile()
+        assert node_state(cluster) == ("custom-a", False, False)
+
+
+def test_a_change_left_by_a_dead_controller_is_reverted_at_its_deadline() -> None:
+    with WriteCluster(cluster_objects()) as cluster:
+        kube = cluster.kube()
+        assert advance(kube, NODE, "custom-a", T0, True, FAST).phase == "draining"
+        assert advance(kube, NODE, "custom-a", T0 + timedelta(minutes=1), True, FAST).phase == "draining"
+        assert advance(kube, NODE, "custom-a", T0 + timedelta(minutes=2), True, FAST).phase == "configuring"
+        # the controller restarts and no longer wants the change; the MIG manager never reports
+        stuck = advance(cluster.kube(), NODE, None, T0 + timedelta(minutes=10), False, FAST)
+        assert stuck.phase == "configuring"
+        out = advance(cluster.kube(), NODE, None, T0 + timedelta(minutes=18), False, FAST)
+        assert out.phase == "reverted" and "before the deadline" in out.message
+        assert node_state(cluster) == ("all-disabled", False, False)
+
+
+def test_a_pod_disruption_budget_that_never_allows_eviction_ends_in_a_revert() -> None:
+    with WriteCluster(cluster_objects()) as cluster:
+        cluster.block_eviction("llama-0")
+        kube = cluster.kube()
+        advance(kube, NODE, "custom-a", T0, True, FAST)
+        held = advance(kube, NODE, "custom-a", T0 + timedelta(minutes=5), True, FAST)
+        assert held.phase == "draining" and "PodDisruptionBudget holds llm/llama-0" in held.message
+        assert cluster.exists("Pod", NS, "llama-0")
+        out = advance(kube, NODE, "custom-a", T0 + timedelta(minutes=11), True, FAST)
+        assert out.phase == "reverted" and node_state(cluster) == ("all-disabled", False, False)
+
+
+def test_a_failed_mig_manager_reverts_and_a_node_cordoned_before_stays_cordoned() -> None:
+    objs = cluster_objects()
+    objs[0]["spec"]["unschedulable"] = True  # an admin had cordoned it
+    with WriteCluster(objs[:1]) as cluster:
+        kube = cluster.kube()
+        advance(kube, NODE, "custom-a", T0, True, FAST)
+        assert advance(kube, NODE, "custom-a", T0 + timedelta(minutes=1), True, FAST).phase == "configuring"
+        cluster.edit("Node", None, NODE, {"metadata": {"labels": {MIG_STATE: "failed"}}})
+        out = advance(kube, NODE, "custom-a", T0 + timedelta(minutes=2), True, FAST)
+        assert out.phase == "reverted" and node_state(cluster) == ("all-disabled", True, False)
