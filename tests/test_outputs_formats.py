@@ -67,8 +67,33 @@ def test_json_validates_against_the_schema(plan: Plan, snap: Snapshot) -> None:
     doc = json.loads(get_formatter("json")(plan, snap), parse_constant=_no_nan)
     Draft202012Validator(SCHEMA).validate(doc)
     Draft202012Validator(strict(SCHEMA)).validate(doc)
-    assert doc["schema_version"] == "1.1" and doc["generated_at"] == "2026-11-01T00:00:00Z"
+    assert doc["schema_version"] == "1.2" and doc["generated_at"] == "2026-11-01T00:00:00Z"
     assert [w["name"] for w in doc["workloads"]] == [r.ref.name for r in plan.recommendations]
+
+
+def test_demo_plan_with_scaling_and_mig_nodes_validates() -> None:
+    """The real pipeline over the demo: MPS and MIG recommendations, scaling plans, a per-node MIG plan."""
+    from collectors.files import read_snapshot
+    from recommender.demo import demo_path
+    from recommender.pipeline import run_once
+    from recommender.settings import ForecastSettings, Settings
+
+    demo = read_snapshot(demo_path())
+    real = run_once(demo, Settings(forecast=ForecastSettings(max_workloads=3)), demo.end)
+    doc = json.loads(get_formatter("json")(real, demo), parse_constant=_no_nan)
+    Draft202012Validator(strict(SCHEMA)).validate(doc)
+    assert doc["mig_nodes"] and doc["mig_parted_config"]["version"] == "v1"
+    names = {n["config_name"] for n in doc["mig_nodes"]}
+    assert names <= set(doc["mig_parted_config"]["mig-configs"]) | {"all-3g.40gb"}
+    mechanisms = {w["mechanism"] for w in doc["workloads"] if w["mechanism"]}
+    assert {"mig", "exclusive"} <= mechanisms
+    scaled = [w for w in doc["workloads"] if w["scaling"]]
+    assert scaled, "no scaling plan in the demo"
+    for w in scaled:
+        s = w["scaling"]
+        assert s["min_replicas"] <= s["recommended_replicas"] <= s["max_replicas"]
+        assert s["keda"]["minReplicaCount"] == s["min_replicas"]
+        assert w["namespace"] in s["keda"]["triggers"][0]["metadata"]["query"]
 
 
 def test_nan_and_inf_become_null(plan: Plan) -> None:

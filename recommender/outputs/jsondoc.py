@@ -16,13 +16,18 @@ from typing import Any
 
 import pandas as pd
 
+from policies.miglayout import MIG_CONFIG_LABEL
+from policies.replicas import keda_parameters
+from policies.shares import how_to_apply
 from recommender.model import (
     Allocation,
     Bound,
     Classification,
     Forecast,
+    NodeMigPlan,
     Plan,
     Recommendation,
+    ScalingPlan,
     Snapshot,
     Summary,
     VllmArgs,
@@ -30,7 +35,7 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.1"  # 1.1: class and forecasts per workload
+SCHEMA_VERSION = "1.2"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -143,7 +148,41 @@ def workload(rec: Recommendation) -> dict[str, Any]:
         "history_s": secs(rec.history_s),
         "class": _class(rec.classification),
         "forecasts": [forecast(f) for f in rec.forecasts],
+        "mechanism": rec.mechanism,
+        "apply": how_to_apply(rec.recommended) if rec.recommended is not None else None,
+        "scaling": scaling(rec.scaling, rec.ref.namespace, rec.ref.name),
     }
+
+
+def scaling(p: ScalingPlan | None, namespace: str, name: str) -> dict[str, Any] | None:
+    """Replica bounds and the KEDA ScaledObject spec fragment derived from them (a Prometheus trigger on
+    the workload's finished-request rate; its pods are matched by name prefix)."""
+    if p is None:
+        return None
+    return {
+        "metric": p.metric,
+        "per_replica_capacity": demand(p.per_replica_capacity),
+        "capacity_source": p.capacity_source,
+        "target_per_replica": demand(p.target_per_replica),
+        "headroom_frac": frac(p.headroom_frac),
+        "min_replicas": p.min_replicas,
+        "max_replicas": p.max_replicas,
+        "recommended_replicas": p.recommended_replicas,
+        "scale_to_zero": p.scale_to_zero,
+        "activation_threshold": demand(p.activation_threshold),
+        "cooldown_s": p.cooldown_s,
+        "cold_start_s": secs(p.cold_start_s),
+        "reasons": list(p.reasons),
+        "keda": keda_parameters(p, query=f'sum(rate(vllm:request_success_total{{namespace="{namespace}",'
+                                          f'pod=~"{name}-.*"}}[1m]))'),
+    }
+
+
+def mig_node(n: NodeMigPlan) -> dict[str, Any]:
+    return {"node": n.node, "gpu_model": n.gpu_model, "gpus_total": n.gpus_total,
+            "layouts": [dict(d) for d in n.layouts], "workloads": list(n.workloads),
+            "config_name": n.config_name, "label": {MIG_CONFIG_LABEL: n.config_name},
+            "reconfigured_gpus": n.reconfigured_gpus, "reasons": list(n.reasons)}
 
 
 def summary(s: Summary) -> dict[str, Any]:
@@ -170,6 +209,8 @@ def document(plan: Plan) -> dict[str, Any]:
         "summary": summary(plan.summary),
         "warnings": list(plan.warnings),
         "workloads": [workload(r) for r in plan.recommendations],
+        "mig_nodes": [mig_node(n) for n in plan.mig_nodes],
+        "mig_parted_config": dict(plan.mig_parted_config) or None,
     }
 
 
