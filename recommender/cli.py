@@ -202,3 +202,13 @@ def forecast(input_csv: str, horizon: int, levels: tuple[int, ...], output: str 
         click.echo(f"wrote {len(frame)} rows for {len(results)} series to {output}", err=True)
     else:
         write_forecasts_csv(frame, sys.stdout)
+
+
+from recommender.cli_controller import controller, rollback  # noqa: E402  (needs main's helpers)
+
+main.add_command(controller)
+main.add_command(rollback)
+
+from recommender.cli_serve import serve  # noqa: E402  (needs main's helpers)
+
+main.add_command(serve)

@@ -1,0 +1,137 @@
+"""Serve the latest plan to KEDA (gRPC external scaler, metrics-api), the HPA (external metrics API) and
+Prometheus (``/metrics``).
+
+:func:`start_servers` runs every server on one asyncio loop in a background thread, so the CLI and
+the controller can keep their own main thread; ``Servers.stop`` shuts them down gracefully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from aiohttp import web
+from prometheus_client.registry import CollectorRegistry
+
+from recommender.errors import ConfigError
+from recommender.planstore import PlanStore, Published
+from recommender.serve import http
+from recommender.serve.exporter import PlanCollector
+from recommender.serve.lookup import Lookup
+from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
+from recommender.serve.ratelimit import RateLimiter
+from recommender.serve.scaler import PlanSignal, ScalerServicer
+from recommender.serve.settings import ServeSettings
+from recommender.serve.tls import grpc_credentials, ssl_context
+
+__all__ = ["ServeSettings", "Servers", "start_servers"]
+_START_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Servers:
+    """Running servers. ``ports`` maps ``grpc``/``http``/``https`` to the bound port (for port 0)."""
+
+    ports: dict[str, int]
+    registry: CollectorRegistry
+    _loop: asyncio.AbstractEventLoop
+    _thread: threading.Thread
+    _stoppers: list[Callable[[float], Any]] = field(default_factory=list)
+    _signal: PlanSignal | None = None
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, let calls in flight finish for up to ``grace_s``, then end the thread."""
+        if not self._thread.is_alive():
+            return
+
+        async def shutdown() -> None:
+            if self._signal is not None:
+                self._signal.close()  # open streams end instead of holding the grace period
+            for stop in reversed(self._stoppers):
+                await stop(grace_s)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(grace_s + _START_TIMEOUT_S)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(_START_TIMEOUT_S)
+
+
+def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable[[], bool] | None = None,
+                  ready: Callable[[], bool] | None = None, registry: CollectorRegistry | None = None) -> Servers:
+    """Start the servers ``settings`` enables; raises ConfigError (one line) when one cannot start.
+
+    ``health``/``ready`` back ``/healthz``/``/readyz`` (default: always healthy; ready once a plan is
+    published). ``registry`` receives the plan collector (default: a fresh one, never the global)."""
+    registry = registry if registry is not None else CollectorRegistry()
+    lookup = Lookup(store, settings)
+    registry.register(PlanCollector(lookup))
+    checks = {"health": health or (lambda: True), "ready": ready or (lambda: store.latest() is not None)}
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="rightsizer-serve", daemon=True)
+    thread.start()
+    servers = Servers({}, registry, loop, thread)
+    try:
+        asyncio.run_coroutine_threadsafe(_start(servers, store, lookup, checks), loop).result(_START_TIMEOUT_S)
+    except BaseException:
+        servers.stop(0.0)
+        raise
+    return servers
+
+
+async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dict[str, http.Check]) -> None:
+    settings = lookup.settings
+    limiter = RateLimiter(settings.rate_per_s, settings.rate_burst)
+    signal = PlanSignal(asyncio.get_running_loop())
+    servers._signal = signal
+
+    def wake(_: Published) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed after stop(): nothing left to wake
+            signal.notify_threadsafe()
+
+    store.subscribe(wake)
+    if settings.grpc_port is not None:
+        servers.ports["grpc"] = await _grpc(servers, ScalerServicer(lookup, signal, limiter), settings)
+    if settings.http_port is not None:
+        app = http.main_app(lookup, servers.registry, limiter, checks, settings.max_request_bytes)
+        tls = ssl_context(settings) if settings.http_tls else None
+        servers.ports["http"] = await _site(servers, app, settings.host, settings.http_port, tls)
+    if settings.external_metrics:
+        app = http.external_app(lookup, limiter, checks, settings.max_request_bytes)
+        servers.ports["https"] = await _site(servers, app, settings.host, settings.https_port, ssl_context(settings))
+
+
+async def _grpc(servers: Servers, servicer: ScalerServicer, settings: ServeSettings) -> int:
+    size = settings.max_request_bytes
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", size),
+                                      ("grpc.max_send_message_length", 4 * 1024 * 1024)])
+    pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)
+    address = f"{settings.host}:{settings.grpc_port}"
+    credentials = grpc_credentials(settings)
+    try:
+        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise ConfigError(f"gRPC cannot listen on {address}: {exc}") from None
+    await server.start()
+    servers._stoppers.append(server.stop)
+    return port
+
+
+async def _site(servers: Servers, app: web.Application, host: str, port: int, tls: Any) -> int:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=tls).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(f"HTTP cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+    async def stop(_grace_s: float) -> None:
+        await runner.cleanup()
+
+    servers._stoppers.append(stop)
+    bound: Any = runner.addresses[0]
+    return int(bound[1])

@@ -1,0 +1,55 @@
+"""How the servers listen, what they trust, and when a plan is too old to act on.
+
+A pydantic model at the boundary (CLI flags, the controller's config); the servers read it, never a
+global. Ports may be 0 (tests: the OS picks one; ``Servers.ports`` says which).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_GRPC_PORT = 9090  # KEDA external scaler (deploy/: trigger metadata scalerAddress)
+DEFAULT_HTTP_PORT = 8080  # /healthz, /readyz, /metrics, KEDA metrics-api
+DEFAULT_HTTPS_PORT = 6443  # external.metrics.k8s.io/v1beta1 (APIService → Service 443 → 6443)
+
+
+class ServeSettings(BaseModel):
+    """Ports, TLS material, staleness ages and abuse limits of the gRPC and HTTP(S) servers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str = Field("0.0.0.0", description="Address every server binds.")
+    grpc_port: int | None = Field(DEFAULT_GRPC_PORT, ge=0, le=65535, description="KEDA external scaler; None: off.")
+    http_port: int | None = Field(DEFAULT_HTTP_PORT, ge=0, le=65535, description="Health, /metrics, metrics-api.")
+    external_metrics: bool = Field(False, description="Serve external.metrics.k8s.io/v1beta1 (needs TLS).")
+    https_port: int = Field(DEFAULT_HTTPS_PORT, ge=0, le=65535, description="Port of the external metrics API.")
+    tls_cert: Path | None = Field(None, description="Server certificate (PEM) for gRPC and HTTPS.")
+    tls_key: Path | None = Field(None, description="Server private key (PEM).")
+    client_ca: Path | None = Field(None, description="CA (PEM) that client certificates must chain to (gRPC mTLS).")
+    http_tls: bool = Field(False, description="Serve the HTTP port over TLS too (metrics-api, /metrics).")
+    stale_after_s: float = Field(1800.0, gt=0, description="Plan older than this: served with a warning.")
+    fallback_after_s: float = Field(7200.0, gt=0, description="Plan older than this: the scaler returns safe values.")
+    band: str = Field("hi_80", pattern=r"^(mean|hi_\d{1,2})$", description="Forecast column that wakes workloads.")
+    min_horizon_s: float = Field(60.0, ge=0, description="Look-ahead when a workload's cold start is unknown.")
+    max_request_bytes: int = Field(65_536, ge=1024, description="Largest gRPC message or HTTP body accepted.")
+    rate_per_s: float = Field(20.0, gt=0, description="Requests per second per client (token bucket refill).")
+    rate_burst: int = Field(100, ge=1, description="Requests a client may make at once (bucket size).")
+    stream_check_s: float = Field(15.0, gt=0, description="Streams re-check staleness this often between plans.")
+    service_name: str = Field("gpu-rightsizer", description="Our Service, as the APIService should name it.")
+    service_namespace: str = Field("gpu-rightsizer", description="Namespace of that Service.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeSettings:
+        if self.fallback_after_s < self.stale_after_s:
+            raise ValueError("fallback_after_s must be at least stale_after_s")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if self.tls_cert is None and (self.external_metrics or self.client_ca or self.http_tls):
+            raise ValueError("the external metrics API, client certificates and http_tls need tls_cert and tls_key")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
