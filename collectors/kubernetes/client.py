@@ -37,6 +37,10 @@ class Resource:
     namespaced: bool = True
 
     @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
     def rbac_name(self) -> str:
         """``deployments.apps`` / ``pods``: how ``kubectl auth can-i`` and RBAC rules name it."""
         return f"{self.plural}.{self.group}" if self.group else self.plural

@@ -10,34 +10,21 @@ JSON-patch ``test`` op is a :class:`Conflict` (a real API server answers 422, km
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from collectors.kubernetes.client import to_error
+from collectors.kubernetes.client import Resource, to_error
 from recommender.errors import KubernetesError
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-@dataclass(frozen=True)
-class Kind:
-    """Where a kind lives in the API: group ("" for core), version, plural, namespaced."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
+# one description of an API resource for the whole project (the collectors list them, the controller writes)
+Kind = Resource
 
 KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("apps", "v1", "deployments", "Deployment"),
