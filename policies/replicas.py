@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from recommender import model as m
+from recommender.forecast import upper_band
 from recommender.model import Classification, Forecast, ScalingPlan, Snapshot, Workload, WorkloadClass
 from recommender.settings import ScalingSettings
 from recommender.shape import TTFT_OBJECTIVE_ANNOTATION
@@ -176,7 +177,7 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     observed_max = float(observed.max()) if observed.size else 0.0
     fc = next((f for f in forecasts if f.metric == m.REQUEST_RATE and not f.frame.empty), None)
     if fc is not None:
-        column = _band(fc.frame, BAND_BY_CLASS[cls])
+        column = upper_band(fc.frame, BAND_BY_CLASS[cls])
         band = fc.frame[column].clip(lower=0.0).to_numpy(dtype="float64")
         if np.isfinite(band).any():
             peak, trough = float(np.nanmax(band)), float(np.nanmin(band))
@@ -188,14 +189,6 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     peak = float(observed.mean()) if q < 0 else float(np.quantile(observed, q))
     what = "mean" if q < 0 else ("peak" if q >= 1 else f"p{q * 100:g}")
     return peak, peak, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast)"]
-
-
-def _band(frame: pd.DataFrame, wanted: str) -> str:
-    """The wanted column, else the widest upper band the forecast has, else the mean."""
-    if wanted in frame.columns:
-        return wanted
-    his = sorted((c for c in frame.columns if c.startswith("hi_")), key=lambda c: int(c[3:]))
-    return his[-1] if his else "mean"
 
 
 def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:

@@ -12,7 +12,7 @@ reward; for capacity read the ``hi_<level>`` bounds. Everything here is pure exc
 from recommender.forecast.api import forecast_series
 from recommender.forecast.auto import AutoForecaster, default_candidates
 from recommender.forecast.backtest import backtest, origin_positions
-from recommender.forecast.base import Forecaster, ModelFitError, NotEnoughHistory, level_columns
+from recommender.forecast.base import Forecaster, ModelFitError, NotEnoughHistory, level_columns, upper_band
 from recommender.forecast.clean import CleanSeries, clean_series
 from recommender.forecast.ets import HoltWinters
 from recommender.forecast.metrics import mase, smape
@@ -41,4 +41,5 @@ __all__ = [
     "origin_positions",
     "seasonal_strength",
     "smape",
+    "upper_band",
 ]

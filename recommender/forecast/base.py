@@ -39,6 +39,14 @@ def level_columns(levels: Iterable[int]) -> list[str]:
     return ["mean", *(f"{side}_{lv}" for lv in levels for side in ("lo", "hi"))]
 
 
+def upper_band(frame: pd.DataFrame, wanted: str | None = None) -> str:
+    """The column to size capacity from: ``wanted`` when the forecast has it, else the upper bound of its
+    widest interval (``hi_95`` by default), else ``mean`` for a forecast without intervals."""
+    if wanted is not None and wanted in frame.columns:
+        return wanted
+    return max((str(c) for c in frame.columns if str(c).startswith("hi_")), default="mean", key=lambda c: int(c[3:]))
+
+
 def check_levels(level: Iterable[float]) -> tuple[int, ...]:
     """Levels as sorted unique integers in (0, 100): a column name must be exact (``lo_80``)."""
     given = tuple(level)

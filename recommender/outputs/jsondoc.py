@@ -19,6 +19,7 @@ import pandas as pd
 from policies.miglayout import MIG_CONFIG_LABEL
 from policies.replicas import keda_parameters
 from policies.shares import how_to_apply
+from recommender.forecast import upper_band
 from recommender.model import (
     Allocation,
     Bound,
@@ -113,7 +114,7 @@ def forecast(f: Forecast) -> dict[str, Any]:
     sampled = frame.iloc[::every]
     points = [{"timestamp": t.iso_utc(ts.to_pydatetime()), **{str(c): demand(float(v)) for c, v in row.items()}}
               for ts, row in zip(pd.DatetimeIndex(sampled.index), sampled.to_dict("records"), strict=True)]
-    upper = t.widest_upper(frame)
+    upper = upper_band(frame)
     return {
         "metric": f.metric,
         "model": f.model,

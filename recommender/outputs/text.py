@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from fractions import Fraction
 
 import numpy as np
-import pandas as pd
 
 from recommender.demand import DEMAND_METRICS, LABELS
+from recommender.forecast import upper_band
 from recommender.model import FB_USED_MIB, Allocation, Forecast, Plan, Recommendation, Sharing, Snapshot
 
 DASH = "–"
@@ -178,15 +178,10 @@ def main_forecast(rec: Recommendation) -> Forecast | None:
     return next((by_metric[m] for m in DEMAND_METRICS if m in by_metric), None)
 
 
-def widest_upper(frame: pd.DataFrame) -> str:
-    """The upper bound of the widest interval (``hi_95`` by default), or ``mean`` without intervals."""
-    return max((str(c) for c in frame.columns if str(c).startswith("hi_")), default="mean", key=lambda c: int(c[3:]))
-
-
 def forecast_text(rec: Recommendation) -> str:
     """``peak 14.2 requests/s (≤ 19.8)``: the forecast mean's peak and the widest band's peak."""
     f = main_forecast(rec)
     if f is None or f.frame.empty:
         return DASH
-    peak, top = float(f.frame["mean"].max()), float(f.frame[widest_upper(f.frame)].max())
+    peak, top = float(f.frame["mean"].max()), float(f.frame[upper_band(f.frame)].max())
     return f"peak {peak:,.3g} {LABELS.get(f.metric, f.metric)} (≤ {top:,.3g})"

@@ -21,6 +21,7 @@ from enum import StrEnum
 import numpy as np
 import pandas as pd
 
+from recommender.forecast import upper_band
 from recommender.model import Forecast, Plan, Recommendation, ScalingPlan, WorkloadRef
 from recommender.serve.settings import ServeSettings
 
@@ -158,7 +159,7 @@ def demand_ahead(forecast: Forecast, now: pd.Timestamp, horizon_s: float, band: 
     if rows is None or "mean" not in frame.columns:
         return None
     window = frame.iloc[rows[0]:rows[1]]
-    values = pd.concat([window[band_column(frame, band)], window["mean"].iloc[:1]]).to_numpy(dtype=float)
+    values = pd.concat([window[upper_band(frame, band)], window["mean"].iloc[:1]]).to_numpy(dtype=float)
     finite = values[np.isfinite(values)]
     return float(max(finite.max(), 0.0)) if finite.size else None
 
@@ -177,14 +178,6 @@ def forecast_rows(frame: pd.DataFrame, now: pd.Timestamp, horizon_s: float = 0.0
     first = max(0, int(index.searchsorted(now, side="right")) - 1)
     last = int(index.searchsorted(now + pd.Timedelta(seconds=horizon_s), side="right"))
     return first, max(last, first + 1)
-
-
-def band_column(frame: pd.DataFrame, band: str) -> str:
-    """``band`` when the forecast has it, else its widest upper band, else the mean."""
-    if band in frame.columns:
-        return band
-    highs = sorted((c for c in frame.columns if str(c).startswith("hi_")), key=lambda c: int(str(c)[3:]))
-    return str(highs[-1]) if highs else "mean"
 
 
 def all_targets(plan: Plan, age_s: float, settings: ServeSettings) -> list[WorkloadTarget]:
