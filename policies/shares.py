@@ -16,6 +16,8 @@ from recommender.model import Allocation, Sharing
 
 THREAD_STEP_PCT = 5  # thread percentages are rounded up to this step: finer is noise
 MEMORY_STEP_MIB = 256  # memory limits are rounded up to this step
+MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # reference.md §4, per client
+MPS_MEM_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,9 @@ def mps_env(alloc: Allocation) -> dict[str, str]:
     """Client environment for CUDA MPS (reference.md §4): thread cap and pinned memory on device 0."""
     env: dict[str, str] = {}
     if alloc.mps_active_thread_pct is not None:
-        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = f"{alloc.mps_active_thread_pct:g}"
+        env[MPS_THREADS_ENV] = f"{alloc.mps_active_thread_pct:g}"
     if alloc.mps_pinned_mem_mib is not None:
-        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={alloc.mps_pinned_mem_mib:.0f}M"
+        env[MPS_MEM_ENV] = f"0={alloc.mps_pinned_mem_mib:.0f}M"
     return env
 
 

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, mps_env
 from recommender.model import Recommendation, Sharing
 
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
-MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-MPS_MEM = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+MPS_THREADS, MPS_MEM = MPS_THREADS_ENV, MPS_MEM_ENV
 GPU_MEM_UTIL = "--gpu-memory-utilization"
 MAX_NUM_SEQS = "--max-num-seqs"
 ACTUATED_KINDS = frozenset({"Deployment", "StatefulSet"})
@@ -105,7 +105,7 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         gpu_memory_utilization=vllm.gpu_memory_utilization if vllm else None,
         max_num_seqs=vllm.max_num_seqs if vllm else None,
         mps_thread_pct=round(alloc.mps_active_thread_pct) if mps and alloc.mps_active_thread_pct else None,
-        mps_mem_limit=f"0={round(alloc.mps_pinned_mem_mib)}M" if mps and alloc.mps_pinned_mem_mib else None,
+        mps_mem_limit=mps_env(alloc).get(MPS_MEM) if mps else None,
         mig_profile=alloc.mig_profile if mig else None,
         mig_count=max(1, alloc.mig_count),
         reasons=tuple(why),
