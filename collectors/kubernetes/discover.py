@@ -14,7 +14,6 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -25,6 +24,7 @@ from collectors.kubernetes.client import (
     Resource,
     list_objects,
     make_api_client,
+    parse_time,
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from policies.catalogue import Catalogue
@@ -215,21 +215,14 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
     )
 
 
-def _when(text: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
-    except ValueError:
-        return None
-
-
 def cold_start_s(pods: Sequence[Mapping[str, Any]]) -> float | None:
     """Median seconds from pod start to Ready over pods that became ready: what scale-from-zero costs
     (image pull, weights load, warm-up). None when no pod tells."""
     took = []
     for pod in pods:
         status = pod.get("status") or {}
-        started = _when(status.get("startTime"))
-        ready = next((_when(c.get("lastTransitionTime")) for c in status.get("conditions") or []
+        started = parse_time(status.get("startTime"))
+        ready = next((parse_time(c.get("lastTransitionTime")) for c in status.get("conditions") or []
                       if c.get("type") == "Ready" and c.get("status") == "True"), None)
         if started and ready and ready >= started:
             took.append((ready - started).total_seconds())

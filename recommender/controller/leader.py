@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from collectors.kubernetes.client import parse_time
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
 
 log = logging.getLogger("rightsizer.leader")
@@ -20,15 +21,6 @@ log = logging.getLogger("rightsizer.leader")
 
 def _micro(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 class LeaderElector:
@@ -52,7 +44,7 @@ class LeaderElector:
             return False
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
         duration = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
         expired = renewed is None or now >= renewed + timedelta(seconds=duration)
         if holder and holder != self.identity and not expired:
