@@ -24,7 +24,7 @@ from recommender import model as m
 from recommender.forecast import upper_band
 from recommender.model import Classification, Forecast, ScalingPlan, Snapshot, Workload, WorkloadClass
 from recommender.settings import ScalingSettings
-from recommender.shape import TTFT_OBJECTIVE_ANNOTATION
+from recommender.shape import TTFT_OBJECTIVE_ANNOTATION, ttft_objective_from
 
 CAPACITY_ANNOTATION = "rightsizer.io/replica-capacity"  # requests/s one replica serves at the objective
 BAND_BY_CLASS = {WorkloadClass.REAL_TIME: "hi_95", WorkloadClass.NEAR_REAL_TIME: "hi_80", WorkloadClass.BATCH: "mean"}
@@ -111,11 +111,10 @@ def replicas_for(demand: float, target_per_replica: float) -> int:
 
 def ttft_objective(workload: Workload, settings: ScalingSettings) -> tuple[float, str]:
     """The TTFT objective (seconds) from the annotation, else the settings' default, and where it came from."""
-    raw = workload.annotations.get(TTFT_OBJECTIVE_ANNOTATION)
-    value = _positive(raw)
+    value, notes = ttft_objective_from(workload.annotations)
     if value is not None:
         return value, f"TTFT objective {value:g} s from {TTFT_OBJECTIVE_ANNOTATION}"
-    bad = f" ({TTFT_OBJECTIVE_ANNOTATION}={raw!r} is not a positive number: ignored)" if raw is not None else ""
+    bad = "".join(f" ({n})" for n in notes)
     return settings.ttft_objective_s, f"TTFT objective {settings.ttft_objective_s:g} s (default){bad}"
 
 

@@ -257,7 +257,7 @@ def _token_mix(snapshot: Snapshot, workload: Workload) -> tuple[float | None, fl
     return (p / (p + g) if p + g > 0 else None), p / n, g / n
 
 
-def _objective(annotations: Mapping[str, str]) -> tuple[float | None, tuple[str, ...]]:
+def ttft_objective_from(annotations: Mapping[str, str]) -> tuple[float | None, tuple[str, ...]]:
     """The TTFT objective from its annotation, or None with a note when it is not a positive number."""
     raw = annotations.get(TTFT_OBJECTIVE_ANNOTATION)
     if raw is None:
@@ -276,7 +276,7 @@ def demand_shape(snapshot: Snapshot, workload: Workload) -> DemandShape:
     metric, series = next(((mt, s) for mt in DEMAND_METRICS
                            if (s := snapshot.series(mt, workload.ref)) is not None), (None, None))
     annotations = workload.annotations
-    objective_s, notes = _objective(annotations)
+    objective_s, notes = ttft_objective_from(annotations)
     queue = queue_shape(snapshot.series(m.REQUESTS_WAITING, workload.ref),
                         snapshot.series(m.TTFT_P95_S, workload.ref), objective_s, snapshot.step_s)
     share, prompt_rate, gen_rate = _token_mix(snapshot, workload)
