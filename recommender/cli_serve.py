@@ -43,6 +43,13 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--tls-key", type=_FILE, help="Server private key (PEM).")
 @click.option("--client-ca", type=_FILE, help="Require gRPC client certificates signed by this CA (mTLS).")
 @click.option("--http-tls", is_flag=True, help="Serve the HTTP port over TLS too.")
+@click.option("--requestheader-client-ca", type=_FILE,
+              help="Serve the external metrics API only to the API server's front-proxy certificate signed by "
+                   "this CA (its --requestheader-client-ca-file).")
+@click.option("--requestheader-allowed-names", default="",
+              help="Comma-separated CNs that front-proxy certificate may carry (empty: any).")
+@click.option("--requestheader-from-cluster", is_flag=True,
+              help="Read the front-proxy CA and settings from kube-system/extension-apiserver-authentication.")
 @click.option("--stale-after", default="30m", show_default=True, help="Plan age that logs a staleness warning.")
 @click.option("--fallback-after", default="2h", show_default=True,
               help="Plan age after which the scaler serves safe values (never zero).")
@@ -67,7 +74,8 @@ def serve(**opts: Any) -> None:
         _check_apiservice(settings, serve_settings.service_name, serve_settings.service_namespace)
     store = PlanStore()
     try:
-        servers = start_servers(store, serve_settings)
+        kube_api = _kube_api(settings) if serve_settings.requestheader_from_cluster else None
+        servers = start_servers(store, serve_settings, kube_api=kube_api)
     except RightsizerError as exc:
         fail(str(exc))
         return
@@ -99,6 +107,10 @@ def _serve_settings(opts: dict[str, Any]) -> Any:
             host=opts["host"], grpc_port=opts["grpc_port"], http_port=opts["http_port"],
             external_metrics=opts["external_metrics"], https_port=opts["https_port"], tls_cert=opts.get("tls_cert"),
             tls_key=opts.get("tls_key"), client_ca=opts.get("client_ca"), http_tls=opts["http_tls"],
+            requestheader_client_ca=opts.get("requestheader_client_ca"),
+            requestheader_allowed_names=tuple(n.strip() for n in opts.get("requestheader_allowed_names", "").split(",")
+                                              if n.strip()),
+            requestheader_from_cluster=opts.get("requestheader_from_cluster", False),
             stale_after_s=parse_duration(opts["stale_after"]), fallback_after_s=parse_duration(opts["fallback_after"]),
             rate_per_s=opts["rate"], rate_burst=opts["burst"], service_name=name, service_namespace=namespace)
     except ValidationError as exc:
@@ -106,6 +118,12 @@ def _serve_settings(opts: dict[str, Any]) -> Any:
         where = ".".join(str(x) for x in err["loc"])
         fail(f"invalid serve setting{' ' + where if where else ''}: {err['msg'].removeprefix('Value error, ')}")
         raise AssertionError from exc  # unreachable: fail() exits
+
+
+def _kube_api(settings: Settings) -> Any:
+    from collectors.kubernetes import make_api_client
+
+    return make_api_client(settings.kubernetes)
 
 
 def _check_apiservice(settings: Settings, name: str, namespace: str) -> None:

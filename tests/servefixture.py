@@ -3,7 +3,8 @@
 The plan is tests/planfixture.py's, with a ScalingPlan on the llama workload (request rate, target 8
 per replica, 3 recommended, scale to zero, 600 s cold start) and a batch workload that scales on an
 idle forecast (all zeros). Certificates come from the ``openssl`` binary (``cryptography`` is not a
-dependency): a CA, a server certificate for 127.0.0.1/localhost, and a client certificate it signed.
+dependency): a CA, a server certificate for 127.0.0.1/localhost, and a client certificate it signed;
+and, for the external metrics API, a separate requestheader (front-proxy) CA and its client certificates.
 """
 
 from __future__ import annotations
@@ -77,20 +78,66 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=30)
 
 
-def make_pki(directory: Path) -> Pki:
-    """A throwaway EC CA with one server and one client certificate, as PEM files in ``directory``."""
+_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+_EXT = {"server": "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth",
+        "client": "extendedKeyUsage=clientAuth"}
+
+
+def _ca(directory: Path, name: str) -> None:
+    """A self-signed CA: ``<name>.pem`` and ``<name>-key.pem``."""
+    _openssl("req", "-x509", *_KEY, "-keyout", f"{name}-key.pem", "-out", f"{name}.pem", "-days", "1",
+             "-subj", f"/CN=test-{name}", cwd=directory)
+
+
+def _leaf(directory: Path, ca: str, who: str, cn: str, usage: str) -> tuple[Path, Path]:
+    """``<who>.pem``/``<who>-key.pem`` with subject CN ``cn``, signed by CA ``ca``; usage server or client."""
+    (directory / f"{who}.ext").write_text(_EXT[usage] + "\n")
+    _openssl("req", "-new", *_KEY, "-keyout", f"{who}-key.pem", "-out", f"{who}.csr", "-subj", f"/CN={cn}",
+             cwd=directory)
+    _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}-key.pem", "-CAcreateserial",
+             "-out", f"{who}.pem", "-days", "1", "-extfile", f"{who}.ext", cwd=directory)
+    return directory / f"{who}.pem", directory / f"{who}-key.pem"
+
+
+def _need_openssl() -> None:
     if shutil.which("openssl") is None:
         pytest.skip("the openssl binary is needed to make test certificates")
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *key, "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "1", "-subj", "/CN=test-ca",
-             cwd=directory)
-    ext = {"server": "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth",
-           "client": "extendedKeyUsage=clientAuth"}
-    for who, extensions in ext.items():
-        (directory / f"{who}.ext").write_text(extensions + "\n")
-        _openssl("req", "-new", *key, "-keyout", f"{who}-key.pem", "-out", f"{who}.csr", "-subj", f"/CN={who}",
-                 cwd=directory)
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
-                 "-out", f"{who}.pem", "-days", "1", "-extfile", f"{who}.ext", cwd=directory)
+
+
+def make_pki(directory: Path) -> Pki:
+    """A throwaway EC CA with one server and one client certificate, as PEM files in ``directory``."""
+    _need_openssl()
+    _ca(directory, "ca")
+    _leaf(directory, "ca", "server", "server", "server")
+    _leaf(directory, "ca", "client", "client", "client")
     return Pki(directory / "ca.pem", directory / "server.pem", directory / "server-key.pem",
                directory / "client.pem", directory / "client-key.pem")
+
+
+FRONT_PROXY_CN = "front-proxy-client"  # kubeadm's CN for the API server's proxy client certificate
+
+
+@dataclass(frozen=True)
+class FrontProxyPki:
+    """The aggregation layer's certificates, apart from the serving CA (as kubeadm keeps them).
+
+    ``proxy``: CN front-proxy-client, signed by ``ca`` (the requestheader client CA); ``stranger``:
+    CN someone-else, signed by ``ca`` too; ``rogue``: CN front-proxy-client, signed by another CA.
+    Each is a (certificate, key) pair for ``requests``' ``cert=``."""
+
+    ca: Path
+    proxy: tuple[str, str]
+    stranger: tuple[str, str]
+    rogue: tuple[str, str]
+
+
+def make_front_proxy_pki(directory: Path) -> FrontProxyPki:
+    _need_openssl()
+    _ca(directory, "front-proxy-ca")
+    _ca(directory, "rogue-ca")
+    pairs = {who: _leaf(directory, ca, who, cn, "client") for who, ca, cn in (
+        ("proxy", "front-proxy-ca", FRONT_PROXY_CN), ("stranger", "front-proxy-ca", "someone-else"),
+        ("rogue", "rogue-ca", FRONT_PROXY_CN))}
+    cert_key = {who: (str(c), str(k)) for who, (c, k) in pairs.items()}
+    return FrontProxyPki(directory / "front-proxy-ca.pem", cert_key["proxy"], cert_key["stranger"],
+                         cert_key["rogue"])

@@ -22,12 +22,13 @@ from recommender.errors import ConfigError
 from recommender.planstore import PlanStore, Published
 from recommender.serve import http
 from recommender.serve.exporter import PlanCollector
-from recommender.serve.lookup import Lookup
+from recommender.serve.frontproxy import FrontProxy
+from recommender.serve.lookup import Lookup, log
 from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
 from recommender.serve.ratelimit import RateLimiter
 from recommender.serve.scaler import PlanSignal, ScalerServicer
 from recommender.serve.settings import ServeSettings
-from recommender.serve.tls import grpc_credentials, ssl_context
+from recommender.serve.tls import grpc_credentials, load_front_proxy, ssl_context
 
 __all__ = ["ServeSettings", "Servers", "start_servers"]
 _START_TIMEOUT_S = 30.0
@@ -61,11 +62,17 @@ class Servers:
 
 
 def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable[[], bool] | None = None,
-                  ready: Callable[[], bool] | None = None, registry: CollectorRegistry | None = None) -> Servers:
+                  ready: Callable[[], bool] | None = None, registry: CollectorRegistry | None = None,
+                  kube_api: Any = None) -> Servers:
     """Start the servers ``settings`` enables; raises ConfigError (one line) when one cannot start.
 
     ``health``/``ready`` back ``/healthz``/``/readyz`` (default: always healthy; ready once a plan is
-    published). ``registry`` receives the plan collector (default: a fresh one, never the global)."""
+    published). ``registry`` receives the plan collector (default: a fresh one, never the global).
+    ``kube_api`` (a ``kubernetes`` ApiClient) is read only for ``requestheader_from_cluster``."""
+    front = load_front_proxy(settings, kube_api) if settings.external_metrics else None
+    if settings.external_metrics and front is None:
+        log.warning("external metrics API: no requestheader client CA, so any client that reaches port %d "
+                    "is served; set requestheader_client_ca or requestheader_from_cluster", settings.https_port)
     registry = registry if registry is not None else CollectorRegistry()
     lookup = Lookup(store, settings)
     registry.register(PlanCollector(lookup))
@@ -75,14 +82,15 @@ def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable
     thread.start()
     servers = Servers({}, registry, loop, thread)
     try:
-        asyncio.run_coroutine_threadsafe(_start(servers, store, lookup, checks), loop).result(_START_TIMEOUT_S)
+        asyncio.run_coroutine_threadsafe(_start(servers, store, lookup, checks, front), loop).result(_START_TIMEOUT_S)
     except BaseException:
         servers.stop(0.0)
         raise
     return servers
 
 
-async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dict[str, http.Check]) -> None:
+async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dict[str, http.Check],
+                 front: FrontProxy | None) -> None:
     settings = lookup.settings
     limiter = RateLimiter(settings.rate_per_s, settings.rate_burst)
     signal = PlanSignal(asyncio.get_running_loop())
@@ -100,8 +108,9 @@ async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dic
         tls = ssl_context(settings) if settings.http_tls else None
         servers.ports["http"] = await _site(servers, app, settings.host, settings.http_port, tls)
     if settings.external_metrics:
-        app = http.external_app(lookup, limiter, checks, settings.max_request_bytes)
-        servers.ports["https"] = await _site(servers, app, settings.host, settings.https_port, ssl_context(settings))
+        app = http.external_app(lookup, limiter, checks, settings.max_request_bytes, front)
+        tls = ssl_context(settings, front)
+        servers.ports["https"] = await _site(servers, app, settings.host, settings.https_port, tls)
 
 
 async def _grpc(servers: Servers, servicer: ScalerServicer, settings: ServeSettings) -> int:

@@ -1,7 +1,8 @@
 """Only one provider may serve external.metrics.k8s.io: refuse to start over someone else's APIService.
 
-:func:`conflict` is pure (the APIService object as a dict); :func:`read_apiservice` is the one
-Kubernetes read, used by the CLI when a cluster is reachable.
+:func:`conflict` is pure (the APIService object as a dict); :func:`read_apiservice` is the Kubernetes
+read, used by the CLI when a cluster is reachable. :func:`read_authentication_config` reads the
+front-proxy settings the API server publishes (RoleBinding to extension-apiserver-authentication-reader).
 """
 
 from __future__ import annotations
@@ -46,3 +47,26 @@ def read_apiservice(api: Any, timeout_s: float) -> dict[str, Any] | None:
         raise
     body: dict[str, Any] = json.loads(response.data)
     return body
+
+
+def read_authentication_config(api: Any, timeout_s: float) -> dict[str, str]:
+    """``data`` of kube-system/extension-apiserver-authentication; any failure is a one-line ConfigError."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from recommender.errors import ConfigError
+    from recommender.serve.frontproxy import CONFIGMAP_NAME, CONFIGMAP_NAMESPACE
+
+    where = f"ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}"
+    try:
+        response: Any = client.CoreV1Api(api).read_namespaced_config_map(
+            CONFIGMAP_NAME, CONFIGMAP_NAMESPACE, _preload_content=False, _request_timeout=timeout_s)
+        body = json.loads(response.data)
+    except ApiException as exc:
+        hint = " (bind the Role extension-apiserver-authentication-reader)" if exc.status == 403 else ""
+        raise ConfigError(f"cannot read the {where}: HTTP {exc.status} {exc.reason}{hint}") from None
+    except (HTTPError, OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    return {str(k): str(v) for k, v in (data or {}).items()}

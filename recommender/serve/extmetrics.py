@@ -21,7 +21,8 @@ VERSION = "v1beta1"
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 _SELECTOR_TERM = re.compile(r"^\s*([A-Za-z0-9._/-]+)\s*(==|=)\s*([A-Za-z0-9._-]*)\s*$")
 HTTP_STATUS = {ErrorKind.NOT_FOUND: 404, ErrorKind.INVALID: 400, ErrorKind.NO_SCALING: 404, ErrorKind.UNAVAILABLE: 503}
-_REASONS = {400: "BadRequest", 404: "NotFound", 429: "TooManyRequests", 503: "ServiceUnavailable"}
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 429: "TooManyRequests",
+            503: "ServiceUnavailable"}
 
 
 def quantity(value: float) -> str:

@@ -2,7 +2,8 @@
 
 Every route is a GET (nothing here changes state); bodies are capped by ``client_max_size``; each
 client host has a token bucket (429 when spent). Errors are JSON: ``{"error": ...}`` on our own
-routes, a Kubernetes ``Status`` under ``/apis``.
+routes, a Kubernetes ``Status`` under ``/apis``. With a front proxy configured, every route of the
+HTTPS app but the probes answers only the API server's proxy client certificate (frontproxy.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from recommender.serve import extmetrics
+from recommender.serve import extmetrics, frontproxy
+from recommender.serve.frontproxy import FrontProxy
 from recommender.serve.lookup import Lookup, log
 from recommender.serve.ratelimit import RateLimiter
 from recommender.serve.targets import TargetError, WorkloadTarget, all_targets
@@ -26,6 +28,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LOOKUP: web.AppKey[Lookup] = web.AppKey("lookup", Lookup)
 REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
 CHECKS: web.AppKey[dict[str, Check]] = web.AppKey("checks", dict)
+PROBES = frozenset({"/healthz", "/readyz"})  # kubelet probes carry no client certificate
 
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -56,8 +59,29 @@ def make_middlewares(limiter: RateLimiter) -> list[Any]:
     return [guard]
 
 
-def _app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_bytes: int) -> web.Application:
-    app = web.Application(middlewares=make_middlewares(limiter), client_max_size=max_bytes)
+def front_proxy_middleware(fp: FrontProxy) -> Any:
+    """Refuse (401, a Kubernetes Status) what the API server's front proxy did not send."""
+
+    @web.middleware
+    async def front_proxy(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in PROBES:
+            return await handler(request)
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+        peercert = ssl_object.getpeercert() if ssl_object is not None else None
+        outcome = frontproxy.authenticate(peercert, request.headers.items(), fp)
+        if isinstance(outcome, frontproxy.Denied):
+            log.info("refused %s %s from %s: %s", request.method, request.path, request.remote, outcome.message)
+            return _json(extmetrics.status(outcome.code, outcome.message), outcome.code)
+        log.debug("%s %s for user %r groups %s", request.method, request.path_qs, outcome.name, list(outcome.groups))
+        return await handler(request)
+
+    return front_proxy
+
+
+def _app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_bytes: int,
+         front_proxy: FrontProxy | None = None) -> web.Application:
+    middlewares = make_middlewares(limiter) + ([front_proxy_middleware(front_proxy)] if front_proxy else [])
+    app = web.Application(middlewares=middlewares, client_max_size=max_bytes)
     app[LOOKUP], app[CHECKS] = lookup, checks
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -74,9 +98,11 @@ def main_app(lookup: Lookup, registry: CollectorRegistry, limiter: RateLimiter, 
     return app
 
 
-def external_app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_bytes: int) -> web.Application:
-    """The HTTPS port (6443) behind the APIService: discovery and ExternalMetricValueList."""
-    app = _app(lookup, limiter, checks, max_bytes)
+def external_app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_bytes: int,
+                 front_proxy: FrontProxy | None = None) -> web.Application:
+    """The HTTPS port (6443) behind the APIService: discovery and ExternalMetricValueList; with
+    ``front_proxy``, for the API server alone."""
+    app = _app(lookup, limiter, checks, max_bytes, front_proxy)
     app.router.add_get("/apis", group_list)
     app.router.add_get(f"/apis/{extmetrics.GROUP}", group)
     app.router.add_get(f"/apis/{extmetrics.GROUP_VERSION}", discovery)

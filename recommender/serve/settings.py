@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from recommender.serve.frontproxy import EXTRA_PREFIXES, GROUP_HEADERS, USERNAME_HEADERS
+
 DEFAULT_GRPC_PORT = 9090  # KEDA external scaler (deploy/: trigger metadata scalerAddress)
 DEFAULT_HTTP_PORT = 8080  # /healthz, /readyz, /metrics, KEDA metrics-api
 DEFAULT_HTTPS_PORT = 6443  # external.metrics.k8s.io/v1beta1 (APIService → Service 443 → 6443)
@@ -28,6 +30,19 @@ class ServeSettings(BaseModel):
     tls_cert: Path | None = Field(None, description="Server certificate (PEM) for gRPC and HTTPS.")
     tls_key: Path | None = Field(None, description="Server private key (PEM).")
     client_ca: Path | None = Field(None, description="CA (PEM) that client certificates must chain to (gRPC mTLS).")
+    requestheader_client_ca: Path | None = Field(
+        None, description="Front-proxy CA (PEM, the API server's --requestheader-client-ca-file): the external "
+                          "metrics API then answers only the API server's proxy client certificate.")
+    requestheader_from_cluster: bool = Field(
+        False, description="Read the front-proxy CA, allowed names and headers from the ConfigMap "
+                           "kube-system/extension-apiserver-authentication at start (no CA file needed).")
+    requestheader_allowed_names: tuple[str, ...] = Field(
+        (), description="CNs the front-proxy certificate may carry; empty: any it signed (with the CA file).")
+    requestheader_username_headers: tuple[str, ...] = Field(
+        USERNAME_HEADERS, min_length=1, description="Headers naming the end user; the first with a value wins.")
+    requestheader_group_headers: tuple[str, ...] = Field(GROUP_HEADERS, description="Headers naming its groups.")
+    requestheader_extra_headers_prefix: tuple[str, ...] = Field(
+        EXTRA_PREFIXES, description="Prefixes of headers carrying the user's extra attributes.")
     http_tls: bool = Field(False, description="Serve the HTTP port over TLS too (metrics-api, /metrics).")
     stale_after_s: float = Field(1800.0, gt=0, description="Plan older than this: served with a warning.")
     fallback_after_s: float = Field(7200.0, gt=0, description="Plan older than this: the scaler returns safe values.")
@@ -48,8 +63,22 @@ class ServeSettings(BaseModel):
             raise ValueError("tls_cert and tls_key go together")
         if self.tls_cert is None and (self.external_metrics or self.client_ca or self.http_tls):
             raise ValueError("the external metrics API, client certificates and http_tls need tls_cert and tls_key")
+        if self.front_proxy and not self.external_metrics:
+            raise ValueError("requestheader_client_ca and requestheader_from_cluster apply to the external metrics "
+                             "API only: set external_metrics")
+        if self.requestheader_client_ca is not None and self.requestheader_from_cluster:
+            raise ValueError("give requestheader_client_ca or requestheader_from_cluster, not both")
+        for name in ("requestheader_username_headers", "requestheader_group_headers",
+                     "requestheader_extra_headers_prefix"):
+            if any(not h.strip() for h in getattr(self, name)):
+                raise ValueError(f"{name}: empty header name")
         return self
 
     @property
     def tls(self) -> bool:
         return self.tls_cert is not None
+
+    @property
+    def front_proxy(self) -> bool:
+        """Whether the external metrics API authenticates the API server's front proxy."""
+        return self.requestheader_client_ca is not None or self.requestheader_from_cluster

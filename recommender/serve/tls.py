@@ -2,17 +2,21 @@
 
 gRPC: TLS with the server certificate; with ``client_ca`` every client must present a certificate
 that chains to it (KEDA: ``tlsClientCert``/``tlsClientKey`` in the trigger's authentication). HTTPS:
-an ``ssl.SSLContext`` with TLS 1.2 or newer.
+an ``ssl.SSLContext`` with TLS 1.2 or newer; with a front proxy (frontproxy.py) it asks for a client
+certificate (optional, so probes without one still connect) and trusts only the requestheader CA.
 """
 
 from __future__ import annotations
 
 import ssl
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from recommender.errors import ConfigError
+from recommender.serve import frontproxy
+from recommender.serve.frontproxy import FrontProxy
 from recommender.serve.settings import ServeSettings
 
 
@@ -32,15 +36,43 @@ def grpc_credentials(settings: ServeSettings) -> grpc.ServerCredentials | None:
     return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
 
 
-def ssl_context(settings: ServeSettings) -> ssl.SSLContext:
-    """The HTTPS server context; ``client_ca`` is not applied here (the API server's front proxy
-    authenticates with its own CA, which this server does not verify: see the README)."""
+def ssl_context(settings: ServeSettings, front_proxy: FrontProxy | None = None) -> ssl.SSLContext:
+    """The HTTPS server context. ``client_ca`` (gRPC's) is not applied here; with ``front_proxy`` a
+    client certificate is requested (CERT_OPTIONAL) and, when sent, must chain to its CA alone: a
+    certificate from any other CA fails the handshake."""
     if settings.tls_cert is None or settings.tls_key is None:
         raise ConfigError("HTTPS needs --tls-cert and --tls-key")
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # CERT_NONE: no system CAs are loaded
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"cannot load the TLS certificate/key {settings.tls_cert}: {exc}") from None
+    if front_proxy is not None:
+        try:
+            ctx.load_verify_locations(cadata=front_proxy.ca_pem)
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigError(f"the requestheader client CA is not a PEM certificate: {exc}") from None
+        ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
+
+
+def load_front_proxy(settings: ServeSettings, kube_api: Any = None) -> FrontProxy | None:
+    """The front proxy to authenticate, from ``requestheader_client_ca`` (settings give the names and
+    headers) or the cluster's extension-apiserver-authentication ConfigMap (it gives them); None when
+    neither is configured. Unreadable or missing: ConfigError, never an open API."""
+    if settings.requestheader_client_ca is not None:
+        pem = _read(settings.requestheader_client_ca, "requestheader client CA").decode("utf-8", "replace")
+        return FrontProxy(
+            ca_pem=pem, allowed_names=settings.requestheader_allowed_names,
+            username_headers=frontproxy.header_names(settings.requestheader_username_headers, "username headers"),
+            group_headers=frontproxy.header_names(settings.requestheader_group_headers, "group headers"),
+            extra_prefixes=frontproxy.header_names(settings.requestheader_extra_headers_prefix, "extra prefixes"))
+    if not settings.requestheader_from_cluster:
+        return None
+    if kube_api is None:
+        raise ConfigError("requestheader_from_cluster needs a Kubernetes API client; mount the CA and set "
+                          "requestheader_client_ca instead")
+    from recommender.serve.apiservice import read_authentication_config
+
+    return frontproxy.from_configmap(read_authentication_config(kube_api, 10.0))
