@@ -50,9 +50,10 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     """Run in the cluster: plan on a schedule, write recommendations, act on Auto policies."""
     from recommender.app import collect
     from recommender.controller.leader import LeaderElector
-    from recommender.controller.loop import Controller, run_scheduled
+    from recommender.controller.loop import Controller
     from recommender.controller.mig import MigSettings
     from recommender.controller.policy import Mode
+    from recommender.controller.schedule import run_scheduled
     from recommender.pipeline import run_once
     from recommender.planstore import PlanStore
 
@@ -100,7 +101,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
         for line in report.errors:
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1 if report.errors else 0)
-    servers = None if no_serve else _serve(store, cfg.get("serve") or {})
+    servers = None if no_serve else _serve(store, cfg.get("serve") or {}, kube.api)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -125,8 +126,9 @@ def _read_config(path: str) -> dict[str, Any]:
     return data
 
 
-def _serve(store: Any, serve_cfg: dict[str, Any]) -> Any:
-    """/healthz, /readyz and /metrics from recommender.serve (ready once a plan exists)."""
+def _serve(store: Any, serve_cfg: dict[str, Any], kube_api: Any = None) -> Any:
+    """/healthz, /readyz and /metrics from recommender.serve (ready once a plan exists); ``kube_api``
+    reads the front-proxy settings when ``requestheader_from_cluster`` asks for them."""
     from pydantic import ValidationError
 
     from recommender.serve import start_servers
@@ -138,7 +140,12 @@ def _serve(store: Any, serve_cfg: dict[str, Any]) -> Any:
         err = exc.errors()[0]
         fail(f"invalid serve setting {'.'.join(str(x) for x in err['loc'])}: {err['msg']}")
         raise AssertionError from exc
-    return start_servers(store, settings, health=lambda: True, ready=lambda: store.latest() is not None)
+    try:
+        return start_servers(store, settings, health=lambda: True, ready=lambda: store.latest() is not None,
+                             kube_api=kube_api)
+    except RightsizerError as exc:  # e.g. the requestheader CA or the TLS key cannot be read: one line
+        fail(str(exc))
+        raise AssertionError from exc
 
 
 @click.command()

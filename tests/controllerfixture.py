@@ -10,17 +10,37 @@ import pandas as pd
 
 from recommender import model as m
 from tests import planfixture as pf
-from tests.kubefixture import container, manifest, template
+from tests.kubefixture import container, manifest, pod_from, template
 
 NS, NAME = "llm", "llama-3-8b-chat"
 KEY = f"{NS}/Deployment/{NAME}"
 ARGS = ["--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "256"]
 
 
-def deployment(name: str = NAME, replicas: int = 2, args: list[str] | None = None) -> dict[str, Any]:
-    tmpl = template({"app": name}, container("vllm", "vllm/vllm-openai:v0.6.3", {"nvidia.com/gpu": "1"},
-                                             args=list(args or ARGS)))
-    return manifest("Deployment", NS, name, {"replicas": replicas, "template": tmpl}, labels={"app": name})
+def deployment(name: str = NAME, replicas: int = 2, args: list[str] | None = None,
+               limits: dict[str, str] | None = None, pod_annotations: dict[str, str] | None = None,
+               annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    tmpl = template({"app": name}, container("vllm", "vllm/vllm-openai:v0.6.3", limits or {"nvidia.com/gpu": "1"},
+                                             args=list(args or ARGS)), annotations=pod_annotations)
+    spec = {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": tmpl}
+    return manifest("Deployment", NS, name, spec, labels={"app": name}, annotations=annotations)
+
+
+def pods_of(dep: dict[str, Any], count: int = 2) -> list[dict[str, Any]]:
+    """Running pods of ``dep`` (its template's labels), one container each, never restarted."""
+    out = []
+    for i in range(count):
+        p = pod_from(None, NS, f"{dep['metadata']['name']}-{i}", dep["spec"]["template"], "gpu-a")
+        p["status"]["containerStatuses"] = [{"name": "vllm", "restartCount": 0, "ready": True,
+                                             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]
+        out.append(p)
+    return out
+
+
+def with_allocation(r: m.Recommendation, **alloc: Any) -> m.Recommendation:
+    """``r`` recommending another allocation (sharing, hami_*, kai_*...) than the golden MIG one."""
+    assert r.recommended is not None
+    return replace(r, recommended=replace(r.recommended, **alloc))
 
 
 def policy(name: str, spec: dict[str, Any], namespace: str = NS) -> dict[str, Any]:

@@ -74,8 +74,17 @@ class WritingEmulator(kmock.KubernetesEmulator):
         return aiohttp.web.json_response({"apiVersion": "v1", "kind": "Status", "status": "Success"}, status=201)
 
 
+def _writing(km: kmock.KubernetesEmulator) -> WritingEmulator:
+    assert isinstance(km, WritingEmulator)
+    return km
+
+
 class WriteCluster(KubeEmulator):
     """``with WriteCluster(objects) as kube:`` — then ``kube.kube()`` is the controller's client."""
+
+    def __enter__(self) -> WriteCluster:
+        super().__enter__()
+        return self
 
     async def _serve(self) -> None:
         async with WritingEmulator() as km, kmock.Server(km) as server:
@@ -93,7 +102,11 @@ class WriteCluster(KubeEmulator):
             await self._stop.wait()
 
     def add(self, *objects: Any) -> None:
-        self.call(lambda km: [_seed_any(km, o) for o in objects])
+        def seed(km: kmock.KubernetesEmulator) -> None:
+            for o in objects:
+                _seed_any(km, o)
+
+        self.call(seed)
 
     def kube(self, timeout_s: float = 5.0) -> Kube:
         return Kube(self.api_client(), timeout_s)
@@ -114,19 +127,19 @@ class WriteCluster(KubeEmulator):
         self.call(lambda km: km.objects[key, namespace, name].patch(patch))
 
     def fail(self, method: str, path: str, status: int) -> None:
-        self.call(lambda km: km.faults.append((method, re.compile(path), status, 0.0)))
+        self.call(lambda km: _writing(km).faults.append((method, re.compile(path), status, 0.0)))
 
     def hang(self, method: str, path: str, seconds: float) -> None:
-        self.call(lambda km: km.faults.append((method, re.compile(path), 0, seconds)))
+        self.call(lambda km: _writing(km).faults.append((method, re.compile(path), 0, seconds)))
 
     def heal(self) -> None:
-        self.call(lambda km: km.faults.clear())
+        self.call(lambda km: _writing(km).faults.clear())
 
     def block_eviction(self, pod: str) -> None:
-        self.call(lambda km: km.pdb_blocked.add(pod))
+        self.call(lambda km: _writing(km).pdb_blocked.add(pod))
 
     def allow_eviction(self, pod: str) -> None:
-        self.call(lambda km: km.pdb_blocked.discard(pod))
+        self.call(lambda km: _writing(km).pdb_blocked.discard(pod))
 
     def events(self, namespace: str) -> list[dict[str, Any]]:
         return list(self.call(lambda km: [o.raw for (r, ns, _), o in km.objects.items()

@@ -47,7 +47,7 @@ def test_recommend_writes_status_annotation_event_and_leaves_the_deployment_alon
 
 def test_malformed_policies_get_a_condition_that_says_why() -> None:
     ref = {"workloadRef": {"kind": "Deployment", "name": NAME}}
-    bad = {
+    bad: dict[str, tuple[dict[str, Any], str]] = {
         "both": ({"target": {**ref, "selector": {"matchLabels": {"a": "b"}}}}, "exactly one of workloadRef"),
         "bounds": ({"target": ref, "bounds": {"minReplicas": 5, "maxReplicas": 2}}, "minReplicas 5 > maxReplicas 2"),
         "cron": ({"target": ref, "maintenanceWindows": [{"schedule": "every night", "durationMinutes": 60}]},

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from recommender.controller import records as rec
 from recommender.controller.changes import (
@@ -23,7 +24,16 @@ from recommender.controller.changes import (
     scaledobject_changes,
     to_patch,
 )
-from recommender.controller.guardrails import Health, may_act, step_replicas
+from recommender.controller.guardrails import (
+    Health,
+    PodState,
+    may_act,
+    pod_counts_within,
+    pod_state,
+    step_keda,
+    step_replicas,
+    workload_pods,
+)
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
 from recommender.controller.policy import ChangeLimits
 
@@ -56,7 +66,8 @@ class Request:
     window_open: bool = True
     policy: str | None = None
     reason: str = ""
-    baseline: Health | None = None
+    baseline: Health | None = None  # from metrics; the actuator adds what the pods show
+    baseline_s: float = 3600.0  # the window before the change that OOM kills and disruptions count in
 
 
 class Actuator:
@@ -78,11 +89,13 @@ class Actuator:
         obj = self.kube.get(ref.kind, ref.namespace, ref.name)
         previous = rec.read_record(obj)
         so = self._scaled_object(ref) if req.desired.keda_min is not None else None
-        desired = req.desired
+        desired, step = req.desired, req.limits.max_replica_change_per_step
+        current = int((obj.get("spec") or {}).get("replicas", 1))
         if desired.replicas is not None and so is None:
-            current = int((obj.get("spec") or {}).get("replicas", 1))
-            desired = replace(desired, replicas=step_replicas(current, desired.replicas,
-                                                              req.limits.max_replica_change_per_step))
+            desired = replace(desired, replicas=step_replicas(current, desired.replicas, step))
+        if so is not None and desired.keda_min is not None and desired.keda_max is not None:
+            lo, hi = step_keda(current, desired.keda_min, desired.keda_max, step)
+            desired = replace(desired, keda_min=lo, keda_max=hi)
         sets = [plan_changes(obj, desired, replicas_owned_by_keda=so is not None)]
         if so is not None and desired.keda_min is not None and desired.keda_max is not None:
             sets.insert(0, scaledobject_changes(so, desired.keda_min, desired.keda_max))
@@ -97,13 +110,19 @@ class Actuator:
         log.info("dry-run diff %s: %s", key, diff)
         if self.dry_run:
             return Outcome(key, "dry-run", diff)
+        baseline, marks = req.baseline, None
+        state = self.pod_state(obj)
+        if state is not None:
+            ooms, gone = pod_counts_within(state, req.now - timedelta(seconds=req.baseline_s), req.now)
+            baseline = replace(baseline or Health(), oom_kills=ooms, pod_disruptions=gone)
+            marks = rec.PodMarks(terminations=dict(state.terminations), disrupted=sorted(state.disrupted))
         record = rec.ChangeRecord(
             workload=key, at=req.now, policy=req.policy, reason=req.reason,
-            sets=[rec.RecordedSet.of(s) for s in sets if not s.empty], baseline=rec.health_dict(req.baseline),
+            sets=[rec.RecordedSet.of(s) for s in sets if not s.empty], baseline=rec.health_dict(baseline),
             watch_until=req.now + timedelta(seconds=req.limits.watch_seconds),
-            history=past[-rec.MAX_HISTORY:])
+            history=past[-rec.MAX_HISTORY:], pods=marks)
         self._write(obj, sets, record)
-        rec.emit_event(self.kube, ref, "RightsizerApplied", diff, req.now)
+        rec.emit_event(self.kube, ref, "RightsizerApplied", diff, req.now, uid=rec.uid_of(obj))
         return Outcome(key, "applied", diff, record)
 
     def _write(self, obj: dict, sets: list[ChangeSet], record: rec.ChangeRecord) -> None:
@@ -155,11 +174,24 @@ class Actuator:
         except (KubeFailure, rec.RecordError) as exc:
             return Outcome(ref.key, "failed", str(exc))
         undone = "; ".join(inverse(s).diff() for s in sets if not s.empty)
-        rec.emit_event(self.kube, ref, "RightsizerRolledBack", f"{reason}; {undone}", now, warning=True)
+        rec.emit_event(self.kube, ref, "RightsizerRolledBack", f"{reason}; {undone}", now, warning=True,
+                       uid=rec.uid_of(obj))
         return Outcome(ref.key, "rolled-back", f"{reason}; {undone}", done)
 
-    def last_record(self, ref: ObjectRef) -> rec.ChangeRecord | None:
-        return rec.read_record(self.kube.get(ref.kind, ref.namespace, ref.name))
+    def read(self, ref: ObjectRef) -> tuple[dict[str, Any], rec.ChangeRecord | None]:
+        """The workload as it is now and its last change record (raises KubeFailure, RecordError)."""
+        obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+        return obj, rec.read_record(obj)
+
+    def pod_state(self, obj: dict[str, Any]) -> PodState | None:
+        """OOM kills and disruptions as the workload's pod statuses show them; None when pods cannot be
+        read (the guardrails then have no pod evidence, which never blocks nor rolls back)."""
+        ns = (obj.get("metadata") or {}).get("namespace")
+        try:
+            return pod_state(workload_pods(obj, self.kube.list("Pod", ns)))
+        except KubeFailure as exc:
+            log.warning("no pod evidence for %s/%s: %s", ns, (obj.get("metadata") or {}).get("name"), exc)
+            return None
 
     def _scaled_object(self, ref: ObjectRef) -> dict | None:
         """The KEDA ScaledObject that owns this workload's replicas; None when KEDA is not installed."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, mps_env
+from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, kai_annotations, mps_env
 from recommender.model import Recommendation, Sharing
 
 GPU = "nvidia.com/gpu"
@@ -22,6 +22,8 @@ MIG_PREFIX = "nvidia.com/mig-"
 MPS_THREADS, MPS_MEM = MPS_THREADS_ENV, MPS_MEM_ENV
 GPU_MEM_UTIL = "--gpu-memory-utilization"
 MAX_NUM_SEQS = "--max-num-seqs"
+HAMI_MEM, HAMI_MEM_PCT = "nvidia.com/gpumem", "nvidia.com/gpumem-percentage"  # reference.md §6: not both
+KAI_FRACTION, KAI_MEMORY = "gpu-fraction", "gpu-memory"  # reference.md §7: alternatives, one at a time
 ACTUATED_KINDS = frozenset({"Deployment", "StatefulSet"})
 
 
@@ -80,6 +82,8 @@ class Desired:
     mig_count: int = 1
     keda_min: int | None = None  # ScaledObject minReplicaCount/maxReplicaCount where KEDA owns replicas
     keda_max: int | None = None
+    hami_limits: tuple[tuple[str, str], ...] = ()  # container limits, as policies.shares.hami_resources
+    pod_annotations: tuple[tuple[str, str], ...] = ()  # pod template, as policies.shares.kai_annotations
     reasons: tuple[str, ...] = field(default=())
 
 
@@ -100,6 +104,13 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     vllm = alloc.vllm if "vllm" in allowed else None
     mps = alloc.sharing == Sharing.MPS and "mps" in allowed
     mig = alloc.sharing == Sharing.MIG and "mig" in allowed and alloc.mig_profile is not None
+    hami = alloc.sharing == Sharing.HAMI and "hami" in allowed
+    if hami and alloc.hami_gpumem_mib is None and alloc.hami_gpucores_pct is None:
+        why.append("hami: the recommendation sizes neither gpumem nor gpucores")
+        hami = False
+    kai = kai_annotations(alloc) if alloc.sharing == Sharing.KAI and "kai" in allowed else {}
+    if alloc.sharing == Sharing.KAI and "kai" in allowed and not kai:
+        why.append("kai: the recommendation has no gpu-fraction")
     return Desired(
         replicas=replicas, keda_min=keda_min, keda_max=keda_max,
         gpu_memory_utilization=vllm.gpu_memory_utilization if vllm else None,
@@ -108,6 +119,8 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         mps_mem_limit=mps_env(alloc).get(MPS_MEM) if mps else None,
         mig_profile=alloc.mig_profile if mig else None,
         mig_count=max(1, alloc.mig_count),
+        hami_limits=tuple(sorted(hami_resources(alloc).items())) if hami else (),
+        pod_annotations=tuple(sorted(kai.items())),
         reasons=tuple(why),
     )
 
@@ -130,15 +143,21 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
         else:
             flags = {GPU_MEM_UTIL: desired.gpu_memory_utilization, MAX_NUM_SEQS: desired.max_num_seqs}
             b.flags(vllm_i, containers[vllm_i], {f: _fmt(v) for f, v in flags.items() if v is not None})
-    if desired.mps_thread_pct is not None or desired.mps_mem_limit is not None or desired.mig_profile:
+    if desired.mps_thread_pct is not None or desired.mps_mem_limit is not None or desired.mig_profile \
+            or desired.hami_limits:
         if gpu_i is None:
-            b.skipped.append("no container requests a GPU: MPS/MIG changes left out")
+            b.skipped.append("no container requests a GPU: MPS/MIG/HAMi changes left out")
         else:
             env = {MPS_THREADS: None if desired.mps_thread_pct is None else str(desired.mps_thread_pct),
                    MPS_MEM: desired.mps_mem_limit}
             b.envs(gpu_i, containers[gpu_i], {k: v for k, v in env.items() if v is not None})
             if desired.mig_profile:
                 b.mig(gpu_i, containers[gpu_i], desired.mig_profile, desired.mig_count)
+            if desired.hami_limits:
+                b.hami(gpu_i, containers[gpu_i], dict(desired.hami_limits))
+    if desired.pod_annotations:
+        b.pod_annotations(((obj.get("spec") or {}).get("template") or {}).get("metadata"),
+                          dict(desired.pod_annotations))
     return b.build(ref)
 
 
@@ -281,6 +300,43 @@ class _Builder:
             if str(have.get(resource)) != str(count):
                 self.changes.append(Change(f"{base}/{section}/{_esc(resource)}", f"{section} {resource}",
                                            have.get(resource), str(count)))
+
+
+    def hami(self, i: int, c: Mapping[str, Any], values: Mapping[str, str]) -> None:
+        """HAMi limits set; MIG slices (a vGPU is an nvidia.com/gpu) and gpumem-percentage (exclusive with
+        gpumem) removed. Requests that hold GPU resources mirror the limits (extended resources need them
+        equal); requests without any are left to default to the limits."""
+        base = f"/spec/template/spec/containers/{i}/resources"
+        for section in ("limits", "requests"):
+            have = dict((c.get("resources") or {}).get(section) or {})
+            if section == "requests" and not any(_is_gpu(k) or k in values for k in have):
+                continue
+            drop = {k: None for k in have if k.startswith(MIG_PREFIX) or (k == HAMI_MEM_PCT and HAMI_MEM in values)}
+            want = dict(values)
+            todo = {k: v for k, v in {**drop, **want}.items() if v is None or str(have.get(k)) != v}
+            if not todo:
+                continue
+            self.guards[f"/spec/template/spec/containers/{i}/name"] = c.get("name")
+            self.guards[f"{base}/{section}"] = have
+            for k, v in sorted(todo.items()):
+                self.changes.append(Change(f"{base}/{section}/{_esc(k)}", f"{section} {k}", have.get(k), v))
+
+    def pod_annotations(self, meta: Mapping[str, Any] | None, values: Mapping[str, str]) -> None:
+        """KAI's pod annotations on the template; ``gpu-memory`` goes when ``gpu-fraction`` is set."""
+        base = "/spec/template/metadata"
+        if meta is None:
+            self.skipped.append("pod annotations: the pod template has no metadata")
+            return
+        have = meta.get("annotations")
+        if have is None:
+            self.guards[base] = dict(meta)  # JSON patch cannot test absence: test the parent
+            self.changes.append(Change(f"{base}/annotations", "pod annotations", None, dict(values)))
+            return
+        for k, v in values.items():
+            self.set_key(f"{base}/annotations", have, k, f"pod annotation {k}", v)
+        if KAI_FRACTION in values and KAI_MEMORY in have:
+            self.replace(f"{base}/annotations/{_esc(KAI_MEMORY)}", f"pod annotation {KAI_MEMORY}", have[KAI_MEMORY],
+                         None)
 
 
 def _get(obj: Any, pointer: str) -> Any:

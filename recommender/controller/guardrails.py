@@ -4,13 +4,14 @@ change made things worse. Clock and history are parameters; nothing here reads a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import pandas as pd
 
-from recommender.controller.policy import ChangeLimits
+from recommender.controller.policy import ChangeLimits, LabelSelector
 from recommender.model import PREEMPTIONS_RATE, REQUESTS_WAITING, TTFT_P95_S, Snapshot
 
 
@@ -47,14 +48,23 @@ def step_replicas(current: int, target: int, max_step: int) -> int:
     return current + max(-max_step, min(max_step, target - current))
 
 
+def step_keda(current: int, lo: int, hi: int, max_step: int) -> tuple[int, int]:
+    """KEDA min/max move replicas only past the current count: a new minimum at most ``max_step`` above it,
+    a new maximum at most ``max_step`` below it (current 2, min 5, step 1 → min 3; current 8, max 4 → 7)."""
+    lo = min(lo, current + max_step)
+    return lo, max(hi, current - max_step, lo)
+
+
 @dataclass(frozen=True)
 class Health:
-    """What the regression check compares: TTFT p95 (s), waiting requests, preemptions/s, OOM kills."""
+    """What the regression check compares: TTFT p95 (s), waiting requests, vLLM preemptions/s, and from pod
+    statuses OOM kills and pods preempted or evicted (before a change: in the baseline hour; after: since)."""
 
     ttft_p95_s: float | None = None
     requests_waiting: float | None = None
     preemptions_per_s: float | None = None
     oom_kills: int = 0
+    pod_disruptions: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,4 +109,80 @@ def regressions(before: Health, after: Health, limits: RegressionLimits = Regres
         out.append(f"TTFT p95 {after.ttft_p95_s:.3g}s is over the objective {ttft_objective_s:g}s")
     if after.oom_kills > before.oom_kills:
         out.append(f"OOM kills {before.oom_kills} → {after.oom_kills}")
+    if after.pod_disruptions > before.pod_disruptions:
+        out.append(f"pods preempted or evicted {before.pod_disruptions} → {after.pod_disruptions}")
     return tuple(out)
+
+
+OOM_KILLED = "OOMKilled"
+DISRUPTED_REASONS = frozenset({"Preempting", "Evicted"})
+
+
+@dataclass(frozen=True)
+class PodState:
+    """What one workload's pod statuses show now; keys are ``pod/container`` (terminations) and pod names.
+
+    A container's terminations are its ``restartCount`` plus one while it is terminated; only the latest
+    termination's reason is visible, so a rise in terminations whose latest reason is OOMKilled counts
+    as that many OOM kills (an upper bound when other crashes came in between).
+    """
+
+    terminations: Mapping[str, int]
+    oom_at: Mapping[str, datetime | None]  # containers whose latest termination is OOMKilled → when
+    disrupted: Mapping[str, datetime | None]  # pods preempted or evicted → when
+
+
+def workload_pods(workload: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods a Deployment/StatefulSet selects (``spec.selector``; an empty selector selects none)."""
+    meta, spec = workload.get("metadata") or {}, workload.get("spec") or {}
+    raw = spec.get("selector") or {"matchLabels": ((spec.get("template") or {}).get("metadata") or {}).get("labels")}
+    try:
+        selector = LabelSelector.model_validate({k: v for k, v in raw.items() if v})
+    except ValueError:
+        return []
+    if not (selector.match_labels or selector.match_expressions):
+        return []
+    return [p for p in pods if (p.get("metadata") or {}).get("namespace") == meta.get("namespace")
+            and selector.matches((p.get("metadata") or {}).get("labels") or {})]
+
+
+def pod_state(pods: Sequence[Mapping[str, Any]]) -> PodState:
+    terminations: dict[str, int] = {}
+    oom_at: dict[str, datetime | None] = {}
+    disrupted: dict[str, datetime | None] = {}
+    for p in pods:
+        name, status = str((p.get("metadata") or {}).get("name")), p.get("status") or {}
+        for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            key = f"{name}/{c.get('name')}"
+            now_term = (c.get("state") or {}).get("terminated")
+            latest = now_term or (c.get("lastState") or {}).get("terminated") or {}
+            terminations[key] = int(c.get("restartCount") or 0) + (1 if now_term else 0)
+            if latest.get("reason") == OOM_KILLED:
+                oom_at[key] = _time(latest.get("finishedAt"))
+        target = next((c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"
+                       and c.get("status") == "True"), None)
+        if target is not None or status.get("reason") in DISRUPTED_REASONS:
+            disrupted[name] = _time((target or {}).get("lastTransitionTime"))
+    return PodState(terminations, oom_at, disrupted)
+
+
+def pod_counts_within(state: PodState, start: datetime, end: datetime) -> tuple[int, int]:
+    """(OOM kills, disrupted pods) in (``start``, ``end``]: the baseline before a change; no time counts."""
+    def within(t: datetime | None) -> bool:
+        return t is None or start < t <= end
+
+    return sum(1 for t in state.oom_at.values() if within(t)), sum(1 for t in state.disrupted.values() if within(t))
+
+
+def pod_counts_since(terminations: Mapping[str, int], disrupted: Sequence[str], state: PodState) -> tuple[int, int]:
+    """(OOM kills, newly disrupted pods) since a change, given what the pods showed when it was made."""
+    ooms = sum(max(0, n - terminations.get(k, 0)) for k, n in state.terminations.items() if k in state.oom_at)
+    seen = set(disrupted)
+    return ooms, sum(1 for pod in state.disrupted if pod not in seen)
+
+
+def _time(text: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None

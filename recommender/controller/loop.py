@@ -1,30 +1,28 @@
 """One reconcile = collect → ``run_once`` → per policy object: Off nothing; Recommend: status, annotation,
-Event; Auto: regression check of the last change, then guardrails → dry-run diff → guarded patch. Then
-MIG node changes in flight are advanced (so a restart resumes them). An apscheduler BackgroundScheduler
-calls :meth:`Controller.reconcile` every interval; only the Lease holder acts. A failure in one policy
-(RBAC denial, timeout, conflict) is reported on that policy and the loop goes on.
+Event; Auto: regression check of the last change, then guardrails → dry-run diff → guarded patch. Next,
+workloads no policy targets but annotated ``rightsizer.io/mode`` are handled as if one did. Then MIG node
+changes in flight are advanced (so a restart resumes them). ``schedule.run_scheduled`` calls
+:meth:`Controller.reconcile` every interval; only the Lease holder acts. A failure in one policy (RBAC
+denial, timeout, conflict) is reported on that policy and the loop goes on.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from apscheduler.schedulers.background import BackgroundScheduler
-
 from recommender.controller import records as rec
 from recommender.controller.actuator import Actuator, Outcome, Request
-from recommender.controller.changes import ObjectRef, desired_from
-from recommender.controller.guardrails import health_from, regressions
+from recommender.controller.changes import ACTUATED_KINDS, ObjectRef, desired_from
+from recommender.controller.guardrails import health_from, pod_counts_since, regressions
 from recommender.controller.kube import Kube, KubeFailure, NotFound
 from recommender.controller.leader import LeaderElector
 from recommender.controller.mig import STATE_ANNOTATION, MigSettings, advance
-from recommender.controller.policy import Mode, Policy, parse_policy
+from recommender.controller.policy import MODE_ANNOTATION, Mode, Policy, annotation_policy, parse_policy
 from recommender.errors import RightsizerError
 from recommender.model import Plan, Recommendation, Snapshot
 from recommender.planstore import PlanStore
@@ -56,6 +54,8 @@ class Controller:
         self.actuator = Actuator(kube, dry_run=dry_run)
         self.max_mode = max_mode  # the most any policy may ask for (controller ConfigMap ``mode``)
         self.last: Report | None = None
+        self._shown: dict[str, Any] = {}  # workload key → the last recommendation shown (annotation opt-ins)
+        self._warned: set[tuple[str, str]] = set()  # (workload key, invalid mode value) already sent as an Event
 
     def reconcile(self) -> Report:
         """One pass; never raises for an expected failure (each ends up in ``Report.errors``)."""
@@ -74,13 +74,16 @@ class Controller:
         if self.store is not None:
             self.store.publish(plan)
         recs = list(plan.recommendations)
-        policies = self._policies(report)
-        for obj in policies:
+        objs = self._policies(report)
+        policies = [parse_policy(o) for o in objs]
+        for obj, policy in zip(objs, policies, strict=True):
             try:
-                self._policy(obj, recs, snap, report)
+                self._policy(obj, policy, recs, snap, report)
             except KubeFailure as exc:
                 report.errors.append(f"policy {_key(obj)}: {exc}")
-        self._mig(plan, [parse_policy(o) for o in policies], report)
+        untargeted = [r for r in recs if not any(p.selects(r.ref, r.workload.labels) for p in policies)]
+        self._opted_in(untargeted, snap, report)
+        self._mig(plan, policies, report)
         for line in report.errors:
             log.warning("%s", line)
         return report
@@ -97,8 +100,9 @@ class Controller:
                 report.errors.append(str(exc))
         return out
 
-    def _policy(self, obj: dict[str, Any], recs: list[Recommendation], snap: Snapshot, report: Report) -> None:
-        now, policy = report.at, parse_policy(obj)
+    def _policy(self, obj: dict[str, Any], policy: Policy, recs: list[Recommendation], snap: Snapshot,
+                report: Report) -> None:
+        now = report.at
         status: dict[str, Any] = {"observedGeneration": policy.generation}
         if policy.spec is None:
             status["conditions"] = [rec.condition("Valid", False, "InvalidSpec", policy.problem or "", now)]
@@ -110,41 +114,106 @@ class Controller:
             return
         targets = [r for r in recs if policy.selects(r.ref, r.workload.labels)]
         status["recommendations"] = [_summary(r) for r in targets]
+        old = (obj.get("status") or {}).get("recommendations") or []
+        shown = {s.get("workload"): s for s in old if isinstance(s, dict)}  # what the last cycle recommended
         actions = list((obj.get("status") or {}).get("lastActions") or [])
         for r in targets:
-            outcome = self._recommend(policy, r, now) if mode == Mode.RECOMMEND \
-                else self._auto(policy, r, snap, now)
-            if outcome is None:
-                continue
-            report.outcomes.append(outcome)
-            if outcome.status not in ("no-change", "recommended"):
-                actions.append({"time": rec.ts(now), "workload": outcome.workload, "result": outcome.status,
-                                "message": outcome.message[:500]})
-            if not outcome.ok:
-                report.errors.append(f"{outcome.workload}: {outcome.status}: {outcome.message}")
+            self._note(self._act(policy, mode, r, snap, now, shown.get(r.ref.key)), report, actions)
         found = "no workload matches the target" if not targets else f"{len(targets)} workload(s) targeted"
         status["conditions"] = [rec.condition("Valid", True, "Accepted", found, now)]
         status["lastActions"] = actions[-MAX_ACTIONS:]
         rec.write_policy_status(self.kube, policy.namespace, policy.name, status)
 
-    def _recommend(self, policy: Policy, r: Recommendation, now: datetime) -> Outcome | None:
-        """Annotation + Event when the recommendation changed; the workload's spec is never touched."""
+    def _opted_in(self, recs: list[Recommendation], snap: Snapshot, report: Report) -> None:
+        """Workloads no policy object targets but annotated ``rightsizer.io/mode``: each as if a policy of
+        that mode with default settings targeted it. There is no status: the last recommendation shown
+        is kept in memory instead."""
+        recs = [r for r in recs if r.ref.kind in ACTUATED_KINDS]
+        if not recs or self.max_mode == Mode.OFF:
+            return
+        found = self._mode_annotations({r.ref.kind for r in recs}, report)
+        for r in recs:
+            if r.ref.key not in found:
+                continue
+            value, uid = found[r.ref.key]
+            policy = annotation_policy(r.ref, value)
+            if policy.spec is None:
+                self._invalid_annotation(r, value, uid, policy.problem or "", report)
+                continue
+            mode = _capped(policy.spec.mode, self.max_mode)
+            if mode == Mode.OFF:
+                continue
+            try:
+                self._note(self._act(policy, mode, r, snap, report.at, self._shown.get(r.ref.key)), report)
+            except KubeFailure as exc:
+                report.errors.append(f"{r.ref.key} ({MODE_ANNOTATION}): {exc}")
+
+    def _mode_annotations(self, kinds: set[str], report: Report) -> dict[str, tuple[str, str | None]]:
+        """WorkloadRef key → (its ``rightsizer.io/mode`` value, uid), for the workload kinds asked about."""
+        out: dict[str, tuple[str, str | None]] = {}
+        for ns in self.namespaces or (None,):
+            for kind in sorted(kinds):
+                try:
+                    items = self.kube.list(kind, ns)
+                except KubeFailure as exc:
+                    report.errors.append(f"{MODE_ANNOTATION} opt-in not read: {exc}")
+                    continue
+                for o in items:
+                    meta = o.get("metadata") or {}
+                    value = (meta.get("annotations") or {}).get(MODE_ANNOTATION)
+                    if value is not None:
+                        out[f"{meta.get('namespace')}/{kind}/{meta.get('name')}"] = (str(value), meta.get("uid"))
+        return out
+
+    def _invalid_annotation(self, r: Recommendation, value: str, uid: str | None, problem: str,
+                            report: Report) -> None:
+        """A log line every cycle, a Warning Event once per value (this process), no action."""
+        report.errors.append(f"{r.ref.key}: {problem}")
+        if (r.ref.key, value) not in self._warned:
+            self._warned.add((r.ref.key, value))
+            rec.emit_event(self.kube, ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name), "RightsizerInvalidMode",
+                           problem, report.at, warning=True, uid=uid)
+
+    def _act(self, policy: Policy, mode: Mode, r: Recommendation, snap: Snapshot, now: datetime,
+             shown: Mapping[str, Any] | None) -> Outcome:
+        return self._recommend(r, now, shown) if mode == Mode.RECOMMEND else self._auto(policy, r, snap, now)
+
+    def _note(self, outcome: Outcome, report: Report, actions: list[dict[str, Any]] | None = None) -> None:
+        report.outcomes.append(outcome)
+        if actions is not None and outcome.status not in ("no-change", "recommended"):
+            actions.append({"time": rec.ts(report.at), "workload": outcome.workload, "result": outcome.status,
+                            "message": outcome.message[:500]})
+        if not outcome.ok:
+            report.errors.append(f"{outcome.workload}: {outcome.status}: {outcome.message}")
+
+    def _recommend(self, r: Recommendation, now: datetime, shown: Mapping[str, Any] | None) -> Outcome:
+        """Annotation + Event when the recommendation changed; the workload's spec is never touched.
+
+        Unchanged means equal to the workload's annotation or, where that cannot be read or written
+        (the read-only install), to ``shown``: what the last cycle recommended (policy status, or memory
+        for annotation opt-ins). Without that second check a read-only install repeats the Event forever.
+        """
         ref = ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name)
-        text = json.dumps(_summary(r), sort_keys=True)
-        note = ""
+        summary = json.loads(json.dumps(_summary(r), sort_keys=True))  # as it reads back from the API
+        text, note, obj = json.dumps(summary, sort_keys=True), "", None
         try:
             obj = self.kube.get(ref.kind, ref.namespace, ref.name)
             if ((obj.get("metadata") or {}).get("annotations") or {}).get(rec.RECOMMENDATION) == text:
+                self._shown[ref.key] = summary
                 return Outcome(ref.key, "no-change", "recommendation unchanged")
             body = {"metadata": {"annotations": {rec.RECOMMENDATION: text}}}
             self.kube.patch(ref.kind, ref.namespace, ref.name, body, merge=True)
         except KubeFailure as exc:
             if exc.status != 403:
                 return Outcome(ref.key, "failed", str(exc))
+            if shown == summary:
+                self._shown[ref.key] = summary
+                return Outcome(ref.key, "no-change", "recommendation unchanged (annotation not writable)")
             # the read-only install (deploy/overlays/recommend) may not patch workloads: status and Event only
             note = " (annotation skipped: no patch permission on the workload)"
+        self._shown[ref.key] = summary
         message = ("; ".join(r.reasons[:3]) or "recommendation updated") + note
-        rec.emit_event(self.kube, ref, "RightsizerRecommendation", message, now)
+        rec.emit_event(self.kube, ref, "RightsizerRecommendation", message, now, uid=rec.uid_of(obj))
         return Outcome(ref.key, "recommended", message)
 
     def _auto(self, policy: Policy, r: Recommendation, snap: Snapshot, now: datetime) -> Outcome:
@@ -156,18 +225,24 @@ class Controller:
         desired = desired_from(r, spec.allowed_mechanisms, spec.bounds.min_replicas, spec.bounds.max_replicas)
         baseline = health_from(snap, r.ref.key, now - timedelta(seconds=BASELINE_S), now)
         return self.actuator.apply(Request(ref, desired, now, spec.change_limits, r.history_s,
-                                           spec.in_window(now), policy.key, "; ".join(r.reasons[:2]), baseline))
+                                           spec.in_window(now), policy.key, "; ".join(r.reasons[:2]), baseline,
+                                           BASELINE_S))
 
     def _regression(self, objective_s: float | None, ref: ObjectRef, snap: Snapshot, now: datetime) -> Outcome | None:
-        """Roll the last change back when health after it is worse than the baseline recorded with it."""
+        """Roll the last change back when health after it is worse than the baseline recorded with it:
+        metrics from the snapshot, OOM kills and preemptions/evictions from the pods' statuses."""
         try:
-            record = self.actuator.last_record(ref)
+            obj, record = self.actuator.read(ref)
         except (KubeFailure, rec.RecordError) as exc:
             return Outcome(ref.key, "failed", str(exc))
         if record is None or record.status != "applied" or record.watch_until is None or now > record.watch_until:
             return None
         before = record.baseline_health()
         after = health_from(snap, ref.key, record.at, now)
+        state = self.actuator.pod_state(obj) if record.pods is not None else None
+        if state is not None and record.pods is not None:
+            ooms, gone = pod_counts_since(record.pods.terminations, record.pods.disrupted, state)
+            after = replace(after, oom_kills=ooms, pod_disruptions=gone)
         why = regressions(before, after, ttft_objective_s=objective_s) if before is not None else ()
         return self.actuator.rollback(ref, now, "regression after the change: " + "; ".join(why)) if why else None
 
@@ -220,17 +295,3 @@ def _summary(r: Recommendation) -> dict[str, Any]:
     if r.scaling is not None:
         out["replicas"] = r.scaling.recommended_replicas
     return out
-
-
-def run_scheduled(controller: Controller, interval_s: float, stop: threading.Event) -> None:
-    """Reconcile every ``interval_s`` until ``stop`` is set; then finish the running pass and release the lease."""
-    scheduler = BackgroundScheduler(timezone="UTC")
-    scheduler.add_job(controller.reconcile, "interval", seconds=interval_s, max_instances=1, coalesce=True,
-                      next_run_time=datetime.now(UTC), id="reconcile")
-    scheduler.start()
-    try:
-        stop.wait()
-    finally:
-        scheduler.shutdown(wait=True)
-        if controller.elector is not None:
-            controller.elector.release()

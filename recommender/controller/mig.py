@@ -98,7 +98,7 @@ def _start(kube: Kube, node: dict[str, Any], target: str | None, now: datetime, 
              "started": _ts(now), "deadline": _ts(now + timedelta(seconds=settings.drain_timeout_s))}
     ops = [*_guard(node), *_set_annotation(node, state), {"op": "add", "path": "/spec/unschedulable", "value": True}]
     kube.patch("Node", None, name, ops)
-    emit_event(kube, ObjectRef("Node", "default", name), "RightsizerMigCordoned",
+    emit_event(kube, ObjectRef("Node", "", name), "RightsizerMigCordoned",
                f"cordoned for MIG config {labels.get(MIG_CONFIG)} → {target}", now, api_version="v1")
     return MigOutcome(name, "draining", f"cordoned; draining for MIG config {target}")
 
@@ -136,7 +136,7 @@ def _await(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetim
     if result == "success":
         ops = [*_guard(node), *_uncordon(state), _drop_state()]
         kube.patch("Node", None, name, ops)
-        emit_event(kube, ObjectRef("Node", "default", name), "RightsizerMigApplied",
+        emit_event(kube, ObjectRef("Node", "", name), "RightsizerMigApplied",
                    f"MIG config {state['target']} applied; node uncordoned", now, api_version="v1")
         return MigOutcome(name, "done", f"MIG config {state['target']} applied; uncordoned")
     if result == "failed":
@@ -155,7 +155,7 @@ def _revert(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: dateti
         ops += (_set_label(node, MIG_CONFIG, state["previous"]) if state.get("previous") is not None
                 else [{"op": "remove", "path": f"/metadata/labels/{_esc(MIG_CONFIG)}"}])
     kube.patch("Node", None, name, ops)
-    emit_event(kube, ObjectRef("Node", "default", name), "RightsizerMigReverted",
+    emit_event(kube, ObjectRef("Node", "", name), "RightsizerMigReverted",
                f"MIG change to {state['target']} reverted: {why}", now, warning=True, api_version="v1")
     return MigOutcome(name, "reverted", f"reverted to {state.get('previous')}: {why}")
 

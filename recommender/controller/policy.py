@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from recommender.model import Sharing, WorkloadRef
 
 GROUP, VERSION, KIND = "rightsizer.io", "v1alpha1", "GPURightsizingPolicy"
+MODE_ANNOTATION = "rightsizer.io/mode"  # opt-in on a Deployment/StatefulSet without a policy object
 MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node"}
 _PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 
@@ -197,6 +198,17 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
         return Policy(ns, name, PolicySpec.model_validate(spec), None, gen)
     except ValidationError as exc:
         return Policy(ns, name, None, _first_error(exc), gen)
+
+
+def annotation_policy(ref: WorkloadRef, value: str) -> Policy:
+    """The lighter opt-in: ``rightsizer.io/mode`` on the workload acts as a policy with that mode and
+    default settings targeting it alone; an invalid value comes back with ``problem`` set."""
+    name = f"{MODE_ANNOTATION}:{ref.kind}/{ref.name}"
+    if value not in {m.value for m in Mode}:
+        return Policy(ref.namespace, name, None, f"annotation {MODE_ANNOTATION}: {value!r} is not one of "
+                      f"{', '.join(m.value for m in Mode)} (case matters); ignored")
+    target = Target(workload_ref=WorkloadRefSpec(kind=ref.kind, name=ref.name))
+    return Policy(ref.namespace, name, PolicySpec(target=target, mode=Mode(value)))
 
 
 def _first_error(exc: ValidationError) -> str:

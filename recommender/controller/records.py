@@ -22,6 +22,7 @@ LAST_CHANGE = "rightsizer.io/last-change"
 RECOMMENDATION = "rightsizer.io/recommendation"
 COMPONENT = "gpu-rightsizer"
 MAX_HISTORY = 20  # change times kept for the per-window limit
+EVENTS_FOR_CLUSTER_SCOPED = "default"  # where client-go's recorder puts Events about Nodes
 _seq = itertools.count()
 
 
@@ -41,6 +42,14 @@ class RecordedSet(BaseModel):
                          tuple(Change(p, w, o, n) for p, w, o, n in self.changes))
 
 
+class PodMarks(BaseModel):
+    """What the workload's pods showed when the change was made, so later OOM kills and disruptions
+    are counted from then on (guardrails.pod_counts_since)."""
+
+    terminations: dict[str, int] = {}  # "pod/container" → restarts (+1 while terminated)
+    disrupted: list[str] = []  # pods already preempted or evicted
+
+
 class ChangeRecord(BaseModel):
     """One applied change (possibly on two objects: the workload and its KEDA ScaledObject)."""
 
@@ -55,6 +64,7 @@ class ChangeRecord(BaseModel):
     baseline: dict[str, Any] | None = None  # Health before the change
     watch_until: datetime | None = None
     history: list[datetime] = []  # times of earlier changes, oldest first
+    pods: PodMarks | None = None  # None: the pods could not be read; no pod evidence for this change
 
     def change_times(self) -> list[datetime]:
         return [*self.history, self.at]
@@ -94,7 +104,8 @@ def record_json(record: ChangeRecord) -> str:
 
 def health_dict(h: Health | None) -> dict[str, Any] | None:
     return None if h is None else {"ttft_p95_s": h.ttft_p95_s, "requests_waiting": h.requests_waiting,
-                                   "preemptions_per_s": h.preemptions_per_s, "oom_kills": h.oom_kills}
+                                   "preemptions_per_s": h.preemptions_per_s, "oom_kills": h.oom_kills,
+                                   "pod_disruptions": h.pod_disruptions}
 
 
 def condition(kind: str, ok: bool, reason: str, message: str, now: datetime) -> dict[str, Any]:
@@ -104,18 +115,27 @@ def condition(kind: str, ok: bool, reason: str, message: str, now: datetime) -> 
 
 
 def emit_event(kube: Kube, ref: ObjectRef, reason: str, message: str, now: datetime, warning: bool = False,
-               api_version: str = "apps/v1") -> str | None:
-    """A core/v1 Event on ``ref``; returns the error line instead of raising (an Event is never vital)."""
+               api_version: str = "apps/v1", uid: str | None = None) -> str | None:
+    """A core/v1 Event on ``ref``; returns the error line instead of raising (an Event is never vital).
+
+    ``kubectl describe`` finds Events by involvedObject name, namespace and uid, so the uid is set where
+    known. A cluster-scoped object (a Node: ``ref.namespace`` empty) gets its Events in ``default`` with
+    no namespace and the uid set to its name, exactly as the kubelet's.
+    """
     name = f"{ref.name}.{int(now.timestamp() * 1e6):x}{next(_seq):04x}"
+    involved = {"apiVersion": api_version, "kind": ref.kind, "name": ref.name}
+    if ref.namespace:
+        involved["namespace"] = ref.namespace
+    if uid or not ref.namespace:
+        involved["uid"] = uid or ref.name
     body = {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": ref.namespace},
-            "involvedObject": {"apiVersion": api_version, "kind": ref.kind, "name": ref.name,
-                               "namespace": ref.namespace},
+            "metadata": {"name": name, "namespace": ref.namespace or EVENTS_FOR_CLUSTER_SCOPED},
+            "involvedObject": involved,
             "reason": reason, "message": message[:1000], "type": "Warning" if warning else "Normal",
             "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
             "firstTimestamp": ts(now), "lastTimestamp": ts(now), "count": 1}
     try:
-        kube.create("Event", ref.namespace, body)
+        kube.create("Event", ref.namespace or EVENTS_FOR_CLUSTER_SCOPED, body)
     except KubeFailure as exc:
         return str(exc)
     return None
@@ -124,6 +144,10 @@ def emit_event(kube: Kube, ref: ObjectRef, reason: str, message: str, now: datet
 def write_policy_status(kube: Kube, namespace: str, name: str, status: dict[str, Any]) -> None:
     """Merge-patch the policy's status subresource (raises KubeFailure)."""
     kube.patch("GPURightsizingPolicy", namespace, name, {"status": status}, subresource="status", merge=True)
+
+
+def uid_of(obj: dict[str, Any] | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("uid")
 
 
 def ts(now: datetime) -> str:

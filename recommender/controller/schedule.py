@@ -1,0 +1,42 @@
+"""The run loop: an apscheduler BackgroundScheduler calls :meth:`Controller.reconcile` every interval until
+asked to stop, then lets the running pass finish and hands the Lease over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import BaseScheduler
+
+from recommender.controller.loop import Controller
+
+log = logging.getLogger("rightsizer.controller")
+
+
+def run_scheduled(controller: Controller, interval_s: float, stop: threading.Event,
+                  scheduler: BaseScheduler | None = None) -> None:
+    """Reconcile every ``interval_s`` until ``stop`` is set; then finish the running pass and release the lease.
+
+    ``scheduler`` (not started) is for tests; by default a BackgroundScheduler in UTC.
+    """
+    scheduler = scheduler or BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(_tick, "interval", args=[controller], seconds=interval_s, max_instances=1, coalesce=True,
+                      next_run_time=datetime.now(UTC), id="reconcile")
+    scheduler.start()
+    try:
+        stop.wait()
+    finally:
+        scheduler.shutdown(wait=True)
+        if controller.elector is not None:
+            controller.elector.release()
+
+
+def _tick(controller: Controller) -> None:
+    """One scheduled pass: an unexpected exception (a bug) is logged and the next interval runs as usual."""
+    try:
+        controller.reconcile()
+    except Exception:
+        log.exception("reconcile failed; the next one runs in one interval")

@@ -1,0 +1,153 @@
+"""HAMi limits and KAI's gpu-fraction annotation, carried out like every other mechanism: guarded JSON
+patch on the pod template, previous values recorded, ``rightsizer rollback`` restores them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from click.testing import CliRunner
+
+from recommender.cli import main
+from recommender.controller.changes import Desired, apply_local, desired_from, inverse, plan_changes, to_patch
+from recommender.controller.kube import Kube
+from recommender.controller.loop import Controller
+from recommender.controller.records import LAST_CHANGE
+from recommender.model import Sharing
+from tests import planfixture as pf
+from tests.controllerfixture import KEY, NAME, NS, deployment, plan, policy, recommendation, snapshot, with_allocation
+from tests.kubewrite import WriteCluster
+
+NOW = pf.END
+HAMI_NOW = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "60"}
+HAMI_NEW = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "30"}  # hami_rec()
+
+
+def hami_rec() -> Any:
+    return with_allocation(recommendation(), sharing=Sharing.HAMI, mig_profile=None, hami_gpumem_mib=20480.0,
+                           hami_gpucores_pct=30.0)
+
+
+def kai_rec() -> Any:
+    return with_allocation(recommendation(), sharing=Sharing.KAI, mig_profile=None, kai_gpu_fraction=0.5)
+
+
+def spec_for(*mechanisms: str) -> dict[str, Any]:
+    return {"target": {"workloadRef": {"kind": "Deployment", "name": NAME}}, "mode": "Auto",
+            "allowedMechanisms": list(mechanisms)}
+
+
+def container_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_desired_carries_policies_shares_rendering_only_when_allowed() -> None:
+    hami = desired_from(hami_rec(), ["hami"])
+    assert dict(hami.hami_limits) == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "30"}
+    assert desired_from(hami_rec(), ["replicas"]).hami_limits == ()
+    assert dict(desired_from(kai_rec(), ["kai"]).pod_annotations) == {"gpu-fraction": "0.5"}
+    assert desired_from(kai_rec(), ["hami"]).pod_annotations == ()
+    unsized = desired_from(with_allocation(hami_rec(), hami_gpumem_mib=None, hami_gpucores_pct=None), ["hami"])
+    assert unsized.hami_limits == () and "neither gpumem nor gpucores" in unsized.reasons[0]
+
+
+@pytest.mark.parametrize("limits", [
+    HAMI_NOW,
+    # gpumem-percentage cannot be combined with gpumem, and a MIG slice is not a vGPU: both go
+    {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"},
+    {"nvidia.com/mig-3g.40gb": "1"},
+])
+def test_hami_limits_and_requests_change_and_invert_exactly(limits: dict[str, str]) -> None:
+    obj = deployment(limits=limits)
+    cs = plan_changes(obj, desired_from(hami_rec(), ["hami"]))
+    changed = container_of(apply_local(obj, cs))
+    assert changed["resources"]["limits"] == HAMI_NEW
+    assert changed["resources"]["requests"] == HAMI_NEW  # requests holding GPU resources mirror the limits
+    assert apply_local(apply_local(obj, cs), inverse(cs)) == obj
+    assert plan_changes(apply_local(obj, cs), desired_from(hami_rec(), ["hami"])).empty  # idempotent
+
+
+def test_hami_leaves_requests_without_gpu_resources_to_default_to_the_limits() -> None:
+    obj = deployment(limits=HAMI_NOW)
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "2"}
+    changed = container_of(apply_local(obj, plan_changes(obj, desired_from(hami_rec(), ["hami"]))))
+    assert changed["resources"] == {"limits": HAMI_NEW, "requests": {"cpu": "2"}}
+
+
+def test_hami_patch_is_guarded_by_the_limits_it_read() -> None:
+    obj = deployment(limits=HAMI_NOW)
+    cs = plan_changes(obj, desired_from(hami_rec(), ["hami"]))
+    moved = apply_local(obj, plan_changes(obj, Desired(hami_limits=(("nvidia.com/gpumem", "30000"),))))
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(moved, to_patch(cs))
+
+
+@pytest.mark.parametrize(("annotations", "expect"), [
+    (None, {"gpu-fraction": "0.5"}),  # no annotations map yet: added whole, removed whole on rollback
+    ({"gpu-fraction": "0.75", "team": "a"}, {"gpu-fraction": "0.5", "team": "a"}),
+    ({"gpu-memory": "20000"}, {"gpu-fraction": "0.5"}),  # gpu-memory and gpu-fraction are alternatives
+])
+def test_kai_annotation_changes_and_inverts_exactly(annotations: dict[str, str] | None,
+                                                    expect: dict[str, str]) -> None:
+    obj = deployment(pod_annotations=annotations)
+    cs = plan_changes(obj, desired_from(kai_rec(), ["kai"]))
+    assert apply_local(obj, cs)["spec"]["template"]["metadata"]["annotations"] == expect
+    assert apply_local(apply_local(obj, cs), inverse(cs)) == obj
+
+
+def test_hami_auto_patches_the_container_limits_and_rollback_restores_them() -> None:
+    with WriteCluster([deployment(limits=HAMI_NOW), policy("hami", spec_for("hami"))]) as cluster:
+        report = Controller(cluster.kube(), lambda now: (plan(hami_rec(), now=now), snapshot(now, .3, .3)),
+                            clock=lambda: NOW).reconcile()
+        assert [o.status for o in report.outcomes] == ["applied"], report
+        c = container_of(cluster.obj("Deployment", NS, NAME))
+        assert c["resources"]["limits"] == HAMI_NEW == c["resources"]["requests"]
+        record = json.loads(cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"][LAST_CHANGE])
+        olds = {what: old for _, what, old, _new in record["sets"][0]["changes"]}
+        assert olds["limits nvidia.com/gpumem"] == "40960" and olds["limits nvidia.com/gpucores"] == "60"
+
+        out = CliRunner().invoke(main, ["rollback", KEY, "--server", cluster.url])
+        assert out.exit_code == 0, out.output
+        assert cluster.obj("Deployment", NS, NAME)["spec"] == deployment(limits=HAMI_NOW)["spec"]
+
+
+def test_kai_auto_sets_the_pod_template_annotation_and_rollback_removes_it() -> None:
+    with WriteCluster([deployment(), policy("kai", spec_for("kai"))]) as cluster:
+        report = Controller(cluster.kube(), lambda now: (plan(kai_rec(), now=now), snapshot(now, .3, .3)),
+                            clock=lambda: NOW).reconcile()
+        assert [o.status for o in report.outcomes] == ["applied"], report
+        assert "pod annotations: (none) → {'gpu-fraction': '0.5'}" in report.outcomes[0].message
+        tmpl = cluster.obj("Deployment", NS, NAME)["spec"]["template"]
+        assert tmpl["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
+
+        out = CliRunner().invoke(main, ["rollback", KEY, "--server", cluster.url])
+        assert out.exit_code == 0, out.output
+        assert cluster.obj("Deployment", NS, NAME)["spec"] == deployment()["spec"]
+
+
+class EditsLimits(Kube):
+    """Someone sets gpumem to 30000 between our read and our patch (once)."""
+
+    def __init__(self, cluster: WriteCluster) -> None:
+        super().__init__(cluster.api_client(), 5.0)
+        self.cluster, self.armed = cluster, True
+
+    def patch(self, kind: str, namespace: str | None, name: str, body: Any, **kw: Any) -> dict[str, Any]:
+        if self.armed and kind == "Deployment" and isinstance(body, list):
+            self.armed = False
+            c = {**container_of(deployment(limits=HAMI_NOW)),
+                 "resources": {"limits": {**HAMI_NOW, "nvidia.com/gpumem": "30000"}}}
+            self.cluster.edit("Deployment", NS, NAME, {"spec": {"template": {"spec": {"containers": [c]}}}})
+        return super().patch(kind, namespace, name, body, **kw)
+
+
+def test_a_concurrent_edit_of_the_hami_limits_fails_the_patch_and_keeps_theirs() -> None:
+    with WriteCluster([deployment(limits=HAMI_NOW), policy("hami", spec_for("hami", "replicas"))]) as cluster:
+        report = Controller(EditsLimits(cluster), lambda now: (plan(hami_rec(), now=now), snapshot(now, .3, .3)),
+                            clock=lambda: NOW).reconcile()
+        assert [o.status for o in report.outcomes] == ["conflict"]
+        obj = cluster.obj("Deployment", NS, NAME)
+        assert container_of(obj)["resources"]["limits"]["nvidia.com/gpumem"] == "30000"
+        assert obj["spec"]["replicas"] == 2 and LAST_CHANGE not in (obj["metadata"].get("annotations") or {})
