@@ -31,6 +31,9 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   band over the next cold start and the observed rate (per ``target_per_replica``) and, as a second
   trigger, waiting/5; scale-down stabilisation from ``hpa_behavior``; to zero only when the plan allows
   it and the forecast expects no request within a cold start.
+- ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
+  busiest minute of work ahead plus the backlog, at the class's headroom, with the same HPA behaviour.
+  Where it misses the goal, no forecast can meet it under this capacity model.
 """
 
 from __future__ import annotations
@@ -299,6 +302,31 @@ def hpa_step(recs: list[tuple[int, int]], k: int, cur: int, rec: int, window_s: 
     return min(cur, max(r for _, r in recs))
 
 
+class Oracle:
+    """Not causal: reads the requests of the next cold start. Replicas for the busiest minute of work ahead
+    (prompt / prefill + output / decode replica-seconds per second, the static-peak load) plus the backlog
+    drained within one cold start, at the class's headroom: how far a perfect forecast could take ours."""
+
+    def __init__(self, trace: Trace, cap: Capacity, headroom: float, bin_s: int = 60) -> None:
+        work = trace.input_tokens / cap.prefill_tps + trace.output_tokens / cap.decode_tps
+        per_sec = np.bincount(trace.arrival_s.astype(np.int64), weights=work)
+        self.cum = np.concatenate(([0.0], np.cumsum(per_sec)))
+        self.mean_work = float(work.mean()) if work.size else 0.0
+        self.cap, self.bin_s, self.busy = cap, bin_s, 1.0 - headroom
+        self.recs: list[tuple[int, int]] = []
+
+    def _load(self, start: int) -> float:
+        a = min(max(start, 0), self.cum.size - 1)
+        return float(self.cum[min(a + self.bin_s, self.cum.size - 1)] - self.cum[a]) / self.bin_s
+
+    def __call__(self, obs: Observed) -> int:
+        lead = int(self.cap.cold_start_s) + 2 * HPA_SYNC_S
+        ahead = max(self._load(s) for s in range(obs.k, obs.k + lead, HPA_SYNC_S))
+        backlog = obs.waiting * self.mean_work / self.cap.cold_start_s
+        want = max(1, replicas_for(ahead + backlog, self.busy))
+        return hpa_step(self.recs, obs.k, obs.pods, want, 300) if obs.pods else want
+
+
 class Ours:
     """The product's replica policy, refitted on the past every ``refit_s`` and applied every 15 s."""
 
@@ -398,7 +426,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="class 'ours' sizes the trace as (real-time: hi_95 band, 30%% headroom, never to zero)")
     p.add_argument("--refit-s", type=int, default=None, help="refit period of 'ours' (default 600 s, 3600 s "
                    "for traces over a day)")
-    p.add_argument("--policies", default="static-peak,reactive,reactive-zero,ours")
+    p.add_argument("--policies", default="static-peak,reactive,reactive-zero,ours,oracle",
+                   help="oracle reads the future: a bound on what a forecast could buy, not a contender")
     p.add_argument("--seed", type=int, default=0, help="ServeGen arrivals and token lengths")
     p.add_argument("--servegen-mean-input", type=float, default=1000.0)
     p.add_argument("--servegen-mean-output", type=float, default=250.0)
@@ -436,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         "reactive": lambda: Reactive(min_replicas=1),
         "reactive-zero": lambda: Reactive(min_replicas=0),
         "ours": lambda: Ours(cap, WorkloadClass(args.cls), refit, ScalingSettings()),
+        "oracle": lambda: Oracle(trace, cap, ScalingSettings().headroom_frac.get(args.cls, 0.0)),
     }
     unknown = [n for n in args.policies.split(",") if n not in policies]
     if unknown:
@@ -447,12 +477,22 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.policies.split(","):
         results[name] = simulate(trace, cap, policies[name](), name, warm)
         print(summary(name, results[name], args.ttft_objective_s, floor), flush=True)
-    if {"ours", "static-peak", "reactive"} <= results.keys():
-        ours = results["ours"].gpu_hours
-        vs = {k: 100 * (1 - ours / results[k].gpu_hours) for k in ("static-peak", "reactive")}
-        print(f"# ours uses {vs['static-peak']:.1f}% fewer GPU-hours than static-peak, {vs['reactive']:.1f}% fewer "
-              "than reactive (goal: >= 50% and >= 15%, with <= 1% of real-time requests over the objective)")
+    for name in ("ours", "oracle"):
+        if {name, "static-peak", "reactive"} <= results.keys():
+            print(verdict(name, results, args.ttft_objective_s, floor))
     return 0
+
+
+def verdict(name: str, results: dict[str, Result], objective_s: float, floor: float) -> str:
+    """The goal line: >= 50% fewer GPU-hours than static-peak, >= 15% fewer than reactive, <= 1 point of
+    requests over the objective beyond those whose prefill alone exceeds it (``unavoidable_pct``)."""
+    gpu = results[name].gpu_hours
+    vs = {k: 100 * (1 - gpu / results[k].gpu_hours) for k in ("static-peak", "reactive")}
+    over = float((results[name].ttft_s > objective_s).mean() * 100) - floor
+    met = vs["static-peak"] >= 50 and vs["reactive"] >= 15 and over <= 1.0
+    return (f"# {name} uses {vs['static-peak']:.1f}% fewer GPU-hours than static-peak, {vs['reactive']:.1f}% fewer "
+            f"than reactive, {over:.2f} points over the objective beyond the unavoidable: goal "
+            f"{'met' if met else 'NOT met'} (>= 50%, >= 15%, <= 1 point)")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ measured where history shows the knee (steps that met the objective beside steps
 configured, else the measured rate as a lower bound. Scale-to-zero only for the classes in
 ``ScalingSettings.scale_to_zero_classes`` (batch by default: a request that arrives at zero waits a
 whole cold start, which no real-time objective tolerates) and only when idle gaps are long against the
-cold start. KEDA's cooldown is a ski-rental threshold: at least one cold start, long enough to ride
+cold start. maxReplicaCount is bounded by the peak only once ``max_bound_history_s`` of history exists
+(before that, ``max_replicas``): a max from a short history turns the first larger burst into a queue.
+KEDA's cooldown is a ski-rental threshold: at least one cold start, long enough to ride
 out the short gaps. Pure: no I/O.
 """
 
@@ -80,7 +82,10 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings)
     recommended = replicas_for(peak, target)
     low = 0 if to_zero else max(1, replicas_for(trough, target))
-    high = math.ceil(replicas_for(max(peak, observed_max), target) * (1.0 + settings.max_burst_frac))
+    span_s = history_span_s(history)
+    bounded = span_s >= settings.max_bound_history_s
+    high = math.ceil(replicas_for(max(peak, observed_max), target) * (1.0 + settings.max_burst_frac)) if bounded \
+        else settings.max_replicas
     cap_note = []
     if recommended > settings.max_replicas:
         cap_note = [f"{recommended} replicas needed, capped at max_replicas={settings.max_replicas}: expect queueing"]
@@ -90,8 +95,10 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     act = 1.0 / cold_s if to_zero else 0.0
     why += [note, *cap_why, *demand_why,
             f"target {target:.3g} req/s per replica = {cap:.3g} x (1 - {headroom:.0%} headroom for {cls.value})",
-            f"{recommended} replicas for {peak:.3g} req/s; min {low}, max {high} "
-            f"(the larger of forecast and observed peak, +{settings.max_burst_frac:.0%} for bursts)",
+            f"{recommended} replicas for {peak:.3g} req/s; min {low}, max {high} " + (
+                f"(the larger of forecast and observed peak, +{settings.max_burst_frac:.0%} for bursts)" if bounded
+                else f"(the max_replicas ceiling: {span_s / 3600:.3g} h of history is under the "
+                     f"{settings.max_bound_history_s / 3600:.3g} h that bound bursts)"),
             *cap_note, zero_why, cool_why]
     if to_zero:
         why.append(f"activation above {act:.3g} req/s: wake when the forecast expects a request within one "
@@ -100,6 +107,12 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
                        min_replicas=low, max_replicas=high, recommended_replicas=recommended,
                        activation_threshold=act, cooldown_s=cooldown, scale_to_zero=to_zero, headroom_frac=headroom,
                        cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source)
+
+
+def history_span_s(history: ReplicaHistory) -> float:
+    """Seconds of request-rate history with a value (gaps in the series do not count)."""
+    rate = history.request_rate_per_s
+    return 0.0 if rate is None else float(np.isfinite(rate.to_numpy(dtype="float64")).sum() * history.step_s)
 
 
 def replicas_for(demand: float, target_per_replica: float) -> int:

@@ -144,6 +144,10 @@ class ScalingSettings(BaseModel):
     max_burst_frac: float = Field(
         0.5, ge=0, description="maxReplicaCount = replicas for the larger of forecast and observed peak x (1 + this)."
     )
+    max_bound_history_s: float = Field(
+        7 * 86_400, ge=0, description="History needed before maxReplicaCount is bounded by the peak; with less, "
+        "it stays at max_replicas (a max from a short history turns the first larger burst into a queue)."
+    )
 
 
 class MechanismSettings(BaseModel):

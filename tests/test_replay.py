@@ -83,6 +83,43 @@ def test_ours_runs_the_product_policy_without_peeking(tmp_path: Path) -> None:
     assert (r.ttft_s > 2.0).mean() < 0.01
 
 
+def test_oracle_scales_up_before_a_burst_it_reads_ahead() -> None:
+    """Quiet (1 req/s) until 600 s, then 12 req/s (1,200 prefill tokens/s: two replicas): the oracle has the
+    second replica ready when the burst starts; a policy that only sees the past cannot."""
+    t = np.concatenate([np.arange(0, 600, 1.0), np.arange(600, 900, 1 / 12.0)])
+    trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
+    seen: dict[int, int] = {}
+    oracle = replay.Oracle(trace, CAP, headroom=0.0)
+
+    def spy(obs: replay.Observed) -> int:
+        seen[obs.k] = obs.pods
+        return oracle(obs)
+
+    r = simulate(trace, CAP, spy, "oracle", warm=1)
+    assert seen[300] == 1  # no earlier than it needs: the burst is more than a cold start away
+    assert seen[600] >= 2  # asked for a cold start (30 s) + two syncs ahead of the burst
+    assert (r.ttft_s[t >= 600] > 2.0).mean() == 0.0
+    late = simulate(trace, CAP, Reactive(min_replicas=1), "reactive", warm=1)
+    assert (late.ttft_s[t >= 600] > 2.0).mean() > 0.0
+
+
+def _result(gpu_hours: float, over: int, n: int = 1000) -> replay.Result:
+    ttft = np.where(np.arange(n) < over, 9.0, 0.1)
+    return replay.Result(gpu_hours, ttft, 0, 0, 0, gpu_hours)
+
+
+@pytest.mark.parametrize(("ours", "over", "floor", "met"), [
+    (4.9, 10, 0.0, True),    # 51% under static, 18.3% under reactive, 1.0 point over
+    (5.1, 10, 0.0, False),   # 49% under static
+    (4.9, 11, 0.0, False),   # 1.1 points over
+    (4.9, 30, 2.0, True),    # 3% over, 2 of them unavoidable (prefill alone over the objective)
+])
+def test_verdict_needs_all_three_parts_of_the_goal(ours: float, over: int, floor: float, met: bool) -> None:
+    results = {"static-peak": _result(10.0, 0), "reactive": _result(6.0, 0), "ours": _result(ours, over)}
+    line = replay.verdict("ours", results, 2.0, floor)
+    assert line.endswith(f"goal {'met' if met else 'NOT met'} (>= 50%, >= 15%, <= 1 point)")
+
+
 def test_cli_skips_a_missing_trace_and_rejects_a_bad_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert replay.main(["--trace", str(tmp_path / "absent.csv"), "--format", "azure"]) == 0
     assert "not found: skipped" in capsys.readouterr().out
@@ -99,7 +136,25 @@ def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFi
     assert replay.main(["--trace", str(path), "--format", "servegen", "--servegen-mean-input", "200"]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("policy=")]
     assert [x.split()[0] for x in lines] == ["policy=static-peak", "policy=reactive", "policy=reactive-zero",
-                                             "policy=ours"]
+                                             "policy=ours", "policy=oracle"]
     for line in lines:
         fields = dict(kv.split("=") for kv in line.split())
         assert float(fields["gpu_hours"]) > 0 and 0 <= float(fields["ttft_violation_pct"]) <= 100
+
+
+def test_sweep_runs_each_client_and_counts_the_goal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import replay_sweep
+
+    for n, rate in ((1, "0.5"), (2, "0.2")):
+        (tmp_path / f"chunk-{n}-trace.csv").write_text(f"0,{rate},1.0,Gamma,1.0,2.0\n600,{rate},1.0,,0,0\n")
+    argv = ["--dir", str(tmp_path), "--clients", "1,2", "--jobs", "2", "--policies", "static-peak,reactive,oracle"]
+    assert replay_sweep.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    clients = [x for x in out if x.startswith("client=")]
+    assert sorted(x.split()[0] for x in clients) == ["client=chunk-1", "client=chunk-2"]
+    assert all("static-peak=" in x and "oracle=" in x and "ours=" not in x for x in clients)
+    assert out[-1].startswith("# goal met on 0 of 2 clients by ours")  # ours was not run
+    assert replay_sweep.main(["--dir", str(tmp_path), "--clients", "7"]) == 2
+    assert "no such client trace" in capsys.readouterr().err
+    assert replay_sweep.main(["--dir", str(tmp_path / "absent")]) == 0
+    assert "not found: skipped" in capsys.readouterr().out

@@ -32,7 +32,7 @@ from recommender.settings import ScalingSettings
 from recommender.shape import TTFT_OBJECTIVE_ANNOTATION
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
-S = ScalingSettings()
+S = ScalingSettings(max_bound_history_s=0)  # bounds from any history; the short-history ceiling has its own test
 
 
 def workload(replicas: int = 1, cold_start_s: float | None = None, annotations: dict[str, str] | None = None
@@ -88,6 +88,16 @@ def test_forecast_band_by_class(klass: WorkloadClass, recommended: int, low: int
     assert (p.recommended_replicas, p.min_replicas, p.max_replicas) == (recommended, low, high)
     assert p.target_per_replica == pytest.approx(target)
     assert p.capacity_source == "configured" and not p.scale_to_zero
+
+
+def test_short_history_leaves_max_at_the_ceiling() -> None:
+    """Three minutes of history cannot bound a burst: max stays at max_replicas until the history is long enough."""
+    h = ReplicaHistory(60.0, series([5.0, 20.0, 3.0]))
+    short = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=181, max_replicas=40))
+    assert (short.recommended_replicas, short.min_replicas, short.max_replicas) == (5, 1, 40)
+    assert any("max_replicas ceiling" in r for r in short.reasons)
+    enough = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=180, max_replicas=40))
+    assert enough.max_replicas == 8
 
 
 @pytest.mark.parametrize(

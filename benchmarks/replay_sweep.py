@@ -1,0 +1,72 @@
+"""Run ``replay.py`` over many ServeGen clients and say on how many the replica goal is met.
+
+    python benchmarks/replay_sweep.py --dir ../shared/data/alibaba-servegen/data/language/m-mid \\
+        --clients 2,9,17,38,43,88,0,10,62,90 --jobs 2
+
+One line per client (GPU-hours and TTFT violations per policy, and the verdict for ours and the oracle),
+then a summary. Each client is a 14-day replay (~2 minutes on one core); clients run as separate
+processes. Skips with a message when the data folder is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPLAY = Path(__file__).resolve().with_name("replay.py")
+LINE = re.compile(r"policy=(\S+) gpu_hours=(\S+) ttft_violation_pct=(\S+)")
+
+
+def run(path: Path, extra: list[str]) -> tuple[str, dict[str, tuple[float, float]], dict[str, bool], str]:
+    """(client, {policy: (gpu_hours, violation %)}, {ours/oracle: goal met}, error line or '')."""
+    out = subprocess.run([sys.executable, str(REPLAY), "--trace", str(path), "--format", "servegen", *extra],
+                         capture_output=True, text=True, check=False)
+    name = path.name.removesuffix("-trace.csv")
+    if out.returncode:
+        return name, {}, {}, (out.stderr.strip().splitlines() or ["failed"])[-1]
+    rows = {m[1]: (float(m[2]), float(m[3])) for m in LINE.finditer(out.stdout)}
+    goals = {who: f"# {who} " in out.stdout and "goal met" in next(
+        (ln for ln in out.stdout.splitlines() if ln.startswith(f"# {who} ")), "") for who in ("ours", "oracle")}
+    return name, rows, goals, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dir", type=Path, default=Path("../shared/data/alibaba-servegen/data/language/m-mid"))
+    p.add_argument("--clients", default="2,9,17,38,43,88,0,10,62,90",
+                   help="client numbers (chunk-<n>-trace.csv): steady and intermittent ones by default")
+    p.add_argument("--jobs", type=int, default=2)
+    args, extra = p.parse_known_args(argv)
+    if not args.dir.is_dir():
+        print(f"replay_sweep: {args.dir} not found: skipped (see ../shared/data/README.md)")
+        return 0
+    paths = [args.dir / f"chunk-{c.strip()}-trace.csv" for c in args.clients.split(",") if c.strip()]
+    missing = [str(x) for x in paths if not x.is_file()]
+    if missing:
+        print(f"error: no such client trace: {missing[0]}", file=sys.stderr)
+        return 2
+    met = {"ours": 0, "oracle": 0}
+    done = 0
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        for name, rows, goals, err in pool.map(lambda x: run(x, extra), paths):
+            done += 1
+            print(f"[{done}/{len(paths)}] ", end="", file=sys.stderr, flush=True)
+            if err:
+                print(f"client={name} error: {err}")
+                continue
+            cells = " ".join(f"{k}={g:.0f}h/{v:.2f}%" for k, (g, v) in rows.items())
+            print(f"client={name} {cells} ours_goal={'met' if goals['ours'] else 'not'} "
+                  f"oracle_goal={'met' if goals['oracle'] else 'not'}", flush=True)
+            for who in met:
+                met[who] += goals[who]
+    print(f"# goal met on {met['ours']} of {len(paths)} clients by ours, {met['oracle']} by the oracle "
+          "(which reads the future)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
