@@ -144,3 +144,17 @@ class WriteCluster(KubeEmulator):
     def events(self, namespace: str) -> list[dict[str, Any]]:
         return list(self.call(lambda km: [o.raw for (r, ns, _), o in km.objects.items()
                                           if r.plural == "events" and ns == namespace and not o.deleted]))
+
+
+class EditedMidway(Kube):
+    """Someone merges ``edit`` into the object between our read and our JSON patch (once): a concurrent edit."""
+
+    def __init__(self, cluster: WriteCluster, kind: str, namespace: str, name: str, edit: dict[str, Any]) -> None:
+        super().__init__(cluster.api_client(), 5.0)
+        self.cluster, self.target, self.edit, self.armed = cluster, (kind, namespace, name), edit, True
+
+    def patch(self, kind: str, namespace: str | None, name: str, body: Any, **kw: Any) -> dict[str, Any]:
+        if self.armed and (kind, namespace, name) == self.target and isinstance(body, list):
+            self.armed = False
+            self.cluster.edit(*self.target, self.edit)
+        return super().patch(kind, namespace, name, body, **kw)

@@ -14,7 +14,7 @@ from recommender.controller.loop import Controller
 from recommender.controller.records import LAST_CHANGE, RECOMMENDATION
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot
-from tests.kubewrite import WriteCluster
+from tests.kubewrite import EditedMidway, WriteCluster
 
 NOW = pf.END
 
@@ -104,24 +104,10 @@ def test_dry_run_changes_nothing_and_cooldown_blocks_a_second_step() -> None:
         assert cluster.obj("Deployment", NS, NAME)["spec"]["replicas"] == 4
 
 
-class EditedMidway(Kube):
-    """Someone edits the Deployment between our read and our patch (once)."""
-
-    def __init__(self, cluster: WriteCluster) -> None:
-        super().__init__(cluster.api_client(), 5.0)
-        self.cluster, self.armed = cluster, True
-
-    def patch(self, kind: str, namespace: str | None, name: str, body: Any, **kw: Any) -> dict[str, Any]:
-        if self.armed and kind == "Deployment" and isinstance(body, list):
-            self.armed = False
-            self.cluster.edit("Deployment", NS, NAME, {"spec": {"replicas": 7}})
-        return super().patch(kind, namespace, name, body, **kw)
-
-
 def test_a_concurrent_edit_fails_the_patch_cleanly_and_the_next_cycle_retries() -> None:
     with WriteCluster([deployment(), policy("auto", auto_spec())]) as cluster:
         at = [NOW]
-        ctl = controller(EditedMidway(cluster), at)
+        ctl = controller(EditedMidway(cluster, "Deployment", NS, NAME, {"spec": {"replicas": 7}}), at)
         report = ctl.reconcile()
         assert [o.status for o in report.outcomes] == ["conflict"] and report.errors
         obj = cluster.obj("Deployment", NS, NAME)

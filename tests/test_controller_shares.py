@@ -12,13 +12,12 @@ from click.testing import CliRunner
 
 from recommender.cli import main
 from recommender.controller.changes import Desired, apply_local, desired_from, inverse, plan_changes, to_patch
-from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller
 from recommender.controller.records import LAST_CHANGE
 from recommender.model import Sharing
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, deployment, plan, policy, recommendation, snapshot, with_allocation
-from tests.kubewrite import WriteCluster
+from tests.kubewrite import EditedMidway, WriteCluster
 
 NOW = pf.END
 HAMI_NOW = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "60"}
@@ -127,25 +126,17 @@ def test_kai_auto_sets_the_pod_template_annotation_and_rollback_removes_it() -> 
         assert cluster.obj("Deployment", NS, NAME)["spec"] == deployment()["spec"]
 
 
-class EditsLimits(Kube):
-    """Someone sets gpumem to 30000 between our read and our patch (once)."""
-
-    def __init__(self, cluster: WriteCluster) -> None:
-        super().__init__(cluster.api_client(), 5.0)
-        self.cluster, self.armed = cluster, True
-
-    def patch(self, kind: str, namespace: str | None, name: str, body: Any, **kw: Any) -> dict[str, Any]:
-        if self.armed and kind == "Deployment" and isinstance(body, list):
-            self.armed = False
-            c = {**container_of(deployment(limits=HAMI_NOW)),
-                 "resources": {"limits": {**HAMI_NOW, "nvidia.com/gpumem": "30000"}}}
-            self.cluster.edit("Deployment", NS, NAME, {"spec": {"template": {"spec": {"containers": [c]}}}})
-        return super().patch(kind, namespace, name, body, **kw)
+def _their_limits() -> dict[str, Any]:
+    """Someone sets gpumem to 30000 between our read and our patch."""
+    limits = {**HAMI_NOW, "nvidia.com/gpumem": "30000"}
+    c = {**container_of(deployment(limits=HAMI_NOW)), "resources": {"limits": limits}}
+    return {"spec": {"template": {"spec": {"containers": [c]}}}}
 
 
 def test_a_concurrent_edit_of_the_hami_limits_fails_the_patch_and_keeps_theirs() -> None:
     with WriteCluster([deployment(limits=HAMI_NOW), policy("hami", spec_for("hami", "replicas"))]) as cluster:
-        report = Controller(EditsLimits(cluster), lambda now: (plan(hami_rec(), now=now), snapshot(now, .3, .3)),
+        kube = EditedMidway(cluster, "Deployment", NS, NAME, _their_limits())
+        report = Controller(kube, lambda now: (plan(hami_rec(), now=now), snapshot(now, .3, .3)),
                             clock=lambda: NOW).reconcile()
         assert [o.status for o in report.outcomes] == ["conflict"]
         obj = cluster.obj("Deployment", NS, NAME)
