@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import urllib3
@@ -25,16 +24,6 @@ from recommender.settings import KubernetesSettings
 
 PAGE_SIZE = 500  # objects per list page: big enough to be few calls, small enough for the API server
 _MESSAGE_CHARS = 300  # how much of the server's own message we keep in our one-line error
-
-
-def parse_time(text: Any) -> datetime | None:
-    """An API timestamp (RFC 3339, ``Z`` for UTC, with or without microseconds); None when absent or bad."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from collectors.kubernetes.client import (
     Resource,
     list_objects,
     make_api_client,
-    parse_time,
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from policies.catalogue import Catalogue
@@ -32,6 +31,7 @@ from recommender.model import GpuNode, Sharing, Workload, WorkloadRef
 from recommender.progress import Progress
 from recommender.settings import Settings
 from recommender.shape import SCHEDULE_ANNOTATION
+from recommender.timestamps import parse_time
 
 NAMESPACED = (
     Resource("apps", "v1", "deployments", "Deployment"),

@@ -13,6 +13,7 @@ import pandas as pd
 
 from recommender.controller.policy import ChangeLimits, LabelSelector
 from recommender.model import PREEMPTIONS_RATE, REQUESTS_WAITING, TTFT_P95_S, Snapshot
+from recommender.timestamps import parse_time
 
 
 @dataclass(frozen=True)
@@ -158,11 +159,11 @@ def pod_state(pods: Sequence[Mapping[str, Any]]) -> PodState:
             latest = now_term or (c.get("lastState") or {}).get("terminated") or {}
             terminations[key] = int(c.get("restartCount") or 0) + (1 if now_term else 0)
             if latest.get("reason") == OOM_KILLED:
-                oom_at[key] = _time(latest.get("finishedAt"))
+                oom_at[key] = parse_time(latest.get("finishedAt"))
         target = next((c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"
                        and c.get("status") == "True"), None)
         if target is not None or status.get("reason") in DISRUPTED_REASONS:
-            disrupted[name] = _time((target or {}).get("lastTransitionTime"))
+            disrupted[name] = parse_time((target or {}).get("lastTransitionTime"))
     return PodState(terminations, oom_at, disrupted)
 
 
@@ -180,9 +181,3 @@ def pod_counts_since(terminations: Mapping[str, int], disrupted: Sequence[str], 
     seen = set(disrupted)
     return ooms, sum(1 for pod in state.disrupted if pod not in seen)
 
-
-def _time(text: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
-    except ValueError:
-        return None

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from collectors.kubernetes.client import parse_time
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
+from recommender.timestamps import parse_time
 
 log = logging.getLogger("rightsizer.leader")
 
