@@ -10,7 +10,7 @@ when the server has one: a concurrent edit makes the whole patch fail instead of
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,42 +284,34 @@ class _Builder:
             self.changes.append(Change(f"{base}/{key}/{len(have) + k}", f"{what} {label}", None, item))
 
     def mig(self, i: int, c: Mapping[str, Any], profile: str, count: int) -> None:
-        base = f"/spec/template/spec/containers/{i}/resources"
+        """The MIG slice resource set; every other GPU resource (whole GPU, other slices) removed."""
         resource = MIG_PREFIX + profile.replace("+", ".")
-        self.guards[f"/spec/template/spec/containers/{i}/name"] = c.get("name")
-        for section in ("limits", "requests"):
-            have = dict((c.get("resources") or {}).get(section) or {})
-            if not have or (section == "requests" and not any(_is_gpu(k) for k in have)):
-                continue
-            if str(have.get(resource)) == str(count) and not any(_is_gpu(k) and k != resource for k in have):
-                continue
-            self.guards[f"{base}/{section}"] = have
-            for k in sorted(have):
-                if _is_gpu(k) and k != resource:
-                    self.changes.append(Change(f"{base}/{section}/{_esc(k)}", f"{section} {k}", have[k], None))
-            if str(have.get(resource)) != str(count):
-                self.changes.append(Change(f"{base}/{section}/{_esc(resource)}", f"{section} {resource}",
-                                           have.get(resource), str(count)))
-
+        self.resources(i, c, {resource: str(count)}, _is_gpu)
 
     def hami(self, i: int, c: Mapping[str, Any], values: Mapping[str, str]) -> None:
         """HAMi limits set; MIG slices (a vGPU is an nvidia.com/gpu) and gpumem-percentage (exclusive with
-        gpumem) removed. Requests that hold GPU resources mirror the limits (extended resources need them
-        equal); requests without any are left to default to the limits."""
+        gpumem) removed."""
+        self.resources(i, c, values, lambda k: k.startswith(MIG_PREFIX) or (k == HAMI_MEM_PCT and HAMI_MEM in values))
+
+    def resources(self, i: int, c: Mapping[str, Any], want: Mapping[str, str], drop: Callable[[str], bool]) -> None:
+        """``want`` set and the keys ``drop`` names removed, in the container's limits and in its requests when
+        they hold a GPU resource (extended resources need requests equal to limits; requests without any
+        default to the limits); each changed section is guarded, and the container's name."""
         base = f"/spec/template/spec/containers/{i}/resources"
+        self.guards[f"/spec/template/spec/containers/{i}/name"] = c.get("name")
         for section in ("limits", "requests"):
             have = dict((c.get("resources") or {}).get(section) or {})
-            if section == "requests" and not any(_is_gpu(k) or k in values for k in have):
+            if not have or (section == "requests" and not any(_is_gpu(k) or k in want for k in have)):
                 continue
-            drop = {k: None for k in have if k.startswith(MIG_PREFIX) or (k == HAMI_MEM_PCT and HAMI_MEM in values)}
-            want = dict(values)
-            todo = {k: v for k, v in {**drop, **want}.items() if v is None or str(have.get(k)) != v}
-            if not todo:
+            removed = sorted(k for k in have if drop(k) and k not in want)
+            changed = sorted(k for k, v in want.items() if str(have.get(k)) != v)
+            if not removed and not changed:
                 continue
-            self.guards[f"/spec/template/spec/containers/{i}/name"] = c.get("name")
             self.guards[f"{base}/{section}"] = have
-            for k, v in sorted(todo.items()):
-                self.changes.append(Change(f"{base}/{section}/{_esc(k)}", f"{section} {k}", have.get(k), v))
+            for k in removed:
+                self.changes.append(Change(f"{base}/{section}/{_esc(k)}", f"{section} {k}", have[k], None))
+            for k in changed:
+                self.changes.append(Change(f"{base}/{section}/{_esc(k)}", f"{section} {k}", have.get(k), want[k]))
 
     def pod_annotations(self, meta: Mapping[str, Any] | None, values: Mapping[str, str]) -> None:
         """KAI's pod annotations on the template; ``gpu-memory`` goes when ``gpu-fraction`` is set."""
