@@ -87,6 +87,10 @@ class Capacity:
     max_seqs: int = 256
     cold_start_s: float = 120.0
 
+    def work_s(self, trace: Trace) -> np.ndarray:
+        """Replica-seconds each request costs: prompt at the prefill rate plus output at the decode rate."""
+        return trace.input_tokens / self.prefill_tps + trace.output_tokens / self.decode_tps
+
     def requests_per_s(self, mean_in: float, mean_out: float) -> float:
         """Sustained requests/s of one replica for these token means: the tightest of compute, slots, KV."""
         busy_s = mean_out / self.seq_tps  # how long one request holds a slot and its KV
@@ -241,7 +245,7 @@ def static_peak(trace: Trace, cap: Capacity, objective_s: float) -> int:
     objective. Searched by simulation of the hour around the peak minute's load, from that load up.
     """
     minute = (trace.arrival_s // 60).astype(np.int64)
-    work = trace.input_tokens / cap.prefill_tps + trace.output_tokens / cap.decode_tps  # replica-seconds
+    work = cap.work_s(trace)
     per_minute = np.bincount(minute, weights=work)
     peak_min = int(per_minute.argmax())
     lo_s, hi_s = max(0, peak_min * 60 - 1800), peak_min * 60 + 1800
@@ -308,7 +312,7 @@ class Oracle:
     drained within one cold start, at the class's headroom: how far a perfect forecast could take ours."""
 
     def __init__(self, trace: Trace, cap: Capacity, headroom: float, bin_s: int = 60) -> None:
-        work = trace.input_tokens / cap.prefill_tps + trace.output_tokens / cap.decode_tps
+        work = cap.work_s(trace)
         per_sec = np.bincount(trace.arrival_s.astype(np.int64), weights=work)
         self.cum = np.concatenate(([0.0], np.cumsum(per_sec)))
         self.mean_work = float(work.mean()) if work.size else 0.0
