@@ -17,6 +17,11 @@ Capacity model (fixed, stated, every number a flag; defaults for an 8B dense mod
 - a new pod is ready 120 s after it starts (image cached, weights load, CUDA graphs) and holds its GPU
   from start to removal: GPU-hours count starting pods. Requests are served FIFO by the replica pool.
 TTFT = admission wait + prefill; a request still unserved at the end counts as over the objective.
+- on a MIG slice (``--slice``; ``Capacity.on_slice``): prefill x SM slices / 7, decode and per-sequence
+  speed x memory slices / 8 (reference.md §1: a memory slice carries 1/8 of the bandwidth), KV = the
+  slice's usable memory at the same utilisation less the whole GPU's weights and activations; a pod
+  counts the slice's share of a GPU (3g.40gb: 0.5). ``auto`` picks the shape as the product's MIG policy
+  would, from the first hour (``choose_slice``).
 
 Policies (every one starts with the static-peak count of warm replicas: the service ran before the trace):
 - ``static-peak``: replicas for the peak minute of the whole trace (load = prompt/prefill + output/decode
@@ -25,12 +30,15 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   30 s, HPA sync 15 s with tolerance 0.1, scale-up at most max(+4 pods, x2) per 15 s, scale-down
   stabilisation 300 s, minReplicaCount 1 (with 0 KEDA would deactivate a busy service that keeps up:
   waiting is 0 then). ``reactive-zero`` is the same with minReplicaCount 0 and cooldownPeriod 300 s.
-- ``ours``: ``policies.replicas.scaling_plan`` refitted every ``--refit-s`` on the history so far only (a
-  ``recommender.forecast`` forecast of the per-minute request rate, capacity from the model above and the
-  token means seen so far, class from ``--class``); every 15 s the HPA sees the larger of the forecast
-  band over the next cold start and the observed rate (per ``target_per_replica``) and, as a second
-  trigger, waiting/5; scale-down stabilisation from ``hpa_behavior``; to zero only when the plan allows
-  it and the forecast expects no request within a cold start.
+  Both on whole GPUs, as services run today; ``reactive-slice`` is reactive on ours' shape: what the
+  slice buys without our scaling (an ablation, not the baseline).
+- ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s`` on
+  the history so far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity
+  from the model above and the token means seen so far, class from ``--class``); every 15 s the HPA sees
+  the larger of the forecast band over the next cold start and the observed rate (per
+  ``target_per_replica``) and, as a second trigger, waiting/5; scale-down stabilisation from
+  ``hpa_behavior``; to zero only when the plan allows it and the forecast expects no request within a
+  cold start.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
   busiest minute of work ahead plus the backlog, at the class's headroom, with the same HPA behaviour.
   Where it misses the goal, no forecast can meet it under this capacity model.
@@ -45,7 +53,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +61,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from policies.catalogue import GpuModel, MigProfile, load_catalogue
+from policies.mig import fitting_profiles
 from policies.replicas import (
     BAND_BY_CLASS,
     CAPACITY_ANNOTATION,
@@ -86,6 +96,23 @@ class Capacity:
     kv_tokens: float = 400_000.0
     max_seqs: int = 256
     cold_start_s: float = 120.0
+    kv_kib_per_token: float = 128.0
+    gpu_memory_utilization: float = 0.9
+    gpu_share: float = 1.0  # share of one GPU a replica holds: what its GPU-hours count
+
+    def on_slice(self, gpu: GpuModel, profile: MigProfile) -> Capacity:
+        """The same model on a MIG slice (reference.md §1: an SM slice is 1/7 of the SMs, a memory slice 1/8
+        of memory capacity and bandwidth). Prefill is compute-bound: it scales with the SM slices; decode,
+        per-sequence speed included, is bandwidth-bound: it scales with the memory slices. The KV cache is
+        what the slice's usable memory leaves at the same utilisation after the whole-GPU overhead (weights,
+        activations: whole memory x utilisation - kv_tokens x kv_kib_per_token). GPU-hours count the slice's
+        share of the GPU (the larger of its memory and SM fractions)."""
+        sm = profile.shape.sm_slices / gpu.sm_slices
+        mem = profile.shape.mem_slices / gpu.memory_slices
+        overhead_kib = self.gpu_memory_utilization * gpu.memory_mib * 1024 - self.kv_tokens * self.kv_kib_per_token
+        kv = (self.gpu_memory_utilization * profile.usable_mib * 1024 - overhead_kib) / self.kv_kib_per_token
+        return replace(self, prefill_tps=self.prefill_tps * sm, decode_tps=self.decode_tps * mem,
+                       seq_tps=self.seq_tps * mem, kv_tokens=kv, gpu_share=gpu.share(profile))
 
     def work_s(self, trace: Trace) -> np.ndarray:
         """Replica-seconds each request costs: prompt at the prefill rate plus output at the decode rate."""
@@ -201,7 +228,7 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
                 pods.extend([k + cap.cold_start_s] * (want - len(pods)))
             del pods[want:]
         ready = bisect.bisect_right(pods, k)
-        gpu_s += len(pods)
+        gpu_s += len(pods) * cap.gpu_share
         if ready == 0:
             waited_cold += arr_idx[k] - (arr_idx[k - 1] if k else 0)
         if heap:
@@ -234,7 +261,7 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
         if k % report == 0:
             print(f"  {name}: {min(100, 100 * k // last)}%", file=sys.stderr, flush=True)
         k += 1
-    return Result(gpu_s / 3600.0, ttft, cold_starts, pod_starts, waited_cold, gpu_s / max(k, 1))
+    return Result(gpu_s / 3600.0, ttft, cold_starts, pod_starts, waited_cold, gpu_s / cap.gpu_share / max(k, 1))
 
 
 # ---------------------------------------------------------------- policies
@@ -265,6 +292,29 @@ def static_peak(trace: Trace, cap: Capacity, objective_s: float) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
     return hi
+
+
+def choose_slice(trace: Trace, cap: Capacity, gpu: GpuModel, objective_s: float, min_kv_tokens: float,
+                 decide_s: float, prefill_budget_pct: float, min_efficiency: float) -> tuple[Capacity, str]:
+    """The replica shape ``ours`` runs on, as the product's MIG policy picks it (``policies.mig``): the smallest
+    profile that holds the model with a KV cache of ``min_kv_tokens``, kept only if the requests of the first
+    ``decide_s`` (what the service showed before the change) lose at most ``prefill_budget_pct`` points more
+    to prefill alone (the slice's slower prefill) than on the whole GPU, and only if it serves at least
+    ``min_efficiency`` of the whole GPU's requests/s per GPU share (3 SM slices of 7 hold half the GPU:
+    prefill-heavy traffic loses more than it gains). The whole GPU when none qualifies."""
+    early = trace.arrival_s < decide_s
+    seen = _trace(trace.arrival_s[early], trace.input_tokens[early], trace.output_tokens[early])
+    whole = floor_pct(seen, cap, objective_s)
+    overhead_kib = cap.gpu_memory_utilization * gpu.memory_mib * 1024 - cap.kv_tokens * cap.kv_kib_per_token
+    need_mib = (overhead_kib + min_kv_tokens * cap.kv_kib_per_token) / cap.gpu_memory_utilization / 1024
+    means = float(seen.input_tokens.mean()), float(seen.output_tokens.mean())
+    for profile in fitting_profiles(gpu, need_mib, 0.0):
+        on = cap.on_slice(gpu, profile)
+        efficiency = on.requests_per_s(*means) / on.gpu_share / cap.requests_per_s(*means)
+        if on.gpu_share < 1.0 and efficiency >= min_efficiency and \
+                floor_pct(seen, on, objective_s) <= whole + prefill_budget_pct:
+            return on, profile.name
+    return cap, "whole GPU"
 
 
 def floor_pct(trace: Trace, cap: Capacity, objective_s: float) -> float:
@@ -430,17 +480,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="class 'ours' sizes the trace as (real-time: hi_95 band, 30%% headroom, never to zero)")
     p.add_argument("--refit-s", type=int, default=None, help="refit period of 'ours' (default 600 s, 3600 s "
                    "for traces over a day)")
-    p.add_argument("--policies", default="static-peak,reactive,reactive-zero,ours,oracle",
+    p.add_argument("--policies", default="static-peak,reactive,reactive-zero,reactive-slice,ours,oracle",
                    help="oracle reads the future: a bound on what a forecast could buy, not a contender")
     p.add_argument("--seed", type=int, default=0, help="ServeGen arrivals and token lengths")
     p.add_argument("--servegen-mean-input", type=float, default=1000.0)
     p.add_argument("--servegen-mean-output", type=float, default=250.0)
-    for field, value in vars(d).items():
+    p.add_argument("--gpu", default="H100-80GB", help="GPU model (policies/data/gpus.yaml) of the capacity figures")
+    p.add_argument("--slice", default="auto", help="replica shape of 'ours', 'reactive-slice' and 'oracle': auto "
+                   "(the smallest MIG profile that fits, see choose_slice), none (whole GPU) or a profile name")
+    p.add_argument("--min-kv-tokens", type=float, default=32_768.0, help="KV cache a slice must hold (auto)")
+    p.add_argument("--slice-prefill-budget-pct", type=float, default=0.25, help="points of requests a slice may add "
+                   "to those whose prefill alone exceeds the objective (auto; of the 1 point the goal allows)")
+    p.add_argument("--slice-min-efficiency", type=float, default=0.9, help="requests/s per GPU share a slice must "
+                   "keep, as a share of the whole GPU's (auto)")
+    for field in CAPACITY_FLAGS:
+        value = getattr(d, field)
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
-    if min(getattr(args, f) for f in vars(d)) <= 0 or args.ttft_objective_s <= 0:
+    if min(getattr(args, f) for f in CAPACITY_FLAGS) <= 0 or args.ttft_objective_s <= 0:
         p.error("capacity figures and the TTFT objective must be positive")
     return args
+
+
+CAPACITY_FLAGS = [f for f in vars(Capacity()) if f != "gpu_share"]
+
+
+def replica_shape(args: argparse.Namespace, trace: Trace, cap: Capacity) -> tuple[Capacity, str]:
+    """The capacity 'ours' runs on from ``--slice``; a one-line ValueError for an unknown GPU or profile."""
+    if args.slice == "none":
+        return cap, "whole GPU"
+    gpu = load_catalogue().get(args.gpu)
+    if gpu is None or not gpu.supports_mig:
+        raise ValueError(f"--gpu {args.gpu}: not a MIG-capable GPU model in policies/data/gpus.yaml")
+    if args.slice == "auto":
+        return choose_slice(trace, cap, gpu, args.ttft_objective_s, args.min_kv_tokens, 3600.0,
+                            args.slice_prefill_budget_pct, args.slice_min_efficiency)
+    profile = gpu.profile(args.slice)
+    if profile is None:
+        raise ValueError(f"--slice {args.slice}: {args.gpu} has profiles {', '.join(p.name for p in gpu.profiles)}")
+    on = cap.on_slice(gpu, profile)
+    if on.kv_tokens <= 0:
+        raise ValueError(f"--slice {args.slice}: the model does not fit ({on.kv_tokens:.0f} KV tokens left)")
+    return on, profile.name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -459,17 +540,24 @@ def main(argv: list[str] | None = None) -> int:
     if trace.arrival_s.size == 0:
         print(f"replay: {args.trace} holds no requests: nothing to replay")
         return 0
-    cap = Capacity(*(getattr(args, f) for f in vars(Capacity())))
+    cap = Capacity(**{f: getattr(args, f) for f in CAPACITY_FLAGS})
+    try:
+        shaped, shape = replica_shape(args, trace, cap)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     span = float(trace.arrival_s[-1])
     refit = args.refit_s or (3600 if span > 86_400 else 600)
     print(f"# {trace.arrival_s.size} requests over {span / 3600:.2f} h; mean tokens in {trace.input_tokens.mean():.0f} "
           f"out {trace.output_tokens.mean():.0f}; capacity {cap}; objective {args.ttft_objective_s:g} s")
-    policies: dict[str, Callable[[], Policy]] = {
-        "static-peak": lambda: lambda obs: warm,
-        "reactive": lambda: Reactive(min_replicas=1),
-        "reactive-zero": lambda: Reactive(min_replicas=0),
-        "ours": lambda: Ours(cap, WorkloadClass(args.cls), refit, ScalingSettings()),
-        "oracle": lambda: Oracle(trace, cap, ScalingSettings().headroom_frac.get(args.cls, 0.0)),
+    print(f"# ours, reactive-slice and oracle run on {shape}: {shaped}")
+    policies: dict[str, tuple[Callable[[], Policy], Capacity]] = {
+        "static-peak": (lambda: lambda obs: warm, cap),
+        "reactive": (lambda: Reactive(min_replicas=1), cap),
+        "reactive-zero": (lambda: Reactive(min_replicas=0), cap),
+        "reactive-slice": (lambda: Reactive(min_replicas=1), shaped),
+        "ours": (lambda: Ours(shaped, WorkloadClass(args.cls), refit, ScalingSettings()), shaped),
+        "oracle": (lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)), shaped),
     }
     unknown = [n for n in args.policies.split(",") if n not in policies]
     if unknown:
@@ -477,9 +565,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     warm = static_peak(trace, cap, args.ttft_objective_s)  # every policy starts at the provisioned size
     floor = floor_pct(trace, cap, args.ttft_objective_s)
+    means = float(trace.input_tokens.mean()), float(trace.output_tokens.mean())
     results = {}
     for name in args.policies.split(","):
-        results[name] = simulate(trace, cap, policies[name](), name, warm)
+        make, capacity = policies[name]
+        start = math.ceil(warm * cap.requests_per_s(*means) / capacity.requests_per_s(*means) - 1e-9)
+        results[name] = simulate(trace, capacity, make(), name, start)
         print(summary(name, results[name], args.ttft_objective_s, floor), flush=True)
     for name in ("ours", "oracle"):
         if {name, "static-peak", "reactive"} <= results.keys():

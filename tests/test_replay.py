@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import replay
 from replay import Capacity, Reactive, Trace, simulate
 
+from policies.catalogue import load_catalogue
+
 CAP = Capacity(prefill_tps=1000.0, decode_tps=1000.0, seq_tps=100.0, kv_tokens=100_000.0, max_seqs=8, cold_start_s=30.0)
 
 
@@ -136,7 +138,7 @@ def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFi
     assert replay.main(["--trace", str(path), "--format", "servegen", "--servegen-mean-input", "200"]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("policy=")]
     assert [x.split()[0] for x in lines] == ["policy=static-peak", "policy=reactive", "policy=reactive-zero",
-                                             "policy=ours", "policy=oracle"]
+                                             "policy=reactive-slice", "policy=ours", "policy=oracle"]
     for line in lines:
         fields = dict(kv.split("=") for kv in line.split())
         assert float(fields["gpu_hours"]) > 0 and 0 <= float(fields["ttft_violation_pct"]) <= 100
@@ -158,3 +160,53 @@ def test_sweep_runs_each_client_and_counts_the_goal(tmp_path: Path, capsys: pyte
     assert "no such client trace" in capsys.readouterr().err
     assert replay_sweep.main(["--dir", str(tmp_path / "absent")]) == 0
     assert "not found: skipped" in capsys.readouterr().out
+
+
+H100 = load_catalogue().get("H100-80GB")
+
+
+def test_a_slice_scales_prefill_by_sms_decode_by_memory_and_counts_its_share() -> None:
+    assert H100 is not None
+    whole = Capacity()
+    half = whole.on_slice(H100, H100.profile("3g.40gb"))  # type: ignore[arg-type]
+    assert half.prefill_tps == pytest.approx(15_000 * 3 / 7) and half.decode_tps == pytest.approx(4_000 * 4 / 8)
+    assert half.gpu_share == 0.5
+    # what the whole GPU keeps for weights and activations is kept on the slice too: KV = the rest
+    overhead_gib = (0.9 * H100.memory_mib * 1024 - 400_000 * 128) / 2**20
+    assert half.kv_tokens == pytest.approx((0.9 * 40448 / 1024 - overhead_gib) * 2**20 / 128)
+    assert 0 < half.kv_tokens < whole.kv_tokens
+    trace = steady(0.5, 600, tin=500.0, tout=20.0)
+    a, b = (simulate(trace, c, lambda obs: 2, "t", warm=2) for c in (whole, half))
+    assert b.gpu_hours == pytest.approx(a.gpu_hours / 2) and b.mean_pods == pytest.approx(a.mean_pods)
+
+
+def test_the_slice_is_the_smallest_that_fits_unless_prompts_or_throughput_suffer() -> None:
+    assert H100 is not None
+    cap = Capacity()
+    chat = steady(1.0, 3600, tin=1000.0, tout=250.0)
+    on, name = replay.choose_slice(chat, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)
+    assert name == "3g.40gb" and on.gpu_share == 0.5  # 1g/2g cannot hold the weights
+    # prompts of 20,000 tokens: 1.3 s on the whole GPU, 3.1 s on 3g and 2.3 s on 4g: no slice keeps them
+    long = steady(1.0, 600, tin=20_000.0, tout=10.0)
+    assert replay.choose_slice(long, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)[1] == "whole GPU"
+    # prefill-heavy: 3g serves 86% of the whole GPU's requests per GPU share (3 SM slices of 7 for half
+    # the GPU), 4g 99%: 4g.40gb
+    heavy = steady(1.0, 600, tin=2_000.0, tout=30.0)
+    assert replay.choose_slice(heavy, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)[1] == "4g.40gb"
+    assert replay.choose_slice(chat, cap, H100, 2.0, 200_000, 3600, 0.25, 0.9)[1] == "whole GPU"  # KV too small
+
+
+def test_cli_rejects_an_unknown_slice_and_runs_whole_gpus_with_none(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "chunk-trace.csv"
+    path.write_text("0,0.5,1.0,Gamma,1.0,2.0\n")
+    assert replay.main(["--trace", str(path), "--format", "servegen", "--slice", "5g.50gb"]) == 2
+    assert capsys.readouterr().err.startswith("error: --slice 5g.50gb: H100-80GB has profiles 1g.10gb")
+    assert replay.main(["--trace", str(path), "--format", "servegen", "--slice", "2g.20gb"]) == 2
+    assert "the model does not fit" in capsys.readouterr().err
+    assert replay.main(["--trace", str(path), "--format", "servegen", "--slice", "none",
+                        "--policies", "reactive,reactive-slice"]) == 0
+    out = capsys.readouterr().out
+    assert "run on whole GPU" in out
+    rows = [line.split()[1] for line in out.splitlines() if line.startswith("policy=")]
+    assert rows[0] == rows[1]  # the same shape: the same GPU-hours
