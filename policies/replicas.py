@@ -2,7 +2,10 @@
 
 ``scaling_plan`` is the one entry point: replicas = demand to size for / (capacity at the TTFT
 objective x (1 - headroom of the class)). Demand is the forecast's upper band by class (real-time
-``hi_95``, near-real-time ``hi_80``, batch ``mean``), else the observed peak / p95 / mean. Capacity is
+``hi_95``, near-real-time ``hi_80``, batch ``mean``), else the observed peak / p95 / mean; without a
+forecast the floor is the peak for real-time (safe until the daily pattern is known) and the quietest
+observed step for the others (the HPA follows demand above it; in the replay a peak floor held whole
+days of idle replicas, and for real-time a lower one let bursts in). Capacity is
 measured where history shows the knee (steps that met the objective beside steps that did not), else
 configured, else the measured rate as a lower bound. Scale-to-zero only for the classes in
 ``ScalingSettings.scale_to_zero_classes`` (batch by default: a request that arrives at zero waits a
@@ -200,7 +203,12 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     q = OBSERVED_BY_CLASS[cls]
     peak = float(observed.mean()) if q < 0 else float(np.quantile(observed, q))
     what = "mean" if q < 0 else ("peak" if q >= 1 else f"p{q * 100:g}")
-    return peak, peak, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast)"]
+    if cls is WorkloadClass.REAL_TIME:  # no forecast yet: a burst would find a floor below the peak too late
+        return peak, peak, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
+                                          "floor at the peak until a forecast exists"]
+    trough = min(peak, float(observed.min()))  # the floor: the quietest step, the HPA follows demand above it
+    return peak, trough, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
+                                        f"floor {trough:.3g} req/s: the quietest step seen"]
 
 
 def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:

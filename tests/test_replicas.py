@@ -114,6 +114,18 @@ def test_observed_demand_without_forecast(klass: WorkloadClass, recommended: int
     assert any("no forecast" in r for r in p.reasons)
 
 
+def test_without_forecast_the_floor_is_the_quietest_step_except_for_real_time() -> None:
+    h = ReplicaHistory(60.0, series([12.0, 20.0, 8.0, 9.0]))
+    # near-real-time target 10 x 0.85 = 8.5: p95 18.8 → 3 replicas; the quietest step 8 → min ceil(0.94) = 1
+    p = plan(with_capacity(), h, NRT)
+    assert (p.recommended_replicas, p.min_replicas) == (3, 1)
+    assert any("floor 8 req/s: the quietest step seen" in r for r in p.reasons)
+    # real-time target 7: peak 20 → 3, and the floor stays at the peak until a forecast exists
+    rt = plan(with_capacity(), h, RT)
+    assert (rt.recommended_replicas, rt.min_replicas) == (3, 3)
+    assert any("floor at the peak until a forecast exists" in r for r in rt.reasons)
+
+
 def knee_history(with_knee: bool, good_steps: int = 40) -> ReplicaHistory:
     """2 replicas; good steps at 16 req/s (8 per replica, TTFT 1 s), knee steps at 24 req/s (TTFT 5 s, 3 waiting)."""
     rate = [16.0] * good_steps + ([24.0] * 10 if with_knee else [])
