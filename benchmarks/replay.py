@@ -109,10 +109,13 @@ class Capacity:
         share of the GPU (the larger of its memory and SM fractions)."""
         sm = profile.shape.sm_slices / gpu.sm_slices
         mem = profile.shape.mem_slices / gpu.memory_slices
-        overhead_kib = self.gpu_memory_utilization * gpu.memory_mib * 1024 - self.kv_tokens * self.kv_kib_per_token
-        kv = (self.gpu_memory_utilization * profile.usable_mib * 1024 - overhead_kib) / self.kv_kib_per_token
+        kv = (self.gpu_memory_utilization * profile.usable_mib * 1024 - self.overhead_kib(gpu)) / self.kv_kib_per_token
         return replace(self, prefill_tps=self.prefill_tps * sm, decode_tps=self.decode_tps * mem,
                        seq_tps=self.seq_tps * mem, kv_tokens=kv, gpu_share=gpu.share(profile))
+
+    def overhead_kib(self, gpu: GpuModel) -> float:
+        """Memory a replica holds besides its KV cache (weights, activations), from the whole-GPU figures."""
+        return self.gpu_memory_utilization * gpu.memory_mib * 1024 - self.kv_tokens * self.kv_kib_per_token
 
     def work_s(self, trace: Trace) -> np.ndarray:
         """Replica-seconds each request costs: prompt at the prefill rate plus output at the decode rate."""
@@ -305,8 +308,7 @@ def choose_slice(trace: Trace, cap: Capacity, gpu: GpuModel, objective_s: float,
     early = trace.arrival_s < decide_s
     seen = _trace(trace.arrival_s[early], trace.input_tokens[early], trace.output_tokens[early])
     whole = floor_pct(seen, cap, objective_s)
-    overhead_kib = cap.gpu_memory_utilization * gpu.memory_mib * 1024 - cap.kv_tokens * cap.kv_kib_per_token
-    need_mib = (overhead_kib + min_kv_tokens * cap.kv_kib_per_token) / cap.gpu_memory_utilization / 1024
+    need_mib = (cap.overhead_kib(gpu) + min_kv_tokens * cap.kv_kib_per_token) / cap.gpu_memory_utilization / 1024
     means = float(seen.input_tokens.mean()), float(seen.output_tokens.mean())
     for profile in fitting_profiles(gpu, need_mib, 0.0):
         on = cap.on_slice(gpu, profile)
