@@ -3,9 +3,10 @@
 ``scaling_plan`` is the one entry point: replicas = demand to size for / (capacity at the TTFT
 objective x (1 - headroom of the class)). Demand is the forecast's upper band by class (real-time
 ``hi_95``, near-real-time ``hi_80``, batch ``mean``), else the observed peak / p95 / mean; without a
-forecast the floor is the peak for real-time (safe until the daily pattern is known) and the quietest
-observed step for the others (the HPA follows demand above it; in the replay a peak floor held whole
-days of idle replicas, and for real-time a lower one let bursts in). Capacity is
+forecast the floor is the peak of the last ``no_forecast_floor_window_s`` for real-time (bursts seen
+recently stay covered until the daily pattern is known) and the quietest observed step for the others
+(the HPA follows demand above it; in the replay a floor at the peak of all history held whole days of
+idle replicas, and for real-time the quietest step let bursts in). Capacity is
 measured where history shows the knee (steps that met the objective beside steps that did not), else
 configured, else the measured rate as a lower bound. Scale-to-zero only for the classes in
 ``ScalingSettings.scale_to_zero_classes`` (batch by default: a request that arrives at zero waits a
@@ -73,7 +74,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     why = [] if classification else ["no class: sized as real-time (the most headroom, never to zero)"]
     objective_s, note = ttft_objective(workload, settings)
     capacity = per_replica_capacity(workload, history, objective_s, settings)
-    demand = demand_to_size(cls, forecasts, history.request_rate_per_s)
+    demand = demand_to_size(cls, forecasts, history.request_rate_per_s, settings.no_forecast_floor_window_s)
     if isinstance(capacity, str) or isinstance(demand, str):
         return NoScalingPlan(tuple(x for x in (capacity, demand) if isinstance(x, str)))
     cap, source, cap_why = capacity
@@ -184,9 +185,12 @@ def _good_rates(workload: Workload, history: ReplicaHistory, objective_s: float)
     return frame.loc[ok, "per"].to_numpy(dtype="float64"), knee
 
 
-def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.Series | None
-                   ) -> tuple[float, float, float, list[str]] | str:
-    """(peak, trough, observed max) request rates and reasons: the forecast band by class, else observed."""
+def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.Series | None,
+                   floor_window_s: float = math.inf) -> tuple[float, float, float, list[str]] | str:
+    """(peak, trough, observed max) request rates and reasons: the forecast band by class, else observed.
+
+    Without a forecast, real-time's trough (the floor) is the peak of the last ``floor_window_s`` of history.
+    """
     observed = np.array([]) if rate is None else rate.to_numpy(dtype="float64")
     observed = observed[np.isfinite(observed)]
     observed_max = float(observed.max()) if observed.size else 0.0
@@ -204,11 +208,22 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     peak = float(observed.mean()) if q < 0 else float(np.quantile(observed, q))
     what = "mean" if q < 0 else ("peak" if q >= 1 else f"p{q * 100:g}")
     if cls is WorkloadClass.REAL_TIME:  # no forecast yet: a burst would find a floor below the peak too late
-        return peak, peak, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
-                                          "floor at the peak until a forecast exists"]
+        recent = _recent_peak(rate, floor_window_s) if rate is not None else peak
+        return peak, recent, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
+                                            f"floor {recent:.3g} req/s: the peak of the last "
+                                            f"{floor_window_s / 3600:g} h until a forecast exists"]
     trough = min(peak, float(observed.min()))  # the floor: the quietest step, the HPA follows demand above it
     return peak, trough, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
                                         f"floor {trough:.3g} req/s: the quietest step seen"]
+
+
+def _recent_peak(rate: pd.Series, window_s: float) -> float:
+    """Largest finite value in the last ``window_s`` of the series (its index: timestamps)."""
+    values = rate.to_numpy(dtype="float64")
+    if math.isfinite(window_s) and isinstance(rate.index, pd.DatetimeIndex) and len(rate):
+        values = values[rate.index >= rate.index[-1] - pd.Timedelta(seconds=window_s)]
+    values = values[np.isfinite(values)]
+    return float(values.max()) if values.size else 0.0
 
 
 def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:

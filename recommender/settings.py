@@ -126,6 +126,11 @@ class ScalingSettings(BaseModel):
         10.0, ge=1, description="Scale to zero only where typical idle gaps are this many cold starts long."
     )
     max_replicas: int = Field(100, ge=1, description="Never recommend more replicas than this.")
+    no_forecast_floor_window_s: float = Field(
+        6 * 3600, gt=0, description="Without a forecast, real-time's minReplicaCount covers the peak of this much "
+        "recent history (a peak from days ago held idle replicas for days in the replay; the quietest step let "
+        "bursts in)."
+    )
     polling_interval_s: int = Field(30, ge=1, description="KEDA pollingInterval the parameters assume.")
     scale_to_zero_classes: tuple[str, ...] = Field(
         ("batch",), description="Classes that may scale to zero (a request arriving at zero waits a cold start)."

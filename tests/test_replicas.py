@@ -120,10 +120,20 @@ def test_without_forecast_the_floor_is_the_quietest_step_except_for_real_time() 
     p = plan(with_capacity(), h, NRT)
     assert (p.recommended_replicas, p.min_replicas) == (3, 1)
     assert any("floor 8 req/s: the quietest step seen" in r for r in p.reasons)
-    # real-time target 7: peak 20 → 3, and the floor stays at the peak until a forecast exists
+    # real-time target 7: peak 20 → 3, and the floor is the peak of the last 6 h (all of it here) until a forecast
     rt = plan(with_capacity(), h, RT)
     assert (rt.recommended_replicas, rt.min_replicas) == (3, 3)
-    assert any("floor at the peak until a forecast exists" in r for r in rt.reasons)
+    assert any("floor 20 req/s: the peak of the last 6 h until a forecast exists" in r for r in rt.reasons)
+
+
+def test_without_forecast_the_real_time_floor_forgets_peaks_older_than_its_window() -> None:
+    # 10 h of minutes: a 20 req/s burst in the first hour, 9 req/s at most since; target 7
+    rate = [20.0] * 60 + [9.0, 4.0] * 270
+    h = ReplicaHistory(60.0, series(rate))
+    six = plan(with_capacity(), h, RT)  # the last 6 h peak at 9 → ceil(9 / 7) = 2; the recommendation keeps 20 → 3
+    assert (six.recommended_replicas, six.min_replicas) == (3, 2)
+    eleven = plan(with_capacity(), h, RT, s=S.model_copy(update={"no_forecast_floor_window_s": 11 * 3600}))
+    assert eleven.min_replicas == 3  # the window reaches the burst
 
 
 def knee_history(with_knee: bool, good_steps: int = 40) -> ReplicaHistory:
