@@ -201,6 +201,19 @@ def test_probes_need_no_certificate(srv: FrontProxied) -> None:
     assert srv.get("/readyz").status_code == 200
 
 
+def test_the_rate_limit_counts_per_end_user_not_per_api_server(tmp_path: Path) -> None:
+    # every request comes from the API server's address; a user looping on the API must not spend the HPA's bucket
+    s = FrontProxied(tmp_path, rate_per_s=0.001, rate_burst=2)  # no refill within the test
+    loop = {"X-Remote-User": "mallory", "X-Remote-Group": "system:authenticated"}
+    try:
+        assert [s.get(LLAMA_RATE, cert=s.fpki.proxy, headers=loop).status_code for _ in range(2)] == [200, 200]
+        _status(s.get(LLAMA_RATE, cert=s.fpki.proxy, headers=loop), 429, "TooManyRequests")
+        assert s.get(LLAMA_RATE, cert=s.fpki.proxy, headers=USER).status_code == 200  # the HPA still reads
+        assert s.get("/healthz").status_code == 200  # probes: their own (address) bucket
+    finally:
+        s.servers.stop(0.5)
+
+
 def test_empty_allowed_names_admit_any_cn_the_ca_signed(tmp_path: Path) -> None:
     s = FrontProxied(tmp_path)
     try:

@@ -1,9 +1,11 @@
 """aiohttp apps: health, ``/metrics``, KEDA's metrics-api JSON, and external.metrics.k8s.io/v1beta1.
 
 Every route is a GET (nothing here changes state); bodies are capped by ``client_max_size``; each
-client host has a token bucket (429 when spent). Errors are JSON: ``{"error": ...}`` on our own
+client has a token bucket (429 when spent). Errors are JSON: ``{"error": ...}`` on our own
 routes, a Kubernetes ``Status`` under ``/apis``. With a front proxy configured, every route of the
-HTTPS app but the probes answers only the API server's proxy client certificate (frontproxy.py).
+HTTPS app but the probes answers only the API server's proxy client certificate (frontproxy.py), and
+the bucket is the end user's (``X-Remote-User``), not the API server's address: keyed by address, one
+user looping on external metrics would spend the bucket the HPA controller reads through.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ LOOKUP: web.AppKey[Lookup] = web.AppKey("lookup", Lookup)
 REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
 CHECKS: web.AppKey[dict[str, Check]] = web.AppKey("checks", dict)
 PROBES = frozenset({"/healthz", "/readyz"})  # kubelet probes carry no client certificate
+CLIENT: web.RequestKey[str] = web.RequestKey("client", str)  # whom the rate limit counts, when the front proxy said
 
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -44,7 +47,7 @@ def _error(request: web.Request, status: int, message: str) -> web.Response:
 def make_middlewares(limiter: RateLimiter) -> list[Any]:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not limiter.allow(request.remote or "unknown"):
+        if not limiter.allow(request.get(CLIENT) or request.remote or "unknown"):
             return _error(request, 429, "rate limit: too many requests from this client")
         try:
             return await handler(request)
@@ -73,6 +76,7 @@ def front_proxy_middleware(fp: FrontProxy) -> Any:
             log.info("refused %s %s from %s: %s", request.method, request.path, request.remote, outcome.message)
             return _json(extmetrics.status(outcome.code, outcome.message), outcome.code)
         log.debug("%s %s for user %r groups %s", request.method, request.path_qs, outcome.name, list(outcome.groups))
+        request[CLIENT] = f"user:{outcome.name}"
         return await handler(request)
 
     return front_proxy
@@ -80,7 +84,8 @@ def front_proxy_middleware(fp: FrontProxy) -> Any:
 
 def _app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_bytes: int,
          front_proxy: FrontProxy | None = None) -> web.Application:
-    middlewares = make_middlewares(limiter) + ([front_proxy_middleware(front_proxy)] if front_proxy else [])
+    # authentication first (refusals are cheap and touch nothing), so the rate limit knows the end user
+    middlewares = ([front_proxy_middleware(front_proxy)] if front_proxy else []) + make_middlewares(limiter)
     app = web.Application(middlewares=middlewares, client_max_size=max_bytes)
     app[LOOKUP], app[CHECKS] = lookup, checks
     app.router.add_get("/healthz", healthz)
