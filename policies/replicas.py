@@ -208,7 +208,8 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     peak = float(observed.mean()) if q < 0 else float(np.quantile(observed, q))
     what = "mean" if q < 0 else ("peak" if q >= 1 else f"p{q * 100:g}")
     if cls is WorkloadClass.REAL_TIME:  # no forecast yet: a burst would find a floor below the peak too late
-        recent = _recent_peak(rate, floor_window_s) if rate is not None else peak
+        recent = _recent_peak(rate, floor_window_s) if rate is not None else None
+        recent = peak if recent is None else recent  # nothing known lately: the peak of all history
         return peak, recent, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
                                             f"floor {recent:.3g} req/s: the peak of the last "
                                             f"{floor_window_s / 3600:g} h until a forecast exists"]
@@ -217,13 +218,13 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
                                         f"floor {trough:.3g} req/s: the quietest step seen"]
 
 
-def _recent_peak(rate: pd.Series, window_s: float) -> float:
-    """Largest finite value in the last ``window_s`` of the series (its index: timestamps)."""
+def _recent_peak(rate: pd.Series, window_s: float) -> float | None:
+    """Largest finite value in the last ``window_s`` of the series (its index: timestamps); None if none."""
     values = rate.to_numpy(dtype="float64")
     if math.isfinite(window_s) and isinstance(rate.index, pd.DatetimeIndex) and len(rate):
         values = values[rate.index >= rate.index[-1] - pd.Timedelta(seconds=window_s)]
     values = values[np.isfinite(values)]
-    return float(values.max()) if values.size else 0.0
+    return float(values.max()) if values.size else None
 
 
 def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:

@@ -134,6 +134,8 @@ def test_without_forecast_the_real_time_floor_forgets_peaks_older_than_its_windo
     assert (six.recommended_replicas, six.min_replicas) == (3, 2)
     eleven = plan(with_capacity(), h, RT, s=S.model_copy(update={"no_forecast_floor_window_s": 11 * 3600}))
     assert eleven.min_replicas == 3  # the window reaches the burst
+    gap = ReplicaHistory(60.0, series([20.0] * 60 + [np.nan] * 540))  # the metric lost for the last 9 h
+    assert plan(with_capacity(), gap, RT).min_replicas == 3  # nothing known lately: the peak of all history
 
 
 def knee_history(with_knee: bool, good_steps: int = 40) -> ReplicaHistory:
