@@ -209,7 +209,9 @@ def test_the_rate_limit_counts_per_end_user_not_per_api_server(tmp_path: Path) -
         assert [s.get(LLAMA_RATE, cert=s.fpki.proxy, headers=loop).status_code for _ in range(2)] == [200, 200]
         _status(s.get(LLAMA_RATE, cert=s.fpki.proxy, headers=loop), 429, "TooManyRequests")
         assert s.get(LLAMA_RATE, cert=s.fpki.proxy, headers=USER).status_code == 200  # the HPA still reads
-        assert s.get("/healthz").status_code == 200  # probes: their own (address) bucket
+        assert s.get("/healthz").status_code == 200  # probes: the address bucket, one token of two spent
+        _status(s.get(LLAMA_RATE, headers=loop), 401, "Unauthorized")  # no certificate: refused, the last token
+        _status(s.get(LLAMA_RATE, headers=loop), 429, "TooManyRequests")  # refusals are braked per address too
     finally:
         s.servers.stop(0.5)
 

@@ -62,8 +62,9 @@ def make_middlewares(limiter: RateLimiter) -> list[Any]:
     return [guard]
 
 
-def front_proxy_middleware(fp: FrontProxy) -> Any:
-    """Refuse (401, a Kubernetes Status) what the API server's front proxy did not send."""
+def front_proxy_middleware(fp: FrontProxy, limiter: RateLimiter) -> Any:
+    """Refuse (401, a Kubernetes Status) what the API server's front proxy did not send; refusals spend
+    the sender's address bucket (429 once spent), so a flood of them is braked as before authentication."""
 
     @web.middleware
     async def front_proxy(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -73,6 +74,8 @@ def front_proxy_middleware(fp: FrontProxy) -> Any:
         peercert = ssl_object.getpeercert() if ssl_object is not None else None
         outcome = frontproxy.authenticate(peercert, request.headers.items(), fp)
         if isinstance(outcome, frontproxy.Denied):
+            if not limiter.allow(request.remote or "unknown"):
+                return _error(request, 429, "rate limit: too many requests from this client")
             log.info("refused %s %s from %s: %s", request.method, request.path, request.remote, outcome.message)
             return _json(extmetrics.status(outcome.code, outcome.message), outcome.code)
         log.debug("%s %s for user %r groups %s", request.method, request.path_qs, outcome.name, list(outcome.groups))
@@ -84,8 +87,8 @@ def front_proxy_middleware(fp: FrontProxy) -> Any:
 
 def _app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_bytes: int,
          front_proxy: FrontProxy | None = None) -> web.Application:
-    # authentication first (refusals are cheap and touch nothing), so the rate limit knows the end user
-    middlewares = ([front_proxy_middleware(front_proxy)] if front_proxy else []) + make_middlewares(limiter)
+    # authentication first, so the rate limit knows the end user
+    middlewares = ([front_proxy_middleware(front_proxy, limiter)] if front_proxy else []) + make_middlewares(limiter)
     app = web.Application(middlewares=middlewares, client_max_size=max_bytes)
     app[LOOKUP], app[CHECKS] = lookup, checks
     app.router.add_get("/healthz", healthz)
