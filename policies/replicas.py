@@ -208,8 +208,7 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     peak = float(observed.mean()) if q < 0 else float(np.quantile(observed, q))
     what = "mean" if q < 0 else ("peak" if q >= 1 else f"p{q * 100:g}")
     if cls is WorkloadClass.REAL_TIME:  # no forecast yet: a burst would find a floor below the peak too late
-        recent = _recent_peak(rate, floor_window_s) if rate is not None else None
-        recent = peak if recent is None else recent  # nothing known lately: the peak of all history
+        recent = peak if rate is None else _recent_peak(rate, floor_window_s, otherwise=peak)
         return peak, recent, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
                                             f"floor {recent:.3g} req/s: the peak of the last "
                                             f"{floor_window_s / 3600:g} h until a forecast exists"]
@@ -218,13 +217,14 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
                                         f"floor {trough:.3g} req/s: the quietest step seen"]
 
 
-def _recent_peak(rate: pd.Series, window_s: float) -> float | None:
-    """Largest finite value in the last ``window_s`` of the series (its index: timestamps); None if none."""
+def _recent_peak(rate: pd.Series, window_s: float, otherwise: float) -> float:
+    """Largest finite value in the last ``window_s`` of the series (its index: timestamps); ``otherwise`` when
+    nothing is known lately (a lost metric must not drop the floor)."""
     values = rate.to_numpy(dtype="float64")
     if math.isfinite(window_s) and isinstance(rate.index, pd.DatetimeIndex) and len(rate):
         values = values[rate.index >= rate.index[-1] - pd.Timedelta(seconds=window_s)]
     values = values[np.isfinite(values)]
-    return float(values.max()) if values.size else None
+    return float(values.max()) if values.size else otherwise
 
 
 def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:

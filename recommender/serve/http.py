@@ -44,11 +44,18 @@ def _error(request: web.Request, status: int, message: str) -> web.Response:
     return _json({"error": message}, status)
 
 
+def _over_limit(request: web.Request, limiter: RateLimiter, client: str | None) -> web.Response | None:
+    """429 when ``client``'s bucket (the peer address when None) is spent; None when the request may go on."""
+    if limiter.allow(client or request.remote or "unknown"):
+        return None
+    return _error(request, 429, "rate limit: too many requests from this client")
+
+
 def make_middlewares(limiter: RateLimiter) -> list[Any]:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not limiter.allow(request.get(CLIENT) or request.remote or "unknown"):
-            return _error(request, 429, "rate limit: too many requests from this client")
+        if (refused := _over_limit(request, limiter, request.get(CLIENT))) is not None:
+            return refused
         try:
             return await handler(request)
         except TargetError as exc:
@@ -74,8 +81,8 @@ def front_proxy_middleware(fp: FrontProxy, limiter: RateLimiter) -> Any:
         peercert = ssl_object.getpeercert() if ssl_object is not None else None
         outcome = frontproxy.authenticate(peercert, request.headers.items(), fp)
         if isinstance(outcome, frontproxy.Denied):
-            if not limiter.allow(request.remote or "unknown"):
-                return _error(request, 429, "rate limit: too many requests from this client")
+            if (refused := _over_limit(request, limiter, None)) is not None:
+                return refused
             log.info("refused %s %s from %s: %s", request.method, request.path, request.remote, outcome.message)
             return _json(extmetrics.status(outcome.code, outcome.message), outcome.code)
         log.debug("%s %s for user %r groups %s", request.method, request.path_qs, outcome.name, list(outcome.groups))
