@@ -74,13 +74,13 @@ FC = forecast(mean=[4.0, 9.0], lo_80=[2.0, 6.0], hi_80=[5.0, 20.0], lo_95=[1.0, 
     ("klass", "recommended", "low", "high", "target"),
     [
         # real-time: hi_95 peak 35, target 10 x (1 - 0.30) = 7 → ceil(35/7) = 5; trough 6 → min ceil(6/7) = 1;
-        # max: max(35, observed 20) = 35 → 5 x 1.5 = 7.5 → 8
-        (RT, 5, 1, 8, 7.0),
+        # max: max(35, observed 20) = 35 → 5 x (1 + 2.0 burst) = 15
+        (RT, 5, 1, 15, 7.0),
         # near-real-time: hi_80 peak 20, target 10 x 0.85 = 8.5 → ceil(2.35) = 3; trough 5 → 1;
-        # max: max(20, 20) → 3 x 1.5 = 4.5 → 5
-        (NRT, 3, 1, 5, 8.5),
-        # batch: mean peak 9, target 10 → 1; trough 4 → min 1 (no long gaps: not to zero); max 20/10=2 → 3
-        (BATCH, 1, 1, 3, 10.0),
+        # max: max(20, 20) → 3 x 3 = 9
+        (NRT, 3, 1, 9, 8.5),
+        # batch: mean peak 9, target 10 → 1; trough 4 → min 1 (no long gaps: not to zero); max 20/10=2 → 6
+        (BATCH, 1, 1, 6, 10.0),
     ],
 )
 def test_forecast_band_by_class(klass: WorkloadClass, recommended: int, low: int, high: int, target: float) -> None:
@@ -97,7 +97,9 @@ def test_short_history_leaves_max_at_the_ceiling() -> None:
     assert (short.recommended_replicas, short.min_replicas, short.max_replicas) == (5, 1, 40)
     assert any("max_replicas ceiling" in r for r in short.reasons)
     enough = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=180, max_replicas=40))
-    assert enough.max_replicas == 8
+    assert enough.max_replicas == 15
+    tight = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=180, max_burst_frac=0.5))
+    assert tight.max_replicas == 8  # 5 x 1.5 = 7.5 → 8
 
 
 @pytest.mark.parametrize(
