@@ -63,6 +63,7 @@ class Scores:
     naive_mase: float
     cover_80: float
     cover_95: float
+    interval_score_95: float  # scaled by the history's mean: width plus 40x each miss (Gneiting & Raftery 2007)
     model: str
 
 
@@ -137,7 +138,7 @@ def run_horizon(series: dict[str, pd.Series], h: int, origins: int, spacing: int
 
 
 def origin_scores(g: pd.Series, pos: int, h: int, frame: pd.DataFrame, train: pd.Series) -> tuple[float, ...]:
-    """sMAPE, MASE, seasonal-naive sMAPE and MASE, and band coverage at one origin."""
+    """sMAPE, MASE, seasonal-naive sMAPE and MASE, band coverage and 95% interval score at one origin."""
     actual = g.iloc[pos: pos + h].to_numpy(dtype="float64")
     history = clean_series(train).y
     naive = SeasonalNaive(DAILY).fit(history).predict_mean(h)
@@ -148,15 +149,27 @@ def origin_scores(g: pd.Series, pos: int, h: int, frame: pd.DataFrame, train: pd
              for lv in (80, 95)]
     mean = frame["mean"].to_numpy()
     return (smape(actual, mean), mase(actual, mean, insample, DAILY), smape(actual, naive),
-            mase(actual, naive, insample, DAILY), *cover)
+            mase(actual, naive, insample, DAILY), *cover,
+            interval_score(actual[ok], frame["lo_95"].to_numpy()[ok], frame["hi_95"].to_numpy()[ok], 0.05,
+                           float(np.mean(insample))) if ok.any() else np.nan)
+
+
+def interval_score(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray, alpha: float, scale: float) -> float:
+    """Mean interval score of a (1 - alpha) band over ``scale``: rewards a narrow band, charges 2/alpha per miss.
+
+    Coverage alone would rate a band as wide as the peak everywhere perfect; this proper score does
+    not, so a change to how bands are made is judged on both.
+    """
+    miss = np.maximum(lo - actual, 0.0) + np.maximum(actual - hi, 0.0)
+    return float(np.mean(hi - lo + 2.0 / alpha * miss) / scale) if scale > 0 else float("nan")
 
 
 def summarize(rows: list[tuple[float, ...]], models: list[str]) -> Scores:
     """Mean over origins (NaN origins, with no actuals, left out); the model chosen most often."""
     arr = np.array(rows, dtype="float64")
     means = [np.nan if np.isnan(col).all() else float(np.nanmean(col)) for col in arr.T]
-    s, q, ns, nq, c80, c95 = means
-    return Scores(s, q, ns, nq, c80, c95, model=Counter(models).most_common(1)[0][0])
+    s, q, ns, nq, c80, c95, is95 = means
+    return Scores(s, q, ns, nq, c80, c95, is95, model=Counter(models).most_common(1)[0][0])
 
 
 def report(name: str, label: str, scores: dict[str, Scores], ms: float, skipped: int) -> dict[str, bool]:
@@ -178,7 +191,8 @@ def report(name: str, label: str, scores: dict[str, Scores], ms: float, skipped:
     ties = int(np.sum(s == b))
     print(f"  beats seasonal naive (sMAPE) on {np.mean(s < b):.0%} of series (ties {ties}, worse {np.mean(s > b):.0%})")
     print(f"  band coverage 80 %: {np.nanmean([v.cover_80 for v in scores.values()]):.0%}, "
-          f"95 %: {np.nanmean([v.cover_95 for v in scores.values()]):.0%}")
+          f"95 %: {np.nanmean([v.cover_95 for v in scores.values()]):.0%}; 95 % interval score (median, / mean "
+          f"demand, lower is better): {np.nanmedian([v.interval_score_95 for v in scores.values()]):.2f}")
     print(f"  fit + predict {ms:6.1f} ms per series (clean, backtest choice, fit, predict)  "
           f"[goal <= 50 ms: {_met(goals['time'])}]")
     chosen = Counter(v.model.split("(")[0] for v in scores.values())

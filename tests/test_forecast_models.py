@@ -112,6 +112,29 @@ def test_seasonal_naive_repeats_the_last_day() -> None:
     np.testing.assert_allclose(frame["mean"].to_numpy(), np.resize(y.to_numpy()[-24:], 30))
 
 
+def poisson_daily(days: int, seed: int = 5) -> pd.Series:
+    """Hourly request counts, Poisson around a daily rhythm from 2 (night) to 40 (peak)."""
+    t = np.arange(24 * days)
+    level = 21 - 19 * np.cos(2 * np.pi * t / 24)
+    return hourly(np.random.default_rng(seed).poisson(level).astype("float64"))
+
+
+def test_band_width_follows_the_level_once_each_level_has_enough_errors() -> None:
+    """Counts spread with their level: the band is narrow at night and wide at the peak, not one width."""
+    frame = SeasonalNaive(24).fit(poisson_daily(30)).predict(24)
+    width = (frame["hi_95"] - frame["mean"]).to_numpy()
+    night = frame["mean"].to_numpy() < 8
+    assert 0 < night.sum() < night.size
+    assert width[night].mean() < 0.7 * width[~night].mean()  # one pooled quantile: the same width every hour
+
+
+def test_short_history_keeps_one_pooled_band_width() -> None:
+    """Under MIN_RESIDUALS_PER_BIN errors per level bin the quantiles are pooled: one width for the day."""
+    frame = SeasonalNaive(24).fit(poisson_daily(8)).predict(24)
+    width = (frame["hi_95"] - frame["mean"]).to_numpy()
+    assert np.ptp(width[frame["mean"].to_numpy() > 0]) == pytest.approx(0.0, abs=1e-9)
+
+
 def test_tsb_mean_is_probability_times_size() -> None:
     # demand of 10 in every second hour, from the start: probability 1/2, size 10 -> 5 per hour
     y = hourly([10.0, 0.0] * 48)

@@ -24,6 +24,8 @@ from recommender.errors import RightsizerError
 FloatArray = npt.NDArray[np.float64]
 Band = tuple[FloatArray, FloatArray]  # (lo, hi) per horizon step
 MIN_RESIDUALS_EMPIRICAL = 30  # fewer residuals than this: normal quantiles from their RMS instead
+LEVEL_BINS = 4  # residual quantiles are taken per quartile of the fitted level (see residual_bands)
+MIN_RESIDUALS_PER_BIN = 100  # a bin with fewer takes the pooled quantiles (2.5 residuals in a 95% tail)
 
 
 class NotEnoughHistory(RightsizerError, ValueError):
@@ -157,18 +159,29 @@ def band_frame(index: pd.DatetimeIndex, mean: FloatArray, bands: Mapping[int, Ba
     return pd.DataFrame(cols, index=index)[level_columns(levels)]
 
 
-def residual_bands(mean: FloatArray, residuals: FloatArray, growth: FloatArray,
+def residual_bands(mean: FloatArray, residuals: FloatArray, fitted: FloatArray, growth: FloatArray,
                    levels: tuple[int, ...]) -> dict[int, Band]:
     """Bands from in-sample residuals: their empirical quantiles (normal ones when few), x ``growth``.
 
-    ``growth[i]`` is how much wider the error is ``i + 1`` steps ahead than one step ahead (sqrt of the
-    model's h-step variance factor), so the band widens with the horizon.
+    The quantiles are taken among the residuals whose fitted value was at the level of the forecast
+    (its quartile of the fitted values, ``LEVEL_BINS``): demand counts spread more where they are
+    high, so one pooled quantile is too narrow at the peak and too wide in the trough; in the replay
+    a night burst seen once held its width over every quiet hour. Bins short of
+    ``MIN_RESIDUALS_PER_BIN`` use the pooled quantiles. ``growth[i]`` is how much wider the error is
+    ``i + 1`` steps ahead than one step ahead (sqrt of the model's h-step variance factor), so the
+    band widens with the horizon.
     """
-    res = residuals[np.isfinite(residuals)]
+    ok = np.isfinite(residuals) & np.isfinite(fitted)
+    res, fit = residuals[ok], fitted[ok]
+    edges = np.unique(np.quantile(fit, np.linspace(0, 1, LEVEL_BINS + 1)[1:-1])) if res.size else np.zeros(0)
+    bin_of_fit = np.searchsorted(edges, fit, side="right")
+    bin_of_mean = np.searchsorted(edges, mean, side="right")
     out: dict[int, Band] = {}
     for lv in levels:
-        lo_q, hi_q = _quantiles(res, lv)
-        out[lv] = (mean + lo_q * growth, mean + hi_q * growth)
+        pooled = _quantiles(res, lv)
+        q = np.array([_quantiles(res[bin_of_fit == b], lv) if (bin_of_fit == b).sum() >= MIN_RESIDUALS_PER_BIN
+                      else pooled for b in range(edges.size + 1)]).reshape(-1, 2)
+        out[lv] = (mean + q[bin_of_mean, 0] * growth, mean + q[bin_of_mean, 1] * growth)
     return out
 
 

@@ -69,6 +69,7 @@ class HoltWinters(Forecaster):
         self.params_: tuple[float, float, float, float] = (alpha, beta, gamma, phi)
         self.result_ = result
         self.residuals_ = y - fitted
+        self.fitted_ = fitted
 
     def origin_forecasts(self, y: pd.Series, positions: Sequence[int], h: int) -> list[FloatArray] | None:
         """Backtest forecasts at every origin from one filter pass, for a frozen seasonal model.
@@ -120,7 +121,7 @@ class HoltWinters(Forecaster):
         if not np.isfinite(mean).all():
             raise ModelFitError("Holt-Winters gave a non-finite forecast")
         growth = ets_sd_factor(h, *self.params_, self.season_length or h + 1)
-        return mean, residual_bands(mean, self.residuals_, growth, levels)
+        return mean, residual_bands(mean, self.residuals_, self.fitted_, growth, levels)
 
 
 def ets_sd_factor(h: int, alpha: float, beta: float, gamma: float, phi: float, m: int) -> FloatArray:

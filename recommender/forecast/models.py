@@ -24,10 +24,11 @@ class Naive(Forecaster):
     def _fit(self, y: FloatArray) -> None:
         self.last_ = float(y[-1])
         self.residuals_ = np.diff(y)
+        self.fitted_ = y[:-1]
 
     def _predict(self, h: int, levels: tuple[int, ...]) -> tuple[FloatArray, dict[int, Band]]:
         mean = np.full(h, self.last_)
-        return mean, residual_bands(mean, self.residuals_, np.sqrt(np.arange(1, h + 1)), levels)
+        return mean, residual_bands(mean, self.residuals_, self.fitted_, np.sqrt(np.arange(1, h + 1)), levels)
 
 
 class SeasonalNaive(Forecaster):
@@ -49,11 +50,12 @@ class SeasonalNaive(Forecaster):
         m = self.season_length
         self.last_season_ = y[-m:].copy()
         self.residuals_ = y[m:] - y[:-m]
+        self.fitted_ = y[:-m]
 
     def _predict(self, h: int, levels: tuple[int, ...]) -> tuple[FloatArray, dict[int, Band]]:
         mean = np.resize(self.last_season_, h)
         growth = np.sqrt(1.0 + np.arange(h) // self.season_length)
-        return mean, residual_bands(mean, self.residuals_, growth, levels)
+        return mean, residual_bands(mean, self.residuals_, self.fitted_, growth, levels)
 
 
 class SeasonalMedian(Forecaster):
