@@ -8,10 +8,12 @@ gets 401 as from the kube-apiserver; the probes answer without a certificate.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -216,6 +218,41 @@ def test_the_rate_limit_counts_per_end_user_not_per_api_server(tmp_path: Path) -
         s.servers.stop(0.5)
 
 
+def _eventually(check: Any, timeout_s: float = 10.0) -> bool:
+    """Poll ``check`` (no exception and truthy) until it holds or ``timeout_s`` passes."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        with contextlib.suppress(requests.exceptions.ConnectionError):
+            if check():
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_rotated_requestheader_ca_is_trusted_and_the_old_one_no_longer(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="recommender.serve")
+    (tmp_path / "cluster").mkdir()
+    fpki = sf.make_front_proxy_pki(tmp_path / "cluster")  # FrontProxied makes (and ignores) its own in tmp_path
+    ca_file = tmp_path / "cluster" / "requestheader-ca.pem"  # as a mounted ConfigMap key, rewritten in place
+    ca_file.write_bytes(fpki.ca.read_bytes())
+    s = FrontProxied(tmp_path, requestheader_client_ca=ca_file, requestheader_reload_s=0.05)
+    try:
+        assert s.get(LLAMA_RATE, cert=fpki.proxy, headers=USER).status_code == 200
+        ca_file.write_bytes((tmp_path / "cluster" / "rogue-ca.pem").read_bytes())  # the cluster rotated its CA
+        assert _eventually(lambda: s.get(LLAMA_RATE, cert=fpki.rogue, headers=USER).status_code == 200)
+        with pytest.raises(requests.exceptions.ConnectionError):  # the old CA no longer verifies
+            s.get(LLAMA_RATE, cert=fpki.proxy, headers=USER)
+        assert any("front proxy reloaded: requestheader CA changed" in r.getMessage() for r in caplog.records)
+        ca_file.write_text("not a certificate")  # a bad rotation: the last good CA still applies, with a warning
+        assert _eventually(lambda: any("front proxy not reloaded" in r.getMessage() and r.levelno == logging.WARNING
+                                       for r in caplog.records))
+        assert s.get(LLAMA_RATE, cert=fpki.rogue, headers=USER).status_code == 200
+        _status(s.get(LLAMA_RATE, headers=USER), 401, "Unauthorized")  # never an open API
+    finally:
+        s.servers.stop(0.5)
+
+
 def test_empty_allowed_names_admit_any_cn_the_ca_signed(tmp_path: Path) -> None:
     s = FrontProxied(tmp_path)
     try:
@@ -282,6 +319,27 @@ def test_the_front_proxy_settings_come_from_the_cluster(tmp_path: Path) -> None:
         finally:
             s.servers.stop(0.5)
         assert f"GET /api/v1/namespaces/kube-system/configmaps/{fp.CONFIGMAP_NAME}" in kube.requests()
+    finally:
+        kube.__exit__(None, None, None)
+
+
+def test_the_cluster_configmap_is_read_again(tmp_path: Path) -> None:
+    (tmp_path / "cluster").mkdir()
+    fpki = sf.make_front_proxy_pki(tmp_path / "cluster")
+    data = {"requestheader-client-ca-file": fpki.ca.read_text(),
+            "requestheader-allowed-names": json.dumps([sf.FRONT_PROXY_CN])}
+    kube = _kube_with_configmap(data)
+    try:
+        s = FrontProxied(tmp_path, kube_api=kube.api_client(), requestheader_from_cluster=True,
+                         requestheader_reload_s=0.05)
+        try:
+            assert s.get(LLAMA_RATE, cert=fpki.stranger, headers=USER).status_code == 401
+            obj = {"apiVersion": "v1", "kind": "ConfigMap", "data": data | {"requestheader-allowed-names": "[]"},
+                   "metadata": {"name": fp.CONFIGMAP_NAME, "namespace": fp.CONFIGMAP_NAMESPACE}}
+            kube.call(lambda km: km.objects.__setitem__((CM_KEY, fp.CONFIGMAP_NAMESPACE, fp.CONFIGMAP_NAME), obj))
+            assert _eventually(lambda: s.get(LLAMA_RATE, cert=fpki.stranger, headers=USER).status_code == 200)
+        finally:
+            s.servers.stop(0.5)
     finally:
         kube.__exit__(None, None, None)
 

@@ -28,7 +28,7 @@ from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
 from recommender.serve.ratelimit import RateLimiter
 from recommender.serve.scaler import PlanSignal, ScalerServicer
 from recommender.serve.settings import ServeSettings
-from recommender.serve.tls import grpc_credentials, load_front_proxy, ssl_context
+from recommender.serve.tls import FrontProxyReloader, grpc_credentials, load_front_proxy, ssl_context
 
 __all__ = ["ServeSettings", "Servers", "start_servers"]
 _START_TIMEOUT_S = 30.0
@@ -70,6 +70,7 @@ def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable
     published). ``registry`` receives the plan collector (default: a fresh one, never the global).
     ``kube_api`` (a ``kubernetes`` ApiClient) is read only for ``requestheader_from_cluster``."""
     front = load_front_proxy(settings, kube_api) if settings.external_metrics else None
+    reloader = FrontProxyReloader(settings, front, kube_api) if front is not None else None
     if settings.external_metrics and front is None:
         log.warning("external metrics API: no requestheader client CA, so any client that reaches port %d "
                     "is served; set requestheader_client_ca or requestheader_from_cluster", settings.https_port)
@@ -82,7 +83,8 @@ def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable
     thread.start()
     servers = Servers({}, registry, loop, thread)
     try:
-        asyncio.run_coroutine_threadsafe(_start(servers, store, lookup, checks, front), loop).result(_START_TIMEOUT_S)
+        asyncio.run_coroutine_threadsafe(_start(servers, store, lookup, checks, reloader),
+                                         loop).result(_START_TIMEOUT_S)
     except BaseException:
         servers.stop(0.0)
         raise
@@ -90,7 +92,7 @@ def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable
 
 
 async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dict[str, http.Check],
-                 front: FrontProxy | None) -> None:
+                 reloader: FrontProxyReloader | None) -> None:
     settings = lookup.settings
     limiter = RateLimiter(settings.rate_per_s, settings.rate_burst)
     signal = PlanSignal(asyncio.get_running_loop())
@@ -108,9 +110,29 @@ async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dic
         tls = ssl_context(settings) if settings.http_tls else None
         servers.ports["http"] = await _site(servers, app, settings.host, settings.http_port, tls)
     if settings.external_metrics:
+        front: Callable[[], FrontProxy] | None = (lambda: reloader.front) if reloader is not None else None
         app = http.external_app(lookup, limiter, checks, settings.max_request_bytes, front)
-        tls = ssl_context(settings, front)
+        tls = reloader.context if reloader is not None else ssl_context(settings)
         servers.ports["https"] = await _site(servers, app, settings.host, settings.https_port, tls)
+        if reloader is not None:
+            _every(servers, settings.requestheader_reload_s, reloader.reload)
+
+
+def _every(servers: Servers, period_s: float, work: Callable[[], object]) -> None:
+    """Run blocking ``work`` off the loop every ``period_s`` until the servers stop."""
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            await asyncio.get_running_loop().run_in_executor(None, work)
+
+    task = asyncio.get_running_loop().create_task(loop())
+
+    async def stop(_grace_s: float) -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    servers._stoppers.append(stop)
 
 
 async def _grpc(servers: Servers, servicer: ScalerServicer, settings: ServeSettings) -> int:

@@ -69,7 +69,7 @@ def make_middlewares(limiter: RateLimiter) -> list[Any]:
     return [guard]
 
 
-def front_proxy_middleware(fp: FrontProxy, limiter: RateLimiter) -> Any:
+def front_proxy_middleware(fp: Callable[[], FrontProxy], limiter: RateLimiter) -> Any:
     """Refuse (401, a Kubernetes Status) what the API server's front proxy did not send; refusals spend
     the sender's address bucket (429 once spent), so a flood of them is braked as before authentication."""
 
@@ -79,7 +79,7 @@ def front_proxy_middleware(fp: FrontProxy, limiter: RateLimiter) -> Any:
             return await handler(request)
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
         peercert = ssl_object.getpeercert() if ssl_object is not None else None
-        outcome = frontproxy.authenticate(peercert, request.headers.items(), fp)
+        outcome = frontproxy.authenticate(peercert, request.headers.items(), fp())
         if isinstance(outcome, frontproxy.Denied):
             if (refused := _over_limit(request, limiter, None)) is not None:
                 return refused
@@ -93,7 +93,7 @@ def front_proxy_middleware(fp: FrontProxy, limiter: RateLimiter) -> Any:
 
 
 def _app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_bytes: int,
-         front_proxy: FrontProxy | None = None) -> web.Application:
+         front_proxy: Callable[[], FrontProxy] | None = None) -> web.Application:
     # authentication first, so the rate limit knows the end user
     middlewares = ([front_proxy_middleware(front_proxy, limiter)] if front_proxy else []) + make_middlewares(limiter)
     app = web.Application(middlewares=middlewares, client_max_size=max_bytes)
@@ -114,9 +114,9 @@ def main_app(lookup: Lookup, registry: CollectorRegistry, limiter: RateLimiter, 
 
 
 def external_app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_bytes: int,
-                 front_proxy: FrontProxy | None = None) -> web.Application:
+                 front_proxy: Callable[[], FrontProxy] | None = None) -> web.Application:
     """The HTTPS port (6443) behind the APIService: discovery and ExternalMetricValueList; with
-    ``front_proxy``, for the API server alone."""
+    ``front_proxy`` (the settings in force, asked per request: they are reloaded), for the API server alone."""
     app = _app(lookup, limiter, checks, max_bytes, front_proxy)
     app.router.add_get("/apis", group_list)
     app.router.add_get(f"/apis/{extmetrics.GROUP}", group)

@@ -35,7 +35,10 @@ class ServeSettings(BaseModel):
                           "metrics API then answers only the API server's proxy client certificate.")
     requestheader_from_cluster: bool = Field(
         False, description="Read the front-proxy CA, allowed names and headers from the ConfigMap "
-                           "kube-system/extension-apiserver-authentication at start (no CA file needed).")
+                           "kube-system/extension-apiserver-authentication (no CA file needed).")
+    requestheader_reload_s: float = Field(
+        60.0, gt=0, description="Re-read the front-proxy CA and names (file or ConfigMap) this often: a rotated CA "
+                                "is trusted from then on and the old one no longer; an unreadable one keeps the last.")
     requestheader_allowed_names: tuple[str, ...] = Field(
         (), description="CNs the front-proxy certificate may carry; empty: any it signed (with the CA file).")
     requestheader_username_headers: tuple[str, ...] = Field(

@@ -1,23 +1,28 @@
-"""Server credentials from the PEM files in :class:`ServeSettings`, read once at start-up.
+"""Server credentials from the PEM files in :class:`ServeSettings`.
 
 gRPC: TLS with the server certificate; with ``client_ca`` every client must present a certificate
 that chains to it (KEDA: ``tlsClientCert``/``tlsClientKey`` in the trigger's authentication). HTTPS:
 an ``ssl.SSLContext`` with TLS 1.2 or newer; with a front proxy (frontproxy.py) it asks for a client
 certificate (optional, so probes without one still connect) and trusts only the requestheader CA.
+Those are read once at start-up, except the front proxy: :class:`FrontProxyReloader` re-reads it, as
+k8s.io/apiserver does, since the cluster rotates its requestheader CA without telling us.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from recommender.errors import ConfigError
+from recommender.errors import ConfigError, RightsizerError
 from recommender.serve import frontproxy
 from recommender.serve.frontproxy import FrontProxy
 from recommender.serve.settings import ServeSettings
+
+log = logging.getLogger("recommender.serve")
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -76,3 +81,37 @@ def load_front_proxy(settings: ServeSettings, kube_api: Any = None) -> FrontProx
     from recommender.serve.apiservice import read_authentication_config
 
     return frontproxy.from_configmap(read_authentication_config(kube_api, 10.0))
+
+
+class FrontProxyReloader:
+    """The front proxy the HTTPS server enforces, re-read by :meth:`reload` and swapped in when it changed.
+
+    ``context`` is the server's SSL context for its whole life; a TLS handshake switches to the latest
+    context from its server-name callback (called with or without SNI), so a new CA applies to the next
+    connection and the old CA no longer verifies. A reload that fails keeps the last good settings and
+    warns: the API is never left open, and a flaky API server does not lock the HPA out.
+    """
+
+    def __init__(self, settings: ServeSettings, front: FrontProxy, kube_api: Any = None) -> None:
+        self.settings, self.kube_api = settings, kube_api
+        self.front = front
+        self.context = self.current = ssl_context(settings, front)
+        self.context.sni_callback = self._switch
+
+    def _switch(self, sslobj: ssl.SSLObject, _server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        sslobj.context = self.current
+
+    def reload(self) -> bool:
+        """Re-read the front proxy; True when it changed and now applies (blocking I/O: run it off the loop)."""
+        try:
+            front = load_front_proxy(self.settings, self.kube_api)
+            if front is None or front == self.front:
+                return False
+            context = ssl_context(self.settings, front)
+        except RightsizerError as exc:
+            log.warning("front proxy not reloaded, the last one still applies: %s", exc)
+            return False
+        what = "changed" if front.ca_pem != self.front.ca_pem else "unchanged"
+        self.current, self.front = context, front
+        log.info("front proxy reloaded: requestheader CA %s, allowed names %s", what, list(front.allowed_names))
+        return True
