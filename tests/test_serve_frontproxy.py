@@ -253,6 +253,27 @@ def test_a_rotated_requestheader_ca_is_trusted_and_the_old_one_no_longer(tmp_pat
         s.servers.stop(0.5)
 
 
+def test_a_reload_that_crashes_is_logged_and_the_next_one_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from recommender.serve import tls
+
+    s = FrontProxied(tmp_path, requestheader_reload_s=0.05)
+    calls: list[int] = []
+
+    def flaky(settings: ServeSettings, kube_api: Any = None) -> fp.FrontProxy:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug, not a ConfigError")
+        return fp.FrontProxy((tmp_path / "rogue-ca.pem").read_text())
+
+    try:
+        monkeypatch.setattr(tls, "load_front_proxy", flaky)
+        assert _eventually(lambda: s.get(LLAMA_RATE, cert=s.fpki.rogue, headers=USER).status_code == 200)
+        assert any(r.levelno == logging.ERROR and "periodic" in r.getMessage() for r in caplog.records)
+    finally:
+        s.servers.stop(0.5)
+
+
 def test_empty_allowed_names_admit_any_cn_the_ca_signed(tmp_path: Path) -> None:
     s = FrontProxied(tmp_path)
     try:

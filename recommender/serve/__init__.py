@@ -119,11 +119,15 @@ async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dic
 
 
 def _every(servers: Servers, period_s: float, work: Callable[[], object]) -> None:
-    """Run blocking ``work`` off the loop every ``period_s`` until the servers stop."""
+    """Run blocking ``work`` off the loop every ``period_s`` until the servers stop; a bug in one run is
+    logged and the next run still comes (an exception would otherwise end the task unseen)."""
     async def loop() -> None:
         while True:
             await asyncio.sleep(period_s)
-            await asyncio.get_running_loop().run_in_executor(None, work)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, work)
+            except Exception:
+                log.exception("periodic %s failed; trying again in %g s", getattr(work, "__qualname__", work), period_s)
 
     task = asyncio.get_running_loop().create_task(loop())
 
