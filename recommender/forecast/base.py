@@ -175,12 +175,12 @@ def residual_bands(mean: FloatArray, residuals: FloatArray, fitted: FloatArray, 
     res, fit = residuals[ok], fitted[ok]
     edges = np.unique(np.quantile(fit, np.linspace(0, 1, LEVEL_BINS + 1)[1:-1])) if res.size else np.zeros(0)
     bin_of_fit = np.searchsorted(edges, fit, side="right")
+    bins = [res[bin_of_fit == b] for b in range(edges.size + 1)]
     bin_of_mean = np.searchsorted(edges, mean, side="right")
     out: dict[int, Band] = {}
     for lv in levels:
         pooled = _quantiles(res, lv)
-        q = np.array([_quantiles(res[bin_of_fit == b], lv) if (bin_of_fit == b).sum() >= MIN_RESIDUALS_PER_BIN
-                      else pooled for b in range(edges.size + 1)]).reshape(-1, 2)
+        q = np.array([_quantiles(b, lv) if b.size >= MIN_RESIDUALS_PER_BIN else pooled for b in bins]).reshape(-1, 2)
         out[lv] = (mean + q[bin_of_mean, 0] * growth, mean + q[bin_of_mean, 1] * growth)
     return out
 
