@@ -262,6 +262,7 @@ def test_external_metrics_has_its_certificate() -> None:
     mount = next(m for m in ctr["volumeMounts"] if m["name"] == secret["name"])
     for key in ("tls_cert", "tls_key"):
         assert Path(serve[key]).parent == Path(mount["mountPath"])
+    assert "subPath" not in mount  # a subPath mount never sees the renewed Secret the controller reloads
     assert {m["mountPath"] for m in ctr["volumeMounts"]} >= {"/etc/rightsizer", mount["mountPath"]}  # patch merged
 
 

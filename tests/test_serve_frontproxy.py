@@ -236,16 +236,16 @@ def test_a_rotated_requestheader_ca_is_trusted_and_the_old_one_no_longer(tmp_pat
     fpki = sf.make_front_proxy_pki(tmp_path / "cluster")  # FrontProxied makes (and ignores) its own in tmp_path
     ca_file = tmp_path / "cluster" / "requestheader-ca.pem"  # as a mounted ConfigMap key, rewritten in place
     ca_file.write_bytes(fpki.ca.read_bytes())
-    s = FrontProxied(tmp_path, requestheader_client_ca=ca_file, requestheader_reload_s=0.05)
+    s = FrontProxied(tmp_path, requestheader_client_ca=ca_file, tls_reload_s=0.05)
     try:
         assert s.get(LLAMA_RATE, cert=fpki.proxy, headers=USER).status_code == 200
         ca_file.write_bytes((tmp_path / "cluster" / "rogue-ca.pem").read_bytes())  # the cluster rotated its CA
         assert _eventually(lambda: s.get(LLAMA_RATE, cert=fpki.rogue, headers=USER).status_code == 200)
         with pytest.raises(requests.exceptions.ConnectionError):  # the old CA no longer verifies
             s.get(LLAMA_RATE, cert=fpki.proxy, headers=USER)
-        assert any("front proxy reloaded: requestheader CA changed" in r.getMessage() for r in caplog.records)
+        assert any("TLS settings reloaded: requestheader CA" in r.getMessage() for r in caplog.records)
         ca_file.write_text("not a certificate")  # a bad rotation: the last good CA still applies, with a warning
-        assert _eventually(lambda: any("front proxy not reloaded" in r.getMessage() and r.levelno == logging.WARNING
+        assert _eventually(lambda: any("TLS settings not reloaded" in r.getMessage() and r.levelno == logging.WARNING
                                        for r in caplog.records))
         assert s.get(LLAMA_RATE, cert=fpki.rogue, headers=USER).status_code == 200
         _status(s.get(LLAMA_RATE, headers=USER), 401, "Unauthorized")  # never an open API
@@ -257,7 +257,7 @@ def test_a_reload_that_crashes_is_logged_and_the_next_one_still_runs(tmp_path: P
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     from recommender.serve import tls
 
-    s = FrontProxied(tmp_path, requestheader_reload_s=0.05)
+    s = FrontProxied(tmp_path, tls_reload_s=0.05)
     calls: list[int] = []
 
     def flaky(settings: ServeSettings, kube_api: Any = None) -> fp.FrontProxy:
@@ -352,7 +352,7 @@ def test_the_cluster_configmap_is_read_again(tmp_path: Path) -> None:
     kube = _kube_with_configmap(data)
     try:
         s = FrontProxied(tmp_path, kube_api=kube.api_client(), requestheader_from_cluster=True,
-                         requestheader_reload_s=0.05)
+                         tls_reload_s=0.05)
         try:
             assert s.get(LLAMA_RATE, cert=fpki.stranger, headers=USER).status_code == 401
             obj = {"apiVersion": "v1", "kind": "ConfigMap", "data": data | {"requestheader-allowed-names": "[]"},

@@ -22,13 +22,12 @@ from recommender.errors import ConfigError
 from recommender.planstore import PlanStore, Published
 from recommender.serve import http
 from recommender.serve.exporter import PlanCollector
-from recommender.serve.frontproxy import FrontProxy
 from recommender.serve.lookup import Lookup, log
 from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
 from recommender.serve.ratelimit import RateLimiter
 from recommender.serve.scaler import PlanSignal, ScalerServicer
 from recommender.serve.settings import ServeSettings
-from recommender.serve.tls import FrontProxyReloader, grpc_credentials, load_front_proxy, ssl_context
+from recommender.serve.tls import TlsReloader, load_front_proxy
 
 __all__ = ["ServeSettings", "Servers", "start_servers"]
 _START_TIMEOUT_S = 30.0
@@ -70,7 +69,7 @@ def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable
     published). ``registry`` receives the plan collector (default: a fresh one, never the global).
     ``kube_api`` (a ``kubernetes`` ApiClient) is read only for ``requestheader_from_cluster``."""
     front = load_front_proxy(settings, kube_api) if settings.external_metrics else None
-    reloader = FrontProxyReloader(settings, front, kube_api) if front is not None else None
+    tls = TlsReloader(settings, front, kube_api)
     if settings.external_metrics and front is None:
         log.warning("external metrics API: no requestheader client CA, so any client that reaches port %d "
                     "is served; set requestheader_client_ca or requestheader_from_cluster", settings.https_port)
@@ -83,7 +82,7 @@ def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable
     thread.start()
     servers = Servers({}, registry, loop, thread)
     try:
-        asyncio.run_coroutine_threadsafe(_start(servers, store, lookup, checks, reloader),
+        asyncio.run_coroutine_threadsafe(_start(servers, store, lookup, checks, tls),
                                          loop).result(_START_TIMEOUT_S)
     except BaseException:
         servers.stop(0.0)
@@ -92,7 +91,7 @@ def start_servers(store: PlanStore, settings: ServeSettings, *, health: Callable
 
 
 async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dict[str, http.Check],
-                 reloader: FrontProxyReloader | None) -> None:
+                 tls: TlsReloader) -> None:
     settings = lookup.settings
     limiter = RateLimiter(settings.rate_per_s, settings.rate_burst)
     signal = PlanSignal(asyncio.get_running_loop())
@@ -104,18 +103,19 @@ async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dic
 
     store.subscribe(wake)
     if settings.grpc_port is not None:
-        servers.ports["grpc"] = await _grpc(servers, ScalerServicer(lookup, signal, limiter), settings)
+        servers.ports["grpc"] = await _grpc(servers, ScalerServicer(lookup, signal, limiter), settings,
+                                            tls.grpc_credentials())
     if settings.http_port is not None:
         app = http.main_app(lookup, servers.registry, limiter, checks, settings.max_request_bytes)
-        tls = ssl_context(settings) if settings.http_tls else None
-        servers.ports["http"] = await _site(servers, app, settings.host, settings.http_port, tls)
+        context = tls.context(fronted=False) if settings.http_tls else None
+        servers.ports["http"] = await _site(servers, app, settings.host, settings.http_port, context)
     if settings.external_metrics:
-        front: Callable[[], FrontProxy] | None = (lambda: reloader.front) if reloader is not None else None
+        front = tls.front_proxy if tls.front is not None else None
         app = http.external_app(lookup, limiter, checks, settings.max_request_bytes, front)
-        tls = reloader.context if reloader is not None else ssl_context(settings)
-        servers.ports["https"] = await _site(servers, app, settings.host, settings.https_port, tls)
-        if reloader is not None:
-            _every(servers, settings.requestheader_reload_s, reloader.reload)
+        servers.ports["https"] = await _site(servers, app, settings.host, settings.https_port,
+                                             tls.context(fronted=True))
+    if settings.tls:
+        _every(servers, settings.tls_reload_s, tls.reload)
 
 
 def _every(servers: Servers, period_s: float, work: Callable[[], object]) -> None:
@@ -139,13 +139,13 @@ def _every(servers: Servers, period_s: float, work: Callable[[], object]) -> Non
     servers._stoppers.append(stop)
 
 
-async def _grpc(servers: Servers, servicer: ScalerServicer, settings: ServeSettings) -> int:
+async def _grpc(servers: Servers, servicer: ScalerServicer, settings: ServeSettings,
+                credentials: grpc.ServerCredentials | None) -> int:
     size = settings.max_request_bytes
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", size),
                                       ("grpc.max_send_message_length", 4 * 1024 * 1024)])
     pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)
     address = f"{settings.host}:{settings.grpc_port}"
-    credentials = grpc_credentials(settings)
     try:
         port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     except RuntimeError as exc:

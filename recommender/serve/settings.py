@@ -36,9 +36,10 @@ class ServeSettings(BaseModel):
     requestheader_from_cluster: bool = Field(
         False, description="Read the front-proxy CA, allowed names and headers from the ConfigMap "
                            "kube-system/extension-apiserver-authentication (no CA file needed).")
-    requestheader_reload_s: float = Field(
-        60.0, gt=0, description="Re-read the front-proxy CA and names (file or ConfigMap) this often: a rotated CA "
-                                "is trusted from then on and the old one no longer; an unreadable one keeps the last.")
+    tls_reload_s: float = Field(
+        60.0, gt=0, description="Re-read the serving certificate and key, the client CA and the front proxy (file or "
+                                "ConfigMap) this often: new ones apply from the next connection and the old ones no "
+                                "longer; one that does not load keeps the last, with a warning.")
     requestheader_allowed_names: tuple[str, ...] = Field(
         (), description="CNs the front-proxy certificate may carry; empty: any it signed (with the CA file).")
     requestheader_username_headers: tuple[str, ...] = Field(
