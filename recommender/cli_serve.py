@@ -56,6 +56,8 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--every", help="Re-run the pipeline this often (e.g. 10m); default: once.")
 @click.option("--rate", type=float, default=20.0, show_default=True, help="Requests per second per client.")
 @click.option("--burst", type=int, default=100, show_default=True, help="Requests a client may make at once.")
+@click.option("--rate-per-workload", type=float, default=0.5, show_default=True,
+              help="Requests per second per client added for each workload the plan scales (KEDA asks for all).")
 @click.option("--service", default=None,
               help="NAMESPACE/NAME of our Service (the APIService must point at it) "
                    "[default: $POD_NAMESPACE or gpu-rightsizer, /gpu-rightsizer].")
@@ -112,7 +114,8 @@ def _serve_settings(opts: dict[str, Any]) -> Any:
                                               if n.strip()),
             requestheader_from_cluster=opts.get("requestheader_from_cluster", False),
             stale_after_s=parse_duration(opts["stale_after"]), fallback_after_s=parse_duration(opts["fallback_after"]),
-            rate_per_s=opts["rate"], rate_burst=opts["burst"], service_name=name, service_namespace=namespace)
+            rate_per_s=opts["rate"], rate_burst=opts["burst"], rate_per_workload_s=opts["rate_per_workload"],
+            service_name=name, service_namespace=namespace)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"])

@@ -205,7 +205,7 @@ def test_probes_need_no_certificate(srv: FrontProxied) -> None:
 
 def test_the_rate_limit_counts_per_end_user_not_per_api_server(tmp_path: Path) -> None:
     # every request comes from the API server's address; a user looping on the API must not spend the HPA's bucket
-    s = FrontProxied(tmp_path, rate_per_s=0.001, rate_burst=2)  # no refill within the test
+    s = FrontProxied(tmp_path, rate_per_s=0.001, rate_burst=2, rate_per_workload_s=0.0)  # no refill within the test
     loop = {"X-Remote-User": "mallory", "X-Remote-Group": "system:authenticated"}
     try:
         assert [s.get(LLAMA_RATE, cert=s.fpki.proxy, headers=loop).status_code for _ in range(2)] == [200, 200]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -125,13 +126,33 @@ def test_streams_send_at_once_and_again_on_a_new_plan(running: Running) -> None:
 
 
 def test_rate_limit_per_client() -> None:
-    r = Running(_plain(rate_per_s=0.001, rate_burst=2))  # no refill within the test
+    r = Running(_plain(rate_per_s=0.001, rate_burst=2, rate_per_workload_s=0.0))  # no refill within the test
     try:
         stub = r.stub()
         assert stub.IsActive(ref(), timeout=5).result and stub.IsActive(ref(), timeout=5).result
         with pytest.raises(grpc.RpcError) as info:
             stub.IsActive(ref(), timeout=5)
         assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        r.servers.stop(0.5)
+
+
+def test_the_budget_grows_with_the_workloads_the_plan_scales() -> None:
+    """KEDA asks for every ScaledObject from one address: each scaled workload adds to its bucket."""
+    r = Running(_plain(rate_per_s=0.001, rate_burst=2, rate_per_workload_s=100.0), publish=False)
+
+    def code() -> grpc.StatusCode:
+        try:
+            r.stub().IsActive(ref(), timeout=5)
+            return grpc.StatusCode.OK
+        except grpc.RpcError as exc:
+            return exc.code()  # type: ignore[no-any-return]
+
+    try:  # no plan: the configured 2 requests (answered UNAVAILABLE), then the brake
+        assert [code() for _ in range(3)][-1] is grpc.StatusCode.RESOURCE_EXHAUSTED
+        r.store.publish(sf.plan())  # llama and nightly-embed scale: 200/s, burst 2 + 800
+        time.sleep(0.05)
+        assert [code() for _ in range(5)] == [grpc.StatusCode.OK] * 5
     finally:
         r.servers.stop(0.5)
 

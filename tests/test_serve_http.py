@@ -185,7 +185,7 @@ def test_https_is_tls_only(srv: Http) -> None:
 
 
 def test_http_rate_limit(tmp_path: Path) -> None:
-    s = Http(tmp_path, rate_per_s=0.001, rate_burst=2)
+    s = Http(tmp_path, rate_per_s=0.001, rate_burst=2, rate_per_workload_s=0.0)
     try:
         assert [s.get("/healthz").status_code for _ in range(3)] == [200, 200, 429]
         assert "rate limit" in s.get("/healthz").json()["error"]

@@ -10,7 +10,7 @@ import pytest
 from recommender import model as m
 from recommender.serve import extmetrics
 from recommender.serve.apiservice import conflict
-from recommender.serve.ratelimit import RateLimiter, client_of_peer
+from recommender.serve.ratelimit import RateLimiter, budget, client_of_peer
 from recommender.serve.settings import ServeSettings
 from recommender.serve.targets import ErrorKind, PlanState, TargetError, find_recommendation, target_for
 from tests import servefixture as sf
@@ -175,6 +175,22 @@ def test_rate_limiter_refills_on_its_clock() -> None:
     assert limiter.allow("b")  # buckets are per client
     clock.t += 0.5  # 0.5 s × 2/s = 1 token
     assert [limiter.allow("a"), limiter.allow("a")] == [True, False]
+
+
+def test_a_resized_bucket_keeps_its_tokens_up_to_the_new_burst() -> None:
+    clock = sf.FakeClock()
+    limiter = RateLimiter(rate_per_s=1.0, burst=3, clock=clock)
+    assert [limiter.allow("a") for _ in range(4)] == [True, True, True, False]
+    limiter.resize(10.0, 5)
+    clock.t += 1.0  # 10 tokens at the new rate, held to the new burst of 5
+    assert [limiter.allow("a") for _ in range(6)] == [True] * 5 + [False]
+    with pytest.raises(ValueError):
+        limiter.resize(0.0, 5)
+
+
+@pytest.mark.parametrize(("workloads", "expected"), [(0, (20.0, 100)), (10, (20.0, 120)), (200, (100.0, 500))])
+def test_budget_grows_with_the_scaled_workloads(workloads: int, expected: tuple[float, int]) -> None:
+    assert budget(20.0, 100, 0.5, workloads) == expected
 
 
 @pytest.mark.parametrize(("peer", "host"), [("ipv4:10.0.0.1:5000", "10.0.0.1"), ("ipv6:[::1]:5000", "::1"),

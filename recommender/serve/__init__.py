@@ -24,7 +24,7 @@ from recommender.serve import http
 from recommender.serve.exporter import PlanCollector
 from recommender.serve.lookup import Lookup, log
 from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
-from recommender.serve.ratelimit import RateLimiter
+from recommender.serve.ratelimit import RateLimiter, budget
 from recommender.serve.scaler import PlanSignal, ScalerServicer
 from recommender.serve.settings import ServeSettings
 from recommender.serve.tls import TlsReloader, load_front_proxy
@@ -97,11 +97,15 @@ async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dic
     signal = PlanSignal(asyncio.get_running_loop())
     servers._signal = signal
 
-    def wake(_: Published) -> None:
+    def published(latest: Published) -> None:
+        limiter.resize(*budget(settings.rate_per_s, settings.rate_burst, settings.rate_per_workload_s,
+                               sum(rec.scaling is not None for rec in latest.plan.recommendations)))
         with contextlib.suppress(RuntimeError):  # the loop closed after stop(): nothing left to wake
             signal.notify_threadsafe()
 
-    store.subscribe(wake)
+    store.subscribe(published)
+    if (latest := store.latest()) is not None:
+        published(latest)
     if settings.grpc_port is not None:
         servers.ports["grpc"] = await _grpc(servers, ScalerServicer(lookup, signal, limiter), settings,
                                             tls.grpc_credentials())

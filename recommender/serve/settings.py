@@ -55,6 +55,10 @@ class ServeSettings(BaseModel):
     max_request_bytes: int = Field(65_536, ge=1024, description="Largest gRPC message or HTTP body accepted.")
     rate_per_s: float = Field(20.0, gt=0, description="Requests per second per client (token bucket refill).")
     rate_burst: int = Field(100, ge=1, description="Requests a client may make at once (bucket size).")
+    rate_per_workload_s: float = Field(
+        0.5, ge=0, description="Requests per second per client added for each workload the plan scales: KEDA asks "
+                               "about 0.2/s per ScaledObject (GetMetrics and IsActive every 15 s HPA sync and every "
+                               "30 s poll), all from the operator's one address; the burst gains 4 s of it.")
     stream_check_s: float = Field(15.0, gt=0, description="Streams re-check staleness this often between plans.")
     service_name: str = Field("gpu-rightsizer", description="Our Service, as the APIService should name it.")
     service_namespace: str = Field("gpu-rightsizer", description="Namespace of that Service.")
