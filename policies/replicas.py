@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -107,10 +107,49 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     if to_zero:
         why.append(f"activation above {act:.3g} req/s: wake when the forecast expects a request within one "
                    f"cold start ({cold_s:g} s), before the queue builds")
-    return ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=cap, target_per_replica=target,
+    plan = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=cap, target_per_replica=target,
                        min_replicas=low, max_replicas=high, recommended_replicas=recommended,
                        activation_threshold=act, cooldown_s=cooldown, scale_to_zero=to_zero, headroom_frac=headroom,
                        cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source)
+    if source == "lower bound":  # the target sits under the highest rate seen: every peak would need more
+        return replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
+    mean = autoscaled_replicas(history, plan)
+    if mean is None:
+        return plan
+    return replace(plan, mean_replicas=mean, reasons=(*plan.reasons, (
+        f"at least {mean:.2f} replicas on average (today {workload.allocation.replicas}): the window's request rate "
+        f"at this target, each replica started one cold start ahead (a perfect forecast), held through the "
+        f"{_window_s(plan):g} s scale-down window" + (", to zero after the cooldown" if to_zero else "")
+        + f"; bursts within a {history.step_s:g} s step are averaged away")))
+
+
+def autoscaled_replicas(history: ReplicaHistory, plan: ScalingPlan) -> float | None:
+    """Mean replicas the HPA/KEDA would have held over the history under ``plan``: per step
+    ``replicas_for(rate, target)`` up to the max (at least 1 while active), started one cold start
+    before the demand arrives, scaled down only to the highest count of the stabilisation window, to
+    zero only after ``cooldown_s`` without requests. A lower bound on what the product's scaling holds,
+    so the most autoscaling could save: the forecast is perfect here, bursts within a step are averaged,
+    and ``min_replicas`` (the forecast's trough, which moves with every plan) is left out. None without
+    a request rate."""
+    rate = None if history.request_rate_per_s is None else history.request_rate_per_s.to_numpy(dtype="float64")
+    if rate is None or not np.isfinite(rate).any():
+        return None
+    steps = pd.Series(rate).ffill().dropna().to_numpy()  # a gap holds the last count, as the HPA does
+    want = np.array([replicas_for(r, plan.target_per_replica) for r in steps], dtype="float64")
+    want = np.clip(want, 1, plan.max_replicas)  # while active at least one; min_replicas is today's trough, not all
+    lead = max(1, math.ceil((plan.cold_start_s or 0.0) / history.step_s) + 1)  # started one cold start ahead
+    ready = pd.Series(want[::-1]).rolling(lead, min_periods=1).max().to_numpy()[::-1]
+    window = max(1, math.ceil(_window_s(plan) / history.step_s))
+    held = pd.Series(ready).rolling(window, min_periods=1).max().to_numpy()
+    if plan.scale_to_zero:  # KEDA deactivates after its cooldown, outside the HPA's window
+        idle = pd.Series(steps <= 0)
+        quiet_s = idle.groupby((~idle).cumsum()).cumsum().to_numpy() * history.step_s  # seconds without requests
+        held = np.where(quiet_s >= plan.cooldown_s, 0.0, held)
+    return float(held.mean())
+
+
+def _window_s(plan: ScalingPlan) -> float:
+    return float(hpa_behavior(plan)["scaleDown"]["stabilizationWindowSeconds"])  # type: ignore[index]
 
 
 def history_span_s(history: ReplicaHistory) -> float:

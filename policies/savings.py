@@ -62,10 +62,22 @@ def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue) -> int:
     return packed + math.ceil(whole - 1e-9)
 
 
+def autoscaled_gpus(rec: Recommendation) -> float | None:
+    """GPU-equivalents today's replicas would hold on average under the scaling plan (today's replica
+    shape: the plan's capacity is measured on it), None without a mean replica count."""
+    mean = rec.scaling.mean_replicas if rec.scaling is not None else None
+    if mean is None:
+        return None
+    return rec.gpus_held / max(1, rec.workload.allocation.replicas) * mean
+
+
 def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalogue) -> Summary:
     hours = window_s / 3600.0
     held = sum(r.gpus_held for r in recs)
     needed = sum(r.gpus_needed for r in recs)
+    scaled = [autoscaled_gpus(r) for r in recs]
+    autoscaled = sum(r.gpus_held if a is None else a for r, a in zip(recs, scaled, strict=True))
+    n_scaled = sum(a is not None for a in scaled)
     return Summary(
         workloads=len(recs),
         with_recommendation=sum(1 for r in recs if r.recommended is not None),
@@ -75,4 +87,6 @@ def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalo
         monthly_savings_usd=round(sum(r.monthly_savings_usd or 0.0 for r in recs), 2),
         gpu_hours_held=round(held * hours, 1),
         gpu_hours_needed=round(needed * hours, 1),
+        gpu_hours_autoscaled=round(autoscaled * hours, 1) if n_scaled else None,
+        autoscaled_workloads=n_scaled,
     )

@@ -249,6 +249,7 @@ class ScalingPlan:
     cold_start_s: float | None
     reasons: tuple[str, ...] = ()
     capacity_source: str = "measured"  # measured | configured | model card
+    mean_replicas: float | None = None  # what the autoscaler would have held on average over the window
 
 
 @dataclass(frozen=True)
@@ -307,6 +308,8 @@ class Summary:
     monthly_savings_usd: float
     gpu_hours_held: float  # over the analysed window
     gpu_hours_needed: float
+    gpu_hours_autoscaled: float | None = None  # held, with today's replicas autoscaled by their scaling plans
+    autoscaled_workloads: int = 0  # workloads whose scaling plan has a mean replica count
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def test_json_validates_against_the_schema(plan: Plan, snap: Snapshot) -> None:
     doc = json.loads(get_formatter("json")(plan, snap), parse_constant=_no_nan)
     Draft202012Validator(SCHEMA).validate(doc)
     Draft202012Validator(strict(SCHEMA)).validate(doc)
-    assert doc["schema_version"] == "1.2" and doc["generated_at"] == "2026-11-01T00:00:00Z"
+    assert doc["schema_version"] == "1.3" and doc["generated_at"] == "2026-11-01T00:00:00Z"
     assert [w["name"] for w in doc["workloads"]] == [r.ref.name for r in plan.recommendations]
 
 
@@ -89,11 +89,20 @@ def test_demo_plan_with_scaling_and_mig_nodes_validates() -> None:
     assert {"mig", "exclusive"} <= mechanisms
     scaled = [w for w in doc["workloads"] if w["scaling"]]
     assert scaled, "no scaling plan in the demo"
+    autoscaled = 0.0
     for w in scaled:
         s = w["scaling"]
         assert s["min_replicas"] <= s["recommended_replicas"] <= s["max_replicas"]
         assert s["keda"]["minReplicaCount"] == s["min_replicas"]
         assert w["namespace"] in s["keda"]["triggers"][0]["metadata"]["query"]
+        assert (s["mean_replicas"] is None) == (s["capacity_source"] == "lower bound")
+        if s["mean_replicas"] is not None:
+            assert (0 if s["scale_to_zero"] else 1) <= s["mean_replicas"] <= s["max_replicas"]
+            autoscaled += w["gpus_held"] * (s["mean_replicas"] / w["current"]["replicas"] - 1)
+    summary = doc["summary"]
+    assert summary["autoscaled_workloads"] == sum(w["scaling"]["mean_replicas"] is not None for w in scaled) > 0
+    hours = summary["gpu_hours_held"] / summary["gpus_held"]
+    assert summary["gpu_hours_autoscaled"] == pytest.approx(summary["gpu_hours_held"] + autoscaled * hours, abs=1.0)
 
 
 def test_nan_and_inf_become_null(plan: Plan) -> None:
@@ -249,3 +258,16 @@ def test_downsample_keeps_gaps_and_short_series() -> None:
     assert np.isnan(out[0]) and out[-1] == 1.0
     times, short = downsample(_series(np.arange(10.0)), "max")
     assert len(times) == 10 and list(short) == list(np.arange(10.0))
+
+
+# -- every format -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html", "json"])
+def test_autoscaled_gpu_hours_show_only_when_computed(plan: Plan, snap: Snapshot, fmt: str) -> None:
+    scaled = replace(plan, summary=replace(plan.summary, gpu_hours_autoscaled=1210.3, autoscaled_workloads=2))
+    shown, hidden = (" ".join(get_formatter(fmt)(p, snap).split()) for p in (scaled, plan))  # the table wraps
+    figure = {"table": "≥ 1,210 GPU-h", "markdown": "at least 1,210.3 GPU-hours", "html": "≥ 1,210",
+              "json": '"gpu_hours_autoscaled": 1210.3'}[fmt]
+    assert figure in shown and figure not in hidden
+    if fmt != "json":
+        assert "autoscal" not in hidden.lower().replace("autoscaler", "")

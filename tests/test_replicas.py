@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,6 +14,7 @@ from policies.replicas import (
     CAPACITY_ANNOTATION,
     NoScalingPlan,
     ReplicaHistory,
+    autoscaled_replicas,
     cooldown_s,
     hpa_behavior,
     keda_parameters,
@@ -248,3 +251,62 @@ def test_zero_demand_batch_with_long_gaps_is_zero(steps: int, step_s: float) -> 
     expected_zero = steps * step_s >= 1800
     assert p.scale_to_zero == expected_zero
     assert p.recommended_replicas == (0 if expected_zero else 1)
+
+
+# --- replicas the plan would have held over the window ---------------------------------------------------
+
+def _fixed(**kw: object) -> ScalingPlan:
+    base = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
+                       max_replicas=10, recommended_replicas=3, activation_threshold=0.0, cooldown_s=300,
+                       scale_to_zero=False, headroom_frac=0.3, cold_start_s=None)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_mean_replicas_follow_demand_and_hold_through_the_scale_down_window() -> None:
+    # 60 s steps, window 300 s = 5 steps: one step at 20 req/s (3 replicas) holds 3 for 5 steps, then 1
+    rate = series([1.0] * 10 + [20.0] + [1.0] * 9)
+    held = [1] * 10 + [3] * 5 + [1] * 5
+    assert autoscaled_replicas(ReplicaHistory(60.0, rate), _fixed()) == pytest.approx(np.mean(held))
+    # at 600 s steps the window is under one step: no hold
+    assert autoscaled_replicas(ReplicaHistory(600.0, series([1.0, 20.0, 1.0], 600.0)), _fixed()) == \
+        pytest.approx(5 / 3)
+
+
+def test_mean_replicas_start_one_cold_start_ahead() -> None:
+    # 120 s cold start at 60 s steps: the 3 replicas for step 10 start at step 8; held to step 14
+    rate = series([1.0] * 10 + [20.0] + [1.0] * 9)
+    held = [1] * 8 + [3] * 7 + [1] * 5
+    assert autoscaled_replicas(ReplicaHistory(60.0, rate), _fixed(cold_start_s=120.0)) == pytest.approx(np.mean(held))
+
+
+def test_mean_replicas_stay_under_the_max_and_leave_the_forecast_trough_out() -> None:
+    rate = series([0.0] * 5 + [1000.0] * 5)  # 1 while idle (the plan's min 2 is today's trough), max 4
+    assert autoscaled_replicas(ReplicaHistory(60.0, rate), _fixed(min_replicas=2, max_replicas=4)) == \
+        pytest.approx((5 * 1 + 5 * 4) / 10)
+
+
+def test_mean_replicas_reach_zero_only_after_the_cooldown() -> None:
+    # 10 busy steps at 1 replica, 20 idle: the first 4 idle steps (240 s < 300 s cooldown) keep 1, then 0
+    rate = series([5.0] * 10 + [0.0] * 20)
+    p = _fixed(min_replicas=0, scale_to_zero=True)
+    assert autoscaled_replicas(ReplicaHistory(60.0, rate), p) == pytest.approx((10 + 4) / 30)
+    assert autoscaled_replicas(ReplicaHistory(60.0, rate), replace(p, scale_to_zero=False, min_replicas=1)) == 1.0
+
+
+def test_mean_replicas_hold_over_gaps_and_need_a_rate() -> None:
+    rate = series([20.0, np.nan, np.nan, 1.0, 1.0, 1.0, 1.0, 1.0])  # the gap holds 3; 5 steps of window after
+    assert autoscaled_replicas(ReplicaHistory(600.0, rate), _fixed()) == pytest.approx((3 * 3 + 5) / 8)
+    assert autoscaled_replicas(ReplicaHistory(60.0, None), _fixed()) is None
+    assert autoscaled_replicas(ReplicaHistory(60.0, series([np.nan] * 4)), _fixed()) is None
+
+
+def test_the_plan_carries_its_mean_unless_capacity_is_only_a_lower_bound() -> None:
+    # configured capacity 10 → target 7: 2 replicas for 10 steps, 4 more in the window, then 1 (the real-time
+    # floor without a forecast is the last 6 h's peak, 3 req/s: 1 replica)
+    rate = series([14.0] * 10 + [3.0] * 400)
+    p = plan(with_capacity(), ReplicaHistory(60.0, rate), RT)
+    assert p.min_replicas == 1 and p.mean_replicas == pytest.approx((14 * 2 + 396) / 410)
+    assert any("at least" in r and "replicas on average" in r for r in p.reasons)
+    bound = plan(workload(replicas=2), knee_history(False), RT)  # no annotation, never queued: a lower bound
+    assert bound.capacity_source == "lower bound" and bound.mean_replicas is None
+    assert any("no mean replica estimate" in r for r in bound.reasons)

@@ -55,6 +55,10 @@ def _cards(plan: Plan) -> str:
         _card("GPUs held", f"{s.gpus_held:.2f}", f"GPU-equivalents · {s.gpu_hours_held:,.0f} GPU-h in window"),
         _card("GPUs needed", f"{s.gpus_needed:.2f}", f"GPU-equivalents · {s.gpu_hours_needed:,.0f} GPU-h"),
         _card("Whole GPUs after packing", packed, "MIG slices packed into valid layouts"),
+        *([_card("GPU-h autoscaled", f"≥ {s.gpu_hours_autoscaled:,.0f}",
+                 f"today's replicas under {s.autoscaled_workloads} scaling plans · {s.gpu_hours_held:,.0f} held",
+                 _savings_class(s.gpu_hours_held - s.gpu_hours_autoscaled))]
+          if s.gpu_hours_autoscaled is not None else []),
         _card("Savings / month", t.money(s.monthly_savings_usd, ""), "at the configured GPU-hour prices",
               _savings_class(s.monthly_savings_usd)),
         _card("Workloads", f"{s.with_recommendation} / {s.workloads}", "with a recommendation"),

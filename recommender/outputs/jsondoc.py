@@ -36,7 +36,8 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.2"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans
+SCHEMA_VERSION = "1.3"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+# 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -173,6 +174,7 @@ def scaling(p: ScalingPlan | None, namespace: str, name: str) -> dict[str, Any] 
         "activation_threshold": demand(p.activation_threshold),
         "cooldown_s": p.cooldown_s,
         "cold_start_s": secs(p.cold_start_s),
+        "mean_replicas": frac(p.mean_replicas),
         "reasons": list(p.reasons),
         "keda": keda_parameters(p, query=f'sum(rate(vllm:request_success_total{{namespace="{namespace}",'
                                           f'pod=~"{name}-.*"}}[1m]))'),
@@ -196,6 +198,8 @@ def summary(s: Summary) -> dict[str, Any]:
         "monthly_savings_usd": usd(s.monthly_savings_usd),
         "gpu_hours_held": secs(s.gpu_hours_held),
         "gpu_hours_needed": secs(s.gpu_hours_needed),
+        "gpu_hours_autoscaled": secs(s.gpu_hours_autoscaled),
+        "autoscaled_workloads": s.autoscaled_workloads,
     }
 
 

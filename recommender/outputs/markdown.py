@@ -39,6 +39,9 @@ def _summary(plan: Plan) -> list[str]:
         f"- **GPUs held → needed**: {s.gpus_held:.2f} → {s.gpus_needed:.2f} GPU-equivalents "
         f"(whole GPUs after packing: {packed})",
         f"- **GPU-hours over the window**: {s.gpu_hours_held:,.1f} held → {s.gpu_hours_needed:,.1f} needed",
+        *([f"- **Autoscaling today's replicas** ({s.autoscaled_workloads} scaling plans): "
+           f"{s.gpu_hours_held:,.1f} → at least {s.gpu_hours_autoscaled:,.1f} GPU-hours over the window "
+           "(a separate estimate: it does not add to right-sizing)"] if s.gpu_hours_autoscaled is not None else []),
         f"- **Savings**: {md(t.money(s.monthly_savings_usd, ' per month'))}",
     ]
 

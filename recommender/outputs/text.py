@@ -14,7 +14,7 @@ import numpy as np
 
 from recommender.demand import DEMAND_METRICS, LABELS
 from recommender.forecast import upper_band
-from recommender.model import FB_USED_MIB, Allocation, Forecast, Plan, Recommendation, Sharing, Snapshot
+from recommender.model import FB_USED_MIB, Allocation, Forecast, Plan, Recommendation, Sharing, Snapshot, Summary
 
 DASH = "–"
 NO_REC = "no recommendation: "
@@ -154,7 +154,16 @@ def fleet_line(plan: Plan) -> str:
     packed = f" (packed: {s.gpus_needed_packed} whole GPUs)" if s.gpus_needed_packed is not None else ""
     return (f"Fleet: {s.workloads} workloads, {s.with_recommendation} with a recommendation · "
             f"GPUs held {s.gpus_held:.2f} → needed {s.gpus_needed:.2f}{packed} · "
-            f"saves {money(s.monthly_savings_usd, '/month')}")
+            f"saves {money(s.monthly_savings_usd, '/month')}{autoscaled_text(s)}")
+
+
+def autoscaled_text(s: Summary) -> str:
+    """' · autoscaling today's replicas: 5,964 → ≥ 5,210 GPU-h ...', or '' when no scaling plan has a mean
+    (a lower bound: scale-ups count at once and the forecast's headroom is not in it)."""
+    if s.gpu_hours_autoscaled is None:
+        return ""
+    return (f" · autoscaling today's replicas: {s.gpu_hours_held:,.0f} → ≥ {s.gpu_hours_autoscaled:,.0f} GPU-h over "
+            f"the window ({s.autoscaled_workloads} workload{'s' if s.autoscaled_workloads != 1 else ''})")
 
 
 def window_line(plan: Plan) -> str:
