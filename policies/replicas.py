@@ -135,7 +135,7 @@ def autoscaled_replicas(history: ReplicaHistory, plan: ScalingPlan) -> float | N
     if rate is None or not np.isfinite(rate).any():
         return None
     steps = pd.Series(rate).ffill().dropna().to_numpy()  # a gap holds the last count, as the HPA does
-    want = np.array([replicas_for(r, plan.target_per_replica) for r in steps], dtype="float64")
+    want = np.where(steps > 0, np.maximum(1.0, np.ceil(steps / plan.target_per_replica - 1e-9)), 0.0)  # replicas_for
     want = np.clip(want, 1, plan.max_replicas)  # while active at least one; min_replicas is today's trough, not all
     lead = max(1, math.ceil((plan.cold_start_s or 0.0) / history.step_s) + 1)  # started one cold start ahead
     ready = pd.Series(want[::-1]).rolling(lead, min_periods=1).max().to_numpy()[::-1]
