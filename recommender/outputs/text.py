@@ -159,7 +159,7 @@ def fleet_line(plan: Plan) -> str:
 
 def autoscaled_text(s: Summary) -> str:
     """' · autoscaling today's replicas: 5,964 → ≥ 5,210 GPU-h ...', or '' when no scaling plan has a mean
-    (a lower bound: scale-ups count at once and the forecast's headroom is not in it)."""
+    (a lower bound: the plans' means assume a perfect forecast)."""
     if s.gpu_hours_autoscaled is None:
         return ""
     return (f" · autoscaling today's replicas: {s.gpu_hours_held:,.0f} → ≥ {s.gpu_hours_autoscaled:,.0f} GPU-h over "
