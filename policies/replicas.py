@@ -124,17 +124,25 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
 
 
 def autoscaled_replicas(history: ReplicaHistory, plan: ScalingPlan) -> float | None:
-    """Mean replicas the HPA/KEDA would have held over the history under ``plan``: per step
+    """Mean of :func:`autoscaled_series`: at least the replicas the plan would have held on average."""
+    held = autoscaled_series(history, plan)
+    return None if held is None else float(held.mean())
+
+
+def autoscaled_series(history: ReplicaHistory, plan: ScalingPlan) -> pd.Series | None:
+    """Replicas the HPA/KEDA would have held at each step of the history under ``plan``: per step
     ``replicas_for(rate, target)`` up to the max (at least 1 while active), started one cold start
     before the demand arrives, scaled down only to the highest count of the stabilisation window, to
     zero only after ``cooldown_s`` without requests. A lower bound on what the product's scaling holds,
     so the most autoscaling could save: the forecast is perfect here, bursts within a step are averaged,
     and ``min_replicas`` (the forecast's trough, which moves with every plan) is left out. None without
-    a request rate."""
-    rate = None if history.request_rate_per_s is None else history.request_rate_per_s.to_numpy(dtype="float64")
-    if rate is None or not np.isfinite(rate).any():
+    a request rate; a gap holds the last count (as the HPA does), steps before the first rate are left out."""
+    if history.request_rate_per_s is None:
         return None
-    steps = pd.Series(rate).ffill().dropna().to_numpy()  # a gap holds the last count, as the HPA does
+    rate = history.request_rate_per_s.astype("float64").where(np.isfinite(history.request_rate_per_s)).ffill().dropna()
+    if rate.empty:
+        return None
+    steps = rate.to_numpy()
     want = np.where(steps > 0, np.maximum(1.0, np.ceil(steps / plan.target_per_replica - 1e-9)), 0.0)  # replicas_for
     want = np.clip(want, 1, plan.max_replicas)  # while active at least one; min_replicas is today's trough, not all
     lead = max(1, math.ceil((plan.cold_start_s or 0.0) / history.step_s) + 1)  # started one cold start ahead
@@ -145,7 +153,7 @@ def autoscaled_replicas(history: ReplicaHistory, plan: ScalingPlan) -> float | N
         idle = pd.Series(steps <= 0)
         quiet_s = idle.groupby((~idle).cumsum()).cumsum().to_numpy() * history.step_s  # seconds without requests
         held = np.where(quiet_s >= plan.cooldown_s, 0.0, held)
-    return float(held.mean())
+    return pd.Series(held, index=rate.index)
 
 
 def _window_s(plan: ScalingPlan) -> float:

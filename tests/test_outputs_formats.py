@@ -271,3 +271,31 @@ def test_autoscaled_gpu_hours_show_only_when_computed(plan: Plan, snap: Snapshot
     assert figure in shown and figure not in hidden
     if fmt != "json":
         assert "autoscal" not in hidden.lower().replace("autoscaler", "")
+
+
+def test_html_charts_the_replicas_of_each_scaling_plan_with_a_mean() -> None:
+    """Demo: every charted workload whose plan has a mean gets the replica chart; the others none."""
+    from collectors.files import read_snapshot
+    from policies.replicas import autoscaled_series, history_from_snapshot
+    from recommender.demo import demo_path
+    from recommender.outputs.replicachart import replica_figure
+    from recommender.pipeline import run_once
+    from recommender.settings import ForecastSettings, Settings
+
+    demo = read_snapshot(demo_path())
+    real = run_once(demo, Settings(forecast=ForecastSettings(max_workloads=3)), demo.end)
+    with_mean = [r for r in real.recommendations if r.scaling is not None and r.scaling.mean_replicas is not None]
+    without = [r for r in real.recommendations if r not in with_mean]
+    assert with_mean and without
+    page = render_html(real, demo)
+    assert page.count('aria-label="replicas under the scaling plan"') == len(with_mean)
+    for r in with_mean:
+        assert r.scaling is not None
+        held = autoscaled_series(history_from_snapshot(demo, r.workload), r.scaling)
+        assert held is not None and held.mean() == pytest.approx(r.scaling.mean_replicas)  # what the chart draws
+        fig = replica_figure(r, demo)
+        assert fig is not None
+        step = next(line for line in fig.axes[0].lines if str(line.get_label()).startswith("autoscaled"))
+        assert max(step.get_ydata()) == held.max()  # type: ignore[arg-type]
+    assert all(replica_figure(r, demo) is None for r in without)
+    assert replica_figure(with_mean[0], None) is None

@@ -22,9 +22,12 @@ from recommender.outputs import text as t
 from recommender.outputs.forecastchart import forecast_chart
 from recommender.outputs.jsondoc import SCHEMA_VERSION
 from recommender.outputs.registry import register_formatter
+from recommender.outputs.replicachart import replica_chart
 from recommender.outputs.usagechart import usage_chart
 
 TOP_N = 50
+REPLICA_NOTE = ("a lower bound: each replica starts one cold start before its demand (a perfect forecast) and "
+                "bursts within a step are averaged; the product's scaling holds more (see the replay in the README)")
 MAX_NAMESPACES = 25
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -165,7 +168,10 @@ def _demand(rec: Recommendation, anchor: str, snapshot: Snapshot | None) -> str:
     svg = forecast_chart(rec, snapshot, f"gpu-rightsizer-{anchor}-forecast")
     chart = (f'<h4>Demand forecast</h4><figure aria-label="demand forecast">{svg}</figure>' if svg
              else '<p class="none">No demand forecast (see the reasons).</p>' if c else "")
-    return head + chart
+    replicas = replica_chart(rec, snapshot, f"gpu-rightsizer-{anchor}-replicas")
+    scaled = (f'<h4>Replicas under the scaling plan</h4><figure aria-label="replicas under the scaling plan">'
+              f'{replicas}</figure><ul class="chart-notes"><li>{e(REPLICA_NOTE)}</li></ul>' if replicas else "")
+    return head + chart + scaled
 
 
 def _sections(plan: Plan, snapshot: Snapshot | None, chosen: list[Recommendation], anchors: dict[str, str]) -> str:
