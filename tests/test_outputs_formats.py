@@ -299,3 +299,18 @@ def test_html_charts_the_replicas_of_each_scaling_plan_with_a_mean() -> None:
         assert max(step.get_ydata()) == held.max()  # type: ignore[arg-type]
     assert all(replica_figure(r, demo) is None for r in without)
     assert replica_figure(with_mean[0], None) is None
+
+
+def test_csv_carries_the_scaling_plan(plan: Plan, snap: Snapshot) -> None:
+    from recommender import model as m
+    from recommender.model import ScalingPlan
+
+    scaling = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
+                          max_replicas=9, recommended_replicas=3, activation_threshold=0.0, cooldown_s=300,
+                          scale_to_zero=False, headroom_frac=0.3, cold_start_s=None, mean_replicas=1.23456)
+    scaled = replace(plan, recommendations=(replace(plan.recommendations[0], scaling=scaling),
+                                            *plan.recommendations[1:]))
+    rows = list(csv.DictReader(io.StringIO(get_formatter("csv")(scaled, snap))))
+    names = ("min_replicas", "max_replicas", "recommended_replicas", "mean_replicas", "target_per_replica")
+    assert [rows[0][f"scaling_{n}"] for n in names] == ["1", "9", "3", "1.2346", "7.0"]
+    assert all(r["scaling_mean_replicas"] == "" for r in rows[1:])

@@ -29,6 +29,7 @@ _ALLOC_FIELDS: tuple[tuple[str, Callable[[Allocation], Any]], ...] = (
     ("vllm_gpu_memory_utilization", lambda a: j.frac(a.vllm.gpu_memory_utilization) if a.vllm else None),
 )
 _BOUND = ("lower", "target", "upper")
+_SCALING = ("min_replicas", "max_replicas", "recommended_replicas", "mean_replicas", "target_per_replica")
 COLUMNS = (
     "namespace", "kind", "name",
     *(f"current_{n}" for n, _ in _ALLOC_FIELDS),
@@ -38,6 +39,7 @@ COLUMNS = (
     "gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk", "history_s",
     "class", "class_confidence", "class_source",
     "forecast_metric", "forecast_model", "forecast_mean", "forecast_peak", "forecast_peak_upper",
+    *(f"scaling_{n}" for n in _SCALING),
     "reasons",
 )
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -68,6 +70,7 @@ def row(rec: Recommendation) -> dict[str, Any]:
         **{k: doc[k] for k in ("gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk",
                                "history_s")},
         **_demand(doc),
+        **{f"scaling_{n}": (doc["scaling"][n] if doc["scaling"] else None) for n in _SCALING},
         "reasons": _text("; ".join(rec.reasons)),
     }
 
