@@ -37,8 +37,8 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   from the model above and the token means seen so far, class from ``--class``); every 15 s the HPA sees
   the larger of the forecast band over the next cold start and the observed rate (per
   ``target_per_replica``) and, as a second trigger, waiting/5; scale-down stabilisation from
-  ``hpa_behavior``; to zero only when the plan allows it and the forecast expects no request within a
-  cold start.
+  ``scale_down_window_s`` (the window ``hpa_behavior`` sets); to zero only when the plan allows it and
+  the forecast expects no request within a cold start.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
   busiest minute of work ahead plus the backlog, at the class's headroom, with the same HPA behaviour.
   Where it misses the goal, no forecast can meet it under this capacity model.
@@ -68,8 +68,8 @@ from policies.replicas import (
     CAPACITY_ANNOTATION,
     NoScalingPlan,
     ReplicaHistory,
-    hpa_behavior,
     replicas_for,
+    scale_down_window_s,
     scaling_plan,
 )
 from recommender.forecast import NotEnoughHistory, forecast_series
@@ -420,7 +420,7 @@ class Ours:
         want = min(max(want, plan.min_replicas), plan.max_replicas)
         if obs.pods == 0:
             return want
-        window = int(hpa_behavior(plan, self.cap.cold_start_s)["scaleDown"]["stabilizationWindowSeconds"])  # type: ignore[index]
+        window = scale_down_window_s(plan, self.cap.cold_start_s)
         return hpa_step(self.recs, obs.k, obs.pods, want, window)
 
     def _band_ahead(self, k: int) -> float:

@@ -119,7 +119,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     return replace(plan, mean_replicas=mean, reasons=(*plan.reasons, (
         f"at least {mean:.2f} replicas on average (today {workload.allocation.replicas}): the window's request rate "
         f"at this target, each replica started one cold start ahead (a perfect forecast), held through the "
-        f"{_window_s(plan):g} s scale-down window" + (", to zero after the cooldown" if to_zero else "")
+        f"{scale_down_window_s(plan):g} s scale-down window" + (", to zero after the cooldown" if to_zero else "")
         + f"; bursts within a {history.step_s:g} s step are averaged away")))
 
 
@@ -147,17 +147,13 @@ def autoscaled_series(history: ReplicaHistory, plan: ScalingPlan) -> pd.Series |
     want = np.clip(want, 1, plan.max_replicas)  # while active at least one; min_replicas is today's trough, not all
     lead = max(1, math.ceil((plan.cold_start_s or 0.0) / history.step_s) + 1)  # started one cold start ahead
     ready = pd.Series(want[::-1]).rolling(lead, min_periods=1).max().to_numpy()[::-1]
-    window = max(1, math.ceil(_window_s(plan) / history.step_s))
+    window = max(1, math.ceil(scale_down_window_s(plan) / history.step_s))
     held = pd.Series(ready).rolling(window, min_periods=1).max().to_numpy()
     if plan.scale_to_zero:  # KEDA deactivates after its cooldown, outside the HPA's window
         idle = pd.Series(steps <= 0)
         quiet_s = idle.groupby((~idle).cumsum()).cumsum().to_numpy() * history.step_s  # seconds without requests
         held = np.where(quiet_s >= plan.cooldown_s, 0.0, held)
     return pd.Series(held, index=rate.index)
-
-
-def _window_s(plan: ScalingPlan) -> float:
-    return float(hpa_behavior(plan)["scaleDown"]["stabilizationWindowSeconds"])  # type: ignore[index]
 
 
 def history_span_s(history: ReplicaHistory) -> float:
@@ -350,14 +346,17 @@ def keda_parameters(plan: ScalingPlan, query: str = 'sum(rate(vllm:request_succe
     }
 
 
-def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:
-    """HPA ``behavior`` (reference.md §12): scale up at once, scale down only after one cold start.
-
-    The scale-down window is at least the HPA default of 300 s and at least the cold start (releasing a
-    replica needed again within a cold start costs more than keeping it), at most 3600 s.
-    """
+def scale_down_window_s(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> int:
+    """The HPA scale-down stabilisation window: at least the HPA default of 300 s and at least the cold
+    start (releasing a replica needed again within a cold start costs more than keeping it), at most 3600 s."""
     cold = plan.cold_start_s or default_cold_start_s
-    window = int(min(HPA_MAX_WINDOW_S, max(300, math.ceil(cold))))
+    return int(min(HPA_MAX_WINDOW_S, max(300, math.ceil(cold))))
+
+
+def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:
+    """HPA ``behavior`` (reference.md §12): scale up at once, scale down only after one cold start
+    (:func:`scale_down_window_s`)."""
+    window = scale_down_window_s(plan, default_cold_start_s)
     return {
         "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
                     "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
