@@ -9,15 +9,20 @@ and, for the external metrics API, a separate requestheader (front-proxy) CA and
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pandas as pd
 import pytest
+import requests
 
 from recommender import model as m
 from recommender.model import Forecast, Plan, Recommendation, ScalingPlan
@@ -25,6 +30,18 @@ from tests import planfixture as pf
 
 LLAMA = "llm/Deployment/llama-3-8b-chat"
 EMBED = "batch/Job/nightly-embed"
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Poll ``check`` until it holds or ``timeout_s`` passes; a connection refused or a handshake that
+    fails meanwhile (requests, gRPC) counts as not yet."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        with contextlib.suppress(requests.exceptions.ConnectionError, grpc.RpcError):
+            if check():
+                return True
+        time.sleep(0.05)
+    return False
 
 
 class FakeClock:

@@ -8,12 +8,10 @@ gets 401 as from the kube-apiserver; the probes answer without a certificate.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import socket
 import ssl
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,17 +216,6 @@ def test_the_rate_limit_counts_per_end_user_not_per_api_server(tmp_path: Path) -
         s.servers.stop(0.5)
 
 
-def _eventually(check: Any, timeout_s: float = 10.0) -> bool:
-    """Poll ``check`` (no exception and truthy) until it holds or ``timeout_s`` passes."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        with contextlib.suppress(requests.exceptions.ConnectionError):
-            if check():
-                return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_rotated_requestheader_ca_is_trusted_and_the_old_one_no_longer(tmp_path: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="recommender.serve")
@@ -240,12 +227,12 @@ def test_a_rotated_requestheader_ca_is_trusted_and_the_old_one_no_longer(tmp_pat
     try:
         assert s.get(LLAMA_RATE, cert=fpki.proxy, headers=USER).status_code == 200
         ca_file.write_bytes((tmp_path / "cluster" / "rogue-ca.pem").read_bytes())  # the cluster rotated its CA
-        assert _eventually(lambda: s.get(LLAMA_RATE, cert=fpki.rogue, headers=USER).status_code == 200)
+        assert sf.eventually(lambda: s.get(LLAMA_RATE, cert=fpki.rogue, headers=USER).status_code == 200)
         with pytest.raises(requests.exceptions.ConnectionError):  # the old CA no longer verifies
             s.get(LLAMA_RATE, cert=fpki.proxy, headers=USER)
         assert any("TLS settings reloaded: requestheader CA" in r.getMessage() for r in caplog.records)
         ca_file.write_text("not a certificate")  # a bad rotation: the last good CA still applies, with a warning
-        assert _eventually(lambda: any("TLS settings not reloaded" in r.getMessage() and r.levelno == logging.WARNING
+        assert sf.eventually(lambda: any("TLS settings not reloaded" in r.getMessage() and r.levelno == logging.WARNING
                                        for r in caplog.records))
         assert s.get(LLAMA_RATE, cert=fpki.rogue, headers=USER).status_code == 200
         _status(s.get(LLAMA_RATE, headers=USER), 401, "Unauthorized")  # never an open API
@@ -268,7 +255,7 @@ def test_a_reload_that_crashes_is_logged_and_the_next_one_still_runs(tmp_path: P
 
     try:
         monkeypatch.setattr(tls, "load_front_proxy", flaky)
-        assert _eventually(lambda: s.get(LLAMA_RATE, cert=s.fpki.rogue, headers=USER).status_code == 200)
+        assert sf.eventually(lambda: s.get(LLAMA_RATE, cert=s.fpki.rogue, headers=USER).status_code == 200)
         assert any(r.levelno == logging.ERROR and "periodic" in r.getMessage() for r in caplog.records)
     finally:
         s.servers.stop(0.5)
@@ -358,7 +345,7 @@ def test_the_cluster_configmap_is_read_again(tmp_path: Path) -> None:
             obj = {"apiVersion": "v1", "kind": "ConfigMap", "data": data | {"requestheader-allowed-names": "[]"},
                    "metadata": {"name": fp.CONFIGMAP_NAME, "namespace": fp.CONFIGMAP_NAMESPACE}}
             kube.call(lambda km: km.objects.__setitem__((CM_KEY, fp.CONFIGMAP_NAMESPACE, fp.CONFIGMAP_NAME), obj))
-            assert _eventually(lambda: s.get(LLAMA_RATE, cert=fpki.stranger, headers=USER).status_code == 200)
+            assert sf.eventually(lambda: s.get(LLAMA_RATE, cert=fpki.stranger, headers=USER).status_code == 200)
         finally:
             s.servers.stop(0.5)
     finally:

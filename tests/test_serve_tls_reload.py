@@ -10,7 +10,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -47,16 +47,6 @@ class Mounted:
         shutil.copyfile(pki.ca, self.ca)
 
 
-def _eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        with contextlib.suppress(requests.exceptions.ConnectionError, grpc.RpcError):
-            if check():
-                return True
-        time.sleep(0.05)
-    return False
-
-
 def _grpc_ok(port: int, trust: sf.Pki, client: sf.Pki | None = None) -> bool:
     """IsActive over a fresh connection (its own subchannel: a new handshake) trusting ``trust``'s CA."""
     key, cert = (client.client_key.read_bytes(), client.client_cert.read_bytes()) if client else (None, None)
@@ -91,8 +81,8 @@ def test_a_renewed_serving_certificate_is_presented_from_the_next_connection(
         assert _grpc_ok(grpc_port, mounted.old)
         assert requests.get(https, verify=str(mounted.old.ca), timeout=5).status_code == 200
         mounted.install(mounted.new)
-        assert _eventually(lambda: _grpc_ok(grpc_port, mounted.new))
-        assert _eventually(lambda: requests.get(https, verify=str(mounted.new.ca), timeout=5).status_code == 200)
+        assert sf.eventually(lambda: _grpc_ok(grpc_port, mounted.new))
+        assert sf.eventually(lambda: requests.get(https, verify=str(mounted.new.ca), timeout=5).status_code == 200)
         with pytest.raises(grpc.RpcError) as old_grpc:  # the old certificate is no longer presented
             _grpc_ok(grpc_port, mounted.old)
         assert old_grpc.value.code() is grpc.StatusCode.UNAVAILABLE
@@ -106,7 +96,7 @@ def test_a_certificate_that_does_not_load_keeps_the_last_one(mounted: Mounted,
     with _serving(mounted) as servers:
         grpc_port, https = servers.ports["grpc"], f"https://127.0.0.1:{servers.ports['http']}/healthz"
         shutil.copyfile(mounted.new.server_cert, mounted.cert)  # the new certificate with the old key
-        assert _eventually(lambda: any("TLS settings not reloaded" in r.getMessage() and r.levelno == logging.WARNING
+        assert sf.eventually(lambda: any("TLS settings not reloaded" in r.getMessage() and r.levelno == logging.WARNING
                                        for r in caplog.records))
         assert _grpc_ok(grpc_port, mounted.old)  # both servers still present the last good pair
         assert requests.get(https, verify=str(mounted.old.ca), timeout=5).status_code == 200
@@ -115,7 +105,7 @@ def test_a_certificate_that_does_not_load_keeps_the_last_one(mounted: Mounted,
         assert _grpc_ok(grpc_port, mounted.old)
         shutil.copyfile(mounted.new.server_key, mounted.key)  # the renewal completes: the new pair applies
         shutil.copyfile(mounted.new.server_cert, mounted.cert)
-        assert _eventually(lambda: _grpc_ok(grpc_port, mounted.new))
+        assert sf.eventually(lambda: _grpc_ok(grpc_port, mounted.new))
 
 
 def test_a_rotated_client_ca_admits_its_clients_and_no_longer_the_old_ones(mounted: Mounted) -> None:
@@ -125,7 +115,7 @@ def test_a_rotated_client_ca_admits_its_clients_and_no_longer_the_old_ones(mount
         with pytest.raises(grpc.RpcError):  # a client the CA did not sign fails the handshake
             _grpc_ok(port, mounted.old, client=mounted.new)
         shutil.copyfile(mounted.new.ca, mounted.ca)  # KEDA's client certificates now come from the new CA
-        assert _eventually(lambda: _grpc_ok(port, mounted.old, client=mounted.new))
+        assert sf.eventually(lambda: _grpc_ok(port, mounted.old, client=mounted.new))
         with pytest.raises(grpc.RpcError):
             _grpc_ok(port, mounted.old, client=mounted.old)
         mounted.ca.write_text("garbage")  # an unreadable CA: the last good one stays, never an open port
