@@ -73,4 +73,4 @@ def prometheus(req: SourceRequest, progress: Progress) -> Snapshot:
     step_s = step_for(s.history_s, s.prometheus)
     where = s.prometheus.url or "prometheus"
     snap = assemble(usage, workloads, start, req.end, step_s, catalogue, f"prometheus {where}")
-    return replace(snap, nodes=nodes)
+    return replace(snap, nodes=nodes or snap.nodes)  # without the API: the GPU nodes DCGM reports

@@ -27,6 +27,20 @@ class PodDevices:
     mig_profile: str | None  # GPU_I_PROFILE label, e.g. "3g.40gb"
     device_memory_mib: float | None  # FB_USED + FB_FREE of one device/slice
     shared_with: int = 1  # how many pods DCGM attributes the same device to (>1: time-slicing/MPS)
+    nodes: tuple[str, ...] = ()  # node label (settings.prometheus.node_labels) of its devices
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """One GPU node as dcgm-exporter reports it: every GPU it exports, with the MIG devices on each.
+
+    Built without the Kubernetes API, so GPUs with no series (MIG on, no instances yet) after the last
+    exported index are not counted.
+    """
+
+    name: str
+    gpu_product: str | None  # DCGM modelName
+    mig_devices: tuple[tuple[tuple[str, int], ...], ...]  # per GPU index: ((profile, count), ...); () no MIG
 
 
 @dataclass(frozen=True)
@@ -74,3 +88,4 @@ class PodUsage:
     requests: tuple[PodRequests, ...] = ()
     vllm: tuple[VllmInfo, ...] = ()
     warnings: tuple[str, ...] = ()
+    gpu_nodes: tuple[NodeDevices, ...] = ()  # only without the Kubernetes API

@@ -44,6 +44,12 @@ class PrometheusSettings(BaseModel):
     min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
     namespace_label: str = Field("namespace", description="Label that holds the pod's namespace.")
     pod_label: str = Field("pod", description="Label that holds the pod name.")
+    node_labels: tuple[str, ...] = Field(
+        ("Hostname", "hostname"),
+        description="DCGM labels that may hold the GPU's node, first present wins: dcgm-exporter's Helm chart "
+                    "and the GPU operator set it from NODE_NAME. Used for per-node MIG plans when the "
+                    "Kubernetes API is not.",
+    )
     extra_selector: str = Field("", description='Extra label matchers added to every query, e.g. cluster="a".')
 
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 from policies.catalogue import Catalogue
 from recommender import model as m
-from recommender.inventory import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo, pod_key
-from recommender.model import Allocation, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
+from recommender.inventory import NodeDevices, PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo, pod_key
+from recommender.model import Allocation, GpuNode, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
 
 # How a workload's value is formed from its pods' values at one step.
 SUM_METRICS = frozenset(
@@ -145,6 +145,18 @@ def _first(index: FactIndex, pods: Sequence[str]) -> dict[type, Fact]:
     return {kind: item for kind, (_, item) in best.items()}
 
 
+def _nodes(index: FactIndex, pods: Iterable[str]) -> tuple[str, ...]:
+    """The nodes DCGM puts the devices of ``pods`` on (for the per-node MIG plan without the API)."""
+    found = (index.get(pod, {}).get(PodDevices) for pod in pods)
+    return tuple(sorted({n for f in found if f and isinstance(f[1], PodDevices) for n in f[1].nodes}))
+
+
+def gpu_nodes(found: Iterable[NodeDevices], catalogue: Catalogue) -> tuple[GpuNode, ...]:
+    """DCGM's view of the GPU nodes as :class:`GpuNode`: model, GPU count and the MIG devices on each."""
+    return tuple(GpuNode(n.name, catalogue.canonical(n.gpu_product), len(n.mig_devices),
+                         mig_devices=tuple(dict(gpu) for gpu in n.mig_devices)) for n in found)
+
+
 class _Presence:
     """Which pods have framebuffer data at which step, as one boolean matrix computed once."""
 
@@ -153,14 +165,18 @@ class _Presence:
         self.matrix = frame.notna().to_numpy() if frame is not None else None
         self.column = {c: i for i, c in enumerate(frame.columns)} if frame is not None else {}
 
-    def live_replicas(self, pods: Sequence[str]) -> int:
-        """Pods with data at the last step any of them had data: the replica count at the window's end."""
-        cols = [self.column[p] for p in pods if p in self.column]
+    def live_pods(self, pods: Sequence[str]) -> list[str]:
+        """Pods with data at the last step any of them had data (all of them when none has data)."""
+        cols = [(p, self.column[p]) for p in pods if p in self.column]
         if self.matrix is None or not cols:
-            return max(1, len(pods))
-        sub = self.matrix[:, cols]
+            return list(pods)
+        sub = self.matrix[:, [c for _, c in cols]]
         rows = np.flatnonzero(sub.any(axis=1))
-        return max(1, int(sub[rows[-1]].sum())) if rows.size else max(1, len(pods))
+        return [p for (p, _), live in zip(cols, sub[rows[-1]], strict=True) if live] if rows.size else list(pods)
+
+    def live_replicas(self, pods: Sequence[str]) -> int:
+        """The replica count at the window's end (at least one)."""
+        return max(1, len(self.live_pods(pods)))
 
 
 def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
@@ -178,10 +194,11 @@ def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
         alloc = _resources_allocation(req.resources) if isinstance(req, PodRequests) else None
         if alloc is None:
             alloc = _devices_allocation(dev) if isinstance(dev, PodDevices) else Allocation(Sharing.NONE)
-        alloc = replace(alloc, replicas=presence.live_replicas(pods))
+        live = presence.live_pods(pods)
+        alloc = replace(alloc, replicas=max(1, len(live)))
         source = "kube-state-metrics" if isinstance(req, PodRequests) else "dcgm"
         wl = Workload(ref, alloc, pods=tuple(p.split("/", 1)[1] for p in pods), source=source,
-                      notes=tuple(notes.get(ref, ())))
+                      notes=tuple(notes.get(ref, ())), nodes=_nodes(index, live))
         out.append(enrich(wl, index))
     return out
 
@@ -276,5 +293,6 @@ def assemble(usage: PodUsage, workloads: Sequence[Workload] | None, start: datet
         warnings.append(f"{len(orphans)} workload(s) had GPU metrics but are not in the cluster now "
                         f"(deleted?): {', '.join(r.key for r in orphans[:5])}{' ...' if len(orphans) > 5 else ''}")
     final = tuple(normalize(w, catalogue) for w in found)
+    nodes = gpu_nodes(usage.gpu_nodes, catalogue) if workloads is None else ()
     return Snapshot(final, aggregate_usage(usage.series, mapping), start, end, step_s,
-                    tuple(warnings), source)
+                    tuple(warnings), source, nodes)

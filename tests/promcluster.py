@@ -85,6 +85,12 @@ PODS: tuple[Pod, ...] = (
     Pod("sparse", "debug-shell", ("<none>", "<none>"), uuid="GPU-s3", product="NVIDIA Foo-9000",
         device_mib=49152, fb_mib=5_000, level=0.02),
 )
+# Where each physical GPU sits: (node, GPU index). dcgm-exporter's Hostname label is the node name.
+GPU_AT = {"GPU-a1": ("a100-0", "0"), "GPU-a2": ("a100-0", "1"), "GPU-m1": ("a100-0", "2"),
+          "GPU-b1": ("a100-1", "0"), "GPU-t1": ("a100-1", "1"), "GPU-s1": ("a100-1", "2"),
+          "GPU-s2": ("a100-1", "3"), "GPU-h1": ("h100-0", "0"), "GPU-s3": ("foo-0", "0")}
+# GPUs no pod uses: a whole A100, and an A100 split into two 3g.40gb instances (node, index, profiles).
+FREE_GPUS = (("a100-0", "3", ()), ("a100-0", "4", ("3g.40gb", "3g.40gb")))
 # Top-level owners kube-state-metrics reports for ReplicaSets and Jobs.
 RS_OWNERS = {("inference", f"llama-chat-{RS}"): ("Deployment", "llama-chat"),
              ("inference", "old-vllm-5c6b7d8f9b"): ("Deployment", "old-vllm"),
@@ -113,8 +119,9 @@ def _activity(pod: Pod, i: int, ts: np.ndarray) -> np.ndarray:
 
 
 def _pod_series(pod: Pod, i: int, ts: np.ndarray) -> list[Series]:
-    dcgm = {"namespace": pod.ns, "pod": pod.name, "container": "main", "gpu": "0", "UUID": pod.uuid,
-            "modelName": pod.product, "Hostname": f"node-{i % 3}"}
+    node, index = GPU_AT[pod.uuid]
+    dcgm = {"namespace": pod.ns, "pod": pod.name, "container": "main", "gpu": index, "UUID": pod.uuid,
+            "modelName": pod.product, "Hostname": node}
     if pod.mig_profile:
         dcgm |= {"GPU_I_PROFILE": pod.mig_profile, "GPU_I_ID": pod.gpu_i_id or "0"}
     act = _activity(pod, i, ts)
@@ -156,6 +163,19 @@ def _vllm_series(pod: Pod, ts: np.ndarray, act: np.ndarray) -> list[Series]:
     return out
 
 
+def _free_series(ts: np.ndarray) -> list[Series]:
+    """dcgm-exporter's series for GPUs (or MIG instances) no pod holds: no namespace or pod label."""
+    out = []
+    for node, index, profiles in FREE_GPUS:
+        base = {"gpu": index, "UUID": f"GPU-free-{node}-{index}", "modelName": "NVIDIA A100-SXM4-80GB",
+                "Hostname": node}
+        devices = [{**base, "GPU_I_PROFILE": p, "GPU_I_ID": str(1 + k)} for k, p in enumerate(profiles)] or [base]
+        for labels in devices:
+            out += [Series("DCGM_FI_DEV_FB_USED", labels, ts, np.zeros(ts.size)),
+                    Series("DCGM_FI_DEV_FB_FREE", labels, ts, np.full(ts.size, 40_192.0 if profiles else 81_920.0))]
+    return out
+
+
 def _ksm_series(pods: tuple[Pod, ...], ts: np.ndarray) -> list[Series]:
     one = np.ones(ts.size)
     out = []
@@ -188,7 +208,7 @@ def cluster_series(end_s: int, pods: tuple[Pod, ...] = PODS, hours: float = HOUR
     for i, pod in enumerate(pods):
         first = int(pod.from_frac * ts.size)
         out += _pod_series(pod, i, ts[first:])
-    return out + _ksm_series(pods, ts)
+    return out + _free_series(ts) + _ksm_series(pods, ts)
 
 
 def find(series: list[Series], name: str, pod: str, **labels: str) -> Series:

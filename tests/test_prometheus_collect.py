@@ -6,6 +6,7 @@ query semantics spelled out: at each grid time t the window holds the samples at
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from datetime import timedelta
 
 import numpy as np
@@ -185,6 +186,31 @@ def test_vllm_cache_config(usage: PodUsage) -> None:
     assert POD["embedder"].key not in info
 
 
+def test_each_pod_is_placed_on_the_node_dcgm_names(usage: PodUsage) -> None:
+    assert {d.pod: d.nodes for d in usage.devices} == {p.name: (pc.GPU_AT[p.uuid][0],) for p in pc.PODS}
+
+
+def test_gpu_nodes_list_every_gpu_with_its_mig_devices_pods_or_not(usage: PodUsage) -> None:
+    want: dict[str, dict[int, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    for pod in pc.PODS:
+        node, index = pc.GPU_AT[pod.uuid]
+        want[node][int(index)].update([pod.mig_profile] if pod.mig_profile else [])
+    for node, index, profiles in pc.FREE_GPUS:
+        want[node][int(index)].update(profiles)
+    got = {n.name: [dict(gpu) for gpu in n.mig_devices] for n in usage.gpu_nodes}
+    assert got == {node: [dict(gpus[i]) for i in range(max(gpus) + 1)] for node, gpus in want.items()}
+    assert got["a100-0"][4] == {"3g.40gb": 2}  # two free instances on one GPU, counted once each
+    products = {n.name: n.gpu_product for n in usage.gpu_nodes}
+    assert products == {pc.GPU_AT[p.uuid][0]: p.product for p in pc.PODS}
+
+
+def test_gpu_nodes_only_without_the_kubernetes_api(cluster: Cluster) -> None:
+    s = settings(cluster.url)
+    u = collect_pod_usage(s, cluster.end - timedelta(seconds=s.history_s), cluster.end, RecordingProgress(),
+                          with_ksm=False)
+    assert u.gpu_nodes == () and u.devices
+
+
 def test_no_missing_family_warnings_when_all_exist(usage: PodUsage) -> None:
     assert usage.warnings == ()
 
@@ -194,11 +220,12 @@ def test_queries_are_batched_per_family_never_per_pod(cluster: Cluster) -> None:
     collect(cluster, client=client)
     pods = {p.name for p in pc.PODS}
     assert not [q for q in client.sent if any(p in q for p in pods)]
-    usage_queries = [q for q in client.sent if "_over_time" in q or "rate(" in q]
+    (nodes,) = [q for q in client.sent if "GPU_I_PROFILE)" in q]  # the GPU nodes: one query, every GPU
+    usage_queries = [q for q in client.sent if ("_over_time" in q or "rate(" in q) and q != nodes]
     assert all("by (namespace, pod" in q for q in usage_queries)
-    # one query per present family (10: no SM_ACTIVE, no power here) + census + 3 inventory + 4 kube-state-metrics,
-    # plus the connection check
-    assert len(client.sent) == 10 + 1 + 3 + 4 and client.stats.queries == len(client.sent) + 1
+    # one query per present family (10: no SM_ACTIVE, no power here) + census + 3 inventory + 4 kube-state-metrics
+    # + the GPU nodes, plus the connection check
+    assert len(client.sent) == 10 + 1 + 3 + 4 + 1 and client.stats.queries == len(client.sent) + 1
     assert client.stats.max_points_per_series <= 1440
 
 

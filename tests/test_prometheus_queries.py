@@ -108,6 +108,23 @@ def test_mig_instances_on_one_gpu_are_separate_devices() -> None:
     assert got["y"].device_count == 2 and got["y"].device_memory_mib == 40192
 
 
+def test_gpu_nodes_from_node_query_answers() -> None:
+    def row(value: float, **labels: str) -> tuple[dict[str, str], float, float]:
+        return {"modelName": "NVIDIA H100 80GB HBM3", **labels}, value, 100.0
+
+    found = [row(1, hostname="n1", gpu="0"),  # the fallback label when Hostname is absent
+             row(2, hostname="n1", gpu="2", GPU_I_PROFILE="1g.10gb"),
+             row(1, hostname="n1", gpu="2", GPU_I_PROFILE="3g.40gb"),
+             row(1, gpu="0"),  # no node: left out
+             row(1, Hostname="n2", gpu="x"),  # no GPU index: left out
+             row(1, Hostname="n2", gpu="1", node="elsewhere")]
+    got = {n.name: n for n in parse.gpu_nodes(found, ("Hostname", "hostname"))}
+    assert set(got) == {"n1", "n2"}
+    assert got["n1"].mig_devices == ((), (), (("1g.10gb", 2), ("3g.40gb", 1)))  # GPU 1 exports nothing
+    assert got["n2"].mig_devices == ((), ()) and got["n2"].gpu_product == "NVIDIA H100 80GB HBM3"
+    assert [n.name for n in parse.gpu_nodes(found, ("node",))] == ["elsewhere"]
+
+
 def test_owner_chain_from_kube_state_metrics() -> None:
     def series(labels: dict[str, str]) -> dict[str, object]:
         return {"metric": labels, "values": [[100, "1"]]}

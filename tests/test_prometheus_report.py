@@ -76,6 +76,17 @@ def test_mig_and_time_slicing_as_held(doc: dict[str, Any]) -> None:
     assert any("1/2" in r for r in ts["reasons"])
 
 
+def test_mig_plan_per_node_from_dcgm_labels_without_the_api(doc: dict[str, Any]) -> None:
+    nodes = {n["node"]: n for n in doc["mig_nodes"]}
+    assert set(nodes) == {"a100-0", "a100-1"}  # no "node unknown" GPUs of their own
+    a100 = nodes["a100-0"]
+    assert set(a100["workloads"]) == {"mig/Deployment/embedder", "mig/Deployment/tiny"}
+    gpus = {i for node, i in pc.GPU_AT.values() if node == "a100-0"} | {i for n, i, _ in pc.FREE_GPUS if n == "a100-0"}
+    assert a100["gpus_total"] == len(gpus)
+    # the free GPU's two 3g.40gb instances (no pod, so only DCGM knows them) are kept, not re-planned
+    assert a100["layouts"][4] == {"3g.40gb": 2} and a100["reconfigured_gpus"] == 1
+
+
 def test_missing_metric_and_unknown_gpu_are_per_workload_reasons(doc: dict[str, Any]) -> None:
     w = by_key(doc)
     assert any("metric missing" in r and "GR_ENGINE_ACTIVE" in r for r in w["sparse/Deployment/no-activity"]["reasons"])

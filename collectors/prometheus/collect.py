@@ -32,6 +32,7 @@ INVENTORY_POINTS = 336  # coarse inventory series: hourly over 14 days
 MAX_SPLITS = 6  # a chunk is halved at most this often (1/64 of its steps) before we give up
 _DEVICE_LABELS = ("UUID", "uuid", "gpu", "Hostname", "GPU_I_ID", "GPU_I_PROFILE", "modelName")
 TASK = "querying Prometheus"
+GPU_NODES = "gpu_nodes"
 _GPU_RESOURCES = 'resource=~"nvidia.*"'  # KSM's sanitised names of nvidia.com/* resources start "nvidia_com_"
 
 
@@ -75,11 +76,13 @@ class Job:
     depth: int = 0
 
 
-def inventory_queries(scope: Scope, win: Window, with_ksm: bool) -> dict[str, str]:
-    """Coarse queries for what the spec cannot say: devices, vLLM config, and (without the API) owners."""
+def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tuple[str, ...] = ()
+                      ) -> dict[str, str]:
+    """Coarse queries for what the spec cannot say: devices, vLLM config, and (without the API) owners
+    and GPU nodes."""
     by = scope.by
     out = {
-        "devices": queries.device_query(scope, _DEVICE_LABELS),
+        "devices": queries.device_query(scope, tuple(dict.fromkeys((*_DEVICE_LABELS, *node_labels)))),
         "cache_config": f"max by ({by}, num_gpu_blocks, block_size, gpu_memory_utilization, model_name) "
                         f"(last_over_time({scope.matchers(queries.CACHE_CONFIG)}[{int(win.coarse.step_s)}s]))",
         "models": f"group by ({by}, model_name) ({scope.matchers(queries.RUNNING)})",
@@ -95,6 +98,8 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool) -> dict[str, st
             "requests": "sum by (namespace, pod, resource) "
                         f"({ksm.matchers(queries.KSM_REQUESTS, also=_GPU_RESOURCES)})",
         }
+        if node_labels:
+            out[GPU_NODES] = queries.node_query(scope, node_labels, int(win.coarse.step_s))
     return out
 
 
@@ -117,8 +122,10 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
         f = win.fine
         jobs += [Job(fam.metric, promql, c, 0) for c in queries.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
-    jobs += [Job(k, q, c, 0) for k, q in inventory_queries(scope, win, with_ksm).items()
-             for c in coarse_chunks(win, p, pods)]
+    last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
+    for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
+        # GPU nodes as they are now: MIG devices an earlier layout had are gone
+        jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else coarse_chunks(win, p, pods))]
     return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]
 
 
@@ -222,7 +229,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     progress.log(f"{client.url}: {len(jobs)} queries over {win.grid.n:,} steps of {win.grid.step_s:g} s "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
     acc = {fam.metric: Accumulator(win.grid) for fam in queries.FAMILIES}
-    device_table = parse.DeviceTable(scope.namespace_label, scope.pod_label)
+    device_table = parse.DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
 
     def on_result(job: Job, result: Result) -> None:
@@ -250,4 +257,5 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         vllm=parse.vllm_info(inv.get("cache_config", []), inv.get("models", []),
                              scope.namespace_label, scope.pod_label),
         warnings=tuple(_missing(counts)),
+        gpu_nodes=parse.gpu_nodes(inv.get(GPU_NODES, []), p.node_labels),
     )

@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from recommender.inventory import PodDevices, PodOwner, PodRequests, VllmInfo, pod_key
+from recommender.inventory import NodeDevices, PodDevices, PodOwner, PodRequests, VllmInfo, pod_key
 
 Result = list[dict[str, Any]]
 Latest = list[tuple[dict[str, str], float, float]]  # (labels, last finite value, its time), oldest first
@@ -102,8 +102,8 @@ class DeviceTable:
     a new pod on the GPU its predecessor left is not mistaken for time-slicing.
     """
 
-    def __init__(self, ns_label: str, pod_label: str) -> None:
-        self.ns_label, self.pod_label = ns_label, pod_label
+    def __init__(self, ns_label: str, pod_label: str, node_labels: Sequence[str] = ()) -> None:
+        self.ns_label, self.pod_label, self.node_labels = ns_label, pod_label, tuple(node_labels)
         self.on_device: dict[tuple[str, float], set[str]] = defaultdict(set)
         self.per_pod: dict[str, dict[str, Any]] = {}
 
@@ -119,8 +119,10 @@ class DeviceTable:
             for t, _ in finite:
                 self.on_device[(dev, t)].add(key)
             info = self.per_pod.setdefault(key, {"ns": ns, "pod": pod, "devices": set(), "product": None,
-                                                 "profile": None, "mib": None, "t": -math.inf})
+                                                 "profile": None, "mib": None, "t": -math.inf, "nodes": set()})
             info["devices"].add(dev)
+            if node := _node(labels, self.node_labels):
+                info["nodes"].add(node)
             info["product"] = info["product"] or labels.get("modelName")
             info["profile"] = info["profile"] or labels.get("GPU_I_PROFILE")
             if finite and finite[-1][0] >= info["t"]:
@@ -133,14 +135,41 @@ class DeviceTable:
             for key in pods:
                 shared[key] = max(shared[key], len(pods))
         return tuple(
-            PodDevices(i["ns"], i["pod"], i["product"], len(i["devices"]), i["profile"], i["mib"], shared[key])
+            PodDevices(i["ns"], i["pod"], i["product"], len(i["devices"]), i["profile"], i["mib"], shared[key],
+                       tuple(sorted(i["nodes"])))
             for key, i in sorted(self.per_pod.items())
         )
 
 
-def devices(result: Result, ns_label: str, pod_label: str) -> tuple[PodDevices, ...]:
+def devices(result: Result, ns_label: str, pod_label: str, node_labels: Sequence[str] = ()
+            ) -> tuple[PodDevices, ...]:
     """:class:`DeviceTable` over one answer."""
-    return DeviceTable(ns_label, pod_label).add(result).records()
+    return DeviceTable(ns_label, pod_label, node_labels).add(result).records()
+
+
+def _node(labels: Mapping[str, str], node_labels: Sequence[str]) -> str | None:
+    return next((labels[k] for k in node_labels if labels.get(k)), None)
+
+
+def gpu_nodes(found: Latest, node_labels: Sequence[str]) -> tuple[NodeDevices, ...]:
+    """GPU nodes from :func:`~collectors.prometheus.queries.node_query` answers (MIG instances counted per
+    GPU and profile): GPU indexes 0 to the highest exported, a GPU with no MIG label holds no MIG devices.
+    Series without a node or GPU index name no node and are left out."""
+    per_node: dict[str, dict[int, dict[str, int]]] = defaultdict(dict)
+    product: dict[str, str | None] = {}
+    for labels, value, _ in found:
+        node, index = _node(labels, node_labels), labels.get("gpu", "")
+        if not node or not index.isdigit():
+            continue
+        gpu = per_node[node].setdefault(int(index), {})
+        if profile := labels.get("GPU_I_PROFILE"):
+            gpu[profile] = int(value)
+        product[node] = product.get(node) or labels.get("modelName")
+    return tuple(
+        NodeDevices(node, product.get(node), tuple(tuple(sorted(gpus.get(i, {}).items()))
+                                                   for i in range(max(gpus) + 1)))
+        for node, gpus in sorted(per_node.items())
+    )
 
 
 def _owner_map(found: Latest, child_label: str) -> dict[tuple[str, str], tuple[str, str]]:

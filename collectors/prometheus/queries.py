@@ -155,6 +155,15 @@ def device_query(scope: Scope, labels: tuple[str, ...]) -> str:
     return f"max by ({by}) ({scope.matchers(FB_USED)} + {scope.matchers(FB_FREE)})"
 
 
+def node_query(scope: Scope, node_labels: tuple[str, ...], window_s: int) -> str:
+    """MIG devices per node, GPU index and profile (one series per GPU without MIG), with or without pods:
+    free GPUs count in a per-node MIG plan. A device shared by several pods is one series per pod, so
+    devices are grouped by their instance ID before they are counted."""
+    labels = ", ".join((*node_labels, "gpu", "modelName", "GPU_I_PROFILE"))
+    selector = "{" + ",".join([f"__name__={_quote(FB_FREE)}", *([scope.extra] if scope.extra else [])]) + "}"
+    return f"count by ({labels}) (group by ({labels}, GPU_I_ID) (last_over_time({selector}[{window_s}s])))"
+
+
 def step_for(history_s: float, p: PrometheusSettings) -> float:
     """Query step: about ``target_points`` over the history, never below the scrape interval, whole minutes.
 
