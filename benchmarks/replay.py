@@ -32,7 +32,8 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   waiting is 0 then). ``reactive-zero`` is the same with minReplicaCount 0 and cooldownPeriod 300 s.
   Both on whole GPUs, as services run today; ``reactive-slice`` is reactive on ours' shape: what the
   slice buys without our scaling (an ablation, not the baseline).
-- ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s`` on
+- ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s``
+  (300 s: the controller's default interval, so the published forecast is as old as in a cluster) on
   the history so far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity
   from the model above and the token means seen so far, class from ``--class``); every 15 s the HPA sees
   the larger of the forecast band over the next cold start and the observed rate (per
@@ -480,8 +481,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ttft-objective-s", type=float, default=2.0)
     p.add_argument("--class", dest="cls", choices=[c.value for c in WorkloadClass], default="real-time",
                    help="class 'ours' sizes the trace as (real-time: hi_95 band, 30%% headroom, never to zero)")
-    p.add_argument("--refit-s", type=int, default=None, help="refit period of 'ours' (default 600 s, 3600 s "
-                   "for traces over a day)")
+    p.add_argument("--refit-s", type=int, default=300, help="refit period of 'ours': the controller's interval "
+                   "(its default, 300 s, publishes a new forecast every 5 minutes)")
     p.add_argument("--policies", default="static-peak,reactive,reactive-zero,reactive-slice,ours,oracle",
                    help="oracle reads the future: a bound on what a forecast could buy, not a contender")
     p.add_argument("--seed", type=int, default=0, help="ServeGen arrivals and token lengths")
@@ -499,8 +500,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         value = getattr(d, field)
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
-    if min(getattr(args, f) for f in CAPACITY_FLAGS) <= 0 or args.ttft_objective_s <= 0:
-        p.error("capacity figures and the TTFT objective must be positive")
+    if min(getattr(args, f) for f in CAPACITY_FLAGS) <= 0 or args.ttft_objective_s <= 0 or args.refit_s <= 0:
+        p.error("capacity figures, the TTFT objective and the refit period must be positive")
     return args
 
 
@@ -549,7 +550,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     span = float(trace.arrival_s[-1])
-    refit = args.refit_s or (3600 if span > 86_400 else 600)
     print(f"# {trace.arrival_s.size} requests over {span / 3600:.2f} h; mean tokens in {trace.input_tokens.mean():.0f} "
           f"out {trace.output_tokens.mean():.0f}; capacity {cap}; objective {args.ttft_objective_s:g} s")
     print(f"# ours, reactive-slice and oracle run on {shape}: {shaped}")
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         "reactive": (lambda: Reactive(min_replicas=1), cap),
         "reactive-zero": (lambda: Reactive(min_replicas=0), cap),
         "reactive-slice": (lambda: Reactive(min_replicas=1), shaped),
-        "ours": (lambda: Ours(shaped, WorkloadClass(args.cls), refit, ScalingSettings()), shaped),
+        "ours": (lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s, ScalingSettings()), shaped),
         "oracle": (lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)), shaped),
     }
     unknown = [n for n in args.policies.split(",") if n not in policies]

@@ -4,7 +4,7 @@
         --clients 2,9,17,38,43,88,0,10,62,90 --jobs 2
 
 One line per client (GPU-hours and TTFT violations per policy, and the verdict for ours and the oracle),
-then a summary. Each client is a 14-day replay (~2 minutes on one core); clients run as separate
+then a summary. Each client is a 14-day replay (~3 minutes on one core); clients run as separate
 processes. Skips with a message when the data folder is absent.
 """
 

@@ -129,6 +129,9 @@ def test_cli_skips_a_missing_trace_and_rejects_a_bad_one(tmp_path: Path, capsys:
     bad.write_text("a,b\n1,2\n")
     assert replay.main(["--trace", str(bad), "--format", "azure"]) == 2
     assert capsys.readouterr().err.startswith("error:")
+    with pytest.raises(SystemExit):
+        replay.main(["--trace", str(bad), "--format", "azure", "--refit-s", "0"])
+    assert "refit period must be positive" in capsys.readouterr().err
 
 
 def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
