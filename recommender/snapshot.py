@@ -166,17 +166,14 @@ class _Presence:
         self.column = {c: i for i, c in enumerate(frame.columns)} if frame is not None else {}
 
     def live_pods(self, pods: Sequence[str]) -> list[str]:
-        """Pods with data at the last step any of them had data (all of them when none has data)."""
+        """Pods with data at the last step any of them had data: the replicas at the window's end (all of
+        them when none has data)."""
         cols = [(p, self.column[p]) for p in pods if p in self.column]
         if self.matrix is None or not cols:
             return list(pods)
         sub = self.matrix[:, [c for _, c in cols]]
         rows = np.flatnonzero(sub.any(axis=1))
         return [p for (p, _), live in zip(cols, sub[rows[-1]], strict=True) if live] if rows.size else list(pods)
-
-    def live_replicas(self, pods: Sequence[str]) -> int:
-        """The replica count at the window's end (at least one)."""
-        return max(1, len(self.live_pods(pods)))
 
 
 def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
