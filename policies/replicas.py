@@ -143,8 +143,8 @@ def autoscaled_series(history: ReplicaHistory, plan: ScalingPlan) -> pd.Series |
     if rate.empty:
         return None
     steps = rate.to_numpy()
-    want = np.where(steps > 0, np.maximum(1.0, np.ceil(steps / plan.target_per_replica - 1e-9)), 0.0)  # replicas_for
-    want = np.clip(want, 1, plan.max_replicas)  # while active at least one; min_replicas is today's trough, not all
+    # replicas_for per step, at least one while active (min_replicas is today's trough, not all history's)
+    want = np.clip(np.ceil(steps / plan.target_per_replica - 1e-9), 1, plan.max_replicas)
     lead = max(1, math.ceil((plan.cold_start_s or 0.0) / history.step_s) + 1)  # started one cold start ahead
     ready = pd.Series(want[::-1]).rolling(lead, min_periods=1).max().to_numpy()[::-1]
     window = max(1, math.ceil(scale_down_window_s(plan) / history.step_s))
