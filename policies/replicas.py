@@ -97,20 +97,24 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     low, high = min(low, recommended), min(max(high, recommended), settings.max_replicas)
     cooldown, cool_why = cooldown_s(gaps, cold_s, to_zero, settings)
     act = 1.0 / cold_s if to_zero else 0.0
+    waiting = target * objective_s
     why += [note, *cap_why, *demand_why,
             f"target {target:.3g} req/s per replica = {cap:.3g} x (1 - {headroom:.0%} headroom for {cls.value})",
             f"{recommended} replicas for {peak:.3g} req/s; min {low}, max {high} " + (
                 f"(the larger of forecast and observed peak, +{settings.max_burst_frac:.0%} for bursts)" if bounded
                 else f"(the max_replicas ceiling: {span_s / 3600:.3g} h of history is under the "
                      f"{settings.max_bound_history_s / 3600:.3g} h that bound bursts)"),
-            *cap_note, zero_why, cool_why]
+            *cap_note, zero_why, cool_why,
+            f"second trigger at {waiting:.3g} requests waiting per replica: what a replica starts within the "
+            f"{objective_s:g} s objective at its target (the finished-request rate stops at the capacity served)"]
     if to_zero:
         why.append(f"activation above {act:.3g} req/s: wake when the forecast expects a request within one "
                    f"cold start ({cold_s:g} s), before the queue builds")
     plan = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=cap, target_per_replica=target,
                        min_replicas=low, max_replicas=high, recommended_replicas=recommended,
                        activation_threshold=act, cooldown_s=cooldown, scale_to_zero=to_zero, headroom_frac=headroom,
-                       cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source)
+                       cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source,
+                       waiting_per_replica=waiting)
     if source == "lower bound":  # the target sits under the highest rate seen: every peak would need more
         return replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
     mean = autoscaled_replicas(history, plan)
@@ -325,24 +329,31 @@ def cooldown_s(gaps_s: np.ndarray, cold_start_s: float, to_zero: bool, settings:
 
 
 def keda_parameters(plan: ScalingPlan, query: str = 'sum(rate(vllm:request_success_total{namespace="NS"}[1m]))',
-                    server_address: str = "http://prometheus:9090", polling_interval_s: int = 30) -> dict[str, object]:
-    """A KEDA ScaledObject ``spec`` fragment (reference.md §10) with a Prometheus trigger on request rate.
+                    server_address: str = "http://prometheus:9090", polling_interval_s: int = 30,
+                    waiting_query: str = 'sum(vllm:num_requests_waiting{namespace="NS"})') -> dict[str, object]:
+    """A KEDA ScaledObject ``spec`` fragment (reference.md §10): a Prometheus trigger on request rate and,
+    where the plan sets ``waiting_per_replica``, one on requests waiting (the HPA follows the larger).
 
-    Trigger metadata values are strings, as KEDA expects; ``query`` must return exactly one element.
+    Trigger metadata values are strings, as KEDA expects; each query must return exactly one element.
     """
+    triggers: list[dict[str, object]] = [{
+        "type": "prometheus",
+        "metricType": "AverageValue",
+        "metadata": {"serverAddress": server_address, "query": query,
+                     "threshold": f"{plan.target_per_replica:.6g}",
+                     "activationThreshold": f"{plan.activation_threshold:.6g}"},
+    }]
+    if plan.waiting_per_replica is not None:
+        triggers.append({"type": "prometheus", "metricType": "AverageValue",
+                         "metadata": {"serverAddress": server_address, "query": waiting_query,
+                                      "threshold": f"{plan.waiting_per_replica:.6g}"}})
     return {
         "pollingInterval": polling_interval_s,
         "cooldownPeriod": plan.cooldown_s,
         "minReplicaCount": plan.min_replicas,
         "maxReplicaCount": plan.max_replicas,
         "advanced": {"horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(plan)}},
-        "triggers": [{
-            "type": "prometheus",
-            "metricType": "AverageValue",
-            "metadata": {"serverAddress": server_address, "query": query,
-                         "threshold": f"{plan.target_per_replica:.6g}",
-                         "activationThreshold": f"{plan.activation_threshold:.6g}"},
-        }],
+        "triggers": triggers,
     }
 
 

@@ -234,6 +234,9 @@ class ScalingPlan:
     ``requests_waiting``), in that metric's units. ``target_per_replica`` is the HPA/KEDA
     ``AverageValue`` threshold: capacity at the latency objective less the class's headroom.
     ``activation_threshold`` wakes a scaled-to-zero workload (KEDA: active iff value > threshold).
+    ``waiting_per_replica`` is the second trigger's ``AverageValue`` on requests waiting: the finished-request
+    rate stops at the capacity being served, so on it alone an overloaded service grows by only
+    1 / (1 - headroom) per sync (not at all with no headroom).
     """
 
     metric: str
@@ -250,6 +253,7 @@ class ScalingPlan:
     reasons: tuple[str, ...] = ()
     capacity_source: str = "measured"  # measured | configured | model card
     mean_replicas: float | None = None  # what the autoscaler would have held on average over the window
+    waiting_per_replica: float | None = None  # requests waiting per replica: target x the TTFT objective
 
 
 @dataclass(frozen=True)

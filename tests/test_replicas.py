@@ -197,6 +197,26 @@ def test_batch_with_long_gaps_scales_to_zero_with_derived_keda_parameters() -> N
     assert float(meta["activationThreshold"]) == pytest.approx(1 / 180)
 
 
+@pytest.mark.parametrize(("klass", "annotations", "waiting"), [
+    (RT, {}, 14.0),  # target 10 x (1 - 0.30) = 7 req/s x the 2 s default objective = 14 requests
+    (RT, {TTFT_OBJECTIVE_ANNOTATION: "0.5"}, 3.5),  # 7 x 0.5 s
+    (BATCH, {TTFT_OBJECTIVE_ANNOTATION: "30"}, 300.0),  # no headroom: 10 x 30 s
+])
+def test_second_trigger_on_requests_waiting_drains_within_the_objective(
+        klass: WorkloadClass, annotations: dict[str, str], waiting: float) -> None:
+    w = workload(annotations={CAPACITY_ANNOTATION: "10", **annotations})
+    p = plan(w, ReplicaHistory(60.0, series([5.0] * 120)), klass)
+    assert p.waiting_per_replica == pytest.approx(waiting)
+    rate, queue = keda_parameters(p, query="RATE", waiting_query="WAITING")["triggers"]  # type: ignore[misc]
+    assert rate["metadata"]["query"] == "RATE" and queue["metadata"]["query"] == "WAITING"
+    assert (rate["metricType"], queue["metricType"]) == ("AverageValue", "AverageValue")
+    assert float(queue["metadata"]["threshold"]) == pytest.approx(waiting)
+    assert "activationThreshold" not in queue["metadata"]  # waking from zero is the rate trigger's call
+    assert any(f"{waiting:.3g} requests waiting per replica" in r for r in p.reasons)
+    # a plan without it (older plans, hand-made ones) keeps the one trigger
+    assert len(keda_parameters(replace(p, waiting_per_replica=None))["triggers"]) == 1  # type: ignore[arg-type]
+
+
 def test_real_time_and_short_gaps_do_not_scale_to_zero() -> None:
     long_gaps = ReplicaHistory(60.0, bursts(60.0, 60, 300, 4))
     assert not plan(with_capacity(), long_gaps, RT).scale_to_zero

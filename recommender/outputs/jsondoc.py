@@ -36,8 +36,9 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.3"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
-# 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled)
+SCHEMA_VERSION = "1.4"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+# 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled);
+# 1.4: a second trigger on requests waiting (scaling.waiting_per_replica)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -157,15 +158,17 @@ def workload(rec: Recommendation) -> dict[str, Any]:
 
 
 def scaling(p: ScalingPlan | None, namespace: str, name: str) -> dict[str, Any] | None:
-    """Replica bounds and the KEDA ScaledObject spec fragment derived from them (a Prometheus trigger on
-    the workload's finished-request rate; its pods are matched by name prefix)."""
+    """Replica bounds and the KEDA ScaledObject spec fragment derived from them (Prometheus triggers on
+    the workload's finished-request rate and requests waiting; its pods are matched by name prefix)."""
     if p is None:
         return None
+    pods = f'namespace="{namespace}",pod=~"{name}-.*"'
     return {
         "metric": p.metric,
         "per_replica_capacity": demand(p.per_replica_capacity),
         "capacity_source": p.capacity_source,
         "target_per_replica": demand(p.target_per_replica),
+        "waiting_per_replica": demand(p.waiting_per_replica),
         "headroom_frac": frac(p.headroom_frac),
         "min_replicas": p.min_replicas,
         "max_replicas": p.max_replicas,
@@ -176,8 +179,8 @@ def scaling(p: ScalingPlan | None, namespace: str, name: str) -> dict[str, Any] 
         "cold_start_s": secs(p.cold_start_s),
         "mean_replicas": frac(p.mean_replicas),
         "reasons": list(p.reasons),
-        "keda": keda_parameters(p, query=f'sum(rate(vllm:request_success_total{{namespace="{namespace}",'
-                                          f'pod=~"{name}-.*"}}[1m]))'),
+        "keda": keda_parameters(p, query=f"sum(rate(vllm:request_success_total{{{pods}}}[1m]))",
+                                waiting_query=f"sum(vllm:num_requests_waiting{{{pods}}})"),
     }
 
 

@@ -1,0 +1,73 @@
+"""The KEDA triggers the JSON report writes, run on a real Prometheus: KEDA's Prometheus scaler needs each
+query to return exactly one element, and the value is what the HPA divides by the threshold."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+
+from recommender import model as m
+from recommender.outputs.jsondoc import scaling
+from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+
+pytestmark = [
+    pytest.mark.skipif(prometheus_binaries() is None,
+                       reason="Debian's prometheus/promtool not installed (apt-get install -y prometheus)"),
+    pytest.mark.prometheus,
+]
+
+SCRAPE_S = 15  # kube-prometheus scrapes every 30 s or faster: [1m] then holds at least two samples
+END_S = int(time.time()) // 60 * 60 - 120
+TS = END_S - SCRAPE_S * np.arange(241)[::-1]  # the last hour
+ELAPSED = (TS - TS[0]).astype(float)
+# (namespace, pod, finished requests/s, requests waiting at the end): the other namespace's and the other
+# Deployment's pods must not count
+PODS = [("inference", "llama-7d9f-a1", 2.0, 4.0), ("inference", "llama-7d9f-b2", 3.0, 6.0),
+        ("staging", "llama-55c1-x9", 7.0, 50.0), ("inference", "mistral-66a2-c3", 11.0, 70.0)]
+PLAN = m.ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
+                     max_replicas=6, recommended_replicas=2, activation_threshold=0.0, cooldown_s=300,
+                     scale_to_zero=False, headroom_frac=0.3, cold_start_s=None, waiting_per_replica=14.0)
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
+    out = []
+    for ns, pod, rate, waiting in PODS:
+        labels = {"namespace": ns, "pod": pod, "model_name": "m"}
+        out += [Series("vllm:request_success_total", {**labels, "finished_reason": "stop"}, TS, rate * ELAPSED),
+                Series("vllm:num_requests_waiting", labels, TS, np.linspace(0.0, waiting, TS.size))]
+    tmp = tmp_path_factory.mktemp("keda")
+    write_openmetrics(out, tmp / "data.om", {"vllm:request_success": "counter"})
+    build_tsdb(tmp / "data.om", tmp / "data")
+    with PromServer.from_tsdb(tmp / "data") as server:
+        yield server
+
+
+def instant(url: str, query: str) -> list[dict[str, Any]]:
+    r = requests.get(f"{url}/api/v1/query", params={"query": query, "time": END_S}, timeout=10)
+    assert r.status_code == 200, r.text
+    result: list[dict[str, Any]] = r.json()["data"]["result"]
+    return result
+
+
+def test_rate_and_waiting_triggers_each_return_the_deployments_one_sum(prom: PromServer) -> None:
+    rate, waiting = scaling(PLAN, "inference", "llama")["keda"]["triggers"]  # type: ignore[index]
+    got = [instant(prom.url, t["metadata"]["query"]) for t in (rate, waiting)]
+    assert [len(r) for r in got] == [1, 1], got
+    assert float(got[0][0]["value"][1]) == pytest.approx(2.0 + 3.0)  # llama's two pods in inference only
+    assert float(got[1][0]["value"][1]) == pytest.approx(4.0 + 6.0)
+    # what the HPA does with them: ceil(5 / 7) = 1 replica on rate, ceil(10 / 14) = 1 on the queue
+    assert (float(rate["metadata"]["threshold"]), float(waiting["metadata"]["threshold"])) == (7.0, 14.0)
+
+
+def test_a_plan_without_the_queue_trigger_writes_only_the_rate_query(prom: PromServer) -> None:
+    doc = scaling(replace(PLAN, waiting_per_replica=None), "inference", "mistral")
+    assert doc is not None and doc["waiting_per_replica"] is None
+    (rate,) = doc["keda"]["triggers"]
+    assert float(instant(prom.url, rate["metadata"]["query"])[0]["value"][1]) == pytest.approx(11.0)
