@@ -35,6 +35,8 @@ from recommender.shape import TTFT_OBJECTIVE_ANNOTATION, ttft_objective_from
 CAPACITY_ANNOTATION = "rightsizer.io/replica-capacity"  # requests/s one replica serves at the objective
 BAND_BY_CLASS = {WorkloadClass.REAL_TIME: "hi_95", WorkloadClass.NEAR_REAL_TIME: "hi_80", WorkloadClass.BATCH: "mean"}
 OBSERVED_BY_CLASS = {WorkloadClass.REAL_TIME: 1.0, WorkloadClass.NEAR_REAL_TIME: 0.95, WorkloadClass.BATCH: -1.0}
+RATE_TRIGGER_METRIC = "vllm:request_success_total"  # the KEDA triggers' queries read these (keda_parameters)
+WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
 KEDA_DEFAULT_COOLDOWN_S = 300  # reference.md §10; only used when scaling to zero
 HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
 
@@ -328,25 +330,26 @@ def cooldown_s(gaps_s: np.ndarray, cold_start_s: float, to_zero: bool, settings:
                    f"[{cold_start_s:g} s cold start, {long_s:g} s], rounded up to the {poll} s polling interval")
 
 
-def keda_parameters(plan: ScalingPlan, query: str = 'sum(rate(vllm:request_success_total{namespace="NS"}[1m]))',
+def keda_parameters(plan: ScalingPlan, query: str = f'sum(rate({RATE_TRIGGER_METRIC}{{namespace="NS"}}[1m]))',
                     server_address: str = "http://prometheus:9090", polling_interval_s: int = 30,
-                    waiting_query: str = 'sum(vllm:num_requests_waiting{namespace="NS"})') -> dict[str, object]:
+                    waiting_query: str = f'sum({WAITING_TRIGGER_METRIC}{{namespace="NS"}})') -> dict[str, object]:
     """A KEDA ScaledObject ``spec`` fragment (reference.md §10): a Prometheus trigger on request rate and,
     where the plan sets ``waiting_per_replica``, one on requests waiting (the HPA follows the larger).
 
     Trigger metadata values are strings, as KEDA expects; each query must return exactly one element.
     """
+    thresholds = trigger_thresholds(plan)
     triggers: list[dict[str, object]] = [{
         "type": "prometheus",
         "metricType": "AverageValue",
         "metadata": {"serverAddress": server_address, "query": query,
-                     "threshold": f"{plan.target_per_replica:.6g}",
+                     "threshold": thresholds[RATE_TRIGGER_METRIC],
                      "activationThreshold": f"{plan.activation_threshold:.6g}"},
     }]
-    if plan.waiting_per_replica is not None:
+    if WAITING_TRIGGER_METRIC in thresholds:
         triggers.append({"type": "prometheus", "metricType": "AverageValue",
                          "metadata": {"serverAddress": server_address, "query": waiting_query,
-                                      "threshold": f"{plan.waiting_per_replica:.6g}"}})
+                                      "threshold": thresholds[WAITING_TRIGGER_METRIC]}})
     return {
         "pollingInterval": polling_interval_s,
         "cooldownPeriod": plan.cooldown_s,
@@ -355,6 +358,15 @@ def keda_parameters(plan: ScalingPlan, query: str = 'sum(rate(vllm:request_succe
         "advanced": {"horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(plan)}},
         "triggers": triggers,
     }
+
+
+def trigger_thresholds(plan: ScalingPlan) -> dict[str, str]:
+    """The plan's per-replica thresholds by the metric each Prometheus trigger reads, as KEDA's metadata strings
+    (one place for the report's fragment and the actuator that keeps a live ScaledObject in step)."""
+    out = {RATE_TRIGGER_METRIC: f"{plan.target_per_replica:.6g}"}
+    if plan.waiting_per_replica is not None:
+        out[WAITING_TRIGGER_METRIC] = f"{plan.waiting_per_replica:.6g}"
+    return out
 
 
 def scale_down_window_s(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> int:

@@ -7,13 +7,16 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import jsonpatch
 import pytest
 from click.testing import CliRunner
 
 from recommender.cli import main
+from recommender.controller.changes import apply_local, inverse, scaledobject_changes
 from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller
 from recommender.controller.records import LAST_CHANGE
+from recommender.outputs.jsondoc import scaling
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot
 from tests.kubewrite import WriteCluster
@@ -21,10 +24,11 @@ from tests.kubewrite import WriteCluster
 NOW = pf.END
 
 
-def scaled_object(name: str = NAME, kind: str | None = None, lo: int | None = 1, hi: int = 10) -> dict[str, Any]:
+def scaled_object(name: str = NAME, kind: str | None = None, lo: int | None = 1, hi: int = 10,
+                  triggers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     target: dict[str, Any] = {"name": name} | ({"kind": kind} if kind else {})
     spec: dict[str, Any] = {"scaleTargetRef": target, "maxReplicaCount": hi,
-                            "triggers": [{"type": "external", "metadata": {"scalerAddress": "x:9090"}}]}
+                            "triggers": triggers or [{"type": "external", "metadata": {"scalerAddress": "x:9090"}}]}
     if lo is not None:
         spec["minReplicaCount"] = lo
     return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
@@ -117,3 +121,57 @@ def test_a_failed_workload_patch_undoes_the_scaledobject_change() -> None:
         assert [o.status for o in report.outcomes] == ["conflict"], report
         assert cluster.obj("ScaledObject", NS, f"{NAME}-so")["spec"] == scaled_object()["spec"]  # undone
         assert LAST_CHANGE not in (cluster.obj("Deployment", NS, NAME)["metadata"].get("annotations") or {})
+
+
+def with_queue_trigger() -> Any:
+    """recommendation() with the second trigger: 7 req/s and 14 requests waiting per replica."""
+    r = recommendation()
+    assert r.scaling is not None
+    return replace(r, scaling=replace(r.scaling, waiting_per_replica=14.0))
+
+
+def report_triggers(rate: str, waiting: str) -> list[dict[str, Any]]:
+    """The external trigger, the report's own two Prometheus triggers (thresholds set by hand to ``rate`` and
+    ``waiting``) and a trigger on a query of the user's own, in that order."""
+    doc = scaling(with_queue_trigger().scaling, NS, NAME)
+    assert doc is not None
+    ours = [{**t, "metadata": {**t["metadata"], "threshold": v}}
+            for t, v in zip(doc["keda"]["triggers"], (rate, waiting), strict=True)]
+    theirs = {"type": "prometheus", "metadata": {"serverAddress": "http://p:9090", "query": "sum(my_queue)",
+                                                 "threshold": "3"}}
+    return [{"type": "external", "metadata": {"scalerAddress": "x:9090"}}, *ours, theirs]
+
+
+def test_the_report_triggers_thresholds_follow_the_plan_and_roll_back() -> None:
+    so = scaled_object(triggers=report_triggers("5", "10"))
+    with WriteCluster([deployment(), so, policy("auto", auto_spec())], crds=["ScaledObject"]) as cluster:
+        report = Controller(cluster.kube(), lambda now: (plan(with_queue_trigger(), now=now), snapshot(now, .3, .3)),
+                            clock=lambda: NOW).reconcile()
+        assert [o.status for o in report.outcomes] == ["applied"], report
+        assert "keda threshold (vllm:request_success_total): 5 → 7" in report.outcomes[0].message
+        assert "keda threshold (vllm:num_requests_waiting): 10 → 14" in report.outcomes[0].message
+        live = cluster.obj("ScaledObject", NS, f"{NAME}-so")["spec"]["triggers"]
+        assert [t["metadata"]["threshold"] for t in live[1:]] == ["7", "14", "3"]  # the user's own stays
+        assert live[0] == so["spec"]["triggers"][0]
+        assert CliRunner().invoke(main, ["rollback", KEY, "--server", cluster.url]).exit_code == 0
+        assert cluster.obj("ScaledObject", NS, f"{NAME}-so")["spec"] == so["spec"]
+
+
+def test_a_threshold_equal_in_value_is_not_rewritten_and_a_query_reading_both_is_left_alone() -> None:
+    triggers = report_triggers("7.0", "10")
+    both = {"type": "prometheus", "metadata": {"query": "sum(vllm:num_requests_waiting) + "
+                                                        "sum(rate(vllm:request_success_total[1m]))", "threshold": "9"}}
+    so = scaled_object(triggers=[*triggers, both])
+    cs = scaledobject_changes(so, 1, 10, (("vllm:request_success_total", "7"), ("vllm:num_requests_waiting", "14")))
+    assert [c.path for c in cs.changes] == ["/spec/triggers/2/metadata/threshold"]
+    assert cs.skipped and "trigger 4" in cs.skipped[0]
+    assert apply_local(apply_local(so, cs), inverse(cs)) == so
+
+
+def test_a_reordered_trigger_list_fails_the_threshold_patch_instead_of_hitting_another_trigger() -> None:
+    so = scaled_object(triggers=report_triggers("5", "10"))
+    cs = scaledobject_changes(so, 1, 10, (("vllm:request_success_total", "7"),))
+    moved = scaled_object(triggers=[so["spec"]["triggers"][i] for i in (0, 3, 2, 1)])  # index 1: the user's own
+    moved["spec"]["triggers"][1]["metadata"]["threshold"] = "5"
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        apply_local(moved, cs)

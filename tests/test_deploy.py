@@ -22,11 +22,14 @@ import pytest
 import yaml
 
 from collectors.prometheus import queries
+from recommender import model as m
+from recommender.outputs.jsondoc import scaling
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 OVERLAYS = ("recommend", "auto", "external-metrics")
 K8S_VERSION = "1.30.0"
 NS = "gpu-rightsizer"
+EXAMPLE_PLAN = m.ScalingPlan(m.REQUEST_RATE, 1.0, 1.0, 0, 1, 1, 0.0, 300, False, 0.0, None, waiting_per_replica=1.0)
 SA = ("ServiceAccount", NS, "gpu-rightsizer")
 READ = {"get", "list", "watch"}
 # (apiGroup, resource) → the write verbs the controller may hold there: the whole allowlist.
@@ -486,6 +489,8 @@ def test_scaledobjects_point_at_our_servers(path: Path) -> None:
         assert spec["idleReplicaCount"] < spec["minReplicaCount"]
     assert 0 < spec["fallback"]["replicas"] <= spec["maxReplicaCount"]
     host = f"gpu-rightsizer.{NS}.svc"
+    doc = scaling(EXAMPLE_PLAN, ns, target["name"])
+    report_queries = {t["metadata"]["query"] for t in doc["keda"]["triggers"]} if doc else set()
     for trig in spec["triggers"]:
         meta = trig["metadata"]
         assert all(isinstance(v, str) for v in meta.values()), "KEDA trigger metadata values are strings"
@@ -496,5 +501,9 @@ def test_scaledobjects_point_at_our_servers(path: Path) -> None:
             assert meta["url"] == f"http://{host}:{_service_port('http')}/api/v1/keda/{ns}/{target['name']}"
             assert meta["valueLocation"] and float(meta["targetValue"]) > 0
             assert float(meta.get("activationTargetValue", "0")) >= 0
+        elif trig["type"] == "prometheus":  # the report's own triggers, which Auto keeps in step with the plan
+            assert trig["metricType"] == "AverageValue", "a Value target would not divide by the replicas"
+            assert meta["query"] in report_queries, f"not a query the report writes for {target['name']}"
+            assert meta["serverAddress"].startswith("http") and float(meta["threshold"]) > 0
         else:
             pytest.fail(f"unexpected trigger type {trig['type']}")

@@ -10,10 +10,12 @@ when the server has one: a concurrent edit makes the whole patch fail instead of
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.replicas import trigger_thresholds
 from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, kai_annotations, mps_env
 from recommender.model import Recommendation, Sharing
 
@@ -82,6 +84,7 @@ class Desired:
     mig_count: int = 1
     keda_min: int | None = None  # ScaledObject minReplicaCount/maxReplicaCount where KEDA owns replicas
     keda_max: int | None = None
+    keda_thresholds: tuple[tuple[str, str], ...] = ()  # (metric a Prometheus trigger's query reads, threshold)
     hami_limits: tuple[tuple[str, str], ...] = ()  # container limits, as policies.shares.hami_resources
     pod_annotations: tuple[tuple[str, str], ...] = ()  # pod template, as policies.shares.kai_annotations
     reasons: tuple[str, ...] = field(default=())
@@ -92,15 +95,18 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     """The parts of a recommendation a policy allows, within its replica bounds."""
     alloc, why = rec.recommended, []
     replicas = keda_min = keda_max = None
+    thresholds: tuple[tuple[str, str], ...] = ()
     lo, hi = min_replicas or 0, max_replicas or 10**6
     if "replicas" in allowed and rec.scaling is not None:
         replicas = max(lo, min(hi, rec.scaling.recommended_replicas))
         keda_min = max(lo, min(hi, rec.scaling.min_replicas))
         keda_max = max(keda_min, 1, min(hi, rec.scaling.max_replicas))
+        thresholds = tuple(trigger_thresholds(rec.scaling).items())
     elif "replicas" in allowed:
         why.append("replicas: no scaling recommendation")
     if alloc is None:
-        return Desired(replicas=replicas, keda_min=keda_min, keda_max=keda_max, reasons=(*why, *rec.reasons))
+        return Desired(replicas=replicas, keda_min=keda_min, keda_max=keda_max, keda_thresholds=thresholds,
+                       reasons=(*why, *rec.reasons))
     vllm = alloc.vllm if "vllm" in allowed else None
     mps = alloc.sharing == Sharing.MPS and "mps" in allowed
     mig = alloc.sharing == Sharing.MIG and "mig" in allowed and alloc.mig_profile is not None
@@ -112,7 +118,7 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     if alloc.sharing == Sharing.KAI and "kai" in allowed and not kai:
         why.append("kai: the recommendation has no gpu-fraction")
     return Desired(
-        replicas=replicas, keda_min=keda_min, keda_max=keda_max,
+        replicas=replicas, keda_min=keda_min, keda_max=keda_max, keda_thresholds=thresholds,
         gpu_memory_utilization=vllm.gpu_memory_utilization if vllm else None,
         max_num_seqs=vllm.max_num_seqs if vllm else None,
         mps_thread_pct=round(alloc.mps_active_thread_pct) if mps and alloc.mps_active_thread_pct else None,
@@ -161,13 +167,45 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
     return b.build(ref)
 
 
-def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas: int) -> ChangeSet:
-    """KEDA owns the replica count: change its ScaledObject's min/max instead of ``spec.replicas``."""
+def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas: int,
+                         thresholds: Sequence[tuple[str, str]] = ()) -> ChangeSet:
+    """KEDA owns the replica count: change its ScaledObject's min/max instead of ``spec.replicas``, and the
+    ``threshold`` of each Prometheus trigger whose query reads one of ``thresholds``' metrics (the report's
+    rate and waiting triggers), so the per-replica targets follow the plan instead of drifting in YAML.
+
+    Other triggers (external, metrics-api, a query of the user's own) are left alone; a threshold change is
+    guarded by its trigger's query, so a reordered trigger list fails the patch instead of hitting another.
+    """
     meta, spec = so.get("metadata") or {}, so.get("spec") or {}
     b = _Builder(so)
     b.set_key("/spec", spec, "minReplicaCount", "keda minReplicaCount", min_replicas)
     b.set_key("/spec", spec, "maxReplicaCount", "keda maxReplicaCount", max(max_replicas, min_replicas, 1))
+    for i, trigger in enumerate((spec.get("triggers") or []) if thresholds else []):
+        tmeta = trigger.get("metadata") or {}
+        query = str(tmeta.get("query", ""))
+        if trigger.get("type") != "prometheus":
+            continue
+        hits = [(metric, value) for metric, value in thresholds if metric in query]
+        if len(hits) != 1:
+            if hits:
+                b.skipped.append(f"keda trigger {i}: its query reads {' and '.join(m for m, _ in hits)}: "
+                                 "threshold left alone")
+            continue
+        metric, value = hits[0]
+        if _same_number(tmeta.get("threshold"), value):
+            continue
+        base = f"/spec/triggers/{i}/metadata"
+        b.guards[f"{base}/query"] = query
+        b.set_key(base, tmeta, "threshold", f"keda threshold ({metric})", value)
     return b.build(ObjectRef("ScaledObject", str(meta.get("namespace", "")), str(meta.get("name", ""))))
+
+
+def _same_number(old: Any, new: str) -> bool:
+    """Whether a trigger's threshold already says ``new`` ("7.0" and "7" do): no change for formatting alone."""
+    try:
+        return math.isclose(float(old), float(new), rel_tol=1e-6)
+    except (TypeError, ValueError):
+        return False
 
 
 def keda_owner(scaled_objects: Sequence[Mapping[str, Any]], ref: ObjectRef) -> Mapping[str, Any] | None:
