@@ -36,9 +36,10 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   (300 s: the controller's default interval, so the published forecast is as old as in a cluster) on
   the history so far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity
   from the model above and the token means seen so far, class from ``--class``); every 15 s the HPA sees
-  the larger of the forecast band over the next cold start and the observed rate (per
-  ``target_per_replica``) and, as the plan's second trigger, waiting / ``waiting_per_replica`` (target x the
-  TTFT objective: 5 on a 3g.40gb slice, 11 on the whole GPU); scale-down stabilisation from
+  the larger of the forecast band over the next cold start (the external scaler) and the arrival rate over
+  the rate trigger's window (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``,
+  and, as the plan's second trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on
+  a 3g.40gb slice, 11 on the whole GPU); scale-down stabilisation from
   ``scale_down_window_s`` (the window ``hpa_behavior`` sets); to zero only when the plan allows it and
   the forecast expects no request within a cold start.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
@@ -412,7 +413,7 @@ class Ours:
             return max(1, math.ceil(obs.waiting / 5), obs.pods)
         by_queue = math.ceil(obs.waiting / (plan.waiting_per_replica or 5.0))
         ahead = self._band_ahead(obs.k)
-        observed = float(recent.sum()) / self.bin_s
+        observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s  # the rate trigger
         want = max(replicas_for(max(ahead, observed), plan.target_per_replica), by_queue)
         if plan.scale_to_zero:
             idle = ahead <= plan.activation_threshold and obs.waiting == 0

@@ -116,7 +116,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
                        min_replicas=low, max_replicas=high, recommended_replicas=recommended,
                        activation_threshold=act, cooldown_s=cooldown, scale_to_zero=to_zero, headroom_frac=headroom,
                        cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source,
-                       waiting_per_replica=waiting)
+                       waiting_per_replica=waiting, rate_window_s=settings.rate_window_s)
     if source == "lower bound":  # the target sits under the highest rate seen: every peak would need more
         return replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
     mean = autoscaled_replicas(history, plan)
@@ -330,14 +330,16 @@ def cooldown_s(gaps_s: np.ndarray, cold_start_s: float, to_zero: bool, settings:
                    f"[{cold_start_s:g} s cold start, {long_s:g} s], rounded up to the {poll} s polling interval")
 
 
-def keda_parameters(plan: ScalingPlan, query: str = f'sum(rate({RATE_TRIGGER_METRIC}{{namespace="NS"}}[1m]))',
-                    server_address: str = "http://prometheus:9090", polling_interval_s: int = 30,
-                    waiting_query: str = f'sum({WAITING_TRIGGER_METRIC}{{namespace="NS"}})') -> dict[str, object]:
+def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"', server_address: str = "http://prometheus:9090",
+                    polling_interval_s: int = 30) -> dict[str, object]:
     """A KEDA ScaledObject ``spec`` fragment (reference.md §10): a Prometheus trigger on request rate and,
-    where the plan sets ``waiting_per_replica``, one on requests waiting (the HPA follows the larger).
+    where the plan sets ``waiting_per_replica``, one on requests waiting (the HPA follows the larger), both
+    summed over the series ``matchers`` select (the workload's pods).
 
     Trigger metadata values are strings, as KEDA expects; each query must return exactly one element.
     """
+    query = f"sum(rate({RATE_TRIGGER_METRIC}{{{matchers}}}[{plan.rate_window_s}s]))"
+    waiting_query = f"sum({WAITING_TRIGGER_METRIC}{{{matchers}}})"
     thresholds = trigger_thresholds(plan)
     triggers: list[dict[str, object]] = [{
         "type": "prometheus",

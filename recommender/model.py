@@ -254,6 +254,7 @@ class ScalingPlan:
     capacity_source: str = "measured"  # measured | configured | model card
     mean_replicas: float | None = None  # what the autoscaler would have held on average over the window
     waiting_per_replica: float | None = None  # requests waiting per replica: target x the TTFT objective
+    rate_window_s: int = 120  # rate() window of the request-rate trigger's query (ScalingSettings.rate_window_s)
 
 
 @dataclass(frozen=True)

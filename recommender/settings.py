@@ -138,6 +138,11 @@ class ScalingSettings(BaseModel):
         "bursts in)."
     )
     polling_interval_s: int = Field(30, ge=1, description="KEDA pollingInterval the parameters assume.")
+    rate_window_s: int = Field(
+        120, ge=1, description="Window of rate() in the KEDA request-rate trigger. rate() needs two samples in it: "
+        "at a 60 s scrape (prometheus.min_step_s) a [1m] window returns nothing and the trigger reads 0. "
+        "Shorter with a faster scrape follows a jump sooner (the waiting trigger follows it at once)."
+    )
     scale_to_zero_classes: tuple[str, ...] = Field(
         ("batch",), description="Classes that may scale to zero (a request arriving at zero waits a cold start)."
     )

@@ -22,10 +22,7 @@ pytestmark = [
     pytest.mark.prometheus,
 ]
 
-SCRAPE_S = 15  # kube-prometheus scrapes every 30 s or faster: [1m] then holds at least two samples
 END_S = int(time.time()) // 60 * 60 - 120
-TS = END_S - SCRAPE_S * np.arange(241)[::-1]  # the last hour
-ELAPSED = (TS - TS[0]).astype(float)
 # (namespace, pod, finished requests/s, requests waiting at the end): the other namespace's and the other
 # Deployment's pods must not count
 PODS = [("inference", "llama-7d9f-a1", 2.0, 4.0), ("inference", "llama-7d9f-b2", 3.0, 6.0),
@@ -35,13 +32,18 @@ PLAN = m.ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_pe
                      scale_to_zero=False, headroom_frac=0.3, cold_start_s=None, waiting_per_replica=14.0)
 
 
-@pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
+@pytest.fixture(scope="module", params=[15, 60], ids=lambda s: f"scrape-{s}s")
+def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
+    """The last hour scraped every 15 s (kube-prometheus) or every 60 s (the collector's min_step_s): the
+    default rate window (ScalingSettings.rate_window_s, 120 s) holds two samples either way; [1m] would
+    return nothing at 60 s."""
+    ts = END_S - 7 - request.param * np.arange(3600 // request.param + 1)[::-1]  # scrapes not on the query time
+    elapsed = (ts - ts[0]).astype(float)
     out = []
     for ns, pod, rate, waiting in PODS:
         labels = {"namespace": ns, "pod": pod, "model_name": "m"}
-        out += [Series("vllm:request_success_total", {**labels, "finished_reason": "stop"}, TS, rate * ELAPSED),
-                Series("vllm:num_requests_waiting", labels, TS, np.linspace(0.0, waiting, TS.size))]
+        out += [Series("vllm:request_success_total", {**labels, "finished_reason": "stop"}, ts, rate * elapsed),
+                Series("vllm:num_requests_waiting", labels, ts, np.linspace(0.0, waiting, ts.size))]
     tmp = tmp_path_factory.mktemp("keda")
     write_openmetrics(out, tmp / "data.om", {"vllm:request_success": "counter"})
     build_tsdb(tmp / "data.om", tmp / "data")

@@ -207,8 +207,9 @@ def test_second_trigger_on_requests_waiting_drains_within_the_objective(
     w = workload(annotations={CAPACITY_ANNOTATION: "10", **annotations})
     p = plan(w, ReplicaHistory(60.0, series([5.0] * 120)), klass)
     assert p.waiting_per_replica == pytest.approx(waiting)
-    rate, queue = keda_parameters(p, query="RATE", waiting_query="WAITING")["triggers"]  # type: ignore[misc]
-    assert rate["metadata"]["query"] == "RATE" and queue["metadata"]["query"] == "WAITING"
+    rate, queue = keda_parameters(p, 'pod=~"x-.*"')["triggers"]  # type: ignore[misc]
+    assert rate["metadata"]["query"] == 'sum(rate(vllm:request_success_total{pod=~"x-.*"}[120s]))'
+    assert queue["metadata"]["query"] == 'sum(vllm:num_requests_waiting{pod=~"x-.*"})'
     assert (rate["metricType"], queue["metricType"]) == ("AverageValue", "AverageValue")
     assert float(queue["metadata"]["threshold"]) == pytest.approx(waiting)
     assert "activationThreshold" not in queue["metadata"]  # waking from zero is the rate trigger's call

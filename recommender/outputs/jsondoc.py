@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from policies.miglayout import MIG_CONFIG_LABEL
-from policies.replicas import RATE_TRIGGER_METRIC, WAITING_TRIGGER_METRIC, keda_parameters
+from policies.replicas import keda_parameters
 from policies.shares import how_to_apply
 from recommender.forecast import upper_band
 from recommender.model import (
@@ -179,8 +179,7 @@ def scaling(p: ScalingPlan | None, namespace: str, name: str) -> dict[str, Any] 
         "cold_start_s": secs(p.cold_start_s),
         "mean_replicas": frac(p.mean_replicas),
         "reasons": list(p.reasons),
-        "keda": keda_parameters(p, query=f"sum(rate({RATE_TRIGGER_METRIC}{{{pods}}}[1m]))",
-                                waiting_query=f"sum({WAITING_TRIGGER_METRIC}{{{pods}}})"),
+        "keda": keda_parameters(p, pods),
     }
 
 
