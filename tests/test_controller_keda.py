@@ -175,3 +175,18 @@ def test_a_reordered_trigger_list_fails_the_threshold_patch_instead_of_hitting_a
     moved["spec"]["triggers"][1]["metadata"]["threshold"] = "5"
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         apply_local(moved, cs)
+
+
+@pytest.mark.parametrize(("rate", "waiting", "expect"), [
+    ("1", "10", ["2", "14"]),  # 2 replicas carry 2 req/s: one replica fewer is a threshold of 2, no higher yet
+    ("50", "100", ["33.3333", "66.6667"]),  # 7 and 14 would ask 15 replicas from 2: at most 3, so 2/3 of the old
+])
+def test_a_threshold_moves_the_hpa_by_at_most_one_step_of_replicas_at_todays_load(
+        rate: str, waiting: str, expect: list[str]) -> None:
+    so = scaled_object(triggers=report_triggers(rate, waiting))
+    with WriteCluster([deployment(), so, policy("auto", auto_spec())], crds=["ScaledObject"]) as cluster:
+        report = Controller(cluster.kube(), lambda now: (plan(with_queue_trigger(), now=now), snapshot(now, .3, .3)),
+                            clock=lambda: NOW).reconcile()
+        assert [o.status for o in report.outcomes] == ["applied"], report
+        live = cluster.obj("ScaledObject", NS, f"{NAME}-so")["spec"]["triggers"]
+        assert [t["metadata"]["threshold"] for t in live[1:3]] == expect

@@ -32,6 +32,7 @@ from recommender.controller.guardrails import (
     pod_state,
     step_keda,
     step_replicas,
+    step_threshold,
     workload_pods,
 )
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
@@ -98,7 +99,8 @@ class Actuator:
             desired = replace(desired, keda_min=lo, keda_max=hi)
         sets = [plan_changes(obj, desired, replicas_owned_by_keda=so is not None)]
         if so is not None and desired.keda_min is not None and desired.keda_max is not None:
-            sets.insert(0, scaledobject_changes(so, desired.keda_min, desired.keda_max, desired.keda_thresholds))
+            sets.insert(0, scaledobject_changes(so, desired.keda_min, desired.keda_max, desired.keda_thresholds,
+                                                lambda old, new: step_threshold(current, old, new, step)))
         if all(s.empty for s in sets):
             skipped = "; ".join(x for s in sets for x in s.skipped)
             return Outcome(key, "no-change", "already as recommended" + (f" ({skipped})" if skipped else ""))

@@ -168,13 +168,15 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
 
 
 def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas: int,
-                         thresholds: Sequence[tuple[str, str]] = ()) -> ChangeSet:
+                         thresholds: Sequence[tuple[str, str]] = (),
+                         bound: Callable[[float, float], float] | None = None) -> ChangeSet:
     """KEDA owns the replica count: change its ScaledObject's min/max instead of ``spec.replicas``, and the
     ``threshold`` of each Prometheus trigger whose query reads one of ``thresholds``' metrics (the report's
     rate and waiting triggers), so the per-replica targets follow the plan instead of drifting in YAML.
 
     Other triggers (external, metrics-api, a query of the user's own) are left alone; a threshold change is
     guarded by its trigger's query, so a reordered trigger list fails the patch instead of hitting another.
+    ``bound(old, new)`` limits a numeric change (the actuator's step: :func:`guardrails.step_threshold`).
     """
     meta, spec = so.get("metadata") or {}, so.get("spec") or {}
     b = _Builder(so)
@@ -192,20 +194,24 @@ def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas:
                                  "threshold left alone")
             continue
         metric, value = hits[0]
-        if _same_number(tmeta.get("threshold"), value):
-            continue
+        old = _number(tmeta.get("threshold"))
+        if bound is not None and old is not None and old > 0:
+            value = f"{bound(old, float(value)):.6g}"
+        if old is not None and math.isclose(old, float(value), rel_tol=1e-6):
+            continue  # "7.0" already says 7: no change for formatting alone
         base = f"/spec/triggers/{i}/metadata"
         b.guards[f"{base}/query"] = query
         b.set_key(base, tmeta, "threshold", f"keda threshold ({metric})", value)
     return b.build(ObjectRef("ScaledObject", str(meta.get("namespace", "")), str(meta.get("name", ""))))
 
 
-def _same_number(old: Any, new: str) -> bool:
-    """Whether a trigger's threshold already says ``new`` ("7.0" and "7" do): no change for formatting alone."""
+def _number(raw: Any) -> float | None:
+    """A trigger's threshold as a finite number; None when absent or not one (then it is simply replaced)."""
     try:
-        return math.isclose(float(old), float(new), rel_tol=1e-6)
+        value = float(raw)
     except (TypeError, ValueError):
-        return False
+        return None
+    return value if math.isfinite(value) else None
 
 
 def keda_owner(scaled_objects: Sequence[Mapping[str, Any]], ref: ObjectRef) -> Mapping[str, Any] | None:

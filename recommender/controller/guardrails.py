@@ -56,6 +56,16 @@ def step_keda(current: int, lo: int, hi: int, max_step: int) -> tuple[int, int]:
     return lo, max(hi, current - max_step, lo)
 
 
+def step_threshold(current: int, old: float, new: float, max_step: int) -> float:
+    """A trigger's per-replica threshold closest to ``new`` that moves the HPA's count at today's load by at most
+    ``max_step`` replicas: ``current`` replicas at ``old`` carry current x old, which asks that / t at threshold
+    t (current 4 at 5 per replica, step 1: between 4, five replicas, and 6.67, three; 10 becomes 6.67)."""
+    r = max(current, 1)
+    lowest = old * r / (r + max_step)  # r + max_step replicas
+    highest = old * r / (r - max_step) if r > max_step else float("inf")  # r - max_step replicas
+    return min(max(new, lowest), highest)
+
+
 @dataclass(frozen=True)
 class Health:
     """What the regression check compares: TTFT p95 (s), waiting requests, vLLM preemptions/s, and from pod
