@@ -157,14 +157,16 @@ def test_the_report_triggers_thresholds_follow_the_plan_and_roll_back() -> None:
         assert cluster.obj("ScaledObject", NS, f"{NAME}-so")["spec"] == so["spec"]
 
 
-def test_a_threshold_equal_in_value_is_not_rewritten_and_a_query_reading_both_is_left_alone() -> None:
+def test_a_threshold_equal_in_value_is_not_rewritten_and_a_query_reading_both_or_a_value_target_is_left_alone(
+        ) -> None:
     triggers = report_triggers("7.0", "10")
     both = {"type": "prometheus", "metadata": {"query": "sum(vllm:num_requests_waiting) + "
                                                         "sum(rate(vllm:request_success_total[1m]))", "threshold": "9"}}
-    so = scaled_object(triggers=[*triggers, both])
+    whole = {**triggers[2], "metricType": "Value"}  # the query's value itself, not per replica
+    so = scaled_object(triggers=[*triggers, both, whole])
     cs = scaledobject_changes(so, 1, 10, (("vllm:request_success_total", "7"), ("vllm:num_requests_waiting", "14")))
     assert [c.path for c in cs.changes] == ["/spec/triggers/2/metadata/threshold"]
-    assert cs.skipped and "trigger 4" in cs.skipped[0]
+    assert len(cs.skipped) == 2 and "trigger 4" in cs.skipped[0] and "trigger 5: metricType Value" in cs.skipped[1]
     assert apply_local(apply_local(so, cs), inverse(cs)) == so
 
 

@@ -174,8 +174,9 @@ def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas:
     ``threshold`` of each Prometheus trigger whose query reads one of ``thresholds``' metrics (the report's
     rate and waiting triggers), so the per-replica targets follow the plan instead of drifting in YAML.
 
-    Other triggers (external, metrics-api, a query of the user's own) are left alone; a threshold change is
-    guarded by its trigger's query, so a reordered trigger list fails the patch instead of hitting another.
+    Other triggers (external, metrics-api, a query of the user's own, a ``Value`` target) are left alone; a
+    threshold change is guarded by its trigger's query, so a reordered trigger list fails the patch instead
+    of hitting another.
     ``bound(old, new)`` limits a numeric change (the actuator's step: :func:`guardrails.step_threshold`).
     """
     meta, spec = so.get("metadata") or {}, so.get("spec") or {}
@@ -194,6 +195,9 @@ def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas:
                                  "threshold left alone")
             continue
         metric, value = hits[0]
+        if trigger.get("metricType", "AverageValue") != "AverageValue":  # KEDA's default is AverageValue
+            b.skipped.append(f"keda trigger {i}: metricType {trigger['metricType']}, not a per-replica threshold")
+            continue
         old = _number(tmeta.get("threshold"))
         if bound is not None and old is not None and old > 0:
             value = f"{bound(old, float(value)):.6g}"
