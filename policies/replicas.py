@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -212,7 +213,7 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
 
 
 def _configured_capacity(workload: Workload, settings: ScalingSettings) -> tuple[float | None, str]:
-    value = _positive(workload.annotations.get(CAPACITY_ANNOTATION))
+    value = positive_number(workload.annotations.get(CAPACITY_ANNOTATION))
     if value is not None:
         return value, CAPACITY_ANNOTATION
     return settings.replica_capacity_rps, "settings (scaling.replica_capacity_rps)"
@@ -391,9 +392,10 @@ def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict
     }
 
 
-def _positive(raw: str | None) -> float | None:
+def positive_number(raw: Any) -> float | None:
+    """A positive finite number from an annotation or a trigger's metadata; None when absent or not one."""
     try:
         value = float(raw) if raw is not None else math.nan
-    except ValueError:
+    except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) and value > 0 else None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.replicas import trigger_thresholds
+from policies.replicas import positive_number, trigger_thresholds
 from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, kai_annotations, mps_env
 from recommender.model import Recommendation, Sharing
 
@@ -198,8 +198,8 @@ def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas:
         if trigger.get("metricType", "AverageValue") != "AverageValue":  # KEDA's default is AverageValue
             b.skipped.append(f"keda trigger {i}: metricType {trigger['metricType']}, not a per-replica threshold")
             continue
-        old = _number(tmeta.get("threshold"))
-        if bound is not None and old is not None and old > 0:
+        old = positive_number(tmeta.get("threshold"))  # None: absent or not a number, simply replaced
+        if bound is not None and old is not None:
             value = f"{bound(old, float(value)):.6g}"
         if old is not None and math.isclose(old, float(value), rel_tol=1e-6):
             continue  # "7.0" already says 7: no change for formatting alone
@@ -207,15 +207,6 @@ def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas:
         b.guards[f"{base}/query"] = query
         b.set_key(base, tmeta, "threshold", f"keda threshold ({metric})", value)
     return b.build(ObjectRef("ScaledObject", str(meta.get("namespace", "")), str(meta.get("name", ""))))
-
-
-def _number(raw: Any) -> float | None:
-    """A trigger's threshold as a finite number; None when absent or not one (then it is simply replaced)."""
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def keda_owner(scaled_objects: Sequence[Mapping[str, Any]], ref: ObjectRef) -> Mapping[str, Any] | None:
