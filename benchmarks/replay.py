@@ -26,20 +26,24 @@ TTFT = admission wait + prefill; a request still unserved at the end counts as o
 Policies (every one starts with the static-peak count of warm replicas: the service ran before the trace):
 - ``static-peak``: replicas for the peak minute of the whole trace (load = prompt/prefill + output/decode
   replica-seconds per second), all the time. It sees the future: it is the provisioning baseline.
-- ``reactive``: KEDA + HPA on ``vllm:num_requests_waiting`` with AverageValue 5 per replica, KEDA polling
-  30 s, HPA sync 15 s with tolerance 0.1, scale-up at most max(+4 pods, x2) per 15 s, scale-down
-  stabilisation 300 s, minReplicaCount 1 (with 0 KEDA would deactivate a busy service that keeps up:
-  waiting is 0 then). ``reactive-zero`` is the same with minReplicaCount 0 and cooldownPeriod 300 s.
+- ``reactive``: KEDA + HPA on ``vllm:num_requests_waiting`` with AverageValue 5 per replica, read at every
+  HPA sync (15 s; KEDA queries afresh, ``useCachedMetrics`` false) with tolerance 0.1, scale-up at most
+  max(+4 pods, x2) per 15 s, scale-down stabilisation 300 s, minReplicaCount 1 (with 0 KEDA would
+  deactivate a busy service that keeps up: waiting is 0 then). ``reactive-zero`` is the same with
+  minReplicaCount 0, KEDA's activation checked every 30 s (pollingInterval) and cooldownPeriod 300 s.
+  Requests wait only when the pool is saturated (admission each second takes every request that arrived
+  before it, up to the budget), so this metric is 0 until a replica is full: it scales on a queue, late.
   Both on whole GPUs, as services run today; ``reactive-slice`` is reactive on ours' shape: what the
   slice buys without our scaling (an ablation, not the baseline).
 - ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s``
   (300 s: the controller's default interval, so the published forecast is as old as in a cluster) on
   the history so far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity
   from the model above and the token means seen so far, class from ``--class``); every 15 s the HPA sees
-  the larger of the forecast band over the next cold start (the external scaler) and the arrival rate over
-  the rate trigger's window (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``,
-  and, as the plan's second trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on
-  a 3g.40gb slice, 11 on the whole GPU); scale-down stabilisation from
+  three metrics, each proposing replicas with the HPA's 0.1 tolerance, and follows the largest: the forecast
+  band over the next cold start (the external scaler) and the arrival rate over the rate trigger's window
+  (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``, and, as the plan's second
+  trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on a 3g.40gb slice, 11 on
+  the whole GPU); scale-down stabilisation from
   ``scale_down_window_s`` (the window ``hpa_behavior`` sets); to zero only when the plan allows it and
   the forecast expects no request within a cold start.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
@@ -89,6 +93,7 @@ from recommender.settings import ScalingSettings
 
 HPA_SYNC_S = 15
 KEDA_POLL_S = 30
+HPA_TOLERANCE = 0.1  # cluster default (--horizontal-pod-autoscaler-tolerance)
 
 
 @dataclass(frozen=True)
@@ -225,8 +230,9 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
     report = max(1, last // 20)
     while k < last + 3600 and (k < last or head < n or heap):
         if k % HPA_SYNC_S == 0:
-            obs = Observed(k, len(pods), ready, arr_idx[k] - head, per_sec[:k],
-                           trace.input_tokens[: arr_idx[k]], trace.output_tokens[: arr_idx[k]])
+            seen = arr_idx[k - 1] if k else 0  # arrived before second k: the next second's are still ahead
+            obs = Observed(k, len(pods), ready, seen - head, per_sec[:k],
+                           trace.input_tokens[:seen], trace.output_tokens[:seen])
             want = max(0, policy(obs))
             if want > len(pods):
                 cold_starts += not pods
@@ -334,21 +340,28 @@ class Reactive:
                  down_window_s: int = 300) -> None:
         self.min, self.target, self.max = min_replicas, target, max_replicas
         self.cooldown, self.window = cooldown_s, down_window_s
-        self.metric, self.last_active = 0.0, 0
+        self.last_active = 0
         self.recs: list[tuple[int, int]] = []
 
     def __call__(self, obs: Observed) -> int:
-        if obs.k % KEDA_POLL_S == 0:
-            self.metric = float(obs.waiting)
-        if self.metric > 0:
+        poll = obs.k % KEDA_POLL_S == 0  # KEDA's own activation check (0 <-> 1) runs at its polling interval
+        if poll and obs.waiting > 0:
             self.last_active = obs.k
         if obs.pods == 0:
-            return 1 if self.metric > 0 else 0
-        if self.min == 0 and obs.k - self.last_active >= self.cooldown:
+            return 1 if poll and obs.waiting > 0 else 0
+        if self.min == 0 and poll and obs.k - self.last_active >= self.cooldown:
             return 0
-        cur = obs.pods
-        rec = cur if abs(self.metric / (self.target * cur) - 1) <= 0.1 else math.ceil(self.metric / self.target)
+        cur = obs.pods  # the HPA reads the metric at every sync: KEDA queries it afresh (useCachedMetrics: false)
+        rec = hpa_proposal(cur, float(obs.waiting), self.target)
         return hpa_step(self.recs, obs.k, cur, min(max(rec, max(1, self.min)), self.max), self.window)
+
+
+def hpa_proposal(cur: int, usage: float, target: float) -> int:
+    """One AverageValue metric's replica proposal (reference.md §12): the current count while usage / (target x
+    current) is within the tolerance (0.1) of 1, else ceil(usage / target)."""
+    if cur > 0 and abs(usage / (target * cur) - 1) <= HPA_TOLERANCE:
+        return cur
+    return replicas_for(usage, target)
 
 
 def hpa_step(recs: list[tuple[int, int]], k: int, cur: int, rec: int, window_s: int) -> int:
@@ -382,7 +395,7 @@ class Oracle:
         lead = int(self.cap.cold_start_s) + 2 * HPA_SYNC_S
         ahead = max(self._load(s) for s in range(obs.k, obs.k + lead, HPA_SYNC_S))
         backlog = obs.waiting * self.mean_work / self.cap.cold_start_s
-        want = max(1, replicas_for(ahead + backlog, self.busy))
+        want = max(1, hpa_proposal(obs.pods, ahead + backlog, self.busy))
         return hpa_step(self.recs, obs.k, obs.pods, want, 300) if obs.pods else want
 
 
@@ -411,10 +424,11 @@ class Ours:
         plan = self.plan
         if plan is None:  # no plan yet: KEDA's usual 5 waiting per replica
             return max(1, math.ceil(obs.waiting / 5), obs.pods)
-        by_queue = math.ceil(obs.waiting / (plan.waiting_per_replica or 5.0))
-        ahead = self._band_ahead(obs.k)
+        ahead = self._band_ahead(obs.k)  # the external scaler's metric
         observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s  # the rate trigger
-        want = max(replicas_for(max(ahead, observed), plan.target_per_replica), by_queue)
+        want = max(hpa_proposal(obs.pods, ahead, plan.target_per_replica),
+                   hpa_proposal(obs.pods, observed, plan.target_per_replica),
+                   hpa_proposal(obs.pods, obs.waiting, plan.waiting_per_replica or 5.0))
         if plan.scale_to_zero:
             idle = ahead <= plan.activation_threshold and obs.waiting == 0
             if idle and obs.k - self.last_arrival >= plan.cooldown_s:

@@ -50,6 +50,28 @@ def test_scale_from_zero_waits_a_cold_start() -> None:
     assert r.ttft_s[0] == pytest.approx(31 - 0 - 0.9, abs=0.2)  # admitted in second 30, prefill 0.1 s
 
 
+def test_a_policy_sees_a_request_only_once_it_has_arrived() -> None:
+    # a request at 15.5 s: the sync at 15 s must not count it (waiting, token history); the one at 30 s does
+    trace = Trace(np.array([0.0, 15.5, 40.0]), np.full(3, 100.0), np.full(3, 10.0))
+    seen: dict[int, tuple[int, int]] = {}
+
+    def spy(obs: replay.Observed) -> int:
+        seen[obs.k] = (obs.waiting, obs.tokens_in.size)
+        return 1
+
+    simulate(trace, CAP, spy, "spy", warm=1)
+    assert seen[15] == (0, 1)
+    assert seen[30] == (0, 2)  # arrived and served within its second: nothing waits
+
+
+@pytest.mark.parametrize(("cur", "usage", "want"), [
+    (4, 4.3, 4), (4, 3.7, 4),  # within the HPA's 0.1 tolerance: no change either way
+    (4, 4.5, 5), (4, 3.0, 3), (0, 0.5, 1), (1, 0.0, 0),
+])
+def test_a_metric_proposes_replicas_as_the_hpa_does(cur: int, usage: float, want: int) -> None:
+    assert replay.hpa_proposal(cur, usage, 1.0) == want
+
+
 def test_reactive_scales_on_waiting_and_back_down_after_the_window() -> None:
     # a 60 s overload burst (30 req/s) then quiet: the waiting metric scales up, stabilisation 300 s brings it down
     burst = np.arange(0, 60, 1 / 30.0)
