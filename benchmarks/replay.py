@@ -31,8 +31,8 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   max(+4 pods, x2) per 15 s, scale-down stabilisation 300 s, minReplicaCount 1 (with 0 KEDA would
   deactivate a busy service that keeps up: waiting is 0 then). ``reactive-zero`` is the same with
   minReplicaCount 0, KEDA's activation checked every 30 s (pollingInterval) and cooldownPeriod 300 s.
-  Requests wait only when the pool is saturated (admission each second takes every request that arrived
-  before it, up to the budget), so this metric is 0 until a replica is full: it scales on a queue, late.
+  Requests wait only when the pool is saturated (admission each second takes every request that arrives
+  within it, up to the budget), so this metric is 0 until a replica is full: it scales on a queue, late.
   Both on whole GPUs, as services run today; ``reactive-slice`` is reactive on ours' shape: what the
   slice buys without our scaling (an ablation, not the baseline).
 - ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s``
