@@ -34,7 +34,9 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   Requests wait only when the pool is saturated (admission each second takes every request that arrives
   within it, up to the budget), so this metric is 0 until a replica is full: it scales on a queue, late.
   Both on whole GPUs, as services run today; ``reactive-slice`` is reactive on ours' shape: what the
-  slice buys without our scaling (an ablation, not the baseline).
+  slice buys without our scaling (an ablation, not the baseline). ``reactive-bounded`` (not run by
+  default) is reactive with maxReplicaCount at the static-peak count instead of KEDA's 100: an operator's
+  sane ceiling, which takes away the queue's overshoot but not its late scaling.
 - ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s``
   (300 s: the controller's default interval, so the published forecast is as old as in a cluster) on
   the history so far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity
@@ -574,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         "reactive": (lambda: Reactive(min_replicas=1), cap),
         "reactive-zero": (lambda: Reactive(min_replicas=0), cap),
         "reactive-slice": (lambda: Reactive(min_replicas=1), shaped),
+        "reactive-bounded": (lambda: Reactive(min_replicas=1, max_replicas=warm), cap),
         "ours": (lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s,
                                    ScalingSettings(ttft_objective_s=args.ttft_objective_s)), shaped),
         "oracle": (lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)), shaped),

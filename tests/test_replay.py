@@ -90,6 +90,25 @@ def test_reactive_scales_on_waiting_and_back_down_after_the_window() -> None:
     assert r.pod_starts >= 1
 
 
+def test_reactive_bounded_scales_on_the_queue_up_to_its_ceiling_only(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    burst = np.arange(0, 120, 1 / 30.0)  # 3,000 prefill tokens/s for two minutes: a queue of hundreds
+    trace = Trace(burst, np.full(burst.size, 100.0), np.full(burst.size, 10.0))
+    asked: dict[str, list[int]] = {"free": [], "bounded": []}
+    for name, policy in (("free", Reactive(min_replicas=1)), ("bounded", Reactive(min_replicas=1, max_replicas=3))):
+        def spy(obs: replay.Observed, policy: Reactive = policy, name: str = name) -> int:
+            asked[name].append(policy(obs))
+            return asked[name][-1]
+        simulate(trace, CAP, spy, name, warm=1)
+    assert max(asked["free"]) > 3 and max(asked["bounded"]) == 3
+    path = tmp_path / "chunk-trace.csv"
+    path.write_text("0,0.5,1.0,Gamma,1.0,2.0\n600,0.2,1.0,,0,0\n")
+    args = ["--trace", str(path), "--format", "servegen", "--policies", "static-peak,reactive-bounded"]
+    assert replay.main(args) == 0
+    out = [x.split()[0] for x in capsys.readouterr().out.splitlines() if x.startswith("policy=")]
+    assert out == ["policy=static-peak", "policy=reactive-bounded"]
+
+
 def test_reactive_zero_deactivates_after_the_cooldown() -> None:
     t = np.array([0.0, 1.0, 2.0, 1000.0])
     trace = Trace(t, np.full(4, 100.0), np.full(4, 10.0))
