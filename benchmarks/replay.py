@@ -96,6 +96,7 @@ from recommender.settings import ScalingSettings
 HPA_SYNC_S = 15
 KEDA_POLL_S = 30
 HPA_TOLERANCE = 0.1  # cluster default (--horizontal-pod-autoscaler-tolerance)
+KEDA_WAITING_TARGET = 5.0  # the issue's reactive baseline: requests waiting per replica
 
 
 @dataclass(frozen=True)
@@ -338,8 +339,8 @@ def floor_pct(trace: Trace, cap: Capacity, objective_s: float) -> float:
 class Reactive:
     """KEDA + HPA on num_requests_waiting, AverageValue ``target`` per replica (reference.md §10, §12)."""
 
-    def __init__(self, min_replicas: int, target: float = 5.0, max_replicas: int = 100, cooldown_s: int = 300,
-                 down_window_s: int = 300) -> None:
+    def __init__(self, min_replicas: int, target: float = KEDA_WAITING_TARGET, max_replicas: int = 100,
+                 cooldown_s: int = 300, down_window_s: int = 300) -> None:
         self.min, self.target, self.max = min_replicas, target, max_replicas
         self.cooldown, self.window = cooldown_s, down_window_s
         self.last_active = 0
@@ -425,12 +426,12 @@ class Ours:
             self.last_arrival = obs.k - (recent.size - 1 - int(np.flatnonzero(recent)[-1]))
         plan = self.plan
         if plan is None:  # no plan yet: KEDA's usual 5 waiting per replica
-            return max(1, math.ceil(obs.waiting / 5), obs.pods)
+            return max(1, math.ceil(obs.waiting / KEDA_WAITING_TARGET), obs.pods)
         ahead = self._band_ahead(obs.k)  # the external scaler's metric
         observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s  # the rate trigger
         want = max(hpa_proposal(obs.pods, ahead, plan.target_per_replica),
                    hpa_proposal(obs.pods, observed, plan.target_per_replica),
-                   hpa_proposal(obs.pods, obs.waiting, plan.waiting_per_replica or 5.0))
+                   hpa_proposal(obs.pods, obs.waiting, plan.waiting_per_replica or KEDA_WAITING_TARGET))
         if plan.scale_to_zero:
             idle = ahead <= plan.activation_threshold and obs.waiting == 0
             if idle and obs.k - self.last_arrival >= plan.cooldown_s:
