@@ -47,7 +47,11 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on a 3g.40gb slice, 11 on
   the whole GPU); scale-down stabilisation from
   ``scale_down_window_s`` (the window ``hpa_behavior`` sets); to zero only when the plan allows it and
-  the forecast expects no request within a cold start.
+  the forecast expects no request within a cold start. Its headroom follows the TTFT error budget
+  (``policies.replicas.error_budget_headroom``): each refit reads every past minute's p95 TTFT of the
+  requests served, by first-token time as vLLM's histogram records it, and the minute's ready replicas.
+  Capacity stays the model's (``capacity_from_history`` off): measured from ours' own history it would
+  read the headroom ours holds as lost capacity, and each plan would shrink the next one's target.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
   busiest minute of work ahead plus the backlog, at the class's headroom, with the same HPA behaviour.
   Where it misses the goal, no forecast can meet it under this capacity model.
@@ -202,6 +206,8 @@ class Observed:
     arrivals_per_s: np.ndarray  # arrivals in each whole second before k
     tokens_in: np.ndarray  # token lengths of requests arrived so far
     tokens_out: np.ndarray
+    served_ttft_s: np.ndarray  # TTFT of the requests served so far (FIFO: the first ones), as vLLM's histogram
+    served_arrival_s: np.ndarray  # their arrival times
 
 
 Policy = Callable[[Observed], int]
@@ -235,7 +241,7 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
         if k % HPA_SYNC_S == 0:
             seen = arr_idx[k - 1] if k else 0  # arrived before second k: the next second's are still ahead
             obs = Observed(k, len(pods), ready, seen - head, per_sec[:k],
-                           trace.input_tokens[:seen], trace.output_tokens[:seen])
+                           trace.input_tokens[:seen], trace.output_tokens[:seen], ttft[:head], trace.arrival_s[:head])
             want = max(0, policy(obs))
             if want > len(pods):
                 cold_starts += not pods
@@ -407,7 +413,10 @@ class Ours:
 
     def __init__(self, cap: Capacity, cls: WorkloadClass, refit_s: int, settings: ScalingSettings,
                  bin_s: int = 60, history_s: int = 7 * 86_400) -> None:
-        self.cap, self.cls, self.refit_s, self.settings = cap, cls, refit_s, settings
+        # the capacity is the model's, given as the annotation; measured from this history it would read the
+        # headroom ours holds as lost capacity (ScalingSettings.capacity_from_history)
+        self.settings = settings.model_copy(update={"capacity_from_history": False})
+        self.cap, self.cls, self.refit_s = cap, cls, refit_s
         self.bin_s, self.history_s = bin_s, history_s
         self.min_forecast_history_s = 2 * 86_400  # shorter: forecast_series widens its band up to x5
         self.plan: ScalingPlan | None = None
@@ -417,8 +426,19 @@ class Ours:
         self.recs: list[tuple[int, int]] = []
         self.last_arrival = -10**9
         self.refits = self.forecasts = 0
+        self.pending_served = 0
+        self.ttft_p95 = np.array([])  # per step, by first-token time: what the TTFT histogram gives
+        self.pending = pd.DataFrame({"step": np.array([], dtype=np.int64), "ttft": np.array([])})
+        self.ready_sum = np.zeros(0)  # ready replicas summed over the syncs of each step, and their count
+        self.ready_n = np.zeros(0)
 
     def __call__(self, obs: Observed) -> int:
+        step = obs.k // self.bin_s
+        if step >= self.ready_sum.size:
+            grow = step + 1 - self.ready_sum.size + 1440
+            self.ready_sum, self.ready_n = np.pad(self.ready_sum, (0, grow)), np.pad(self.ready_n, (0, grow))
+        self.ready_sum[step] += obs.ready
+        self.ready_n[step] += 1
         if obs.k >= self.next_refit:
             self._refit(obs)
         recent = obs.arrivals_per_s[-self.bin_s:]
@@ -459,6 +479,11 @@ class Ours:
         counts = obs.arrivals_per_s[start * self.bin_s: full * self.bin_s].reshape(-1, self.bin_s).sum(axis=1)
         index = pd.to_datetime((np.arange(start, full) * self.bin_s), unit="s", utc=True)
         rate = pd.Series(counts / self.bin_s, index=index)
+        self._observe_ttft(obs, full)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ready = self.ready_sum[start:full] / self.ready_n[start:full]
+        history = ReplicaHistory(float(self.bin_s), rate, pd.Series(self.ttft_p95[start:full], index=index),
+                                 replicas=pd.Series(ready, index=index))
         capacity = self.cap.requests_per_s(float(obs.tokens_in.mean()), float(obs.tokens_out.mean()))
         workload = Workload(WorkloadRef("replay", "Deployment", "vllm"), Allocation(Sharing.EXCLUSIVE, gpus=1),
                             annotations={CAPACITY_ANNOTATION: f"{capacity:.6g}"}, cold_start_s=self.cap.cold_start_s)
@@ -474,9 +499,26 @@ class Ours:
         except NotEnoughHistory:
             self.band, self.band_start = np.array([0.0]), full * self.bin_s
         cls = Classification(self.cls, 1.0, ("--class",), "annotation")
-        plan = scaling_plan(workload, ReplicaHistory(float(self.bin_s), rate), cls, forecasts, self.settings)
+        plan = scaling_plan(workload, history, cls, forecasts, self.settings)
         self.plan = None if isinstance(plan, NoScalingPlan) else plan
         self.refits += 1
+
+    def _observe_ttft(self, obs: Observed, full: int) -> None:
+        """p95 TTFT of each step before ``full``, by first-token time, from the requests served since the last
+        refit (a step is complete once the sync is past it: a request admitted in second k has its first
+        token within k + 1)."""
+        done = self.pending_served
+        first = obs.served_arrival_s[done:] + obs.served_ttft_s[done:]
+        self.pending_served = obs.served_ttft_s.size
+        new = pd.DataFrame({"step": (first // self.bin_s).astype(np.int64), "ttft": obs.served_ttft_s[done:]})
+        frame = pd.concat([self.pending, new], ignore_index=True) if len(self.pending) else new
+        complete = frame["step"] < full
+        if self.ttft_p95.size < full:
+            self.ttft_p95 = np.pad(self.ttft_p95, (0, full - self.ttft_p95.size), constant_values=np.nan)
+        if complete.any():
+            p95 = frame[complete].groupby("step")["ttft"].quantile(0.95)
+            self.ttft_p95[p95.index.to_numpy()] = p95.to_numpy()
+        self.pending = frame[~complete]
 
 
 # ---------------------------------------------------------------- command line

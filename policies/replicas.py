@@ -82,7 +82,8 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
         return NoScalingPlan(tuple(x for x in (capacity, demand) if isinstance(x, str)))
     cap, source, cap_why = capacity
     peak, trough, observed_max, demand_why = demand
-    headroom = settings.headroom_frac.get(cls.value, 0.0)
+    headroom, budget_why = error_budget_headroom(cls, settings.headroom_frac.get(cls.value, 0.0), workload, history,
+                                                 cap if source == "measured" else None, objective_s, settings)
     target = cap * (1.0 - headroom)
     cold_s = workload.cold_start_s or settings.default_cold_start_s
     gaps = idle_gaps_s(history)
@@ -101,7 +102,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     cooldown, cool_why = cooldown_s(gaps, cold_s, to_zero, settings)
     act = 1.0 / cold_s if to_zero else 0.0
     waiting = target * objective_s
-    why += [note, *cap_why, *demand_why,
+    why += [note, *cap_why, *demand_why, *budget_why,
             f"target {target:.3g} req/s per replica = {cap:.3g} x (1 - {headroom:.0%} headroom for {cls.value})",
             f"{recommended} replicas for {peak:.3g} req/s; min {low}, max {high} " + (
                 f"(the larger of forecast and observed peak, +{settings.max_burst_frac:.0%} for bursts)" if bounded
@@ -191,10 +192,11 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
 
     Measured: the ``capacity_quantile`` of the per-replica rate over steps that met the objective with
     nothing waiting. It is the capacity only when other steps show the knee (the objective missed or
-    requests waiting); otherwise it is a lower bound, used only when nothing is configured.
+    requests waiting); otherwise it is a lower bound, used only when nothing is configured. Not measured
+    with ``capacity_from_history`` off.
     """
     configured, conf_src = _configured_capacity(workload, settings)
-    good, knee = _good_rates(workload, history, objective_s)
+    good, knee = _good_rates(workload, history, objective_s) if settings.capacity_from_history else (None, False)
     measured = None
     if good is not None and good.size >= settings.min_capacity_steps:
         measured = float(np.quantile(good, settings.capacity_quantile))
@@ -233,6 +235,47 @@ def _good_rates(workload: Workload, history: ReplicaHistory, objective_s: float)
     ok = (frame["ttft"] <= objective_s) & (frame["waiting"].fillna(0) < 1) & (frame["rate"] > 0)
     knee = bool(((frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)).any())
     return frame.loc[ok, "per"].to_numpy(dtype="float64"), knee
+
+
+def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, history: ReplicaHistory,
+                          capacity: float | None, objective_s: float, settings: ScalingSettings
+                          ) -> tuple[float, list[str]]:
+    """The class's headroom, raised where the service overspent its TTFT error budget, and why.
+
+    Headroom absorbs what the forecast does not see (bursts within a step, jumps it cannot predict, the cold
+    start before new replicas serve); the steps that missed the objective measure how much of that it failed
+    to absorb. Over the last ``error_budget_window_s``, if more than ``ttft_error_budget`` of the steps with a
+    p95 TTFT missed the objective, headroom rises by ``headroom_step_frac`` per doubling of their share over
+    the budget, up to ``max_headroom_frac`` (never below the class's); it falls back as they leave the
+    window. With a measured ``capacity`` the misses its replicas served above it do not count: they are the
+    knee it was measured from, already sized for (pass None for a configured one). Batch has no latency
+    objective to spend: its headroom is left alone.
+    """
+    ttft = history.ttft_p95_s
+    if cls is WorkloadClass.BATCH or ttft is None or not len(ttft):
+        return base, []
+    frame = pd.DataFrame({"ttft": ttft})
+    rate = history.request_rate_per_s
+    replicas = history.replicas if history.replicas is not None else max(1, workload.allocation.replicas)
+    frame["per"] = np.nan if rate is None else rate / replicas
+    if isinstance(frame.index, pd.DatetimeIndex):
+        frame = frame[frame.index >= frame.index[-1] - pd.Timedelta(seconds=settings.error_budget_window_s)]
+    frame = frame[np.isfinite(frame["ttft"])]
+    if frame.empty:
+        return base, []
+    over = frame["ttft"] > objective_s
+    if capacity is not None:
+        over &= ~(frame["per"] > capacity)  # an unknown rate counts as within capacity
+    missed = float(over.mean())
+    budget = settings.ttft_error_budget
+    if missed <= budget:
+        return base, []
+    raised = max(base, min(settings.max_headroom_frac, base + settings.headroom_step_frac * math.log2(missed / budget)))
+    return raised, [f"headroom {base:.0%} raised to {raised:.0%}: {missed:.1%} of the last "
+                    f"{settings.error_budget_window_s / 3600:g} h's steps had p95 TTFT over the {objective_s:g} s "
+                    f"objective" + (" within the measured capacity" if capacity is not None else "")
+                    + f", against an error budget of {budget:.1%} (+{settings.headroom_step_frac:.0%} per doubling, "
+                    f"at most {settings.max_headroom_frac:.0%})"]
 
 
 def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.Series | None,

@@ -122,6 +122,19 @@ class ScalingSettings(BaseModel):
         default_factory=lambda: {"real-time": 0.30, "near-real-time": 0.15, "batch": 0.0},
         description="Capacity kept free per replica, by workload class.",
     )
+    ttft_error_budget: float = Field(
+        0.01, gt=0, lt=1, description="Share of recent steps with requests whose p95 TTFT may exceed the objective "
+        "before a class's headroom rises (error_budget_window_s, headroom_step_frac, max_headroom_frac)."
+    )
+    error_budget_window_s: float = Field(
+        86_400, gt=0, description="Recent history whose TTFT misses are set against the error budget."
+    )
+    headroom_step_frac: float = Field(
+        0.1, ge=0, lt=1, description="Headroom added per doubling of the missed steps' share over the error budget."
+    )
+    max_headroom_frac: float = Field(
+        0.6, ge=0, lt=1, description="Most headroom the error budget may raise a class to."
+    )
     ttft_objective_s: float = Field(
         2.0, gt=0, description="TTFT objective when a workload has no rightsizer.io/ttft-slo-seconds annotation."
     )
@@ -149,6 +162,12 @@ class ScalingSettings(BaseModel):
     replica_capacity_rps: float | None = Field(
         None, gt=0, description="Requests/s one replica serves at the TTFT objective when neither measured "
         "nor annotated (rightsizer.io/replica-capacity)."
+    )
+    capacity_from_history: bool = Field(
+        True, description="Measure per-replica capacity from history (steps that met the objective beside steps "
+        "that missed it). Off where the configured figure is to be trusted: under our own autoscaling the steps "
+        "that met the objective sit at the target, so the measurement reads the headroom held as lost capacity "
+        "and each plan shrinks the next one's target (the replay fed back its own TTFT: 10x the replicas)."
     )
     capacity_quantile: float = Field(
         0.95, gt=0, le=1, description="Quantile of the per-replica request rate, over steps that met the "

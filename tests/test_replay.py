@@ -126,6 +126,29 @@ def test_ours_runs_the_product_policy_without_peeking(tmp_path: Path) -> None:
     assert (r.ttft_s > 2.0).mean() < 0.01
 
 
+def test_ours_reads_each_steps_p95_ttft_once_the_step_is_over() -> None:
+    """The error budget's input: p95 TTFT per minute by first-token time, as vLLM's histogram gives it, from
+    the requests served so far, filled in only for minutes already over at the sync."""
+    trace = steady(12.0, 400)  # one replica overloaded: TTFT grows through the trace
+    truth = simulate(trace, CAP, lambda obs: 1, "truth", warm=1).ttft_s
+    ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 60, replay.ScalingSettings())
+    filled: dict[int, int] = {}
+
+    def spy(obs: replay.Observed) -> int:
+        if obs.k % 60 == 0:
+            ours._observe_ttft(obs, obs.k // 60)
+            filled[obs.k] = int(np.isfinite(ours.ttft_p95).sum())
+        return 1
+
+    simulate(trace, CAP, spy, "spy", warm=1)
+    first = (trace.arrival_s + truth) // 60
+    for step in range(int(first[np.isfinite(first)].max())):
+        want = np.quantile(truth[first == step], 0.95)
+        assert ours.ttft_p95[step] == pytest.approx(want), step
+    assert filled[60] == 1 and filled[120] == 2  # at each sync only the minutes already over
+    assert ours.ttft_p95[0] < ours.ttft_p95[3]  # the queue shows up as the steps go
+
+
 def test_oracle_scales_up_before_a_burst_it_reads_ahead() -> None:
     """Quiet (1 req/s) until 600 s, then 12 req/s (1,200 prefill tokens/s: two replicas): the oracle has the
     second replica ready when the burst starts; a policy that only sees the past cannot."""

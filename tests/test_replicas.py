@@ -157,6 +157,13 @@ def test_capacity_measured_at_the_knee_beats_configured() -> None:
     # good steps: 16 req/s / 2 replicas = 8 each → p95 = 8; target 8 x 0.7 = 5.6; peak 24 → ceil(4.29) = 5
     assert p.per_replica_capacity == pytest.approx(8.0) and p.capacity_source == "measured"
     assert p.recommended_replicas == 5
+    assert p.headroom_frac == pytest.approx(0.30)  # its misses ran at 12 per replica, over capacity: not headroom's
+
+
+def test_capacity_stays_configured_when_history_is_not_to_measure_it() -> None:
+    w = workload(replicas=2, annotations={CAPACITY_ANNOTATION: "50"})
+    p = plan(w, knee_history(True), RT, s=S.model_copy(update={"capacity_from_history": False}))
+    assert p.per_replica_capacity == 50.0 and p.capacity_source == "configured"  # the knee is not read
 
 
 def test_capacity_configured_when_no_knee_else_lower_bound() -> None:
@@ -165,6 +172,58 @@ def test_capacity_configured_when_no_knee_else_lower_bound() -> None:
     lower = plan(workload(replicas=2), knee_history(False), RT)
     assert lower.per_replica_capacity == pytest.approx(8.0) and lower.capacity_source == "lower bound"
     assert any("lower bound" in r for r in lower.reasons)
+
+
+def budget_history(ttft: list[float]) -> ReplicaHistory:
+    """One replica at its configured 10 req/s every step, so measured capacity, where the misses make it
+    count, is also 10: only the headroom moves."""
+    return ReplicaHistory(60.0, series([10.0] * len(ttft)), series(ttft))
+
+
+@pytest.mark.parametrize(("klass", "ttft", "headroom", "recommended"), [
+    # 1 missed step of 100 = the 1% budget: the class's 30%; target 7 → ceil(35 / 7) = 5
+    (RT, [3.0] + [1.0] * 99, 0.30, 5),
+    # 4 of 100 = 4x the budget: two doublings, +2 x 10 points → 50%; target 5 → ceil(35 / 5) = 7
+    (RT, [3.0] * 4 + [1.0] * 96, 0.50, 7),
+    # 4 missed of 8 steps with a value (the rest unknown) = 50%: log2(50) x 10 points → capped at 60%;
+    # target 4 → ceil(35 / 4) = 9
+    (RT, [3.0] * 4 + [1.0] * 4 + [np.nan] * 92, 0.60, 9),
+    # near-real-time from its 15%: 4x → 35%; target 6.5 → hi_80 peak 20 / 6.5 → 4
+    (NRT, [3.0] * 4 + [1.0] * 96, 0.35, 4),
+    # misses only before the last 24 h: forgotten
+    (RT, [3.0] * 10 + [1.0] * 1440, 0.30, 5),
+    # batch has no objective to spend: 0 headroom whatever TTFT did; mean peak 9 / 10 → 1
+    (BATCH, [3.0] * 50 + [1.0] * 50, 0.0, 1),
+])
+def test_an_overspent_error_budget_raises_the_headroom(klass: WorkloadClass, ttft: list[float], headroom: float,
+                                                        recommended: int) -> None:
+    p = plan(with_capacity(), budget_history(ttft), klass, (FC,))
+    assert p.per_replica_capacity == pytest.approx(10.0)
+    assert p.headroom_frac == pytest.approx(headroom)
+    assert p.target_per_replica == pytest.approx(10.0 * (1 - headroom))
+    assert p.recommended_replicas == recommended
+    raised = [r for r in p.reasons if "error budget" in r]
+    assert bool(raised) == (headroom > S.headroom_frac.get(klass.value, 0.0) + 1e-9)
+
+
+def test_misses_above_a_configured_capacity_spend_the_budget_too() -> None:
+    """Over a configured capacity a miss is a burst or a late scale-up, which headroom absorbs; only a measured
+    capacity has already sized for its own knee (test_capacity_measured_at_the_knee_beats_configured)."""
+    h = ReplicaHistory(60.0, series([20.0] * 100), series([3.0] * 4 + [1.0] * 96))  # 20 req/s on one replica
+    p = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"capacity_from_history": False}))
+    assert p.capacity_source == "configured" and p.headroom_frac == pytest.approx(0.50)  # 4%: two doublings
+
+
+def test_the_error_budget_is_a_setting() -> None:
+    h = budget_history([3.0] * 4 + [1.0] * 96)  # 4% of steps missed
+    loose = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"ttft_error_budget": 0.05}))
+    assert loose.headroom_frac == pytest.approx(0.30)
+    fixed = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"headroom_step_frac": 0.0}))
+    assert fixed.headroom_frac == pytest.approx(0.30)
+    old = budget_history([3.0] * 30 + [1.0] * 1440)  # 30 misses, all but one older than a day
+    assert plan(with_capacity(), old, RT, (FC,)).headroom_frac == pytest.approx(0.30)  # 1 of 1441: within budget
+    week = plan(with_capacity(), old, RT, (FC,), S.model_copy(update={"error_budget_window_s": 7 * 86_400}))
+    assert week.headroom_frac == pytest.approx(0.30 + 0.1 * np.log2(30 / 1470 / 0.01))  # 2.04%: +10.3 points
 
 
 def test_no_capacity_and_no_demand_say_why() -> None:
