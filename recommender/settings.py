@@ -167,7 +167,7 @@ class ScalingSettings(BaseModel):
         True, description="Measure per-replica capacity from history (steps that met the objective beside steps "
         "that missed it). Off where the configured figure is to be trusted: under our own autoscaling the steps "
         "that met the objective sit at the target, so the measurement reads the headroom held as lost capacity "
-        "and each plan shrinks the next one's target (the replay fed back its own TTFT: 10x the replicas)."
+        "and each plan shrinks the next one's target (the replay fed back its own TTFT: 9-17x the GPU-hours)."
     )
     capacity_quantile: float = Field(
         0.95, gt=0, le=1, description="Quantile of the per-replica request rate, over steps that met the "
