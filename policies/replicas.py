@@ -221,6 +221,14 @@ def _configured_capacity(workload: Workload, settings: ScalingSettings) -> tuple
     return settings.replica_capacity_rps, "settings (scaling.replica_capacity_rps)"
 
 
+def _per_replica_rate(workload: Workload, history: ReplicaHistory) -> pd.Series | None:
+    """Request rate per replica at each step: the history's ready replicas, else the allocation's count."""
+    rate = history.request_rate_per_s
+    if rate is None:
+        return None
+    return rate / (history.replicas if history.replicas is not None else max(1, workload.allocation.replicas))
+
+
 def _good_rates(workload: Workload, history: ReplicaHistory, objective_s: float) -> tuple[np.ndarray | None, bool]:
     """Per-replica rates at steps that met the objective with nothing waiting, and whether any step missed."""
     rate, ttft = history.request_rate_per_s, history.ttft_p95_s
@@ -229,8 +237,7 @@ def _good_rates(workload: Workload, history: ReplicaHistory, objective_s: float)
     frame = pd.DataFrame({"rate": rate, "ttft": ttft})
     waiting = history.requests_waiting
     frame["waiting"] = 0.0 if waiting is None else waiting
-    replicas = history.replicas if history.replicas is not None else max(1, workload.allocation.replicas)
-    frame["per"] = frame["rate"] / replicas
+    frame["per"] = _per_replica_rate(workload, history)
     frame = frame[np.isfinite(frame["rate"]) & np.isfinite(frame["ttft"]) & np.isfinite(frame["per"])]
     ok = (frame["ttft"] <= objective_s) & (frame["waiting"].fillna(0) < 1) & (frame["rate"] > 0)
     knee = bool(((frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)).any())
@@ -255,9 +262,8 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     if cls is WorkloadClass.BATCH or ttft is None or not len(ttft):
         return base, []
     frame = pd.DataFrame({"ttft": ttft})
-    rate = history.request_rate_per_s
-    replicas = history.replicas if history.replicas is not None else max(1, workload.allocation.replicas)
-    frame["per"] = np.nan if rate is None else rate / replicas
+    per = _per_replica_rate(workload, history)
+    frame["per"] = np.nan if per is None else per
     if isinstance(frame.index, pd.DatetimeIndex):
         frame = frame[frame.index >= frame.index[-1] - pd.Timedelta(seconds=settings.error_budget_window_s)]
     frame = frame[np.isfinite(frame["ttft"])]
