@@ -7,8 +7,9 @@ forecast the floor is the peak of the last ``no_forecast_floor_window_s`` for re
 recently stay covered until the daily pattern is known) and the quietest observed step for the others
 (the HPA follows demand above it; in the replay a floor at the peak of all history held whole days of
 idle replicas, and for real-time the quietest step let bursts in). Capacity is
-measured where history shows the knee (steps that met the objective beside steps that did not), else
-configured, else the measured rate as a lower bound. Scale-to-zero only for the classes in
+measured at the knee history shows (the rate per replica from which the objective is more often missed
+than not; replicas counted per step, as they served) unless a configured figure lies within the knee's
+bracket; else configured, else the measured rate as a lower bound. Scale-to-zero only for the classes in
 ``ScalingSettings.scale_to_zero_classes`` (batch by default: a request that arrives at zero waits a
 whole cold start, which no real-time objective tolerates) and only when idle gaps are long against the
 cold start. maxReplicaCount is bounded by the peak only once ``max_bound_history_s`` of history exists
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.isotonic import IsotonicRegression
 
 from recommender import model as m
 from recommender.forecast import upper_band
@@ -64,10 +66,11 @@ class NoScalingPlan:
 
 
 def history_from_snapshot(snapshot: Snapshot, workload: Workload) -> ReplicaHistory:
-    """The replica policy's inputs from a snapshot (replica count: the allocation's, held constant)."""
+    """The replica policy's inputs from a snapshot; the replica count is the pods that served at each step
+    (a snapshot without it: the allocation's, held constant)."""
     ref = workload.ref
     return ReplicaHistory(snapshot.step_s, snapshot.series(m.REQUEST_RATE, ref), snapshot.series(m.TTFT_P95_S, ref),
-                          snapshot.series(m.REQUESTS_WAITING, ref))
+                          snapshot.series(m.REQUESTS_WAITING, ref), snapshot.series(m.SERVING_REPLICAS, ref))
 
 
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
@@ -83,7 +86,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     cap, source, cap_why = capacity
     peak, trough, observed_max, demand_why = demand
     headroom, budget_why = error_budget_headroom(cls, settings.headroom_frac.get(cls.value, 0.0), workload, history,
-                                                 cap if source == "measured" else None, objective_s, settings)
+                                                 None if source == "configured" else cap, objective_s, settings)
     target = cap * (1.0 - headroom)
     cold_s = workload.cold_start_s or settings.default_cold_start_s
     gaps = idle_gaps_s(history)
@@ -190,28 +193,68 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
                          settings: ScalingSettings) -> tuple[float, str, list[str]] | str:
     """Requests/s one replica serves at the objective, its source and reasons; a one-line reason when unknown.
 
-    Measured: the ``capacity_quantile`` of the per-replica rate over steps that met the objective with
-    nothing waiting. It is the capacity only when other steps show the knee (the objective missed or
-    requests waiting); otherwise it is a lower bound, used only when nothing is configured. Not measured
-    with ``capacity_from_history`` off.
+    Measured where history shows the knee (:func:`locate_knee`): the highest per-replica rate at which a
+    missed objective is not yet likely. A configured capacity inside the knee's bracket is kept: under
+    autoscaling the replicas run at the target, under the capacity, and the few steps above it (a burst
+    before new replicas are ready) bound the knee only loosely; a configured figure the history contradicts
+    (misses below it, or the objective met above the bracket) gives way to the measurement. Without a knee
+    the ``capacity_quantile`` of the rates that met the objective is a lower bound, used only when nothing
+    is configured. Not measured with ``capacity_from_history`` off.
     """
     configured, conf_src = _configured_capacity(workload, settings)
-    good, knee = _good_rates(workload, history, objective_s) if settings.capacity_from_history else (None, False)
-    measured = None
-    if good is not None and good.size >= settings.min_capacity_steps:
-        measured = float(np.quantile(good, settings.capacity_quantile))
-    n = 0 if good is None else good.size
-    what = f"p{settings.capacity_quantile * 100:g} of the rate per replica over {n} steps that met the objective"
-    if measured and knee:
-        return measured, "measured", [f"capacity {measured:.3g} req/s per replica measured: {what}, "
-                                      "beside steps that missed it or queued"]
+    steps = _step_outcomes(workload, history, objective_s) if settings.capacity_from_history else None
+    good = np.array([]) if steps is None else steps.loc[~steps["missed"], "per"].to_numpy(dtype="float64")
+    enough = good.size >= settings.min_capacity_steps
+    knee = locate_knee(steps, settings.min_knee_steps) if steps is not None and enough else None
+    if knee is not None:
+        bracket = (f"the objective met up to {knee.below:.3g} req/s per replica and more often missed than not "
+                   f"from {knee.above:.3g} ({knee.steps} steps)")
+        if configured and knee.below <= configured <= knee.above:
+            return configured, "configured", [f"capacity {configured:.3g} req/s per replica from {conf_src}, "
+                                              f"consistent with history: {bracket}"]
+        return knee.below, "measured", [f"capacity {knee.below:.3g} req/s per replica measured at the knee: "
+                                        + bracket + (f" (configured {configured:.3g} disagrees)" if configured
+                                                     else "")]
     if configured:
         return configured, "configured", [f"capacity {configured:.3g} req/s per replica from {conf_src}"]
-    if measured:
-        return measured, "lower bound", [f"capacity {measured:.3g} req/s per replica: {what}; the service never "
-                                      f"queued, so this is a lower bound (set {CAPACITY_ANNOTATION} to size tighter)"]
+    if enough:
+        measured = float(np.quantile(good, settings.capacity_quantile))
+        return measured, "lower bound", [
+            f"capacity {measured:.3g} req/s per replica: p{settings.capacity_quantile * 100:g} of the rate per "
+            f"replica over {good.size} steps that met the objective; no knee (no rate at which the objective was "
+            f"more often missed than not), so this is a lower bound (set {CAPACITY_ANNOTATION} to size tighter)"]
     return (f"no per-replica capacity: fewer than {settings.min_capacity_steps} steps with request rate and TTFT "
             f"that met the objective, and no {CAPACITY_ANNOTATION} annotation")
+
+
+@dataclass(frozen=True)
+class Knee:
+    """Where the objective starts to be missed, in requests/s per replica: ``below`` is the highest rate at
+    which a miss is not yet likely, ``above`` the lowest at which it is (over ``steps`` steps)."""
+
+    below: float
+    above: float
+    steps: int
+
+
+def locate_knee(steps: pd.DataFrame, min_missed: int = 1) -> Knee | None:
+    """The knee from steps' per-replica rate (``per``) and whether each missed (``missed``), or None.
+
+    The chance of a miss is fitted as a non-decreasing function of the rate (isotonic regression): a miss at
+    a low rate (a cold start, one slow request) is pooled with its neighbours instead of moving the knee, and
+    so is one good step above the misses. The knee is where that chance passes one half. None when it never
+    does, when fewer than ``min_missed`` steps missed from there on, or when it does from the lowest rate on
+    (nothing met the objective below it).
+    """
+    frame = steps[steps["per"] > 0].sort_values("per", kind="stable")
+    if frame.empty:
+        return None
+    per = frame["per"].to_numpy(dtype="float64")
+    chance = IsotonicRegression(increasing=True).fit_transform(per, frame["missed"].to_numpy(dtype="float64"))
+    likely = np.flatnonzero(chance > 0.5)
+    if not likely.size or likely[0] == 0 or frame["missed"].iloc[likely[0]:].sum() < min_missed:
+        return None
+    return Knee(float(per[likely[0] - 1]), float(per[likely[0]]), int(per.size))
 
 
 def _configured_capacity(workload: Workload, settings: ScalingSettings) -> tuple[float | None, str]:
@@ -229,19 +272,20 @@ def _per_replica_rate(workload: Workload, history: ReplicaHistory) -> pd.Series 
     return rate / (history.replicas if history.replicas is not None else max(1, workload.allocation.replicas))
 
 
-def _good_rates(workload: Workload, history: ReplicaHistory, objective_s: float) -> tuple[np.ndarray | None, bool]:
-    """Per-replica rates at steps that met the objective with nothing waiting, and whether any step missed."""
+def _step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: float) -> pd.DataFrame | None:
+    """Per step with a request rate: the rate per replica (``per``) and whether the step missed the objective
+    or queued (``missed``); None without rate or TTFT history."""
     rate, ttft = history.request_rate_per_s, history.ttft_p95_s
     if rate is None or ttft is None:
-        return None, False
+        return None
     frame = pd.DataFrame({"rate": rate, "ttft": ttft})
     waiting = history.requests_waiting
     frame["waiting"] = 0.0 if waiting is None else waiting
     frame["per"] = _per_replica_rate(workload, history)
-    frame = frame[np.isfinite(frame["rate"]) & np.isfinite(frame["ttft"]) & np.isfinite(frame["per"])]
-    ok = (frame["ttft"] <= objective_s) & (frame["waiting"].fillna(0) < 1) & (frame["rate"] > 0)
-    knee = bool(((frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)).any())
-    return frame.loc[ok, "per"].to_numpy(dtype="float64"), knee
+    frame = frame[np.isfinite(frame["rate"]) & np.isfinite(frame["ttft"]) & np.isfinite(frame["per"])
+                  & (frame["rate"] > 0)]
+    frame["missed"] = (frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)
+    return frame[["per", "missed"]]
 
 
 def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, history: ReplicaHistory,
@@ -254,9 +298,10 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     to absorb. Over the last ``error_budget_window_s``, if more than ``ttft_error_budget`` of the steps with a
     p95 TTFT missed the objective, headroom rises by ``headroom_step_frac`` per doubling of their share over
     the budget, up to ``max_headroom_frac`` (never below the class's); it falls back as they leave the
-    window. With a measured ``capacity`` the misses its replicas served above it do not count: they are the
-    knee it was measured from, already sized for (pass None for a configured one). Batch has no latency
-    objective to spend: its headroom is left alone.
+    window. With a ``capacity`` read from this history (measured, or a lower bound; None for a configured one)
+    the misses its replicas served above it do not count: they are the knee it was measured from, or rates
+    the service was never seen to serve within the objective, and the replica count already sizes for them.
+    Batch has no latency objective to spend: its headroom is left alone.
     """
     ttft = history.ttft_p95_s
     if cls is WorkloadClass.BATCH or ttft is None or not len(ttft):
@@ -279,7 +324,7 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     raised = max(base, min(settings.max_headroom_frac, base + settings.headroom_step_frac * math.log2(missed / budget)))
     return raised, [f"headroom {base:.0%} raised to {raised:.0%}: {missed:.1%} of the last "
                     f"{settings.error_budget_window_s / 3600:g} h's steps had p95 TTFT over the {objective_s:g} s "
-                    f"objective" + (" within the measured capacity" if capacity is not None else "")
+                    f"objective" + (" within the capacity read from history" if capacity is not None else "")
                     + f", against an error budget of {budget:.1%} (+{settings.headroom_step_frac:.0%} per doubling, "
                     f"at most {settings.max_headroom_frac:.0%})"]
 

@@ -129,6 +129,7 @@ PROMPT_TOKENS_RATE = "prompt_tokens_per_s"
 GENERATION_TOKENS_RATE = "generation_tokens_per_s"
 TTFT_P95_S = "ttft_p95_s"
 PREEMPTIONS_RATE = "preemptions_per_s"
+SERVING_REPLICAS = "serving_replicas"  # pods reporting vLLM metrics at the step (derived in recommender.snapshot)
 
 USAGE_METRICS: tuple[str, ...] = (
     FB_USED_MIB,
@@ -144,6 +145,7 @@ USAGE_METRICS: tuple[str, ...] = (
     GENERATION_TOKENS_RATE,
     TTFT_P95_S,
     PREEMPTIONS_RATE,
+    SERVING_REPLICAS,
 )
 
 

@@ -164,17 +164,21 @@ class ScalingSettings(BaseModel):
         "nor annotated (rightsizer.io/replica-capacity)."
     )
     capacity_from_history: bool = Field(
-        True, description="Measure per-replica capacity from history (steps that met the objective beside steps "
-        "that missed it). Off where the configured figure is to be trusted: under our own autoscaling the steps "
-        "that met the objective sit at the target, so the measurement reads the headroom held as lost capacity "
-        "and each plan shrinks the next one's target (the replay fed back its own TTFT: 9-17x the GPU-hours)."
+        True, description="Measure per-replica capacity from history: the knee, the rate per replica from which "
+        "the objective is more often missed than not (a configured figure within the knee's bracket is kept). "
+        "Off where only the configured figure is to be trusted."
     )
     capacity_quantile: float = Field(
         0.95, gt=0, le=1, description="Quantile of the per-replica request rate, over steps that met the "
-        "TTFT objective with nothing waiting, taken as measured capacity."
+        "TTFT objective with nothing waiting, taken as a lower bound on capacity where history shows no knee."
     )
     min_capacity_steps: int = Field(
         30, ge=1, description="Steps that met the objective needed before capacity counts as measured."
+    )
+    min_knee_steps: int = Field(
+        5, ge=1, description="Missed steps at or above the knee needed before history locates it (the rate "
+        "per replica from which the objective is more often missed than not): one or two misses at the busiest "
+        "steps locate nothing."
     )
     max_burst_frac: float = Field(
         2.0, ge=0, description="maxReplicaCount = replicas for the larger of forecast and observed peak x (1 + this). "

@@ -16,6 +16,7 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
+from pandas.api.typing import DataFrameGroupBy
 
 from policies.catalogue import Catalogue
 from recommender import model as m
@@ -27,6 +28,9 @@ SUM_METRICS = frozenset(
     {m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE,
      m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.POWER_W}
 )  # demand adds up across replicas; everything else is per replica/device: max
+
+# Whose pods count as serving replicas at a step: vLLM's running gauge, else its request counter's rate.
+SERVING_FROM = (m.REQUESTS_RUNNING, m.REQUEST_RATE)
 
 _RS_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' SafeEncodeString alphabet
 _DEPLOY_POD = re.compile(rf"^(?P<name>.+)-[{_RS_CHARS}]{{6,10}}-[{_RS_CHARS}]{{5}}$")
@@ -81,17 +85,30 @@ def attribute_pods(
 
 def aggregate_usage(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, WorkloadRef]
                     ) -> dict[str, pd.DataFrame]:
-    """Pod columns → workload columns, summing demand metrics and taking the max of the rest."""
+    """Pod columns → workload columns, summing demand metrics and taking the max of the rest, plus
+    ``SERVING_REPLICAS``: how many of a workload's pods reported vLLM metrics at each step (NaN where none
+    did). A workload the HPA scales has a different count at each step; its capacity per replica is read
+    against this count, not today's."""
     out: dict[str, pd.DataFrame] = {}
     for metric, frame in series.items():
-        cols = [c for c in frame.columns if c in mapping]
-        if not cols:
+        grouped = _by_workload(frame, mapping)
+        if grouped is None:
             continue
-        keys = pd.Index([mapping[c].key for c in cols])
-        grouped = frame[cols].T.groupby(keys)
         agg = grouped.sum(min_count=1) if metric in SUM_METRICS else grouped.max()
         out[metric] = agg.T.astype("float64")
+    source = next((series[x] for x in SERVING_FROM if x in series), None)
+    present = None if source is None else _by_workload(source.notna(), mapping)
+    if present is not None:
+        out[m.SERVING_REPLICAS] = present.sum().T.astype("float64").replace(0.0, np.nan)
     return out
+
+
+def _by_workload(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef]) -> DataFrameGroupBy | None:
+    """The frame's pod columns grouped by workload key (transposed: one row per pod), or None without any."""
+    cols = [c for c in frame.columns if c in mapping]
+    if not cols:
+        return None
+    return frame[cols].T.groupby(pd.Index([mapping[c].key for c in cols]))
 
 
 def _resources_allocation(resources: Iterable[tuple[str, float]]) -> Allocation | None:

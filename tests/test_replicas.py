@@ -16,8 +16,10 @@ from policies.replicas import (
     ReplicaHistory,
     autoscaled_replicas,
     cooldown_s,
+    history_from_snapshot,
     hpa_behavior,
     keda_parameters,
+    locate_knee,
     scaling_plan,
 )
 from recommender import model as m
@@ -27,6 +29,7 @@ from recommender.model import (
     Forecast,
     ScalingPlan,
     Sharing,
+    Snapshot,
     Workload,
     WorkloadClass,
     WorkloadRef,
@@ -172,6 +175,68 @@ def test_capacity_configured_when_no_knee_else_lower_bound() -> None:
     lower = plan(workload(replicas=2), knee_history(False), RT)
     assert lower.per_replica_capacity == pytest.approx(8.0) and lower.capacity_source == "lower bound"
     assert any("lower bound" in r for r in lower.reasons)
+
+
+def outcomes(groups: list[tuple[float, bool, int]]) -> pd.DataFrame:
+    """Steps as (rate per replica, missed, how many)."""
+    rows = [(per, missed) for per, missed, n in groups for _ in range(n)]
+    return pd.DataFrame(rows, columns=["per", "missed"])
+
+
+CLEAN = [(float(r), False, 5) for r in range(1, 9)] + [(float(r), True, 5) for r in range(9, 13)]
+
+
+@pytest.mark.parametrize(("groups", "min_missed", "knee"), [
+    (CLEAN, 5, (8.0, 9.0)),  # met up to 8 per replica, missed from 9
+    ([*CLEAN, (2.0, True, 1)], 5, (8.0, 9.0)),  # a miss at a low rate (a cold start) is pooled away
+    ([*CLEAN, (20.0, False, 1)], 5, (8.0, 9.0)),  # one good step above the misses does not move it
+    ([*CLEAN, (8.0, True, 4)], 5, (8.0, 9.0)),  # at 8: 4 of 9 missed, under one half
+    ([*CLEAN, (8.0, True, 6)], 5, (7.0, 8.0)),  # 6 of 11: over it
+    ([(1.0, False, 40), (9.0, True, 3)], 5, None),  # three misses at the busiest steps locate nothing...
+    ([(1.0, False, 40), (9.0, True, 3)], 3, (1.0, 9.0)),  # ...unless that is enough
+    ([(1.0, True, 3), (2.0, False, 1), (3.0, True, 3)], 1, None),  # missed from the lowest rate on
+    ([(float(r), False, 5) for r in range(1, 9)], 1, None),  # never missed: no knee, capacity unknown above 8
+])
+def test_the_knee_is_where_a_miss_becomes_more_likely_than_not(groups: list[tuple[float, bool, int]],
+                                                                min_missed: int, knee: tuple[float, float] | None
+                                                                ) -> None:
+    found = locate_knee(outcomes(groups), min_missed)
+    assert (found and (found.below, found.above)) == knee
+
+
+def autoscaled(per_replica: list[float], ttft: list[float], replicas: list[int]) -> tuple[Workload, Snapshot]:
+    """A service the HPA scaled: today 4 replicas, at each step ``replicas`` served ``per_replica`` each."""
+    n = len(per_replica)
+    idx = series([0.0] * n).index
+    w = workload(replicas=4)
+    key = w.ref.key
+    usage = {m.REQUEST_RATE: pd.DataFrame({key: np.multiply(per_replica, replicas)}, index=idx),
+             m.TTFT_P95_S: pd.DataFrame({key: ttft}, index=idx),
+             m.SERVING_REPLICAS: pd.DataFrame({key: np.asarray(replicas, dtype="float64")}, index=idx)}
+    return w, Snapshot((w,), usage, idx[0].to_pydatetime(), idx[-1].to_pydatetime(), 60.0)
+
+
+def test_under_autoscaling_capacity_is_read_per_serving_replica_and_does_not_shrink_to_the_target() -> None:
+    """Replicas at the target (7 per replica, 1-4 of them), bursts before new replicas were ready: met at 9,
+    missed at 14 (5 steps of 635: within the 1% error budget). The knee lies between 9 and 14. A configured
+    10 inside it is kept, so the next target is 7 again; measured alone it is 9, the highest rate met, not the
+    7 the replicas usually ran at (a p95 of the good steps would read 7 and take the next target to 4.9, and
+    so on)."""
+    per = [7.0] * 600 + [9.0] * 30 + [14.0] * 5
+    ttft = [1.0] * 630 + [5.0] * 5
+    replicas = [1 + i % 4 for i in range(635)]
+    w, snap = autoscaled(per, ttft, replicas)
+    h = history_from_snapshot(snap, w)
+    measured = plan(w, h, RT)
+    assert measured.per_replica_capacity == pytest.approx(9.0) and measured.capacity_source == "measured"
+    kept = plan(replace(w, annotations={CAPACITY_ANNOTATION: "10"}), h, RT)
+    assert kept.per_replica_capacity == 10.0 and kept.capacity_source == "configured"
+    assert kept.target_per_replica == pytest.approx(7.0)  # 10 x (1 - 30%): where the replicas ran
+    assert any("consistent with history" in r for r in kept.reasons)
+    low = plan(replace(w, annotations={CAPACITY_ANNOTATION: "6"}), h, RT)  # history met the objective at 9
+    assert low.per_replica_capacity == pytest.approx(9.0) and any("configured 6 disagrees" in r for r in low.reasons)
+    today = plan(w, replace(h, replicas=None), RT)  # read against today's 4 replicas the misses mix with good
+    assert today.capacity_source == "lower bound"  # steps (14 x 1/4 beside 7 x 2/4): no knee is left
 
 
 def budget_history(ttft: list[float]) -> ReplicaHistory:

@@ -58,6 +58,24 @@ def test_aggregation_sums_demand_and_maxes_per_replica_metrics() -> None:
     assert out[m.FB_USED_MIB][ref.key].iloc[1] == 3.0  # max
 
 
+@pytest.mark.parametrize("source", [m.REQUESTS_RUNNING, m.REQUEST_RATE])
+def test_serving_replicas_count_the_pods_reporting_vllm_at_each_step(source: str) -> None:
+    """Pods that come and go under an HPA: the count per step is what a replica's rate divides by."""
+    idx = index(0.1)
+    chat, gpu_only = WorkloadRef("ml", "Deployment", "chat"), WorkloadRef("ml", "Deployment", "trainer")
+    vllm = pd.DataFrame({"ml/a": 1.0, "ml/b": 2.0, "ml/c": 0.0}, index=idx)
+    vllm.iloc[: len(idx) // 2, 1] = np.nan  # b started half-way
+    vllm.iloc[:3, 0] = np.nan  # a, the first replica, was not up for three steps
+    vllm.iloc[:3, 2] = np.nan  # nor c, the only pod of a second service: none served then
+    fb = pd.DataFrame({"ml/a": 1.0, "ml/t": 5.0}, index=idx)
+    mapping = {"ml/a": chat, "ml/b": chat, "ml/c": WorkloadRef("ml", "Deployment", "embed"), "ml/t": gpu_only}
+    out = aggregate_usage({source: vllm, m.FB_USED_MIB: fb}, mapping)[m.SERVING_REPLICAS]
+    want = np.r_[[np.nan] * 3, [1.0] * (len(idx) // 2 - 3), [2.0] * (len(idx) - len(idx) // 2)]
+    np.testing.assert_array_equal(out[chat.key].to_numpy(), want)
+    assert out["ml/Deployment/embed"].iloc[:3].isna().all() and (out["ml/Deployment/embed"].iloc[3:] == 1).all()
+    assert gpu_only.key not in out.columns  # no vLLM metrics: no count, the allocation's replicas stand
+
+
 @pytest.mark.parametrize(
     ("alloc", "share", "caveat"),
     [
