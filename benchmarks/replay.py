@@ -40,7 +40,7 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
 - ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s``
   (300 s: the controller's default interval, so the published forecast is as old as in a cluster) on
   the history so far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity
-  from the model above and the token means seen so far, class from ``--class``); every 15 s the HPA sees
+  from the model above and the token means seen so far as the annotation, class from ``--class``); every 15 s the HPA sees
   three metrics, each proposing replicas with the HPA's 0.1 tolerance, and follows the largest: the forecast
   band over the next cold start (the external scaler) and the arrival rate over the rate trigger's window
   (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``, and, as the plan's second
@@ -50,8 +50,8 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   the forecast expects no request within a cold start. Its headroom follows the TTFT error budget
   (``policies.replicas.error_budget_headroom``): each refit reads every past minute's p95 TTFT of the
   requests served, by first-token time as vLLM's histogram records it, and the minute's ready replicas.
-  Capacity stays the model's (``capacity_from_history`` off): measured from ours' own history it would
-  read the headroom ours holds as lost capacity, and each plan would shrink the next one's target.
+  From the same history the plan measures capacity at the knee (``policies.replicas.locate_knee``) and
+  keeps the model's figure while it lies within the knee's bracket, as the product does by default.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
   busiest minute of work ahead plus the backlog, at the class's headroom, with the same HPA behaviour.
   Where it misses the goal, no forecast can meet it under this capacity model.
@@ -413,9 +413,7 @@ class Ours:
 
     def __init__(self, cap: Capacity, cls: WorkloadClass, refit_s: int, settings: ScalingSettings,
                  bin_s: int = 60, history_s: int = 7 * 86_400) -> None:
-        # the capacity is the model's, given as the annotation; measured from this history it would read the
-        # headroom ours holds as lost capacity (ScalingSettings.capacity_from_history)
-        self.settings = settings.model_copy(update={"capacity_from_history": False})
+        self.settings = settings
         self.cap, self.cls, self.refit_s = cap, cls, refit_s
         self.bin_s, self.history_s = bin_s, history_s
         self.min_forecast_history_s = 2 * 86_400  # shorter: forecast_series widens its band up to x5
