@@ -37,21 +37,21 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   slice buys without our scaling (an ablation, not the baseline). ``reactive-bounded`` (not run by
   default) is reactive with maxReplicaCount at the static-peak count instead of KEDA's 100: an operator's
   sane ceiling, which takes away the queue's overshoot but not its late scaling.
-- ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s``
-  (300 s: the controller's default interval, so the published forecast is as old as in a cluster) on
-  the history so far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity
-  from the model above and the token means seen so far as the annotation, class from ``--class``); every 15 s the HPA sees
-  three metrics, each proposing replicas with the HPA's 0.1 tolerance, and follows the largest: the forecast
-  band over the next cold start (the external scaler) and the arrival rate over the rate trigger's window
-  (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``, and, as the plan's second
-  trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on a 3g.40gb slice, 11 on
-  the whole GPU); scale-down stabilisation from
-  ``scale_down_window_s`` (the window ``hpa_behavior`` sets); to zero only when the plan allows it and
-  the forecast expects no request within a cold start. Its headroom follows the TTFT error budget
-  (``policies.replicas.error_budget_headroom``): each refit reads every past minute's p95 TTFT of the
-  requests served, by first-token time as vLLM's histogram records it, and the minute's ready replicas.
-  From the same history the plan measures capacity at the knee (``policies.replicas.locate_knee``) and
-  keeps the model's figure while it lies within the knee's bracket, as the product does by default.
+- ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s`` (300 s:
+  the controller's default interval, so the published forecast is as old as in a cluster) on the history so
+  far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity from the model above
+  and the token means seen so far as the annotation, class from ``--class``, the previous plan); every 15 s
+  the HPA sees three metrics, each proposing replicas with the HPA's 0.1 tolerance, and follows the largest:
+  the forecast band over the next cold start (the external scaler) and the arrival rate over the rate
+  trigger's window (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``, and, as the
+  plan's second trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on a 3g.40gb slice,
+  11 on the whole GPU); scale-down stabilisation from ``scale_down_window_s`` (the window ``hpa_behavior``
+  sets); to zero only when the plan allows it and the forecast expects no request within a cold start. Its
+  headroom follows the TTFT error budget (``policies.replicas.error_budget_headroom``): each refit reads every
+  past minute's p95 TTFT of the requests served, by first-token time as vLLM's histogram records it, and the
+  minute's ready replicas. From the same history the plan measures capacity at the knee
+  (``policies.replicas.locate_knee``) and keeps the model's figure while it lies within the knee's bracket, as
+  the product does by default.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
   busiest minute of work ahead plus the backlog, at the class's headroom, with the same HPA behaviour.
   Where it misses the goal, no forecast can meet it under this capacity model.
@@ -497,7 +497,7 @@ class Ours:
         except NotEnoughHistory:
             self.band, self.band_start = np.array([0.0]), full * self.bin_s
         cls = Classification(self.cls, 1.0, ("--class",), "annotation")
-        plan = scaling_plan(workload, history, cls, forecasts, self.settings)
+        plan = scaling_plan(workload, history, cls, forecasts, self.settings, self.plan)
         self.plan = None if isinstance(plan, NoScalingPlan) else plan
         self.refits += 1
 

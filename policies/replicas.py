@@ -74,12 +74,16 @@ def history_from_snapshot(snapshot: Snapshot, workload: Workload) -> ReplicaHist
 
 
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
-                 forecasts: Sequence[Forecast], settings: ScalingSettings) -> ScalingPlan | NoScalingPlan:
-    """Replica bounds and autoscaler parameters for one workload, or why there are none."""
+                 forecasts: Sequence[Forecast], settings: ScalingSettings, previous: ScalingPlan | None = None
+                 ) -> ScalingPlan | NoScalingPlan:
+    """Replica bounds and autoscaler parameters for one workload, or why there are none.
+
+    ``previous`` is this workload's plan from the last cycle, where a loop keeps one: a capacity that is
+    only a lower bound never falls below it (see :func:`keep_lower_bound`)."""
     cls = classification.workload_class if classification else WorkloadClass.REAL_TIME
     why = [] if classification else ["no class: sized as real-time (the most headroom, never to zero)"]
     objective_s, note = ttft_objective(workload, settings)
-    capacity = per_replica_capacity(workload, history, objective_s, settings)
+    capacity = keep_lower_bound(per_replica_capacity(workload, history, objective_s, settings), previous)
     demand = demand_to_size(cls, forecasts, history.request_rate_per_s, settings.no_forecast_floor_window_s)
     if isinstance(capacity, str) or isinstance(demand, str):
         return NoScalingPlan(tuple(x for x in (capacity, demand) if isinstance(x, str)))
@@ -255,6 +259,27 @@ def locate_knee(steps: pd.DataFrame, min_missed: int = 1) -> Knee | None:
     if not likely.size or likely[0] == 0 or frame["missed"].iloc[likely[0]:].sum() < min_missed:
         return None
     return Knee(float(per[likely[0] - 1]), float(per[likely[0]]), int(per.size))
+
+
+def keep_lower_bound(capacity: tuple[float, str, list[str]] | str, previous: ScalingPlan | None
+                     ) -> tuple[float, str, list[str]] | str:
+    """A lower-bound capacity raised to the previous plan's where that was higher.
+
+    Without a knee the capacity is the rate the replicas served within the objective, and under our own
+    autoscaling they serve at the previous plan's target, headroom below its capacity: read afresh each
+    cycle, every plan would shrink the next one's target (the replay: 30 times the GPU-hours in 14 days).
+    The previous capacity was a knee, a configured figure or an earlier lower bound, all evidence the
+    history has not contradicted (a miss above it would have located a knee, which takes precedence).
+    """
+    if isinstance(capacity, str) or previous is None:
+        return capacity
+    cap, source, why = capacity
+    if source != "lower bound" or previous.per_replica_capacity <= cap:
+        return capacity
+    kept = previous.per_replica_capacity
+    return kept, source, [*why, f"kept at the previous plan's {kept:.3g} req/s per replica "
+                                f"({previous.capacity_source}): under our own autoscaling the replicas served "
+                                f"at its target, so a lower bound read from them would shrink each cycle"]
 
 
 def _configured_capacity(workload: Workload, settings: ScalingSettings) -> tuple[float | None, str]:

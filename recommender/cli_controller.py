@@ -87,7 +87,8 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
 
     def plan_fn(now: datetime) -> Any:
         snap = collect(source, opts.get("snapshot_dir"), settings, now)
-        return run_once(snap, settings, now), snap
+        last = store.latest()  # the last cycle's plan carries capacity forward (policies.replicas.keep_lower_bound)
+        return run_once(snap, settings, now, previous=last.plan if last else None), snap
 
     store = PlanStore()
     elector = LeaderElector(kube, lease_namespace, lease_name,

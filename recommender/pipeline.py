@@ -33,8 +33,10 @@ def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
 
 
 def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
-             catalogue: Catalogue | None = None, cards: ModelCards | None = None) -> Plan:
-    """One pass of the pipeline over a snapshot. ``now`` is the plan's timestamp (no clock inside)."""
+             catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None
+             ) -> Plan:
+    """One pass of the pipeline over a snapshot. ``now`` is the plan's timestamp (no clock inside).
+    ``previous`` is the last cycle's plan in a loop: its scaling plans carry capacity forward."""
     if not snapshot.workloads:
         scope = ", ".join(settings.namespaces) or "all namespaces"
         raise NoWorkloadsError(f"no GPU workloads found in {scope}")
@@ -51,6 +53,7 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
         classes = _classes(snapshot)
     with _timed(timings, "forecast"):
         forecasts = _forecasts(snapshot, settings)
+    before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
     with _timed(timings, "policies"):
         recs = []
         for w in snapshot.workloads:
@@ -58,7 +61,7 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
             ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found)
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
             recs.append(with_scaling(rec, scaling_plan(w, history_from_snapshot(snapshot, w), classes[w.ref.key],
-                                                       found, settings.scaling)))
+                                                       found, settings.scaling, before.get(w.ref.key))))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -87,3 +89,22 @@ def test_a_short_history_still_forecasts_with_a_wider_band_and_says_so() -> None
     assert any("widened" in r for r in f.reasons)
     full = rec(plan(), "chat").forecasts[0]
     assert (f.frame["hi_95"] - f.frame["lo_95"]).mean() > (full.frame["hi_95"] - full.frame["lo_95"]).mean()
+
+
+def test_a_loop_carries_a_lower_bound_capacity_from_its_previous_plan() -> None:
+    """The controller passes its last plan: a capacity that is only a lower bound keeps the previous one where
+    that was higher (under our own autoscaling the rates served sit at the last target)."""
+    chat = workload("chat", whole_gpu())
+    snap = snapshot([chat], {m.REQUEST_RATE: {"chat": DAILY}, m.TTFT_P95_S: {"chat": 0.5}}, days=DAYS)
+    settings = Settings(forecast=ForecastSettings(enabled=False))
+    first = run_once(snap, settings, END)
+    was = rec(first, "chat").scaling
+    assert was is not None and was.capacity_source == "lower bound"  # never missed the objective: no knee
+    raised = replace(was, per_replica_capacity=2 * was.per_replica_capacity)
+    before = replace(first, recommendations=tuple(replace(r, scaling=raised) for r in first.recommendations))
+    again = rec(run_once(snap, settings, END, previous=before), "chat").scaling
+    assert again is not None and again.per_replica_capacity == pytest.approx(2 * was.per_replica_capacity)
+    other = replace(before, recommendations=tuple(replace(r, workload=replace(r.workload, ref=replace(
+        r.ref, name="other"))) for r in before.recommendations))
+    alone = rec(run_once(snap, settings, END, previous=other), "chat").scaling  # another workload's plan: ignored
+    assert alone is not None and alone.per_replica_capacity == pytest.approx(was.per_replica_capacity)

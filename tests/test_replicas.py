@@ -63,8 +63,8 @@ def forecast(**columns: list[float]) -> Forecast:
 
 
 def plan(w: Workload, h: ReplicaHistory, c: WorkloadClass | None, fcs: tuple[Forecast, ...] = (),
-         s: ScalingSettings = S) -> ScalingPlan:
-    out = scaling_plan(w, h, cls(c) if c else None, fcs, s)
+         s: ScalingSettings = S, prev: ScalingPlan | None = None) -> ScalingPlan:
+    out = scaling_plan(w, h, cls(c) if c else None, fcs, s, prev)
     assert isinstance(out, ScalingPlan), out
     return out
 
@@ -175,6 +175,24 @@ def test_capacity_configured_when_no_knee_else_lower_bound() -> None:
     lower = plan(workload(replicas=2), knee_history(False), RT)
     assert lower.per_replica_capacity == pytest.approx(8.0) and lower.capacity_source == "lower bound"
     assert any("lower bound" in r for r in lower.reasons)
+
+
+def test_a_lower_bound_never_falls_below_the_previous_plans_capacity() -> None:
+    """Under our own autoscaling the replicas serve at the last target, 30% under its capacity: read afresh, the
+    lower bound would take the next target 30% lower each cycle; carried from the previous plan it holds."""
+    w, h = workload(replicas=2), knee_history(False)  # 8 per replica, never missed: lower bound 8
+    first = plan(w, h, RT)
+    again = plan(w, replace(h, request_rate_per_s=h.request_rate_per_s * 0.7), RT, prev=first)  # served at target
+    assert again.per_replica_capacity == pytest.approx(8.0) and again.capacity_source == "lower bound"
+    assert any("kept at the previous plan's 8" in r for r in again.reasons)
+    fresh = plan(w, replace(h, request_rate_per_s=h.request_rate_per_s * 0.7), RT)
+    assert fresh.per_replica_capacity == pytest.approx(5.6)  # what the ratchet would have read
+    higher = plan(w, replace(h, request_rate_per_s=h.request_rate_per_s * 1.5), RT, prev=first)
+    assert higher.per_replica_capacity == pytest.approx(12.0)  # served more: the lower bound rises
+    knee = plan(w, knee_history(True), RT, prev=replace(first, per_replica_capacity=50.0))
+    assert knee.per_replica_capacity == pytest.approx(8.0) and knee.capacity_source == "measured"  # a knee wins
+    conf = plan(with_capacity("6"), h, RT, prev=first)
+    assert conf.per_replica_capacity == 6.0  # a configured figure is not a lower bound: the user's word stands
 
 
 def outcomes(groups: list[tuple[float, bool, int]]) -> pd.DataFrame:
