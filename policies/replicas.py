@@ -267,9 +267,10 @@ def keep_lower_bound(capacity: tuple[float, str, list[str]] | str, previous: Sca
 
     Without a knee the capacity is the rate the replicas served within the objective, and under our own
     autoscaling they serve at the previous plan's target, headroom below its capacity: read afresh each
-    cycle, every plan would shrink the next one's target (the replay: 30 times the GPU-hours in 14 days).
+    cycle, every plan would shrink the next one's target (the replay: 28 times the GPU-hours in 14 days).
     The previous capacity was a knee, a configured figure or an earlier lower bound, all evidence the
-    history has not contradicted (a miss above it would have located a knee, which takes precedence).
+    history has not contradicted (misses above it would locate a knee, which takes precedence). It stops
+    the fall; it cannot lift a low first reading, which only a knee or a configured figure replaces.
     """
     if isinstance(capacity, str) or previous is None:
         return capacity
