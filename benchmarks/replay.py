@@ -413,8 +413,7 @@ class Ours:
 
     def __init__(self, cap: Capacity, cls: WorkloadClass, refit_s: int, settings: ScalingSettings,
                  bin_s: int = 60, history_s: int = 7 * 86_400) -> None:
-        self.settings = settings
-        self.cap, self.cls, self.refit_s = cap, cls, refit_s
+        self.cap, self.cls, self.refit_s, self.settings = cap, cls, refit_s, settings
         self.bin_s, self.history_s = bin_s, history_s
         self.min_forecast_history_s = 2 * 86_400  # shorter: forecast_series widens its band up to x5
         self.plan: ScalingPlan | None = None
