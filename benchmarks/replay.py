@@ -445,7 +445,8 @@ class Ours:
         if plan is None:  # no plan yet: KEDA's usual 5 waiting per replica
             return max(1, math.ceil(obs.waiting / KEDA_WAITING_TARGET), obs.pods)
         ahead = self._band_ahead(obs.k)  # the external scaler's metric
-        observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s  # the rate trigger
+        # the rate trigger: arrivals, as policies.replicas.arrival_rate_query reads them (finished + growth)
+        observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s
         want = max(hpa_proposal(obs.pods, ahead, plan.target_per_replica),
                    hpa_proposal(obs.pods, observed, plan.target_per_replica),
                    hpa_proposal(obs.pods, obs.waiting, plan.waiting_per_replica or KEDA_WAITING_TARGET))

@@ -40,6 +40,7 @@ BAND_BY_CLASS = {WorkloadClass.REAL_TIME: "hi_95", WorkloadClass.NEAR_REAL_TIME:
 OBSERVED_BY_CLASS = {WorkloadClass.REAL_TIME: 1.0, WorkloadClass.NEAR_REAL_TIME: 0.95, WorkloadClass.BATCH: -1.0}
 RATE_TRIGGER_METRIC = "vllm:request_success_total"  # the KEDA triggers' queries read these (keda_parameters)
 WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
+RUNNING_METRIC = "vllm:num_requests_running"
 KEDA_DEFAULT_COOLDOWN_S = 300  # reference.md §10; only used when scaling to zero
 HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
 
@@ -459,7 +460,7 @@ def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"', server_
 
     Trigger metadata values are strings, as KEDA expects; each query must return exactly one element.
     """
-    query = f"sum(rate({RATE_TRIGGER_METRIC}{{{matchers}}}[{plan.rate_window_s}s]))"
+    query = arrival_rate_query(matchers, plan.rate_window_s)
     waiting_query = f"sum({WAITING_TRIGGER_METRIC}{{{matchers}}})"
     thresholds = trigger_thresholds(plan)
     triggers: list[dict[str, object]] = [{
@@ -481,6 +482,26 @@ def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"', server_
         "advanced": {"horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(plan)}},
         "triggers": triggers,
     }
+
+
+def arrival_rate_query(matchers: str, window_s: int) -> str:
+    """PromQL for the requests/s arriving at the pods ``matchers`` select: finished + growth of running +
+    growth of waiting (every request that arrives either finished, runs or waits).
+
+    vLLM exports no arrival counter, and the finished rate alone stops at the capacity being served: an
+    overloaded service would read as a busy one, and the HPA would add replicas only as the new ones finish
+    more. The growth terms (``deriv`` per pod) carry the excess. Each term is 0 where its series are absent
+    (a pod with one sample yet), so the query always returns one element; clamped at 0: a queue drained
+    faster than the window's finished count reads negative, and KEDA has passed negative values on to the
+    HPA (kedacore/keda#7880).
+    """
+    def term(expr: str) -> str:
+        return f"(sum({expr}) or vector(0))"
+
+    window = f"[{window_s}s]"
+    return (f"clamp_min({term(f'rate({RATE_TRIGGER_METRIC}{{{matchers}}}{window})')} + "
+            f"{term(f'deriv({RUNNING_METRIC}{{{matchers}}}{window})')} + "
+            f"{term(f'deriv({WAITING_TRIGGER_METRIC}{{{matchers}}}{window})')}, 0)")
 
 
 def trigger_thresholds(plan: ScalingPlan) -> dict[str, str]:

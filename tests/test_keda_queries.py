@@ -23,10 +23,15 @@ pytestmark = [
 ]
 
 END_S = int(time.time()) // 60 * 60 - 120
-# (namespace, pod, finished requests/s, requests waiting at the end): the other namespace's and the other
-# Deployment's pods must not count
-PODS = [("inference", "llama-7d9f-a1", 2.0, 4.0), ("inference", "llama-7d9f-b2", 3.0, 6.0),
-        ("staging", "llama-55c1-x9", 7.0, 50.0), ("inference", "mistral-66a2-c3", 11.0, 70.0)]
+RAMP_S = 300  # the queues and batches below grow linearly over the last 300 s before the last scrape
+# (namespace, pod, finished requests/s, requests waiting at the end, running at the end (None: no series)):
+# llama's a1 is overloaded (its batch full at 60, its queue growing 0.5/s), b2 is filling its batch
+# (0.1/s); the other namespace's and the other Deployment's pods must not count
+PODS = [("inference", "llama-7d9f-a1", 2.0, 150.0, 60.0), ("inference", "llama-7d9f-b2", 3.0, 0.0, 30.0),
+        ("staging", "llama-55c1-x9", 7.0, 50.0, 9.0), ("inference", "mistral-66a2-c3", 11.0, 70.0, None),
+        ("inference", "qwen-41c2-d4", 1.0, 0.0, 10.0)]
+GROWING = {"llama-7d9f-a1": "waiting", "llama-7d9f-b2": "running"}
+DRAINED = {"qwen-41c2-d4": 600.0}  # 600 queued requests gone in 300 s (clients gave up) while 1/s finishes
 PLAN = m.ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
                      max_replicas=6, recommended_replicas=2, activation_threshold=0.0, cooldown_s=300,
                      scale_to_zero=False, headroom_frac=0.3, cold_start_s=None, waiting_per_replica=14.0)
@@ -39,11 +44,19 @@ def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return nothing at 60 s."""
     ts = END_S - 7 - request.param * np.arange(3600 // request.param + 1)[::-1]  # scrapes not on the query time
     elapsed = (ts - ts[0]).astype(float)
+    ramp = np.clip((ts - (ts[-1] - RAMP_S)) / RAMP_S, 0.0, 1.0)  # 0 until the ramp, 1 at the last scrape
     out = []
-    for ns, pod, rate, waiting in PODS:
+    for ns, pod, rate, waiting, running in PODS:
         labels = {"namespace": ns, "pod": pod, "model_name": "m"}
+        gauges = {"waiting": np.full(ts.size, waiting), "running": np.full(ts.size, running or 0.0)}
+        if pod in GROWING:
+            gauges[GROWING[pod]] = gauges[GROWING[pod]] * ramp
+        if pod in DRAINED:
+            gauges["waiting"] = DRAINED[pod] * (1.0 - ramp)
         out += [Series("vllm:request_success_total", {**labels, "finished_reason": "stop"}, ts, rate * elapsed),
-                Series("vllm:num_requests_waiting", labels, ts, np.linspace(0.0, waiting, ts.size))]
+                Series("vllm:num_requests_waiting", labels, ts, gauges["waiting"])]
+        if running is not None:
+            out.append(Series("vllm:num_requests_running", labels, ts, gauges["running"]))
     tmp = tmp_path_factory.mktemp("keda")
     write_openmetrics(out, tmp / "data.om", {"vllm:request_success": "counter"})
     build_tsdb(tmp / "data.om", tmp / "data")
@@ -62,9 +75,11 @@ def test_rate_and_waiting_triggers_each_return_the_deployments_one_sum(prom: Pro
     rate, waiting = scaling(PLAN, "inference", "llama")["keda"]["triggers"]  # type: ignore[index]
     got = [instant(prom.url, t["metadata"]["query"]) for t in (rate, waiting)]
     assert [len(r) for r in got] == [1, 1], got
-    assert float(got[0][0]["value"][1]) == pytest.approx(2.0 + 3.0)  # llama's two pods in inference only
-    assert float(got[1][0]["value"][1]) == pytest.approx(4.0 + 6.0)
-    # what the HPA does with them: ceil(5 / 7) = 1 replica on rate, ceil(10 / 14) = 1 on the queue
+    # llama's two pods in inference only: the requests arriving, not the 2 + 3 finishing. a1's queue grows
+    # by 150 in 300 s, b2's batch by 30: every arrival finished, runs or waits
+    assert float(got[0][0]["value"][1]) == pytest.approx(2.0 + 150 / RAMP_S + 3.0 + 30 / RAMP_S)
+    assert float(got[1][0]["value"][1]) == pytest.approx(150.0 + 0.0)
+    # what the HPA does with them: ceil(5.6 / 7) = 1 replica on rate, ceil(150 / 14) = 11 on the queue
     assert (float(rate["metadata"]["threshold"]), float(waiting["metadata"]["threshold"])) == (7.0, 14.0)
 
 
@@ -72,4 +87,11 @@ def test_a_plan_without_the_queue_trigger_writes_only_the_rate_query(prom: PromS
     doc = scaling(replace(PLAN, waiting_per_replica=None), "inference", "mistral")
     assert doc is not None and doc["waiting_per_replica"] is None
     (rate,) = doc["keda"]["triggers"]
+    # mistral exports no running gauge and a steady queue: its finished rate alone, still one element
     assert float(instant(prom.url, rate["metadata"]["query"])[0]["value"][1]) == pytest.approx(11.0)
+
+
+def test_a_queue_draining_faster_than_requests_finish_reads_as_no_arrivals_not_a_negative_rate(
+        prom: PromServer) -> None:
+    (rate, _) = scaling(PLAN, "inference", "qwen")["keda"]["triggers"]  # type: ignore[index]
+    assert float(instant(prom.url, rate["metadata"]["query"])[0]["value"][1]) == 0.0  # 1 - 600 / 300, clamped

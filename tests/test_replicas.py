@@ -350,7 +350,10 @@ def test_second_trigger_on_requests_waiting_drains_within_the_objective(
     p = plan(w, ReplicaHistory(60.0, series([5.0] * 120)), klass)
     assert p.waiting_per_replica == pytest.approx(waiting)
     rate, queue = keda_parameters(p, 'pod=~"x-.*"')["triggers"]  # type: ignore[misc]
-    assert rate["metadata"]["query"] == 'sum(rate(vllm:request_success_total{pod=~"x-.*"}[120s]))'
+    assert rate["metadata"]["query"] == (  # arrivals: finished + the growth of running and waiting
+        'clamp_min((sum(rate(vllm:request_success_total{pod=~"x-.*"}[120s])) or vector(0)) + '
+        '(sum(deriv(vllm:num_requests_running{pod=~"x-.*"}[120s])) or vector(0)) + '
+        '(sum(deriv(vllm:num_requests_waiting{pod=~"x-.*"}[120s])) or vector(0)), 0)')
     assert queue["metadata"]["query"] == 'sum(vllm:num_requests_waiting{pod=~"x-.*"})'
     assert (rate["metricType"], queue["metricType"]) == ("AverageValue", "AverageValue")
     assert float(queue["metadata"]["threshold"]) == pytest.approx(waiting)

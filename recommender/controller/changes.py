@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,12 +168,18 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
     return b.build(ref)
 
 
+# deriv(<selector>[<range>]): a gauge's growth, which the report's rate query adds to the finished rate
+_DERIV = re.compile(r'deriv\(\s*[A-Za-z_:][\w:]*\s*(\{(?:[^}"]|"(?:[^"\\]|\\.)*")*\})?\s*\[[^\]]*\]\s*\)')
+
+
 def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas: int,
                          thresholds: Sequence[tuple[str, str]] = (),
                          bound: Callable[[float, float], float] | None = None) -> ChangeSet:
     """KEDA owns the replica count: change its ScaledObject's min/max instead of ``spec.replicas``, and the
     ``threshold`` of each Prometheus trigger whose query reads one of ``thresholds``' metrics (the report's
-    rate and waiting triggers), so the per-replica targets follow the plan instead of drifting in YAML.
+    rate and waiting triggers), so the per-replica targets follow the plan instead of drifting in YAML. A
+    gauge read only through ``deriv()`` does not count: the rate query adds the queue's growth to the
+    finished rate (:func:`policies.replicas.arrival_rate_query`), and that makes it no waiting trigger.
 
     Other triggers (external, metrics-api, a query of the user's own, a ``Value`` target) are left alone; a
     threshold change is guarded by its trigger's query, so a reordered trigger list fails the patch instead
@@ -188,7 +195,8 @@ def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas:
         query = str(tmeta.get("query", ""))
         if trigger.get("type") != "prometheus":
             continue
-        hits = [(metric, value) for metric, value in thresholds if metric in query]
+        levels = _DERIV.sub("", query)
+        hits = [(metric, value) for metric, value in thresholds if metric in levels]
         if len(hits) != 1:
             if hits:
                 b.skipped.append(f"keda trigger {i}: its query reads {' and '.join(m for m, _ in hits)}: "
