@@ -20,6 +20,7 @@ out the short gaps. Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -33,7 +34,7 @@ from recommender import model as m
 from recommender.forecast import upper_band
 from recommender.model import Classification, Forecast, ScalingPlan, Snapshot, Workload, WorkloadClass
 from recommender.settings import ScalingSettings
-from recommender.shape import TTFT_OBJECTIVE_ANNOTATION, ttft_objective_from
+from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION, ttft_objective_from
 
 CAPACITY_ANNOTATION = "rightsizer.io/replica-capacity"  # requests/s one replica serves at the objective
 BAND_BY_CLASS = {WorkloadClass.REAL_TIME: "hi_95", WorkloadClass.NEAR_REAL_TIME: "hi_80", WorkloadClass.BATCH: "mean"}
@@ -80,11 +81,14 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     """Replica bounds and autoscaler parameters for one workload, or why there are none.
 
     ``previous`` is this workload's plan from the last cycle, where a loop keeps one: a capacity that is
-    only a lower bound never falls below it (see :func:`keep_lower_bound`)."""
+    only a lower bound never falls below it (see :func:`keep_lower_bound`). Without one (the controller's
+    first cycle after a restart) the capacity the controller recorded on the workload stands in for it."""
     cls = classification.workload_class if classification else WorkloadClass.REAL_TIME
     why = [] if classification else ["no class: sized as real-time (the most headroom, never to zero)"]
     objective_s, note = ttft_objective(workload, settings)
-    capacity = keep_lower_bound(per_replica_capacity(workload, history, objective_s, settings), previous)
+    carried = (previous.per_replica_capacity, f"the previous plan's ({previous.capacity_source})") if previous \
+        else recorded_capacity(workload)
+    capacity = keep_lower_bound(per_replica_capacity(workload, history, objective_s, settings), carried)
     demand = demand_to_size(cls, forecasts, history.request_rate_per_s, settings.no_forecast_floor_window_s)
     if isinstance(capacity, str) or isinstance(demand, str):
         return NoScalingPlan(tuple(x for x in (capacity, demand) if isinstance(x, str)))
@@ -262,9 +266,10 @@ def locate_knee(steps: pd.DataFrame, min_missed: int = 1) -> Knee | None:
     return Knee(float(per[likely[0] - 1]), float(per[likely[0]]), int(per.size))
 
 
-def keep_lower_bound(capacity: tuple[float, str, list[str]] | str, previous: ScalingPlan | None
+def keep_lower_bound(capacity: tuple[float, str, list[str]] | str, previous: tuple[float, str] | None
                      ) -> tuple[float, str, list[str]] | str:
-    """A lower-bound capacity raised to the previous plan's where that was higher.
+    """A lower-bound capacity raised to the last cycle's (``previous``: requests/s per replica, where it came
+    from) where that was higher.
 
     Without a knee the capacity is the rate the replicas served within the objective, and under our own
     autoscaling they serve at the previous plan's target, headroom below its capacity: read afresh each
@@ -276,12 +281,29 @@ def keep_lower_bound(capacity: tuple[float, str, list[str]] | str, previous: Sca
     if isinstance(capacity, str) or previous is None:
         return capacity
     cap, source, why = capacity
-    if source != "lower bound" or previous.per_replica_capacity <= cap:
+    kept, came_from = previous
+    if source != "lower bound" or kept <= cap:
         return capacity
-    kept = previous.per_replica_capacity
-    return kept, source, [*why, f"kept at the previous plan's {kept:.3g} req/s per replica "
-                                f"({previous.capacity_source}): under our own autoscaling the replicas served "
-                                f"at its target, so a lower bound read from them would shrink each cycle"]
+    return kept, source, [*why, f"kept at {kept:.3g} req/s per replica, {came_from}: under our own "
+                                f"autoscaling the replicas served at its target, so a lower bound read from "
+                                f"them would shrink each cycle"]
+
+
+def recorded_capacity(workload: Workload) -> tuple[float, str] | None:
+    """The per-replica capacity the controller recorded in the workload's ``rightsizer.io/recommendation``
+    (``replicaCapacity``): the last cycle's, which outlives a controller restart. None where absent or not
+    a positive number (an older record, an edit by hand)."""
+    raw = workload.annotations.get(RECOMMENDATION_ANNOTATION)
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    value = positive_number(doc.get("replicaCapacity"))
+    if value is None:
+        return None
+    return value, f"recorded on the workload ({RECOMMENDATION_ANNOTATION}: {doc.get('capacitySource', '?')})"
 
 
 def _configured_capacity(workload: Workload, settings: ScalingSettings) -> tuple[float | None, str]:

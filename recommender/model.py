@@ -253,7 +253,7 @@ class ScalingPlan:
     headroom_frac: float
     cold_start_s: float | None
     reasons: tuple[str, ...] = ()
-    capacity_source: str = "measured"  # measured | configured | model card
+    capacity_source: str = "measured"  # measured | configured | lower bound | model card
     mean_replicas: float | None = None  # what the autoscaler would have held on average over the window
     waiting_per_replica: float | None = None  # requests waiting per replica: target x the TTFT objective
     rate_window_s: int = 120  # rate() window of the request-rate trigger's query (ScalingSettings.rate_window_s)

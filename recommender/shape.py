@@ -27,6 +27,7 @@ from recommender.model import Snapshot, Workload
 CLASS_ANNOTATION = "rightsizer.io/class"  # real-time | near-real-time | batch: always overrides
 TTFT_OBJECTIVE_ANNOTATION = "rightsizer.io/ttft-slo-seconds"  # a latency objective: p95 TTFT, seconds
 SCHEDULE_ANNOTATION = "rightsizer.io/schedule"  # a CronJob's spec.schedule, when a collector records it
+RECOMMENDATION_ANNOTATION = "rightsizer.io/recommendation"  # the controller's last recommendation (JSON)
 
 GRAIN_S = 600.0  # histories of at least GRAIN_MIN_SPAN_S are measured at this grain (ServeGen's)
 GRAIN_MIN_SPAN_S = 6 * 3600.0  # below this, averaging to 10 minutes would leave too few points

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from click.testing import CliRunner
 
+from policies.replicas import recorded_capacity
 from recommender.cli import main
 from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller
@@ -37,6 +39,9 @@ def test_recommend_writes_status_annotation_event_and_leaves_the_deployment_alon
         assert report.errors == [] and after["spec"] == before["spec"]
         shown = json.loads(after["metadata"]["annotations"][RECOMMENDATION])
         assert shown["workload"] == KEY and shown["migProfile"] == "3g.40gb" and shown["replicas"] == 4
+        # the capacity, as the next plan reads it back from the workload after a controller restart
+        read_back = replace(recommendation().workload, annotations=after["metadata"]["annotations"])
+        assert recorded_capacity(read_back) == (10.0, f"recorded on the workload ({RECOMMENDATION}: measured)")
         status = cluster.obj("GPURightsizingPolicy", NS, "watch")["status"]
         assert status["conditions"][0]["status"] == "True"
         assert [r["workload"] for r in status["recommendations"]] == [KEY]
@@ -75,6 +80,8 @@ def test_auto_patches_replicas_and_vllm_args_records_them_and_rollback_restores(
         record = json.loads(obj["metadata"]["annotations"][LAST_CHANGE])
         olds = {c[1]: c[2] for c in record["sets"][0]["changes"]}
         assert olds == {"replicas": 2, "vllm --gpu-memory-utilization": "0.9"}
+        shown = json.loads(obj["metadata"]["annotations"][RECOMMENDATION])  # Auto records it too, for restarts
+        assert (shown["replicas"], shown["replicaCapacity"]) == (4, 10.0)
         assert "RightsizerApplied" in [e["reason"] for e in cluster.events(NS)]
         status = cluster.obj("GPURightsizingPolicy", NS, "auto")["status"]
         assert status["lastActions"][-1]["result"] == "applied"
@@ -93,6 +100,7 @@ def test_dry_run_changes_nothing_and_cooldown_blocks_a_second_step() -> None:
         dry = controller(cluster.kube(), [NOW], dry_run=True).reconcile()
         assert [o.status for o in dry.outcomes] == ["dry-run"] and "replicas: 2 → 3" in dry.outcomes[0].message
         assert cluster.obj("Deployment", NS, NAME)["spec"]["replicas"] == 2
+        assert RECOMMENDATION not in (cluster.obj("Deployment", NS, NAME)["metadata"].get("annotations") or {})
         at = [NOW]
         ctl = controller(cluster.kube(), at)
         assert [o.status for o in ctl.reconcile().outcomes] == ["applied"]

@@ -35,7 +35,7 @@ from recommender.model import (
     WorkloadRef,
 )
 from recommender.settings import ScalingSettings
-from recommender.shape import TTFT_OBJECTIVE_ANNOTATION
+from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
 S = ScalingSettings(max_bound_history_s=0)  # bounds from any history; the short-history ceiling has its own test
@@ -184,7 +184,7 @@ def test_a_lower_bound_never_falls_below_the_previous_plans_capacity() -> None:
     first = plan(w, h, RT)
     again = plan(w, replace(h, request_rate_per_s=h.request_rate_per_s * 0.7), RT, prev=first)  # served at target
     assert again.per_replica_capacity == pytest.approx(8.0) and again.capacity_source == "lower bound"
-    assert any("kept at the previous plan's 8" in r for r in again.reasons)
+    assert any("kept at 8 req/s per replica, the previous plan's (lower bound)" in r for r in again.reasons)
     fresh = plan(w, replace(h, request_rate_per_s=h.request_rate_per_s * 0.7), RT)
     assert fresh.per_replica_capacity == pytest.approx(5.6)  # what the ratchet would have read
     higher = plan(w, replace(h, request_rate_per_s=h.request_rate_per_s * 1.5), RT, prev=first)
@@ -193,6 +193,32 @@ def test_a_lower_bound_never_falls_below_the_previous_plans_capacity() -> None:
     assert knee.per_replica_capacity == pytest.approx(8.0) and knee.capacity_source == "measured"  # a knee wins
     conf = plan(with_capacity("6"), h, RT, prev=first)
     assert conf.per_replica_capacity == 6.0  # a configured figure is not a lower bound: the user's word stands
+
+
+@pytest.mark.parametrize(("recorded", "expect"), [
+    ('{"replicaCapacity": 8.0, "capacitySource": "lower bound", "replicas": 2}', 8.0),
+    ('{"replicaCapacity": 4.0, "capacitySource": "lower bound"}', 5.6),  # lower than read today: not kept
+    ('{"replicas": 2}', 5.6),  # a record from before the capacity was recorded
+    ('{"replicaCapacity": "NaN"}', 5.6),
+    ('{"replicaCapacity": -3}', 5.6),
+    ("not json {", 5.6),  # edited by hand
+    ('["replicaCapacity", 8]', 5.6),
+])
+def test_after_a_restart_a_lower_bound_is_kept_at_the_capacity_recorded_on_the_workload(
+        recorded: str, expect: float) -> None:
+    """The controller's plan store lives in memory: on its first cycle after a restart there is no previous
+    plan, and the capacity it recorded in the workload's recommendation annotation stands in for it."""
+    h = knee_history(False)
+    served_at_target = replace(h, request_rate_per_s=h.request_rate_per_s * 0.7)  # a lower bound of 5.6
+    w = workload(replicas=2, annotations={RECOMMENDATION_ANNOTATION: recorded})
+    p = plan(w, served_at_target, RT)
+    assert p.per_replica_capacity == pytest.approx(expect) and p.capacity_source == "lower bound"
+    kept = [r for r in p.reasons if r.startswith("kept at")]
+    assert kept == ([f"kept at 8 req/s per replica, recorded on the workload ({RECOMMENDATION_ANNOTATION}: lower "
+                     "bound): under our own autoscaling the replicas served at its target, so a lower bound read "
+                     "from them would shrink each cycle"] if expect == 8.0 else [])
+    previous = plan(w, replace(h, request_rate_per_s=h.request_rate_per_s * 1.25), RT)  # 10: the loop's own wins
+    assert plan(w, served_at_target, RT, prev=previous).per_replica_capacity == pytest.approx(10.0)
 
 
 def outcomes(groups: list[tuple[float, bool, int]]) -> pd.DataFrame:

@@ -195,14 +195,12 @@ class Controller:
         """
         ref = ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name)
         summary = json.loads(json.dumps(_summary(r), sort_keys=True))  # as it reads back from the API
-        text, note, obj = json.dumps(summary, sort_keys=True), "", None
+        note, obj = "", None
         try:
-            obj = self.kube.get(ref.kind, ref.namespace, ref.name)
-            if ((obj.get("metadata") or {}).get("annotations") or {}).get(rec.RECOMMENDATION) == text:
+            obj, written = self._annotate(ref, summary)
+            if not written:
                 self._shown[ref.key] = summary
                 return Outcome(ref.key, "no-change", "recommendation unchanged")
-            body = {"metadata": {"annotations": {rec.RECOMMENDATION: text}}}
-            self.kube.patch(ref.kind, ref.namespace, ref.name, body, merge=True)
         except KubeFailure as exc:
             if exc.status != 403:
                 return Outcome(ref.key, "failed", str(exc))
@@ -216,6 +214,16 @@ class Controller:
         rec.emit_event(self.kube, ref, "RightsizerRecommendation", message, now, uid=rec.uid_of(obj))
         return Outcome(ref.key, "recommended", message)
 
+    def _annotate(self, ref: ObjectRef, summary: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The workload, and whether its recommendation annotation had to be written (it differed)."""
+        text = json.dumps(summary, sort_keys=True)
+        obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+        if ((obj.get("metadata") or {}).get("annotations") or {}).get(rec.RECOMMENDATION) == text:
+            return obj, False
+        body = {"metadata": {"annotations": {rec.RECOMMENDATION: text}}}
+        self.kube.patch(ref.kind, ref.namespace, ref.name, body, merge=True)
+        return obj, True
+
     def _auto(self, policy: Policy, r: Recommendation, snap: Snapshot, now: datetime) -> Outcome:
         assert policy.spec is not None
         spec, ref = policy.spec, ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name)
@@ -224,9 +232,16 @@ class Controller:
             return back
         desired = desired_from(r, spec.allowed_mechanisms, spec.bounds.min_replicas, spec.bounds.max_replicas)
         baseline = health_from(snap, r.ref.key, now - timedelta(seconds=BASELINE_S), now)
-        return self.actuator.apply(Request(ref, desired, now, spec.change_limits, r.history_s,
-                                           spec.in_window(now), policy.key, "; ".join(r.reasons[:2]), baseline,
-                                           BASELINE_S))
+        outcome = self.actuator.apply(Request(ref, desired, now, spec.change_limits, r.history_s,
+                                              spec.in_window(now), policy.key, "; ".join(r.reasons[:2]), baseline,
+                                              BASELINE_S))
+        if self.actuator.dry_run or not outcome.ok:
+            return outcome
+        try:  # the recommendation too, as Recommend writes it: its capacity must outlive a controller restart
+            self._annotate(ref, json.loads(json.dumps(_summary(r), sort_keys=True)))
+        except KubeFailure as exc:
+            return replace(outcome, message=f"{outcome.message} (recommendation not recorded: {exc})")
+        return outcome
 
     def _regression(self, objective_s: float | None, ref: ObjectRef, snap: Snapshot, now: datetime) -> Outcome | None:
         """Roll the last change back when health after it is worse than the baseline recorded with it:
@@ -292,6 +307,8 @@ def _summary(r: Recommendation) -> dict[str, Any]:
             out["migProfile"] = a.mig_profile
         if a.vllm is not None and a.vllm.gpu_memory_utilization is not None:
             out["gpuMemoryUtilization"] = a.vllm.gpu_memory_utilization
-    if r.scaling is not None:
-        out["replicas"] = r.scaling.recommended_replicas
+    if r.scaling is not None:  # the capacity outlives a restart here (policies.replicas.recorded_capacity)
+        out |= {"replicas": r.scaling.recommended_replicas,
+                "replicaCapacity": round(r.scaling.per_replica_capacity, 4),
+                "capacitySource": r.scaling.capacity_source}
     return out

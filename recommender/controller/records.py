@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from recommender.controller.changes import Change, ChangeSet, ObjectRef
 from recommender.controller.guardrails import Health
 from recommender.controller.kube import Kube, KubeFailure
+from recommender.shape import RECOMMENDATION_ANNOTATION
 
 LAST_CHANGE = "rightsizer.io/last-change"
-RECOMMENDATION = "rightsizer.io/recommendation"
+RECOMMENDATION = RECOMMENDATION_ANNOTATION
 COMPONENT = "gpu-rightsizer"
 MAX_HISTORY = 20  # change times kept for the per-window limit
 EVENTS_FOR_CLUSTER_SCOPED = "default"  # where client-go's recorder puts Events about Nodes
