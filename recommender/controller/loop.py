@@ -197,8 +197,8 @@ class Controller:
         summary = json.loads(json.dumps(_summary(r), sort_keys=True))  # as it reads back from the API
         note, obj = "", None
         try:
-            obj, written = self._annotate(ref, summary)
-            if not written:
+            obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+            if not self._annotate(ref, obj, summary):
                 self._shown[ref.key] = summary
                 return Outcome(ref.key, "no-change", "recommendation unchanged")
         except KubeFailure as exc:
@@ -214,15 +214,14 @@ class Controller:
         rec.emit_event(self.kube, ref, "RightsizerRecommendation", message, now, uid=rec.uid_of(obj))
         return Outcome(ref.key, "recommended", message)
 
-    def _annotate(self, ref: ObjectRef, summary: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
-        """The workload, and whether its recommendation annotation had to be written (it differed)."""
+    def _annotate(self, ref: ObjectRef, obj: Mapping[str, Any], summary: Mapping[str, Any]) -> bool:
+        """Write the workload's recommendation annotation where it differs from ``summary``; whether it did."""
         text = json.dumps(summary, sort_keys=True)
-        obj = self.kube.get(ref.kind, ref.namespace, ref.name)
         if ((obj.get("metadata") or {}).get("annotations") or {}).get(rec.RECOMMENDATION) == text:
-            return obj, False
+            return False
         body = {"metadata": {"annotations": {rec.RECOMMENDATION: text}}}
         self.kube.patch(ref.kind, ref.namespace, ref.name, body, merge=True)
-        return obj, True
+        return True
 
     def _auto(self, policy: Policy, r: Recommendation, snap: Snapshot, now: datetime) -> Outcome:
         assert policy.spec is not None
@@ -238,7 +237,7 @@ class Controller:
         if self.actuator.dry_run or not outcome.ok:
             return outcome
         try:  # the recommendation too, as Recommend writes it: its capacity must outlive a controller restart
-            self._annotate(ref, json.loads(json.dumps(_summary(r), sort_keys=True)))
+            self._annotate(ref, self.kube.get(ref.kind, ref.namespace, ref.name), _summary(r))
         except KubeFailure as exc:
             return replace(outcome, message=f"{outcome.message} (recommendation not recorded: {exc})")
         return outcome
