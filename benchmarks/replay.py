@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import heapq
 import json
 import math
@@ -73,6 +74,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from replay_charts import chart_path_problem, replay_figure, save
 
 from policies.catalogue import GpuModel, MigProfile, load_catalogue
 from policies.mig import fitting_profiles
@@ -221,6 +224,8 @@ class Result:
     pod_starts: int
     waited_on_cold_start: int  # requests that arrived while no replica was ready
     mean_pods: float
+    # GPU-equivalents held (starting pods included), the mean of each minute: what --chart draws
+    gpus_per_min: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int = 1) -> Result:
@@ -237,6 +242,7 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
     cold_starts = pod_starts = waited_cold = 0
     k, ready = 0, warm
     report = max(1, last // 20)
+    gpu_min = np.zeros((last + 3600) // 60 + 1)
     while k < last + 3600 and (k < last or head < n or heap):
         if k % HPA_SYNC_S == 0:
             seen = arr_idx[k - 1] if k else 0  # arrived before second k: the next second's are still ahead
@@ -250,6 +256,7 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
             del pods[want:]
         ready = bisect.bisect_right(pods, k)
         gpu_s += len(pods) * cap.gpu_share
+        gpu_min[k // 60] += len(pods) * cap.gpu_share / 60.0
         if ready == 0:
             waited_cold += arr_idx[k] - (arr_idx[k - 1] if k else 0)
         if heap:
@@ -282,7 +289,8 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
         if k % report == 0:
             print(f"  {name}: {min(100, 100 * k // last)}%", file=sys.stderr, flush=True)
         k += 1
-    return Result(gpu_s / 3600.0, ttft, cold_starts, pod_starts, waited_cold, gpu_s / cap.gpu_share / max(k, 1))
+    return Result(gpu_s / 3600.0, ttft, cold_starts, pod_starts, waited_cold, gpu_s / cap.gpu_share / max(k, 1),
+                  gpu_min[:(k + 59) // 60])
 
 
 # ---------------------------------------------------------------- policies
@@ -545,6 +553,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--policies", default="static-peak,reactive,reactive-zero,reactive-slice,ours,oracle",
                    help="oracle reads the future: a bound on what a forecast could buy, not a contender")
     p.add_argument("--seed", type=int, default=0, help="ServeGen arrivals and token lengths")
+    p.add_argument("--chart", type=Path, help="also draw demand, GPUs held and hourly misses per policy to this "
+                   ".svg (or .png) file")
     p.add_argument("--servegen-mean-input", type=float, default=1000.0)
     p.add_argument("--servegen-mean-output", type=float, default=250.0)
     p.add_argument("--gpu", default="H100-80GB", help="GPU model (policies/data/gpus.yaml) of the capacity figures")
@@ -561,6 +571,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if min(getattr(args, f) for f in CAPACITY_FLAGS) <= 0 or args.ttft_objective_s <= 0 or args.refit_s <= 0:
         p.error("capacity figures, the TTFT objective and the refit period must be positive")
+    problem = chart_path_problem(args.chart)
+    if problem:
+        p.error(problem)
     return args
 
 
@@ -638,6 +651,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("ours", "oracle"):
         if {name, "static-peak", "reactive"} <= results.keys():
             print(verdict(name, results, args.ttft_objective_s, floor))
+    if args.chart is not None:
+        fig = replay_figure(trace.arrival_s, {k: (r.gpus_per_min, r.ttft_s) for k, r in results.items()},
+                            args.ttft_objective_s, f"{args.trace.name}: ours on {shape}")
+        try:
+            save(fig, args.chart, args.trace.name)
+        except OSError as exc:
+            print(f"error: --chart {args.chart}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"# chart: {args.chart}")
     return 0
 
 

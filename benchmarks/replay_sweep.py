@@ -17,21 +17,27 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from replay_charts import ClientPoint, chart_path_problem, save, sweep_figure
+
 REPLAY = Path(__file__).resolve().with_name("replay.py")
 LINE = re.compile(r"policy=(\S+) gpu_hours=(\S+) ttft_violation_pct=(\S+)")
+UNAVOIDABLE = re.compile(r"unavoidable_pct=(\S+)")
 
 
-def run(path: Path, extra: list[str]) -> tuple[str, dict[str, tuple[float, float]], dict[str, bool], str]:
-    """(client, {policy: (gpu_hours, violation %)}, {ours/oracle: goal met}, error line or '')."""
+def run(path: Path, extra: list[str]) -> tuple[str, dict[str, tuple[float, float]], dict[str, bool], str, float]:
+    """(client, {policy: (gpu_hours, violation %)}, {ours/oracle: goal met}, error line or '', unavoidable %)."""
     out = subprocess.run([sys.executable, str(REPLAY), "--trace", str(path), "--format", "servegen", *extra],
                          capture_output=True, text=True, check=False)
     name = path.name.removesuffix("-trace.csv")
     if out.returncode:
-        return name, {}, {}, (out.stderr.strip().splitlines() or ["failed"])[-1]
+        return name, {}, {}, (out.stderr.strip().splitlines() or ["failed"])[-1], 0.0
     rows = {m[1]: (float(m[2]), float(m[3])) for m in LINE.finditer(out.stdout)}
     goals = {who: f"# {who} " in out.stdout and "goal met" in next(
         (ln for ln in out.stdout.splitlines() if ln.startswith(f"# {who} ")), "") for who in ("ours", "oracle")}
-    return name, rows, goals, ""
+    floor = UNAVOIDABLE.search(out.stdout)
+    return name, rows, goals, "", float(floor[1]) if floor else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", default="2,9,17,38,43,88,0,10,62,90",
                    help="client numbers (chunk-<n>-trace.csv): steady and intermittent ones by default")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--chart", type=Path, help="also draw every client against the goal to this .svg (or .png)")
     args, extra = p.parse_known_args(argv)
+    problem = chart_path_problem(args.chart)
+    if problem:
+        p.error(problem)
     if not args.dir.is_dir():
         print(f"replay_sweep: {args.dir} not found: skipped (see ../shared/data/README.md)")
         return 0
@@ -51,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     met = {"ours": 0, "oracle": 0}
     done = 0
+    points = []
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for name, rows, goals, err in pool.map(lambda x: run(x, extra), paths):
+        for name, rows, goals, err, floor in pool.map(lambda x: run(x, extra), paths):
             done += 1
             print(f"[{done}/{len(paths)}] ", end="", file=sys.stderr, flush=True)
             if err:
@@ -63,8 +74,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"oracle_goal={'met' if goals['oracle'] else 'not'}", flush=True)
             for who in met:
                 met[who] += goals[who]
+            points.append(ClientPoint(name, rows, floor))
     print(f"# goal met on {met['ours']} of {len(paths)} clients by ours, {met['oracle']} by the oracle "
           "(which reads the future)")
+    if args.chart is not None:
+        try:
+            save(sweep_figure(points), args.chart, "sweep")
+        except OSError as exc:
+            print(f"error: --chart {args.chart}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"# chart: {args.chart}")
     return 0
 
 

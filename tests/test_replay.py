@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,15 @@ def test_one_replica_under_capacity_meets_the_objective_and_counts_gpu_time() ->
     assert r.ttft_s.min() == pytest.approx(0.1)
     assert 600 / 3600 <= r.gpu_hours <= 620 / 3600  # one replica for the trace (+ a few seconds of drain)
     assert r.cold_starts == 0 and r.pod_starts == 0
+
+
+def test_the_gpus_held_each_minute_add_up_to_the_gpu_hours() -> None:
+    """What --chart draws is what gpu_hours counts: one pod for the first 120 s, then three (0.5 GPU each)."""
+    half = replace(CAP, gpu_share=0.5)
+    r = simulate(steady(1.0, 300), half, lambda obs: 1 if obs.k < 120 else 3, "steps", warm=1)
+    assert r.gpus_per_min.sum() / 60 == pytest.approx(r.gpu_hours)
+    assert r.gpus_per_min[:2].tolist() == pytest.approx([0.5, 0.5])  # one pod of half a GPU
+    assert r.gpus_per_min[2:5].tolist() == pytest.approx([1.5, 1.5, 1.5])  # three from 120 s (starting ones too)
 
 
 def test_overload_queues_and_more_replicas_fix_it() -> None:
@@ -211,14 +221,47 @@ def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFi
         assert float(fields["gpu_hours"]) > 0 and 0 <= float(fields["ttft_violation_pct"]) <= 100
 
 
+def test_cli_draws_the_chart_it_is_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "chunk-trace.csv"
+    path.write_text("0,0.5,1.0,Gamma,1.0,2.0\n600,0,0,,0,0\n1200,0.2,1.0,,0,0\n")
+    argv = ["--trace", str(path), "--format", "servegen", "--policies", "static-peak,reactive,ours"]
+    assert replay.main([*argv, "--chart", str(tmp_path / "replay.svg")]) == 0
+    assert f"# chart: {tmp_path / 'replay.svg'}" in capsys.readouterr().out
+    svg = (tmp_path / "replay.svg").read_text()
+    assert svg.startswith("<svg") and all(f">{name}<" in svg for name in ("static-peak", "reactive", "ours"))
+    assert ">oracle<" not in svg  # only the policies that ran
+    for bad, why in (("absent/replay.svg", "no folder"), ("replay.txt", "give a .svg, .png, .pdf file")):
+        with pytest.raises(SystemExit):  # before the replay, not after minutes of it
+            replay.main([*argv, "--chart", str(tmp_path / bad)])
+        err = capsys.readouterr().err
+        assert why in err and "static-peak search" not in err
+
+
+def test_the_sweep_chart_places_each_client_against_the_goal() -> None:
+    from replay_charts import ClientPoint, sweep_figure, sweep_points
+
+    clients = [ClientPoint("chunk-2", {"static-peak": (672.0, 0.0), "ours": (221.0, 0.31), "reactive": (341.0, 0.09)}),
+               ClientPoint("chunk-7", {"ours": (10.0, 0.0)}),  # no static peak: nothing to compare with
+               ClientPoint("mooncake", {"static-peak": (8.86, 8.79), "ours": (9.77, 8.66)}, unavoidable_pct=8.24)]
+    pts = sweep_points(clients, "ours")
+    assert [p[0] for p in pts] == ["chunk-2", "mooncake"]
+    assert pts[0][1:] == pytest.approx((100 * 221 / 672, 0.31))
+    assert pts[1][1:] == pytest.approx((100 * 9.77 / 8.86, 8.66 - 8.24))  # beyond the unavoidable
+    ax = sweep_figure(clients, ("ours",)).axes[0]
+    (dots,) = ax.collections[1:]  # the goal's box, then ours
+    assert np.asarray(dots.get_offsets()) == pytest.approx(np.array([p[1:] for p in pts]))
+
+
 def test_sweep_runs_each_client_and_counts_the_goal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import replay_sweep
 
     for n, rate in ((1, "0.5"), (2, "0.2")):
         (tmp_path / f"chunk-{n}-trace.csv").write_text(f"0,{rate},1.0,Gamma,1.0,2.0\n600,{rate},1.0,,0,0\n")
     argv = ["--dir", str(tmp_path), "--clients", "1,2", "--jobs", "2", "--policies", "static-peak,reactive,oracle"]
-    assert replay_sweep.main(argv) == 0
+    assert replay_sweep.main([*argv, "--chart", str(tmp_path / "sweep.svg")]) == 0
+    assert ">reactive<" in (tmp_path / "sweep.svg").read_text()
     out = capsys.readouterr().out.splitlines()
+    assert out.pop() == f"# chart: {tmp_path / 'sweep.svg'}"
     clients = [x for x in out if x.startswith("client=")]
     assert sorted(x.split()[0] for x in clients) == ["client=chunk-1", "client=chunk-2"]
     assert all("static-peak=" in x and "oracle=" in x and "ours=" not in x for x in clients)
