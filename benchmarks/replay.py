@@ -5,7 +5,8 @@
     python benchmarks/replay.py --trace ../shared/data/alibaba-servegen/data/language/m-mid/chunk-2-trace.csv \
         --format servegen
 
-Prints one line per policy: ``policy=<name> gpu_hours=<x> ttft_violation_pct=<x> cold_starts=<n> ...``.
+Prints one line per policy: ``policy=<name> gpu_hours=<x> ttft_violation_pct=<x> cold_starts=<n> ...``;
+``--chart FILE.svg`` also draws them over time (``replay_charts.py``).
 
 Capacity model (fixed, stated, every number a flag; defaults for an 8B dense model, BF16, one H100-80GB):
 - prefill 15,000 tokens/s per replica; decode 4,000 tokens/s per replica in all, at most 100 tokens/s
