@@ -6,7 +6,7 @@ A sweep's chart puts every client against the goal: GPU-hours as a share of stat
 requests over the objective on the other, the goal a box in the corner.
 
 Drawn with the report's matplotlib style (``recommender.outputs.charts``): ``Figure`` objects, no pyplot.
-The file's suffix picks the format (.svg or .png).
+The file's suffix picks the format (.svg, .png or .pdf).
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ POLICY_COLORS = {"static-peak": "#8a96a3", "reactive": "#f59f00", "reactive-zero
 GOAL_SAVING_PCT = 50.0  # the goal: at most half of static peak's GPU-hours...
 GOAL_OVER_PCT = 1.0  # ...and at most 1 point of requests over the objective beyond the unavoidable
 MAX_POINTS = 1500  # a 14-day replay is 20,160 minutes: bucket maxima keep the peaks
-
-
-FORMATS = (".svg", ".png", ".pdf")
+FORMATS = (".svg", ".png", ".pdf")  # by the file's suffix
 
 
 def chart_path_problem(path: Path | None) -> str | None:
