@@ -42,6 +42,23 @@ def test_the_gpus_held_each_minute_add_up_to_the_gpu_hours() -> None:
     assert r.gpus_per_min[2:5].tolist() == pytest.approx([1.5, 1.5, 1.5])  # three from 120 s (starting ones too)
 
 
+def test_a_jump_marks_the_requests_of_its_first_cold_start() -> None:
+    """A minute with over 3x the arrivals of the 10 before it is a jump; the requests of the next cold start
+    (120 s here) after it are the ones the replay says no causal policy's new replicas could serve."""
+    calm, burst = np.arange(0, 1200, 1.0), np.arange(1200, 1800, 0.1)  # 1/s for 20 min, then 10/s
+    idle_then = np.arange(2700, 3000, 0.5)  # 15 minutes of nothing, then 2/s: waking from idle jumps too
+    t = np.concatenate((calm, burst, idle_then))
+    marked = replay.after_jumps(t, 120.0)
+    assert not marked[t < 1200].any()  # steady: no jump
+    assert marked[(t >= 1200) & (t < 1320)].all() and not marked[(t >= 1320) & (t < 2700)].any()
+    assert marked[(t >= 2700) & (t < 2820)].all() and not marked[t >= 2820].any()
+    assert not replay.after_jumps(calm, 120.0).any() and replay.after_jumps(np.array([]), 120.0).size == 0
+    ttft = np.where(marked, 5.0, 0.1)
+    ttft[-10:] = 5.0  # ten misses long after the last jump
+    line = replay.summary("p", replay.Result(1.0, ttft, 0, 0, 0, 1.0), 2.0, 0.0, marked)
+    assert f"misses_after_jumps_pct={100 * marked.sum() / (marked.sum() + 10):.1f}" in line
+
+
 def test_overload_queues_and_more_replicas_fix_it() -> None:
     # 12 req/s x 100 tokens = 1,200 tokens/s > 1,000 on one replica: the queue grows ~200 tokens each second
     trace = steady(12.0, 300)
