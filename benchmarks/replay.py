@@ -560,8 +560,9 @@ def after_jumps(arrival_s: np.ndarray, within_s: float) -> np.ndarray:
 
 def summary(name: str, r: Result, objective_s: float, floor: float, jumps: np.ndarray | None = None) -> str:
     """The policy's line; with ``jumps`` (:func:`after_jumps`) also the share of its misses that arrived within
-    a cold start of a demand jump (``misses_after_jumps_pct``): how much of its miss no forecast of the past
-    could have avoided short of holding the jump's capacity all the time."""
+    a cold start of a demand jump (``misses_after_jumps_pct``): misses no replica started after the jump could
+    have prevented, short of holding the jump's capacity beforehand. A lower bound of what jumps cost: the
+    requests after that cold start that wait behind its backlog are not counted."""
     n = r.ttft_s.size
     missed = r.ttft_s > objective_s
     over = float(missed.mean() * 100) if n else 0.0
