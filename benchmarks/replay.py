@@ -55,7 +55,10 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   the product does by default.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
   busiest minute of work ahead plus the backlog, at the class's headroom, with the same HPA behaviour.
-  Where it misses the goal, no forecast can meet it under this capacity model.
+  Where it misses the goal, a perfect forecast over the same horizon would not meet it either. That horizon
+  (a cold start and two HPA syncs) is short of a jump the HPA's scale-up limit (x2 or +4 per 15 s) takes
+  longer to reach: from 2 to 60 pods takes 75 s more. So it is a yardstick of the horizon, not a bound on
+  every forecast.
 """
 
 from __future__ import annotations
