@@ -590,8 +590,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--policies", default="static-peak,reactive,reactive-zero,reactive-slice,ours,oracle",
                    help="oracle reads the future: a bound on what a forecast could buy, not a contender")
     p.add_argument("--seed", type=int, default=0, help="ServeGen arrivals and token lengths")
-    p.add_argument("--chart", type=Path, help="also draw demand, GPUs held and hourly misses per policy to this "
-                   ".svg (or .png) file")
+    p.add_argument("--chart", type=Path, help="also draw demand, GPUs held and misses over time per policy to this "
+                   ".svg, .png or .pdf file")
     p.add_argument("--servegen-mean-input", type=float, default=1000.0)
     p.add_argument("--servegen-mean-output", type=float, default=250.0)
     p.add_argument("--gpu", default="H100-80GB", help="GPU model (policies/data/gpus.yaml) of the capacity figures")

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", default="2,9,17,38,43,88,0,10,62,90",
                    help="client numbers (chunk-<n>-trace.csv): steady and intermittent ones by default")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--chart", type=Path, help="also draw every client against the goal to this .svg (or .png)")
+    p.add_argument("--chart", type=Path, help="also draw every client against the goal to this .svg, .png or .pdf")
     args, extra = p.parse_known_args(argv)
     problem = chart_path_problem(args.chart)
     if problem:
