@@ -196,6 +196,31 @@ def test_oracle_scales_up_before_a_burst_it_reads_ahead() -> None:
     assert (late.ttft_s[t >= 600] > 2.0).mean() > 0.0
 
 
+@pytest.mark.parametrize(("pods", "need", "syncs"), [(1, 1, 0), (0, 40, 1), (1, 5, 1), (1, 6, 2), (2, 60, 5),
+                                                    (10, 11, 1)])
+def test_the_hpa_ramp_takes_max_plus_4_or_double_per_sync(pods: int, need: int, syncs: int) -> None:
+    assert replay.ramp_syncs(pods, need) == syncs
+
+
+def test_the_oracle_starts_a_large_jump_early_enough_for_the_hpa_ramp() -> None:
+    """1 req/s until 600 s, then 250 (27.5 replica-seconds of work a second: 40 replicas at 30% headroom). From
+    one pod the HPA needs four syncs (1, 5, 10, 20, 40): a lead of a cold start and two syncs would leave the
+    last pods starting after the burst; the oracle reads far enough ahead to have them ready."""
+    t = np.concatenate([np.arange(0, 600, 1.0), np.arange(600, 660, 1 / 250.0)])
+    trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
+    seen: dict[int, int] = {}
+    oracle = replay.Oracle(trace, CAP, headroom=0.3)
+
+    def spy(obs: replay.Observed) -> int:
+        seen[obs.k] = obs.ready
+        return oracle(obs)
+
+    r = simulate(trace, CAP, spy, "oracle", warm=1)
+    assert seen[450] == 1  # nothing early: the ramp starts one cold start + 2 + 4 syncs ahead (480 s)
+    assert seen[600] >= 40  # all ready when the burst arrives
+    assert (r.ttft_s[t >= 600] > 2.0).mean() == 0.0
+
+
 def _result(gpu_hours: float, over: int, n: int = 1000) -> replay.Result:
     ttft = np.where(np.arange(n) < over, 9.0, 0.1)
     return replay.Result(gpu_hours, ttft, 0, 0, 0, gpu_hours)
