@@ -176,19 +176,26 @@ def test_ours_reads_each_steps_p95_ttft_once_the_step_is_over() -> None:
     assert ours.ttft_p95[0] < ours.ttft_p95[3]  # the queue shows up as the steps go
 
 
+def oracle_on_a_jump(rate: float, until_s: int, headroom: float, field: str
+                     ) -> tuple[Trace, replay.Result, dict[int, int]]:
+    """1 req/s until 600 s, then ``rate`` until ``until_s``, under the oracle; ``field`` of each sync's view."""
+    t = np.concatenate([np.arange(0, 600, 1.0), np.arange(600, until_s, 1 / rate)])
+    trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
+    seen: dict[int, int] = {}
+    oracle = replay.Oracle(trace, CAP, headroom=headroom)
+
+    def spy(obs: replay.Observed) -> int:
+        seen[obs.k] = getattr(obs, field)
+        return oracle(obs)
+
+    return trace, simulate(trace, CAP, spy, "oracle", warm=1), seen
+
+
 def test_oracle_scales_up_before_a_burst_it_reads_ahead() -> None:
     """Quiet (1 req/s) until 600 s, then 12 req/s (1,200 prefill tokens/s: two replicas): the oracle has the
     second replica ready when the burst starts; a policy that only sees the past cannot."""
-    t = np.concatenate([np.arange(0, 600, 1.0), np.arange(600, 900, 1 / 12.0)])
-    trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
-    seen: dict[int, int] = {}
-    oracle = replay.Oracle(trace, CAP, headroom=0.0)
-
-    def spy(obs: replay.Observed) -> int:
-        seen[obs.k] = obs.pods
-        return oracle(obs)
-
-    r = simulate(trace, CAP, spy, "oracle", warm=1)
+    trace, r, seen = oracle_on_a_jump(12.0, 900, 0.0, "pods")
+    t = trace.arrival_s
     assert seen[300] == 1  # no earlier than it needs: the burst is more than a cold start away
     assert seen[600] >= 2  # asked for a cold start (30 s) + two syncs ahead of the burst
     assert (r.ttft_s[t >= 600] > 2.0).mean() == 0.0
@@ -206,16 +213,8 @@ def test_the_oracle_starts_a_large_jump_early_enough_for_the_hpa_ramp() -> None:
     """1 req/s until 600 s, then 250 (27.5 replica-seconds of work a second: 40 replicas at 30% headroom). From
     one pod the HPA needs four syncs (1, 5, 10, 20, 40): a lead of a cold start and two syncs would leave the
     last pods starting after the burst; the oracle reads far enough ahead to have them ready."""
-    t = np.concatenate([np.arange(0, 600, 1.0), np.arange(600, 660, 1 / 250.0)])
-    trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
-    seen: dict[int, int] = {}
-    oracle = replay.Oracle(trace, CAP, headroom=0.3)
-
-    def spy(obs: replay.Observed) -> int:
-        seen[obs.k] = obs.ready
-        return oracle(obs)
-
-    r = simulate(trace, CAP, spy, "oracle", warm=1)
+    trace, r, seen = oracle_on_a_jump(250.0, 660, 0.3, "ready")
+    t = trace.arrival_s
     assert seen[450] == 1  # nothing early: the ramp starts one cold start + 2 + 4 syncs ahead (480 s)
     assert seen[600] >= 40  # all ready when the burst arrives
     assert (r.ttft_s[t >= 600] > 2.0).mean() == 0.0
