@@ -40,7 +40,8 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   sane ceiling, which takes away the queue's overshoot but not its late scaling.
 - ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s`` (300 s:
   the controller's default interval, so the published forecast is as old as in a cluster) on the history so
-  far only (a ``recommender.forecast`` forecast of the per-minute request rate, capacity from the model above
+  far only (a ``recommender.forecast`` forecast of the per-minute arrival rate, the request rate the
+  collector reads (finished + growth of running and waiting), capacity from the model above
   and the token means seen so far as the annotation, class from ``--class``, the previous plan); every 15 s
   the HPA sees three metrics, each proposing replicas with the HPA's 0.1 tolerance, and follows the largest:
   the forecast band over the next cold start (the external scaler) and the arrival rate over the rate

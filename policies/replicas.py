@@ -122,7 +122,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
                      f"{settings.max_bound_history_s / 3600:.3g} h that bound bursts)"),
             *cap_note, zero_why, cool_why,
             f"second trigger at {waiting:.3g} requests waiting per replica: what a replica starts within the "
-            f"{objective_s:g} s objective at its target (the finished-request rate stops at the capacity served)"]
+            f"{objective_s:g} s objective at its target (it follows a queue at once, the rate over its window)"]
     if to_zero:
         why.append(f"activation above {act:.3g} req/s: wake when the forecast expects a request within one "
                    f"cold start ({cold_s:g} s), before the queue builds")

@@ -64,7 +64,9 @@ class WorkloadFeatures:
     ttft_p95_s: Quantiles | None
     idle_frac: float | None  # share of steps with engine activity <= the idle threshold and no requests
     longest_idle_s: float | None
-    tokens_per_request: float | None = None  # (prompt + generation tokens) / finished requests, whole window
+    # (prompt + generation tokens) / requests over the whole window (arrivals: the finished count to within the
+    # queue's change over the window)
+    tokens_per_request: float | None = None
 
 
 def tokens_per_request(snapshot: Snapshot, workload: Workload) -> float | None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import requests
 
+from collectors.prometheus import queries
 from recommender import model as m
 from recommender.outputs.jsondoc import scaling
 from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
@@ -95,3 +96,12 @@ def test_a_queue_draining_faster_than_requests_finish_reads_as_no_arrivals_not_a
         prom: PromServer) -> None:
     (rate, _) = scaling(PLAN, "inference", "qwen")["keda"]["triggers"]  # type: ignore[index]
     assert float(instant(prom.url, rate["metadata"]["query"])[0]["value"][1]) == 0.0  # 1 - 600 / 300, clamped
+
+
+def test_the_collectors_request_rate_is_each_pods_arrivals(prom: PromServer) -> None:
+    """The history the forecast and the capacity knee read uses the same identity, per pod: a pod without a
+    running gauge keeps its finished rate, a drained queue reads 0, not a negative rate."""
+    query = queries.usage_query(m.REQUEST_RATE, queries.Scope(()), 120)
+    got = {r["metric"]["pod"]: float(r["value"][1]) for r in instant(prom.url, query)}
+    assert got == pytest.approx({"llama-7d9f-a1": 2.0 + 150 / RAMP_S, "llama-7d9f-b2": 3.0 + 30 / RAMP_S,
+                                 "llama-55c1-x9": 7.0, "mistral-66a2-c3": 11.0, "qwen-41c2-d4": 0.0})

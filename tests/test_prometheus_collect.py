@@ -129,14 +129,37 @@ def test_queue_gauges_are_means(cluster: Cluster, usage: PodUsage) -> None:
         np.testing.assert_allclose(got.to_numpy(), expected(pc.find(cluster.series, raw, pod.name), got.index, "avg"))
 
 
+def slope(raw: Series, index: pd.DatetimeIndex) -> np.ndarray:
+    """``deriv`` over the two samples in (t - 120 s, t] at each grid time t (least squares of two points)."""
+    grid = index.as_unit("s").asi8
+    out = np.full(grid.size, np.nan)
+    for i, t in enumerate(grid):
+        inside = (raw.timestamps_s > t - WINDOW_S) & (raw.timestamps_s <= t)
+        ts, vals = raw.timestamps_s[inside], raw.values[inside]
+        if vals.size == 2:
+            out[i] = (vals[1] - vals[0]) / (ts[1] - ts[0])
+    return out
+
+
 def test_counter_rates(usage: PodUsage) -> None:
     # counters grow linearly, so rate() over two samples 60 s apart is the slope exactly
     for name, per_s in (("llama", 2.0), ("llama-2", 1.5)):
         pod = POD[name]
-        for metric, factor in ((m.REQUEST_RATE, 1), (m.PROMPT_TOKENS_RATE, 500), (m.GENERATION_TOKENS_RATE, 200)):
+        for metric, factor in ((m.PROMPT_TOKENS_RATE, 500), (m.GENERATION_TOKENS_RATE, 200)):
             got = column(usage, metric, pod).iloc[5:]
             np.testing.assert_allclose(got.to_numpy(), per_s * factor, rtol=1e-9)
         assert (column(usage, m.PREEMPTIONS_RATE, pod).dropna() == 0).all()
+
+
+@pytest.mark.parametrize("name", ["llama", "llama-2"])
+def test_request_rate_is_arrivals(cluster: Cluster, usage: PodUsage, name: str) -> None:
+    # requests arriving = finished (2.0 or 1.5/s) + growth of running + growth of waiting, at 0 at the least
+    pod, per_s = POD[name], {"llama": 2.0, "llama-2": 1.5}[name]
+    got = column(usage, m.REQUEST_RATE, pod).iloc[5:]
+    growth = sum(slope(pc.find(cluster.series, raw, pod.name), got.index)
+                 for raw in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+    assert (np.abs(growth) > 0.01).sum() > 100  # the gauges move: the finished rate alone would not pass
+    np.testing.assert_allclose(got.to_numpy(), np.maximum(per_s + growth, 0), rtol=1e-9, atol=1e-9)
 
 
 def test_ttft_p95_from_the_histogram(usage: PodUsage) -> None:

@@ -117,7 +117,7 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
         series = parse.total(counts, fam.all_names)
         if series == 0:
             continue
-        per = queries.steps_per_chunk(series, win.grid.step_s, p)
+        per = queries.steps_per_chunk(series, win.grid.step_s, p, parse.total(counts, fam.read_names))
         promql = queries.usage_query(fam.metric, scope, win.window_s)
         f = win.fine
         jobs += [Job(fam.metric, promql, c, 0) for c in queries.chunks(f.start_s, f.end_s, f.step_s, per)]

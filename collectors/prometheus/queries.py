@@ -99,10 +99,19 @@ class Family:
     hint: str = ""  # what to check when no series exists at all (only families a report needs)
     fallback: tuple[str, ...] = ()  # read only where ``names`` are absent (GPU_UTIL, percent → 0-1)
     quantile: float | None = None  # for histograms: histogram_quantile of the bucket rates
+    # gauges whose growth (deriv per pod) adds to a rate: requests arriving = finished + growth of running and
+    # waiting, since vLLM counts no arrivals and its finished rate stops at the capacity being served
+    growth: tuple[tuple[str, ...], ...] = ()
 
     @property
     def all_names(self) -> tuple[str, ...]:
         return self.names + self.fallback
+
+    @property
+    def read_names(self) -> tuple[str, ...]:
+        """Every exported name its query selects, once per time the query selects it: what sizes its chunks
+        (each growth term reads the rate's series again for its ``or``)."""
+        return self.all_names * (1 + len(self.growth)) + tuple(n for g in self.growth for n in g)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -114,7 +123,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(m.KV_USAGE_FRAC, KV_USAGE, "max_over_time", hint="are the vLLM pods scraped?"),
     Family(m.REQUESTS_WAITING, WAITING, "avg_over_time", agg="sum"),
     Family(m.REQUESTS_RUNNING, RUNNING, "avg_over_time", agg="sum"),
-    Family(m.REQUEST_RATE, REQUESTS, "rate", agg="sum"),
+    Family(m.REQUEST_RATE, REQUESTS, "rate", agg="sum", growth=(RUNNING, WAITING)),
     Family(m.PROMPT_TOKENS_RATE, PROMPT_TOKENS, "rate", agg="sum"),
     Family(m.GENERATION_TOKENS_RATE, GENERATION_TOKENS, "rate", agg="sum"),
     Family(m.PREEMPTIONS_RATE, PREEMPTIONS, "rate", agg="sum"),
@@ -136,6 +145,10 @@ def usage_query(metric: str, scope: Scope, window_s: int) -> str:
         return f"{fam.agg} by ({by}) ({fam.over_time}({scope.matchers(names)}[{window_s}s]))"
 
     query = reduce(fam.names)
+    if fam.growth:  # a pod without a gauge adds 0 (``or`` the rate x 0); a restarted pod's fall stops at 0
+        terms = "".join(f" + ({fam.agg} by ({by}) (deriv({scope.matchers(g)}[{window_s}s])) or {query} * 0)"
+                        for g in fam.growth)
+        query = f"clamp_min({query}{terms}, 0)"
     if fam.quantile is not None:
         query = f"histogram_quantile({fam.quantile:g}, {query})"
     if fam.fallback:
@@ -145,7 +158,7 @@ def usage_query(metric: str, scope: Scope, window_s: int) -> str:
 
 def census_query(scope: Scope) -> str:
     """How many series each exported name has: which families exist, and how big their queries are."""
-    names = sorted({n for f in FAMILIES for n in f.all_names} | {FB_FREE, CACHE_CONFIG})
+    names = sorted({n for f in FAMILIES for n in f.read_names} | {FB_FREE, CACHE_CONFIG})
     return f"count by (__name__) ({scope.matchers(tuple(names))})"
 
 
@@ -192,15 +205,16 @@ class Chunk:
         return round((self.end_s - self.start_s) / self.step_s) + 1
 
 
-def steps_per_chunk(series: int, step_s: float, p: PrometheusSettings) -> int:
-    """How many steps one query may cover, from the three limits; at least one.
+def steps_per_chunk(series: int, step_s: float, p: PrometheusSettings, touched: int | None = None) -> int:
+    """How many steps one query may cover, from the three limits; at least one. ``touched``: the raw series
+    its selectors read, where more than the ``series`` it answers with (``Family.read_names``).
 
     Example: 2,000 series at step 600 s, scrape 60 s, limits 11,000 points/series, 20 M samples and
     500 k points/query: samples allow 20 M / (2,000 x 10) = 1,000 steps, points/query 500 k / 2,000 = 250
     steps → 250 steps (about 42 h) per query.
     """
     series = max(series, 1)
-    samples_per_step = series * max(step_s / p.min_step_s, 1.0)
+    samples_per_step = max(series, touched or 0) * max(step_s / p.min_step_s, 1.0)
     by_samples = p.max_samples_per_query / samples_per_step
     by_points = p.max_points_per_query / series
     return max(1, int(min(p.max_points_per_series, by_samples, by_points)))
