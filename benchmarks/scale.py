@@ -11,8 +11,10 @@ the largest query (points per query and per series). Target on the 2-core machin
 <= 1 GiB peak RSS for the report. Needs Debian's ``prometheus`` and ``promtool``.
 
 Series per workload: DCGM FB_USED, FB_FREE, GR_ENGINE_ACTIVE (every pod) and, for every second
-workload (vLLM), kv_cache_usage_perc, num_requests_waiting, num_requests_running, plus a sparse
-cache_config_info. Values follow a daily sine with noise, so percentiles are not trivial. Pod names
+workload (vLLM), kv_cache_usage_perc, num_requests_waiting, num_requests_running,
+request_success_total (a counter of the same daily cycle; the collector's request rate reads it with both
+gauges), plus a sparse cache_config_info. Values follow a daily sine with noise, so percentiles are not
+trivial. Pod names
 follow the Deployment convention (``svc-0001-7d9f8b6c5d-x2k4p``) and there is no kube-state-metrics,
 so owners are inferred from the names.
 
@@ -65,6 +67,8 @@ _FRAC = np.array([f"{v / FRAC_DIGITS:g}".encode() for v in range(FRAC_DIGITS + 1
 
 DCGM = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
 VLLM = ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting", "vllm:num_requests_running")
+COUNTER = "vllm:request_success"  # OpenMetrics family of vllm:request_success_total
+PEAK_RPS = 20.0  # finished requests/s at the daily peak of a workload at level 1
 CACHE_CONFIG = "vllm:cache_config_info"
 
 
@@ -116,6 +120,16 @@ def _codes(i: int, ts: np.ndarray, k0: int) -> dict[str, tuple[np.ndarray, np.nd
     return out
 
 
+def _finished(i: int, ts: np.ndarray) -> np.ndarray:
+    """vLLM's finished-request counter at unix times ``ts``: the integral of PEAK_RPS x level x the daily
+    cycle since the epoch, floored; a function of time alone, so every window continues the last."""
+    params = np.random.default_rng([SEED, i])
+    phase, level = params.uniform(0, 2 * np.pi), params.uniform(0.02, 0.6)
+    w = 2 * np.pi / 86_400
+    t = ts.astype("float64")
+    return np.floor(PEAK_RPS * level * (0.5 * t + 0.5 / w * (np.cos(phase) - np.cos(w * t + phase)))).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class Window:
     """One promtool run: sample indexes [k0, k1) of the history, all inside one block range."""
@@ -150,6 +164,12 @@ def _write_window(w: Window) -> tuple[int, float, float]:
                 rows = zip(itertools.repeat(prefix, len(tails)), table[idx].tolist(), tails, strict=True)
                 f.write(b"".join(itertools.chain.from_iterable(rows)))
                 samples += len(tails)
+        f.write(f"# TYPE {COUNTER} counter\n".encode())
+        for i in range(0, w.workloads, 2):
+            prefix = f"{COUNTER}_total{{{_labels(i, COUNTER)},finished_reason=\"stop\"}} ".encode()
+            values = [str(v).encode() for v in _finished(i, ts).tolist()]
+            f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails))))
+            samples += len(tails)
         # vLLM's static config, once an hour: enough for the collector's last_over_time over an hour
         f.write(f"# TYPE {CACHE_CONFIG} gauge\n".encode())
         for i in range(0, w.workloads, 2):

@@ -41,15 +41,16 @@ def test_steps_per_chunk(series: int, step_s: float, limits: dict[str, int], ste
 
 
 def test_a_query_reading_more_series_than_it_answers_is_cut_by_the_samples_it_reads() -> None:
-    # the request rate answers one series per pod but reads five (the counter thrice, two gauges): 1,000 pods
-    # at 600 s read 20 M / (5,000 x 10) = 400 steps; the answer's 1,000 series alone would allow 500
-    assert queries.steps_per_chunk(1_000, 600.0, P) == 500
-    assert queries.steps_per_chunk(1_000, 600.0, P, touched=5_000) == 400
+    # the request rate answers one series per pod but reads three (the counter, two gauges): 2,000 pods at
+    # 600 s read 20 M / (6,000 x 10) = 333 steps, where the answer's 2,000 series alone would allow 1,000
+    wide = PrometheusSettings(max_points_per_query=10**7)  # so that samples bind
+    assert queries.steps_per_chunk(2_000, 600.0, wide) == 1_000
+    assert queries.steps_per_chunk(2_000, 600.0, wide, touched=6_000) == 333
     fam = next(f for f in queries.FAMILIES if f.metric == "request_rate_per_s")
-    counts = {n: 1_000 for n in (*queries.REQUESTS, *queries.RUNNING, *queries.WAITING)}
-    assert parse.total(counts, fam.read_names) == 5_000 and parse.total(counts, fam.all_names) == 1_000
+    counts = {n: 2_000 for n in (*queries.REQUESTS, *queries.RUNNING, *queries.WAITING)}
+    assert parse.total(counts, fam.read_names) == 6_000 and parse.total(counts, fam.all_names) == 2_000
     query = queries.usage_query(fam.metric, Scope.of((), P), 600)
-    assert query.count("vllm:request_success_total") == 3 and query.count("deriv(") == 2
+    assert query.count("vllm:request_success_total") == 1 and query.count("deriv(") == 2
 
 
 def test_chunks_cover_the_grid_once_and_split_halves_it() -> None:

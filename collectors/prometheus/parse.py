@@ -54,8 +54,8 @@ class Accumulator:
             arr = self.pods.get(key)
             if arr is None:
                 arr = self.pods[key] = np.full(self.grid.n, np.nan)
-            ts = np.fromiter((p[0] for p in values), dtype=np.float64, count=len(values))
-            vs = np.fromiter((float(p[1]) for p in values), dtype=np.float64, count=len(values))
+            times, raw = zip(*values, strict=True)  # numpy parses the value strings ("NaN", "+Inf" too)
+            ts, vs = np.array(times, dtype=np.float64), np.array(raw, dtype=np.float64)
             pos = np.rint((ts - self.grid.start_s) / self.grid.step_s).astype(np.int64)
             ok = (pos >= 0) & (pos < self.grid.n)
             arr[pos[ok]] = vs[ok]

@@ -109,9 +109,8 @@ class Family:
 
     @property
     def read_names(self) -> tuple[str, ...]:
-        """Every exported name its query selects, once per time the query selects it: what sizes its chunks
-        (each growth term reads the rate's series again for its ``or``)."""
-        return self.all_names * (1 + len(self.growth)) + tuple(n for g in self.growth for n in g)
+        """Every exported name its query selects: what sizes its chunks."""
+        return self.all_names + tuple(n for g in self.growth for n in g)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -145,15 +144,27 @@ def usage_query(metric: str, scope: Scope, window_s: int) -> str:
         return f"{fam.agg} by ({by}) ({fam.over_time}({scope.matchers(names)}[{window_s}s]))"
 
     query = reduce(fam.names)
-    if fam.growth:  # a pod without a gauge adds 0 (``or`` the rate x 0); a restarted pod's fall stops at 0
-        terms = "".join(f" + ({fam.agg} by ({by}) (deriv({scope.matchers(g)}[{window_s}s])) or {query} * 0)"
-                        for g in fam.growth)
-        query = f"clamp_min({query}{terms}, 0)"
+    if fam.growth:
+        query = _with_growth(fam, scope, window_s)
     if fam.quantile is not None:
         query = f"histogram_quantile({fam.quantile:g}, {query})"
     if fam.fallback:
         query += f" or {reduce(fam.fallback)} / 100"
     return query
+
+
+GROWTH_LABEL = "rightsizer_term"  # tells the terms of a growth sum apart, so ``or`` keeps every one
+
+
+def _with_growth(fam: Family, scope: Scope, window_s: int) -> str:
+    """``fam``'s rate plus the growth (``deriv``) of its gauges, summed per pod and clamped at 0 (a restarted
+    pod's gauges fall): one ``or`` of the labelled terms, so each selector is read once and a pod missing a
+    gauge adds nothing for it."""
+    def term(fn: str, names: tuple[str, ...], tag: str) -> str:
+        return f'label_replace({fn}({scope.matchers(names)}[{window_s}s]), "{GROWTH_LABEL}", "{tag}", "", "")'
+
+    terms = [term(fam.over_time, fam.names, "rate"), *(term("deriv", g, g[0]) for g in fam.growth)]
+    return f"clamp_min({fam.agg} by ({scope.by}) ({' or '.join(terms)}), 0)"
 
 
 def census_query(scope: Scope) -> str:
