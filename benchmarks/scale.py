@@ -14,9 +14,8 @@ Series per workload: DCGM FB_USED, FB_FREE, GR_ENGINE_ACTIVE (every pod) and, fo
 workload (vLLM), kv_cache_usage_perc, num_requests_waiting, num_requests_running,
 request_success_total (a counter of the same daily cycle; the collector's request rate reads it with both
 gauges), plus a sparse cache_config_info. Values follow a daily sine with noise, so percentiles are not
-trivial. Pod names
-follow the Deployment convention (``svc-0001-7d9f8b6c5d-x2k4p``) and there is no kube-state-metrics,
-so owners are inferred from the names.
+trivial. Pod names follow the Deployment convention (``svc-0001-7d9f8b6c5d-x2k4p``) and there is no
+kube-state-metrics, so owners are inferred from the names.
 
 The TSDB is cut by time, not by series: one ``promtool`` run per 54 h window (the largest block a
 Prometheus with 60 d retention compacts to), each holding every series of the fleet. Blocks therefore
