@@ -90,12 +90,18 @@ def _labels(i: int, metric: str) -> str:
     return f'namespace="{ns}",pod="{pod}",container="main",engine="0",model_name="{MODEL}"'
 
 
+def _params(i: int) -> tuple[float, float, float]:
+    """Workload ``i``'s daily phase, activity level and memory share: from ``i`` alone, so every series and
+    every time window of one workload agree."""
+    params = np.random.default_rng([SEED, i])
+    return params.uniform(0, 2 * np.pi), params.uniform(0.02, 0.6), params.uniform(0.1, 0.7)
+
+
 def _codes(i: int, ts: np.ndarray, k0: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """One workload's samples at unix times ``ts`` (absolute sample index ``k0`` onwards), as indexes into
     the string tables: a daily cycle around a per-workload level, with noise. The per-workload parameters
     depend on ``i`` only and the noise on ``(i, k0)``, so every time window agrees with its neighbours."""
-    params = np.random.default_rng([SEED, i])
-    phase, level, mem = params.uniform(0, 2 * np.pi), params.uniform(0.02, 0.6), params.uniform(0.1, 0.7)
+    phase, level, mem = _params(i)
     noise = np.random.default_rng([SEED, i, k0])
     n = len(ts)
     day = 0.5 + 0.5 * np.sin(2 * np.pi * ts / 86_400 + phase)
@@ -122,8 +128,7 @@ def _codes(i: int, ts: np.ndarray, k0: int) -> dict[str, tuple[np.ndarray, np.nd
 def _finished(i: int, ts: np.ndarray) -> np.ndarray:
     """vLLM's finished-request counter at unix times ``ts``: the integral of PEAK_RPS x level x the daily
     cycle since the epoch, floored; a function of time alone, so every window continues the last."""
-    params = np.random.default_rng([SEED, i])
-    phase, level = params.uniform(0, 2 * np.pi), params.uniform(0.02, 0.6)
+    phase, level, _ = _params(i)
     w = 2 * np.pi / 86_400
     t = ts.astype("float64")
     return np.floor(PEAK_RPS * level * (0.5 * t + 0.5 / w * (np.cos(phase) - np.cos(w * t + phase)))).astype(np.int64)

@@ -58,13 +58,18 @@ def usage(cluster: Cluster) -> PodUsage:
 
 
 def expected(raw: Series, index: pd.DatetimeIndex, fn: str) -> np.ndarray:
-    """``max``/``avg`` over the samples in (t - 120 s, t] at each grid time t; NaN where there are none."""
+    """``max``/``avg`` over the samples in (t - 120 s, t] at each grid time t, or ``deriv`` (the least-squares
+    slope of its two samples); NaN where there are none (for ``deriv``: fewer than two)."""
     grid = index.as_unit("s").asi8
     ts = raw.timestamps_s
     out = np.full(grid.size, np.nan)
     for i, t in enumerate(grid):
-        vals = raw.values[(ts > t - WINDOW_S) & (ts <= t)]
-        if vals.size:
+        inside = (ts > t - WINDOW_S) & (ts <= t)
+        vals = raw.values[inside]
+        if fn == "deriv":
+            if vals.size == 2:
+                out[i] = (vals[1] - vals[0]) / float(np.diff(ts[inside])[0])
+        elif vals.size:
             out[i] = vals.max() if fn == "max" else vals.mean()
     return out
 
@@ -129,21 +134,12 @@ def test_queue_gauges_are_means(cluster: Cluster, usage: PodUsage) -> None:
         np.testing.assert_allclose(got.to_numpy(), expected(pc.find(cluster.series, raw, pod.name), got.index, "avg"))
 
 
-def slope(raw: Series, index: pd.DatetimeIndex) -> np.ndarray:
-    """``deriv`` over the two samples in (t - 120 s, t] at each grid time t (least squares of two points)."""
-    grid = index.as_unit("s").asi8
-    out = np.full(grid.size, np.nan)
-    for i, t in enumerate(grid):
-        inside = (raw.timestamps_s > t - WINDOW_S) & (raw.timestamps_s <= t)
-        ts, vals = raw.timestamps_s[inside], raw.values[inside]
-        if vals.size == 2:
-            out[i] = (vals[1] - vals[0]) / (ts[1] - ts[0])
-    return out
+FINISHED_PER_S = {"llama": 2.0, "llama-2": 1.5}  # the fixture's request counters grow linearly at these rates
 
 
 def test_counter_rates(usage: PodUsage) -> None:
     # counters grow linearly, so rate() over two samples 60 s apart is the slope exactly
-    for name, per_s in (("llama", 2.0), ("llama-2", 1.5)):
+    for name, per_s in FINISHED_PER_S.items():
         pod = POD[name]
         for metric, factor in ((m.PROMPT_TOKENS_RATE, 500), (m.GENERATION_TOKENS_RATE, 200)):
             got = column(usage, metric, pod).iloc[5:]
@@ -151,12 +147,12 @@ def test_counter_rates(usage: PodUsage) -> None:
         assert (column(usage, m.PREEMPTIONS_RATE, pod).dropna() == 0).all()
 
 
-@pytest.mark.parametrize("name", ["llama", "llama-2"])
+@pytest.mark.parametrize("name", sorted(FINISHED_PER_S))
 def test_request_rate_is_arrivals(cluster: Cluster, usage: PodUsage, name: str) -> None:
     # requests arriving = finished (2.0 or 1.5/s) + growth of running + growth of waiting, at 0 at the least
-    pod, per_s = POD[name], {"llama": 2.0, "llama-2": 1.5}[name]
+    pod, per_s = POD[name], FINISHED_PER_S[name]
     got = column(usage, m.REQUEST_RATE, pod).iloc[5:]
-    growth = sum(slope(pc.find(cluster.series, raw, pod.name), got.index)
+    growth = sum(expected(pc.find(cluster.series, raw, pod.name), got.index, "deriv")
                  for raw in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
     assert (np.abs(growth) > 0.01).sum() > 100  # the gauges move: the finished rate alone would not pass
     np.testing.assert_allclose(got.to_numpy(), np.maximum(per_s + growth, 0), rtol=1e-9, atol=1e-9)

@@ -143,9 +143,7 @@ def usage_query(metric: str, scope: Scope, window_s: int) -> str:
     def reduce(names: tuple[str, ...]) -> str:
         return f"{fam.agg} by ({by}) ({fam.over_time}({scope.matchers(names)}[{window_s}s]))"
 
-    query = reduce(fam.names)
-    if fam.growth:
-        query = _with_growth(fam, scope, window_s)
+    query = _with_growth(fam, scope, window_s) if fam.growth else reduce(fam.names)
     if fam.quantile is not None:
         query = f"histogram_quantile({fam.quantile:g}, {query})"
     if fam.fallback:
