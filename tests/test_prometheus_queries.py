@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import itertools
+import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -182,3 +186,61 @@ def test_http_errors_become_one_line(text: str, kind: type, fragment: str) -> No
 def test_no_url_is_a_clear_error() -> None:
     with pytest.raises(PrometheusError, match="--prometheus-url"):
         PromClient(PrometheusSettings())
+
+
+
+@contextlib.contextmanager
+def _canned(body: bytes, status: int = 200) -> Iterator[str]:
+    """A real HTTP server that answers every request with one fixed body (a Prometheus-compatible API that
+    adds fields, or something that is not one); yields its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _range(url: str, promql: str = "up") -> parse.Result:
+    return PromClient(PrometheusSettings(url=url, retries=0)).query_range(promql, 1000, 1120, 60)
+
+
+def test_range_answers_decode_with_extra_fields_and_special_values() -> None:
+    body = (b'{"status":"success","warnings":["partial"],"data":{"resultType":"matrix","stats":{},"result":['
+            b'{"metric":{"namespace":"n","pod":"p"},"values":[[1000,"NaN"],[1060,"+Inf"],[1120,"2.5"]]},'
+            b'{"metric":{"pod":"q"},"values":[[1000.5,"-1e3"]]}]}}')
+    with _canned(body) as url:
+        result = _range(url)
+    assert [r["metric"] for r in result] == [{"namespace": "n", "pod": "p"}, {"pod": "q"}]
+    assert result[0]["values"] == [(1000.0, "NaN"), (1060.0, "+Inf"), (1120.0, "2.5")]
+    acc = parse.Accumulator(parse.Grid(1000.0, 60.0, 3))
+    acc.add(result, "namespace", "pod")
+    assert acc.frame()["n/p"].tolist()[2] == 2.5
+
+
+@pytest.mark.parametrize("body", [b'{"hello":"world"}', b"<html>not json</html>",
+                                  b'{"status":"success","data":{"result":[{"metric":{},"values":[["x","1"]]}]}}'])
+def test_a_range_answer_that_is_not_prometheus_is_one_line(body: bytes) -> None:
+    with _canned(body) as url, pytest.raises(PrometheusError, match="did not answer like a Prometheus API") as err:
+        _range(url)
+    assert "\n" not in str(err.value)
+
+
+def test_a_range_error_status_is_one_line() -> None:
+    body = b'{"status":"error","errorType":"bad_data","error":"1:3: parse error: unexpected end"}'
+    with _canned(body, 400) as url, \
+            pytest.raises(PrometheusError, match=r"rejected a query \(HTTP 400\): 1:3: parse") as err:
+        _range(url, "up{")
+    assert "\n" not in str(err.value) and type(err.value) is PrometheusError

@@ -103,10 +103,12 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
     return out
 
 
-def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1) -> list[Chunk]:
-    """The inventory step over the whole window, cut by the same limits as usage queries."""
+def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: int = 1) -> list[Chunk]:
+    """The inventory step over the whole window, cut by the same limits as usage queries and into at least
+    ``pieces`` queries (where it has the steps): Prometheus evaluates one query on one core."""
     c = win.coarse
-    return queries.chunks(c.start_s, c.end_s, c.step_s, queries.steps_per_chunk(series, c.step_s, p))
+    per = min(queries.steps_per_chunk(series, c.step_s, p), math.ceil(c.steps / max(pieces, 1)))
+    return queries.chunks(c.start_s, c.end_s, c.step_s, per)
 
 
 def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
@@ -214,8 +216,8 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         for name, n in parse.series_counts(result).items():
             counts[name] = max(counts.get(name, 0), n)
 
-    promql = queries.census_query(scope)
-    jobs = [Job("census", promql, c, i) for i, c in enumerate(coarse_chunks(win, p))]
+    promql = queries.census_query(scope)  # alone in the pool, so cut to keep every worker busy
+    jobs = [Job("census", promql, c, i) for i, c in enumerate(coarse_chunks(win, p, pieces=p.max_workers))]
     run_jobs(client, jobs, merge, progress, "counting series")
     return counts
 
