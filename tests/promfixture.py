@@ -179,7 +179,8 @@ class PromServer:
         """Start on a fresh port and wait for readiness; False only when the port was taken."""
         assert self._tmp is not None
         port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        tls = self.web_config is not None and "tls_server_config" in self.web_config
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
         with (self._tmp / "prometheus.log").open("wb") as log:
             self._proc = subprocess.Popen(["prometheus", f"--web.listen-address=127.0.0.1:{port}", *args],
                                           stdout=log, stderr=subprocess.STDOUT)
@@ -189,6 +190,11 @@ class PromServer:
                 if "address already in use" in self._log_tail():
                     return False
                 raise RuntimeError(f"prometheus exited with {self._proc.returncode}:\n{self._log_tail()}")
+            if tls:  # a probe would need the client certificate the server may require: the log says when
+                if _READY_LINE in self._log_tail(0):
+                    return True
+                time.sleep(0.05)
+                continue
             try:
                 code = requests.get(f"{self.url}/-/ready", timeout=1).status_code
             except requests.ConnectionError:

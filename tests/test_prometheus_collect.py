@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,7 @@ from recommender.settings import PrometheusSettings, Settings
 from tests import promcluster as pc
 from tests.promcluster import Cluster
 from tests.promfixture import PromServer, Series, prometheus_binaries
+from tests.servefixture import make_pki
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -311,3 +313,27 @@ def test_basic_auth_right_and_wrong(cluster: Cluster) -> None:
             collect(cluster, settings(guarded.url, username="rightsizer", password="wrong"))
         ok = collect(cluster, settings(guarded.url, username="rightsizer", password="rightsizer-test"))
     assert POD["llama"].key in ok.series[m.FB_USED_MIB].columns
+
+
+def test_mutual_tls_with_a_ca_bundle_in_the_environment(cluster: Cluster, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prometheus serving TLS that requires a client certificate; our CA file must win over REQUESTS_CA_BUNDLE,
+    which requests would otherwise prefer to a session's CA (range queries bypass the library's request)."""
+    pki, other = make_pki(_mkdir(tmp_path / "pki")), make_pki(_mkdir(tmp_path / "other"))
+    web = (f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
+           f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n")
+    tls = {"ca_file": str(pki.ca), "client_cert": str(pki.client_cert), "client_key": str(pki.client_key)}
+    with PromServer.from_tsdb(cluster.tsdb, web_config=web) as prom:
+        assert prom.url.startswith("https://")
+        with pytest.raises(PrometheusError) as err:  # no client certificate
+            collect(cluster, settings(prom.url, ca_file=str(pki.ca)))
+        assert "\n" not in str(err.value)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(other.ca))
+        client = LoggingClient(settings(prom.url, **tls).prometheus)
+        ok = collect(cluster, settings(prom.url, **tls), client)
+    assert client.sent and POD["llama"].key in ok.series[m.FB_USED_MIB].columns
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path

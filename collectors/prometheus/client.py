@@ -136,8 +136,9 @@ class PromClient:
         return self._call(lambda: self._range(params), promql)
 
     def _range(self, params: dict[str, Any]) -> Result:
-        r = self._session.get(f"{self.url}/api/v1/query_range", params=params, headers=self._headers,
-                              auth=self._auth, timeout=self.settings.timeout_s)
+        s = self._session  # verify and cert passed again, as the library does: REQUESTS_CA_BUNDLE would win otherwise
+        r = s.get(f"{self.url}/api/v1/query_range", params=params, headers=self._headers, auth=self._auth,
+                  verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
         if r.status_code != 200:
             raise self._status_error(r.status_code, _server_message(r.text), str(params["query"]))
         return cast(Result, _RANGE_ANSWER.decode(r.content)["data"]["result"])
