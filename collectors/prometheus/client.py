@@ -4,10 +4,10 @@ prometheus-api-client holds the session (bearer token and extra headers, basic a
 client certificate) and makes the instant queries. Range queries use the same session but decode the
 answer with msgspec against its schema: answers run to 500,000 points, and ``json.loads`` of them was
 the largest CPU cost of a fleet report (about four times msgspec's). The library's urllib3 retries are
-switched off so that tenacity alone retries, with
-exponential backoff, what is worth retrying (connection failures, timeouts, 429 and 5xx). Answers that
-retrying cannot fix (401/403, a bad query, a query over the server's limits) fail at once, each as one
-line that says what to do. Every query is counted in :class:`QueryStats`.
+switched off so that tenacity alone retries, with exponential backoff, what is worth retrying
+(connection failures, timeouts, 429 and 5xx). Answers that retrying cannot fix (401/403, a bad query,
+a query over the server's limits) fail at once, each as one line that says what to do. Every query is
+counted in :class:`QueryStats`.
 """
 
 from __future__ import annotations
