@@ -11,20 +11,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
 from recommender.errors import ConfigError
 from recommender.model import Snapshot
 from recommender.progress import Progress
 from recommender.settings import Settings
 
+if TYPE_CHECKING:
+    from collectors.prometheus.collect import UsageCache
+
 
 @dataclass(frozen=True)
 class SourceRequest:
-    """What a source is asked for: settings, the window's end, and an optional path."""
+    """What a source is asked for: settings, the window's end, an optional path, and (in a loop) the cache
+    of the last collection, which a source may use to read only what is new."""
 
     settings: Settings
     end: datetime
     path: str | None = None
+    cache: UsageCache | None = None
 
 
 SourceFn = Callable[[SourceRequest, Progress], Snapshot]

@@ -6,6 +6,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -14,6 +15,9 @@ from collectors.registry import SourceRequest, get_source
 from recommender.model import Snapshot
 from recommender.pipeline import run_once
 from recommender.settings import Settings
+
+if TYPE_CHECKING:
+    from collectors.prometheus.collect import UsageCache
 
 
 class RichProgress:
@@ -55,9 +59,11 @@ class RichProgress:
         self.console.print(message, highlight=False, soft_wrap=True)
 
 
-def collect(source: str, path: str | None, settings: Settings, end: datetime) -> Snapshot:
+def collect(source: str, path: str | None, settings: Settings, end: datetime, cache: UsageCache | None = None
+            ) -> Snapshot:
+    """One snapshot from a source; ``cache`` (a loop's) lets the Prometheus source read only new steps."""
     with RichProgress() as progress:
-        return get_source(source)(SourceRequest(settings, end, path), progress)
+        return get_source(source)(SourceRequest(settings, end, path, cache), progress)
 
 
 def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:

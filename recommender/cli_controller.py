@@ -48,6 +48,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
                identity: str | None, mig_configmap: str | None, no_serve: bool, config_file: str | None,
                max_mode: str | None, **opts: Any) -> None:
     """Run in the cluster: plan on a schedule, write recommendations, act on Auto policies."""
+    from collectors.prometheus.collect import UsageCache
     from recommender.app import collect
     from recommender.controller.leader import LeaderElector
     from recommender.controller.loop import Controller
@@ -85,8 +86,10 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
         fail(str(exc))
         return
 
+    cache = UsageCache()  # each cycle reads only the usage steps added since the last one
+
     def plan_fn(now: datetime) -> Any:
-        snap = collect(source, opts.get("snapshot_dir"), settings, now)
+        snap = collect(source, opts.get("snapshot_dir"), settings, now, cache)
         last = store.latest()  # the last cycle's plan carries capacity forward (policies.replicas.keep_lower_bound)
         return run_once(snap, settings, now, previous=last.plan if last else None), snap
 

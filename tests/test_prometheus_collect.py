@@ -7,7 +7,7 @@ query semantics spelled out: at each grid time t the window holds the samples at
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from collectors.prometheus import PromClient, QueryStats, collect_pod_usage, window_for
+from collectors.prometheus.collect import OVERLAP_STEPS, UsageCache
 from recommender import model as m
 from recommender.errors import PrometheusError
 from recommender.inventory import PodUsage
@@ -39,9 +40,11 @@ class LoggingClient(PromClient):
     def __init__(self, p: PrometheusSettings) -> None:
         super().__init__(p, QueryStats())
         self.sent: list[str] = []
+        self.ranges: list[tuple[str, float, float, float]] = []
 
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
         self.sent.append(promql)
+        self.ranges.append((promql, start_s, end_s, step_s))
         return super().query_range(promql, start_s, end_s, step_s)
 
 
@@ -337,3 +340,41 @@ def test_mutual_tls_with_a_ca_bundle_in_the_environment(cluster: Cluster, tmp_pa
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True)
     return path
+
+
+def _window(cluster: Cluster, hours_before_end: float) -> tuple[datetime, datetime]:
+    end = cluster.end - timedelta(hours=hours_before_end)
+    return end - timedelta(hours=pc.HOURS), end
+
+
+def test_a_cache_reads_only_the_new_steps_and_gives_what_a_full_collection_gives(cluster: Cluster) -> None:
+    s = settings(cluster.url)
+    cache = UsageCache()
+    collect_pod_usage(s, *_window(cluster, 3), RecordingProgress(), client=LoggingClient(s.prometheus), cache=cache)
+    again = LoggingClient(s.prometheus)
+    joined = collect_pod_usage(s, *_window(cluster, 0), RecordingProgress(), client=again, cache=cache)
+    full = collect_pod_usage(s, *_window(cluster, 0), RecordingProgress(), client=LoggingClient(s.prometheus))
+    assert set(joined.series) == set(full.series)
+    for metric, frame in full.series.items():
+        pd.testing.assert_frame_equal(joined.series[metric], frame, check_freq=False)
+    assert joined.devices == full.devices and joined.vllm == full.vllm and joined.owners == full.owners
+    # usage (and the census) at the fine step read 3 h of new steps and the overlap, not 48 h
+    fine = [(a, b, st) for _, a, b, st in again.ranges if st == WINDOW_S]
+    assert len(fine) > len(full.series) // 2 and all(round((b - a) / st) + 1 <= 3 * 3600 / st + OVERLAP_STEPS
+                                                      for a, b, st in fine)
+
+
+@pytest.mark.parametrize("change", ["namespaces", "no overlap"])
+def test_a_cache_that_cannot_serve_the_window_is_read_afresh(cluster: Cluster, change: str) -> None:
+    s = settings(cluster.url)
+    cache = UsageCache()
+    collect_pod_usage(s, *_window(cluster, 0 if change == "namespaces" else pc.HOURS + 1), RecordingProgress(),
+                      client=LoggingClient(s.prometheus), cache=cache)
+    other = Settings(namespaces=("mig",), history_s=s.history_s, prometheus=s.prometheus) \
+        if change == "namespaces" else s
+    client = LoggingClient(other.prometheus)
+    got = collect_pod_usage(other, *_window(cluster, 0), RecordingProgress(), client=client, cache=cache)
+    steps = max(round((b - a) / st) + 1 for _, a, b, st in client.ranges if st == WINDOW_S)
+    assert steps > 3 * 3600 / WINDOW_S  # the whole window again (in chunks as large as the limits allow)
+    want = collect_pod_usage(other, *_window(cluster, 0), RecordingProgress(), client=LoggingClient(other.prometheus))
+    pd.testing.assert_frame_equal(got.series[m.FB_USED_MIB], want.series[m.FB_USED_MIB], check_freq=False)

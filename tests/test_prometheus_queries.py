@@ -9,10 +9,12 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from collectors.prometheus import PromClient, PrometheusLimitError, parse, queries
-from collectors.prometheus.collect import window_for
+from collectors.prometheus.collect import join_usage, window_for
 from collectors.prometheus.queries import Chunk, Scope
 from recommender.errors import PrometheusError
 from recommender.settings import PrometheusSettings
@@ -244,3 +246,17 @@ def test_a_range_error_status_is_one_line() -> None:
             pytest.raises(PrometheusError, match=r"rejected a query \(HTTP 400\): 1:3: parse") as err:
         _range(url, "up{")
     assert "\n" not in str(err.value) and type(err.value) is PrometheusError
+
+
+def test_join_usage_keeps_cached_steps_still_in_the_window_and_pods_that_left_go() -> None:
+    old_grid, grid = parse.Grid(0.0, 60.0, 5), parse.Grid(120.0, 60.0, 5)  # 0..240, then 120..360
+    cached = {"m": pd.DataFrame({"a": [1.0, 2, 3, 4, 5], "left": [7.0, 7, np.nan, np.nan, np.nan]},
+                                index=old_grid.index())}
+    fresh_grid = parse.Grid(180.0, 60.0, 4)  # the cache's last step (240) and the one before it, read again
+    fresh = {"m": pd.DataFrame({"a": [40.0, 50, 60, 70], "new": [np.nan, 1, 1, 1]}, index=fresh_grid.index()),
+             "only-new": pd.DataFrame({"a": [1.0, 1, 1, 1]}, index=fresh_grid.index())}
+    joined = join_usage(cached, fresh, grid, 180.0)
+    assert list(joined) == ["m", "only-new"]
+    assert list(joined["m"].columns) == ["a", "new"]  # "left" has no value from 120 on
+    assert joined["m"]["a"].tolist() == [3.0, 40, 50, 60, 70]  # cached 120, fresh from 180 (4 was re-read as 40)
+    assert joined["m"].index.equals(grid.index()) and joined["only-new"]["a"].isna().tolist()[0]

@@ -4,6 +4,10 @@ The plan is fixed by the number of metric families and time chunks, never by the
 census query first counts the series behind each family (so absent families cost nothing and chunks
 are sized to the fleet), then every (family, chunk) query and the coarse inventory queries run in a
 pool of ``max_workers``. A query the server refuses as too large is halved and retried.
+
+A loop (the controller) passes a :class:`UsageCache`: then only the steps added since its last
+collection are read (and the last ``OVERLAP_STEPS`` again), and joined to the steps it already holds,
+instead of the whole history every cycle.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import math
 from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -34,6 +38,7 @@ _DEVICE_LABELS = ("UUID", "uuid", "gpu", "Hostname", "GPU_I_ID", "GPU_I_PROFILE"
 TASK = "querying Prometheus"
 GPU_NODES = "gpu_nodes"
 _GPU_RESOURCES = 'resource=~"nvidia.*"'  # KSM's sanitised names of nvidia.com/* resources start "nvidia_com_"
+OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or written late fill them in
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,46 @@ def window_for(start: datetime, end: datetime, p: PrometheusSettings) -> Window:
     coarse_step = max(step, math.ceil(history_s / INVENTORY_POINTS / step) * step)
     coarse_first = last - math.floor((last - first) / coarse_step) * coarse_step
     return Window(Grid(first, step, n), queries.rate_window_s(step, p), Chunk(coarse_first, last, coarse_step))
+
+
+@dataclass
+class UsageCache:
+    """What the last collection read, so that the next reads only the steps added since (a loop's cycles).
+
+    ``key`` is everything that shapes the queries and the grid (server, selection, step, window): when it
+    changes, or the new window does not overlap the cached one, the next collection reads everything."""
+
+    key: tuple[object, ...] | None = None
+    series: dict[str, pd.DataFrame] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    last_s: float = -math.inf  # the cached grid's last step
+
+    def fresh_start(self, key: tuple[object, ...], grid: Grid) -> float | None:
+        """The first step to read for ``grid``, or None when the cache cannot serve it (read everything)."""
+        last = grid.start_s + (grid.n - 1) * grid.step_s
+        if key != self.key or not self.series or not grid.start_s <= self.last_s <= last:
+            return None
+        return max(grid.start_s, self.last_s - (OVERLAP_STEPS - 1) * grid.step_s)
+
+
+def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], grid: Grid, fresh_start: float
+               ) -> dict[str, pd.DataFrame]:
+    """The cached steps before ``fresh_start`` that are still in ``grid``, then the fresh ones, per metric.
+
+    Pods are the columns with a value in the window, as a full collection's answers would hold them (a pod
+    whose only points in the window are NaN is left out: it says nothing either way)."""
+    index = grid.index()
+    cut = pd.Timestamp(fresh_start, unit="s", tz="UTC")
+    out: dict[str, pd.DataFrame] = {}
+    for metric in sorted(cached.keys() | fresh.keys()):
+        old = cached.get(metric)
+        kept = None if old is None else old[(old.index >= index[0]) & (old.index < cut)].dropna(axis=1, how="all")
+        parts = [f for f in (kept, fresh.get(metric)) if f is not None and len(f.columns)]
+        if not parts:
+            continue
+        frame = pd.concat(parts, axis=0).reindex(index=index)
+        out[metric] = frame[sorted(frame.columns)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,8 +157,9 @@ def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: i
 
 
 def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
-         with_ksm: bool) -> list[Job]:
-    """Every query of one collection: each present family over its chunks, then the inventory."""
+         with_ksm: bool, fine: Chunk | None = None) -> list[Job]:
+    """Every query of one collection: each present family over its chunks (of ``fine``, the steps to read:
+    the whole grid by default), then the inventory."""
     jobs: list[Job] = []
     for fam in queries.FAMILIES:
         series = parse.total(counts, fam.all_names)
@@ -121,7 +167,7 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
             continue
         per = queries.steps_per_chunk(series, win.grid.step_s, p, parse.total(counts, fam.read_names))
         promql = queries.usage_query(fam.metric, scope, win.window_s)
-        f = win.fine
+        f = fine or win.fine
         jobs += [Job(fam.metric, promql, c, 0) for c in queries.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
@@ -196,41 +242,54 @@ def _device_memory(used: pd.DataFrame | None, devices: tuple[PodDevices, ...]) -
 
 
 def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Progress, *,
-                      with_ksm: bool = True, client: PromClient | None = None) -> PodUsage:
-    """Usage series, devices, vLLM config and (``with_ksm``) owners and requests of every GPU pod."""
+                      with_ksm: bool = True, client: PromClient | None = None, cache: UsageCache | None = None
+                      ) -> PodUsage:
+    """Usage series, devices, vLLM config and (``with_ksm``) owners and requests of every GPU pod.
+    With a ``cache``, only the usage steps it does not hold are read, and the cache is updated."""
     p = s.prometheus
     client = client or PromClient(p, QueryStats())
     try:
-        return _collect(client, s, window_for(start, end, p), progress, with_ksm)
+        return _collect(client, s, window_for(start, end, p), progress, with_ksm, cache)
     except PrometheusLimitError as exc:
         raise PrometheusError(f"{exc}, even split into smaller queries; shorten --history, select fewer "
                               "namespaces (-n) or raise the server's query limits") from None
 
 
-def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress
-            ) -> dict[str, int]:
-    """Series per exported name, most at any one time (split like any query if the server insists)."""
-    counts: dict[str, int] = {}
+def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
+            since: Chunk | None = None, known: dict[str, int] | None = None) -> dict[str, int]:
+    """Series per exported name, most at any one time (split like any query if the server insists): over the
+    window at the inventory step, or over ``since`` only, added to what was ``known`` before it."""
+    counts: dict[str, int] = dict(known or {})
 
     def merge(_: Job, result: Result) -> None:
         for name, n in parse.series_counts(result).items():
             counts[name] = max(counts.get(name, 0), n)
 
     promql = queries.census_query(scope)  # alone in the pool, so cut to keep every worker busy
-    jobs = [Job("census", promql, c, i) for i, c in enumerate(coarse_chunks(win, p, pieces=p.max_workers))]
-    run_jobs(client, jobs, merge, progress, "counting series")
+    cut = [since] if since is not None else coarse_chunks(win, p, pieces=p.max_workers)
+    run_jobs(client, [Job("census", promql, c, i) for i, c in enumerate(cut)], merge, progress, "counting series")
     return counts
 
 
-def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, with_ksm: bool) -> PodUsage:
+def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, with_ksm: bool,
+             cache: UsageCache | None = None) -> PodUsage:
     p = s.prometheus
     scope = Scope.of(s.namespaces, p)
+    key = (client.url, scope, win.grid.step_s, win.window_s, with_ksm)
+    first = cache.fresh_start(key, win.grid) if cache is not None else None
     client.check()
-    counts = _census(client, scope, win, p, progress)
-    jobs = plan(counts, scope, win, p, with_ksm)
-    progress.log(f"{client.url}: {len(jobs)} queries over {win.grid.n:,} steps of {win.grid.step_s:g} s "
+    grid, fine, where = win.grid, None, ""
+    if first is not None and cache is not None:
+        grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
+        fine = Chunk(first, win.fine.end_s, grid.step_s)
+        counts = _census(client, scope, win, p, progress, fine, cache.counts)
+        where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
+    else:
+        counts = _census(client, scope, win, p, progress)
+    jobs = plan(counts, scope, win, p, with_ksm, fine)
+    progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
-    acc = {fam.metric: Accumulator(win.grid) for fam in queries.FAMILIES}
+    acc = {fam.metric: Accumulator(grid) for fam in queries.FAMILIES}
     device_table = parse.DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
 
@@ -247,6 +306,10 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     progress.log(client.stats.line())
     inv = {k: sorted(v, key=lambda x: x[2]) for k, v in inventory.items()}  # chunks arrive in any order
     series = {metric: a.frame() for metric, a in acc.items() if a.pods}
+    if first is not None and cache is not None:
+        series = join_usage(cache.series, series, win.grid, first)
+    if cache is not None:
+        cache.key, cache.series, cache.counts, cache.last_s = key, dict(series), counts, win.fine.end_s
     devices = device_table.records()
     total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)
     if total_mib is not None:
