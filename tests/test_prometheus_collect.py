@@ -364,12 +364,13 @@ def test_a_cache_reads_only_the_new_steps_and_gives_what_a_full_collection_gives
                                                       for a, b, st in fine)
 
 
-@pytest.mark.parametrize("change", ["namespaces", "no overlap"])
+@pytest.mark.parametrize("change", ["namespaces", "no overlap", "refresh due"])
 def test_a_cache_that_cannot_serve_the_window_is_read_afresh(cluster: Cluster, change: str) -> None:
     s = settings(cluster.url)
-    cache = UsageCache()
-    collect_pod_usage(s, *_window(cluster, 0 if change == "namespaces" else pc.HOURS + 1), RecordingProgress(),
-                      client=LoggingClient(s.prometheus), cache=cache)
+    cache = UsageCache(refresh_s=3600.0 if change == "refresh due" else 86_400.0)  # 3 h between the two
+    before = {"namespaces": 0.0, "no overlap": pc.HOURS + 1, "refresh due": 3.0}[change]
+    collect_pod_usage(s, *_window(cluster, before), RecordingProgress(), client=LoggingClient(s.prometheus),
+                      cache=cache)
     other = Settings(namespaces=("mig",), history_s=s.history_s, prometheus=s.prometheus) \
         if change == "namespaces" else s
     client = LoggingClient(other.prometheus)

@@ -75,17 +75,22 @@ class UsageCache:
     """What the last collection read, so that the next reads only the steps added since (a loop's cycles).
 
     ``key`` is everything that shapes the queries and the grid (server, selection, step, window): when it
-    changes, or the new window does not overlap the cached one, the next collection reads everything."""
+    changes, when the new window does not overlap the cached one, or ``refresh_s`` after the last full read
+    (data corrected later than the overlap: a backfill, a late remote write), the next collection reads
+    everything."""
 
     key: tuple[object, ...] | None = None
     series: dict[str, pd.DataFrame] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     last_s: float = -math.inf  # the cached grid's last step
+    full_s: float = -math.inf  # the grid's last step when everything was last read
+    refresh_s: float = 86_400.0
 
     def fresh_start(self, key: tuple[object, ...], grid: Grid) -> float | None:
         """The first step to read for ``grid``, or None when the cache cannot serve it (read everything)."""
         last = grid.start_s + (grid.n - 1) * grid.step_s
-        if key != self.key or not self.series or not grid.start_s <= self.last_s <= last:
+        if key != self.key or not self.series or not grid.start_s <= self.last_s <= last \
+                or last - self.full_s >= self.refresh_s:
             return None
         return max(grid.start_s, self.last_s - (OVERLAP_STEPS - 1) * grid.step_s)
 
@@ -310,6 +315,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         series = join_usage(cache.series, series, win.grid, first)
     if cache is not None:
         cache.key, cache.series, cache.counts, cache.last_s = key, dict(series), counts, win.fine.end_s
+        cache.full_s = cache.full_s if first is not None else win.fine.end_s
     devices = device_table.records()
     total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)
     if total_mib is not None:
