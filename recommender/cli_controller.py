@@ -12,13 +12,16 @@ import signal
 import socket
 import threading
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from recommender.cli import build_settings, fail, parse_duration, source_options
 from recommender.errors import RightsizerError
-from recommender.settings import KubernetesSettings
+from recommender.settings import KubernetesSettings, Settings
+
+if TYPE_CHECKING:
+    from recommender.planstore import PlanStore
 
 
 def _kube(kubeconfig: str | None, context: str | None, host: str | None, timeout_s: float) -> Any:
@@ -48,14 +51,11 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
                identity: str | None, mig_configmap: str | None, no_serve: bool, config_file: str | None,
                max_mode: str | None, **opts: Any) -> None:
     """Run in the cluster: plan on a schedule, write recommendations, act on Auto policies."""
-    from collectors.prometheus.collect import UsageCache
-    from recommender.app import collect
     from recommender.controller.leader import LeaderElector
     from recommender.controller.loop import Controller
     from recommender.controller.mig import MigSettings
     from recommender.controller.policy import Mode
     from recommender.controller.schedule import run_scheduled
-    from recommender.pipeline import run_once
     from recommender.planstore import PlanStore
 
     cfg = _read_config(config_file) if config_file else {}
@@ -86,14 +86,8 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
         fail(str(exc))
         return
 
-    cache = UsageCache()  # each cycle reads only the usage steps added since the last one
-
-    def plan_fn(now: datetime) -> Any:
-        snap = collect(source, opts.get("snapshot_dir"), settings, now, cache)
-        last = store.latest()  # the last cycle's plan carries capacity forward (policies.replicas.keep_lower_bound)
-        return run_once(snap, settings, now, previous=last.plan if last else None), snap
-
     store = PlanStore()
+    plan_fn = Cycle(source, opts.get("snapshot_dir"), settings, store)
     elector = LeaderElector(kube, lease_namespace, lease_name,
                             identity or socket.gethostname() or str(os.getpid())) if election.get("enabled") else None
     ctl = Controller(kube, plan_fn, elector=elector, store=store, dry_run=dry_run, namespaces=settings.namespaces,
@@ -114,6 +108,25 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     finally:
         if servers is not None:
             servers.stop()
+
+
+class Cycle:
+    """One controller cycle: collect and plan. Its usage cache lets every cycle after the first read only the
+    steps added since; the last plan in ``store`` carries capacity forward (policies.replicas.keep_lower_bound)."""
+
+    def __init__(self, source: str, path: str | None, settings: Settings, store: PlanStore) -> None:
+        from collectors.prometheus.collect import UsageCache
+
+        self.source, self.path, self.settings, self.store = source, path, settings, store
+        self.cache = UsageCache()
+
+    def __call__(self, now: datetime) -> Any:
+        from recommender.app import collect
+        from recommender.pipeline import run_once
+
+        snap = collect(self.source, self.path, self.settings, now, self.cache)
+        last = self.store.latest()
+        return run_once(snap, self.settings, now, previous=last.plan if last else None), snap
 
 
 def _read_config(path: str) -> dict[str, Any]:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from recommender.app import make_report
+from recommender.app import collect, make_report
 from recommender.cli import main
+from recommender.cli_controller import Cycle
+from recommender.planstore import PlanStore
 from recommender.settings import KubernetesSettings, PrometheusSettings, Settings
 from tests import promcluster as pc
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
@@ -157,3 +161,19 @@ def test_kubernetes_inventory_with_prometheus_usage(cluster: Cluster) -> None:
     assert llama["current"]["vllm"]["max_model_len"] == 8192
     assert any("KV in use" in r for r in llama["reasons"])
     assert any("not in the cluster now" in w and "old-vllm" in w for w in doc["warnings"])
+
+
+def test_controller_cycles_after_the_first_read_only_new_steps_and_plan_as_a_fresh_collection(
+        cluster: Cluster) -> None:
+    s = Settings(history_s=2 * 86_400, prometheus=PrometheusSettings(url=cluster.url),
+                 kubernetes=KubernetesSettings(enabled=False))
+    cycle = Cycle("prometheus", None, s, PlanStore())
+    cycle(cluster.end - timedelta(hours=3))
+    full_at = cycle.cache.full_s
+    plan, snap = cycle(cluster.end)
+    assert cycle.cache.full_s == full_at < cycle.cache.last_s  # the second cycle joined new steps to kept ones
+    fresh = collect("prometheus", None, s, cluster.end)
+    assert set(snap.usage) == set(fresh.usage)
+    for metric, frame in fresh.usage.items():
+        pd.testing.assert_frame_equal(snap.usage[metric], frame, check_freq=False)
+    assert [r.ref for r in plan.recommendations] and {w.ref for w in snap.workloads} == {w.ref for w in fresh.workloads}
