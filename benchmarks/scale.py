@@ -8,7 +8,9 @@
 
 Prints the TSDB build time (separately), then the report's wall time, peak RSS, number of queries and
 the largest query (points per query and per series). Target on the 2-core machine: <= 60 s and
-<= 1 GiB peak RSS for the report. Needs Debian's ``prometheus`` and ``promtool``.
+<= 1 GiB peak RSS for the report. Then two cycles of the controller's collection 300 s apart, the second
+with the first's cache (``--no-cycles`` skips them): what a cycle costs Prometheus once the controller runs.
+Needs Debian's ``prometheus`` and ``promtool``.
 
 Series per workload: DCGM FB_USED, FB_FREE, GR_ENGINE_ACTIVE (every pod) and, for every second
 workload (vLLM), kv_cache_usage_perc, num_requests_waiting, num_requests_running,
@@ -36,6 +38,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +323,30 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
     return fig
 
 
+def run_cycles(url: str, days: float, end_s: int, server_pid: int | None, interval_s: int = 300) -> dict[str, Any]:
+    """Two cycles of the controller's collection ``interval_s`` apart, the second with the first's cache (it
+    reads only the steps added since): wall time, Prometheus CPU and points of each. In this process, without
+    kube-state-metrics queries (the controller has the Kubernetes API)."""
+    from collectors.prometheus import PromClient, QueryStats, collect_pod_usage
+    from collectors.prometheus.collect import UsageCache
+    from recommender.progress import NullProgress
+    from recommender.settings import PrometheusSettings, Settings
+
+    settings = Settings(history_s=days * 86_400, prometheus=PrometheusSettings(url=url))
+    cache, fig = UsageCache(), {}
+    for name, end in (("first", end_s - interval_s), ("next", end_s)):
+        client = PromClient(settings.prometheus, QueryStats())
+        cpu0, t0 = _cpu_s(server_pid) if server_pid else 0.0, time.perf_counter()
+        until = datetime.fromtimestamp(end, UTC)
+        collect_pod_usage(settings, until - timedelta(days=days), until, NullProgress(), with_ksm=False,
+                          client=client, cache=cache)
+        fig[f"cycle_{name}_s"] = time.perf_counter() - t0
+        if server_pid:
+            fig[f"cycle_{name}_prometheus_cpu_s"] = _cpu_s(server_pid) - cpu0
+        fig[f"cycle_{name}_points"] = client.stats.points
+    return fig
+
+
 def _fmt(v: object) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
@@ -334,6 +361,7 @@ def main() -> None:
     where.add_argument("--reuse", type=Path, help="serve a TSDB kept earlier (same parameters) instead of building")
     ap.add_argument("--workers", type=int, help="the report's --workers (queries in flight; default its own)")
     ap.add_argument("--save-report", type=Path, help="also keep the JSON report here")
+    ap.add_argument("--no-cycles", action="store_true", help="skip the two controller cycles after the report")
     args = ap.parse_args()
     require_prometheus()
     tmp: Path | None = None
@@ -364,12 +392,16 @@ def main() -> None:
                   flush=True)
             fig = run_report(prom.url, args.days, end_s, prom.pid, extra,
                              args.save_report)
+            cycles = {} if args.no_cycles else run_cycles(prom.url, args.days, end_s, prom.pid)
         print(" ".join(f"{k}={_fmt(v)}" for k, v in fig.items() if k not in ("wall_s", "peak_rss_mib")))
         print(f"wall_s={fig['wall_s']:.1f} peak_rss_mib={fig['peak_rss_mib']:.0f} queries={fig.get('queries')} "
               f"max_points_per_query={fig.get('max_points_per_query')} "
               f"max_points_per_series={fig.get('max_points_per_series')} workloads={fig['workloads']}")
         ok = fig["wall_s"] <= TARGET_WALL_S and fig["peak_rss_mib"] <= TARGET_RSS_MIB
         print(f"target wall<={TARGET_WALL_S:.0f}s rss<={TARGET_RSS_MIB:.0f}MiB: {'met' if ok else 'NOT met'}")
+        if cycles:
+            print("controller, two cycles 300 s apart (the second reads only new steps): "
+                  + " ".join(f"{k}={_fmt(v)}" for k, v in cycles.items()))
         if args.keep:
             print(f"kept the TSDB in {args.keep} (python benchmarks/scale.py --reuse {args.keep} ...)")
     finally:
