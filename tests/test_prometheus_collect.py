@@ -358,10 +358,10 @@ def test_a_cache_reads_only_the_new_steps_and_gives_what_a_full_collection_gives
     for metric, frame in full.series.items():
         pd.testing.assert_frame_equal(joined.series[metric], frame, check_freq=False)
     assert joined.devices == full.devices and joined.vllm == full.vllm and joined.owners == full.owners
-    # usage (and the census) at the fine step read 3 h of new steps and the overlap, not 48 h
+    # at the fine step: the census and one query per family, each over 3 h of new steps and the overlap, not 48 h
     fine = [(a, b, st) for _, a, b, st in again.ranges if st == WINDOW_S]
-    assert len(fine) > len(full.series) // 2 and all(round((b - a) / st) + 1 <= 3 * 3600 / st + OVERLAP_STEPS
-                                                      for a, b, st in fine)
+    assert len(fine) == 1 + len(set(full.series) - {m.FB_TOTAL_MIB})  # device memory is derived, not queried
+    assert all(round((b - a) / st) + 1 <= 3 * 3600 / st + OVERLAP_STEPS for a, b, st in fine)
 
 
 @pytest.mark.parametrize("change", ["namespaces", "no overlap", "refresh due"])
