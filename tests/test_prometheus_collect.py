@@ -353,15 +353,16 @@ def test_a_cache_reads_only_the_new_steps_and_gives_what_a_full_collection_gives
     collect_pod_usage(s, *_window(cluster, 3), RecordingProgress(), client=LoggingClient(s.prometheus), cache=cache)
     again = LoggingClient(s.prometheus)
     joined = collect_pod_usage(s, *_window(cluster, 0), RecordingProgress(), client=again, cache=cache)
-    full = collect_pod_usage(s, *_window(cluster, 0), RecordingProgress(), client=LoggingClient(s.prometheus))
+    whole = LoggingClient(s.prometheus)
+    full = collect_pod_usage(s, *_window(cluster, 0), RecordingProgress(), client=whole)
     assert set(joined.series) == set(full.series)
     for metric, frame in full.series.items():
         pd.testing.assert_frame_equal(joined.series[metric], frame, check_freq=False)
-    assert joined.devices == full.devices and joined.vllm == full.vllm and joined.owners == full.owners
-    # at the fine step: the census and one query per family, each over 3 h of new steps and the overlap, not 48 h
-    fine = [(a, b, st) for _, a, b, st in again.ranges if st == WINDOW_S]
-    assert len(fine) == 1 + len(set(full.series) - {m.FB_TOTAL_MIB})  # device memory is derived, not queried
-    assert all(round((b - a) / st) + 1 <= 3 * 3600 / st + OVERLAP_STEPS for a, b, st in fine)
+    assert (joined.devices, joined.vllm, joined.owners, joined.requests, joined.gpu_nodes) == \
+        (full.devices, full.vllm, full.owners, full.requests, full.gpu_nodes)
+    # the same queries (usage, census, inventory), each over 3 h of new steps and the overlap, not 48 h
+    assert set(again.sent) == set(whole.sent)
+    assert all(round((b - a) / WINDOW_S) + 1 <= 3 * 3600 / WINDOW_S + OVERLAP_STEPS for _, a, b, _ in again.ranges)
 
 
 @pytest.mark.parametrize("change", ["namespaces", "no overlap", "refresh due"])
@@ -379,3 +380,33 @@ def test_a_cache_that_cannot_serve_the_window_is_read_afresh(cluster: Cluster, c
     assert steps > 3 * 3600 / WINDOW_S  # the whole window again (in chunks as large as the limits allow)
     want = collect_pod_usage(other, *_window(cluster, 0), RecordingProgress(), client=LoggingClient(other.prometheus))
     pd.testing.assert_frame_equal(got.series[m.FB_USED_MIB], want.series[m.FB_USED_MIB], check_freq=False)
+
+
+class FailingClient(LoggingClient):
+    """A real client whose answers stop after ``answers`` range queries (Prometheus going away mid-cycle)."""
+
+    def __init__(self, p: PrometheusSettings, answers: int) -> None:
+        super().__init__(p)
+        self.answers = answers
+
+    def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
+        if len(self.sent) >= self.answers:
+            raise PrometheusError("Prometheus went away")
+        return super().query_range(promql, start_s, end_s, step_s)
+
+
+def test_a_collection_that_fails_midway_leaves_a_cache_that_reads_everything_next(cluster: Cluster) -> None:
+    s = settings(cluster.url, max_workers=1)
+    cache = UsageCache()
+    collect_pod_usage(s, *_window(cluster, 6), RecordingProgress(), client=LoggingClient(s.prometheus), cache=cache)
+    with pytest.raises(PrometheusError, match="went away"):
+        collect_pod_usage(s, *_window(cluster, 3), RecordingProgress(), client=FailingClient(s.prometheus, 12),
+                          cache=cache)
+    assert cache.key is None  # it may hold part of the failed collection
+    client = LoggingClient(s.prometheus)
+    got = collect_pod_usage(s, *_window(cluster, 0), RecordingProgress(), client=client, cache=cache)
+    first = window_for(*_window(cluster, 0), s.prometheus).grid.start_s
+    assert min(a for _, a, _, st in client.ranges if st == WINDOW_S) == first  # from the window's first step
+    want = collect_pod_usage(s, *_window(cluster, 0), RecordingProgress(), client=LoggingClient(s.prometheus))
+    assert got.devices == want.devices
+    pd.testing.assert_frame_equal(got.series[m.REQUEST_RATE], want.series[m.REQUEST_RATE], check_freq=False)

@@ -260,3 +260,18 @@ def test_join_usage_keeps_cached_steps_still_in_the_window_and_pods_that_left_go
     assert list(joined["m"].columns) == ["a", "new"]  # "left" has no value from 120 on
     assert joined["m"]["a"].tolist() == [3.0, 40, 50, 60, 70]  # cached 120, fresh from 180 (4 was re-read as 40)
     assert joined["m"].index.equals(grid.index()) and joined["only-new"]["a"].isna().tolist()[0]
+
+
+def test_a_device_table_forgets_what_left_the_window() -> None:
+    def answer(pod: str, uuid: str, times: list[float], host: str = "n1") -> parse.Result:
+        labels = {"namespace": "ns", "pod": pod, "UUID": uuid, "Hostname": host, "modelName": "H100"}
+        return [{"metric": labels, "values": [(t, "81559") for t in times]}]
+
+    table = parse.DeviceTable("namespace", "pod", ("Hostname",))
+    table.add(answer("old", "GPU-1", [0, 100]))  # shares GPU-1 with "new" at 100 only
+    table.add(answer("new", "GPU-1", [100, 200, 300]))
+    table.add(answer("new", "GPU-2", [0], host="n2"))  # a device it had before the window
+    assert {r.pod: r.shared_with for r in table.records()} == {"new": 2, "old": 2}
+    kept = table.forget(150).records()
+    assert [(r.pod, r.device_count, r.shared_with, r.nodes, r.device_memory_mib) for r in kept] == \
+        [("new", 1, 1, ("n1",), 81559.0)]  # "old" and GPU-2 on n2 were last seen before 150

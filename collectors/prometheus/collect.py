@@ -6,8 +6,8 @@ are sized to the fleet), then every (family, chunk) query and the coarse invento
 pool of ``max_workers``. A query the server refuses as too large is halved and retried.
 
 A loop (the controller) passes a :class:`UsageCache`: then only the steps added since its last
-collection are read (and the last ``OVERLAP_STEPS`` again), and joined to the steps it already holds,
-instead of the whole history every cycle.
+collection are read (and the last ``OVERLAP_STEPS`` again), usage and inventory alike, and joined to
+what it already holds, instead of the whole history every cycle.
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ class UsageCache:
     key: tuple[object, ...] | None = None
     series: dict[str, pd.DataFrame] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    inventory: dict[str, parse.Latest] = field(default_factory=dict)  # latest values, oldest first
+    devices: parse.DeviceTable | None = None
     last_s: float = -math.inf  # the cached grid's last step
     full_s: float = -math.inf  # the grid's last step when everything was last read
     refresh_s: float = 86_400.0
@@ -89,7 +91,7 @@ class UsageCache:
     def fresh_start(self, key: tuple[object, ...], grid: Grid) -> float | None:
         """The first step to read for ``grid``, or None when the cache cannot serve it (read everything)."""
         last = grid.start_s + (grid.n - 1) * grid.step_s
-        if key != self.key or not self.series or not grid.start_s <= self.last_s <= last \
+        if self.key is None or key != self.key or not self.series or not grid.start_s <= self.last_s <= last \
                 or last - self.full_s >= self.refresh_s:
             return None
         return max(grid.start_s, self.last_s - (OVERLAP_STEPS - 1) * grid.step_s)
@@ -163,8 +165,9 @@ def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: i
 
 def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
          with_ksm: bool, fine: Chunk | None = None) -> list[Job]:
-    """Every query of one collection: each present family over its chunks (of ``fine``, the steps to read:
-    the whole grid by default), then the inventory."""
+    """Every query of one collection: each present family over its chunks, then the inventory. ``fine``: the
+    steps to read (those a cache lacks), for the inventory too; by default the whole grid, and the inventory
+    at its coarse step."""
     jobs: list[Job] = []
     for fam in queries.FAMILIES:
         series = parse.total(counts, fam.all_names)
@@ -176,9 +179,10 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
         jobs += [Job(fam.metric, promql, c, 0) for c in queries.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
+    spans = [fine] if fine is not None else coarse_chunks(win, p, pods)
     for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
         # GPU nodes as they are now: MIG devices an earlier layout had are gone
-        jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else coarse_chunks(win, p, pods))]
+        jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else spans)]
     return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]
 
 
@@ -258,6 +262,10 @@ def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Pro
     except PrometheusLimitError as exc:
         raise PrometheusError(f"{exc}, even split into smaller queries; shorten --history, select fewer "
                               "namespaces (-n) or raise the server's query limits") from None
+    except BaseException:
+        if cache is not None:  # it may hold part of this collection: the next one reads everything
+            cache.key = None
+        raise
 
 
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
@@ -297,6 +305,12 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     acc = {fam.metric: Accumulator(grid) for fam in queries.FAMILIES}
     device_table = parse.DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
+    if first is not None and cache is not None:  # what the cache saw that is still in the window
+        if cache.devices is not None:
+            device_table = cache.devices.forget(win.coarse.start_s)
+        for k, found in cache.inventory.items():
+            if k != GPU_NODES:
+                inventory[k] = [x for x in found if x[2] >= win.coarse.start_s]
 
     def on_result(job: Job, result: Result) -> None:
         """Fold an answer in at once (usage into arrays, inventory to its latest values); keep none."""
@@ -315,6 +329,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         series = join_usage(cache.series, series, win.grid, first)
     if cache is not None:
         cache.key, cache.series, cache.counts, cache.last_s = key, dict(series), counts, win.fine.end_s
+        cache.inventory, cache.devices = inv, device_table
         cache.full_s = cache.full_s if first is not None else win.fine.end_s
     devices = device_table.records()
     total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)

@@ -99,7 +99,8 @@ class DeviceTable:
     """What dcgm-exporter attributed to each pod, folded in chunk by chunk so no answer is kept.
 
     ``shared_with`` is the most pods seen on one device at the same time, so a rolling update that puts
-    a new pod on the GPU its predecessor left is not mistaken for time-slicing.
+    a new pod on the GPU its predecessor left is not mistaken for time-slicing. Devices and nodes keep the
+    time each was last seen, so that a loop can :meth:`forget` what left its window and add only new steps.
     """
 
     def __init__(self, ns_label: str, pod_label: str, node_labels: Sequence[str] = ()) -> None:
@@ -118,15 +119,28 @@ class DeviceTable:
             finite = [(float(t), float(v)) for t, v in points if math.isfinite(float(v))]
             for t, _ in finite:
                 self.on_device[(dev, t)].add(key)
-            info = self.per_pod.setdefault(key, {"ns": ns, "pod": pod, "devices": set(), "product": None,
-                                                 "profile": None, "mib": None, "t": -math.inf, "nodes": set()})
-            info["devices"].add(dev)
+            seen = max((float(t) for t, _ in points), default=-math.inf)
+            info = self.per_pod.setdefault(key, {"ns": ns, "pod": pod, "devices": {}, "product": None,
+                                                 "profile": None, "mib": None, "t": -math.inf, "nodes": {}})
+            info["devices"][dev] = max(info["devices"].get(dev, -math.inf), seen)
             if node := _node(labels, self.node_labels):
-                info["nodes"].add(node)
+                info["nodes"][node] = max(info["nodes"].get(node, -math.inf), seen)
             info["product"] = info["product"] or labels.get("modelName")
             info["profile"] = info["profile"] or labels.get("GPU_I_PROFILE")
             if finite and finite[-1][0] >= info["t"]:
                 info["t"], info["mib"] = finite[-1]
+        return self
+
+    def forget(self, before_s: float) -> DeviceTable:
+        """Drop what was last seen before ``before_s`` (devices, nodes, then pods with no device left)."""
+        self.on_device = defaultdict(set, {k: v for k, v in self.on_device.items() if k[1] >= before_s})
+        for key, info in list(self.per_pod.items()):
+            info["devices"] = {d: t for d, t in info["devices"].items() if t >= before_s}
+            info["nodes"] = {n: t for n, t in info["nodes"].items() if t >= before_s}
+            if not info["devices"]:
+                del self.per_pod[key]
+            elif info["t"] < before_s:
+                info["t"], info["mib"] = -math.inf, None
         return self
 
     def records(self) -> tuple[PodDevices, ...]:
