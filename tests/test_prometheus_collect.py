@@ -410,3 +410,20 @@ def test_a_collection_that_fails_midway_leaves_a_cache_that_reads_everything_nex
     want = collect_pod_usage(s, *_window(cluster, 0), RecordingProgress(), client=LoggingClient(s.prometheus))
     assert got.devices == want.devices
     pd.testing.assert_frame_equal(got.series[m.REQUEST_RATE], want.series[m.REQUEST_RATE], check_freq=False)
+
+
+def test_a_cache_holds_one_window_however_many_cycles_join_it(cluster: Cluster) -> None:
+    s = settings(cluster.url)
+    cache = UsageCache()
+    sizes, before = [], None
+    for hours_before in (6.0, 4.0, 2.0, 0.0):
+        collect_pod_usage(s, *_window(cluster, hours_before), RecordingProgress(),
+                          client=LoggingClient(s.prometheus), cache=cache)
+        assert cache.devices is not None
+        sizes.append({k: len(v) for k, v in cache.inventory.items()})
+        if before is not None:  # a device's instants with one pod: only those this cycle read
+            fresh = before - (OVERLAP_STEPS - 1) * WINDOW_S
+            assert all(len(pods) > 1 or t >= fresh for (_, t), pods in cache.devices.on_device.items())
+            assert any(len(pods) > 1 and t < fresh for (_, t), pods in cache.devices.on_device.items())
+        before = cache.last_s
+    assert sizes[1:] == sizes[:1] * 3  # one newest entry per series, not one per cycle

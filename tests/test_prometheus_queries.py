@@ -272,6 +272,15 @@ def test_a_device_table_forgets_what_left_the_window() -> None:
     table.add(answer("new", "GPU-1", [100, 200, 300]))
     table.add(answer("new", "GPU-2", [0], host="n2"))  # a device it had before the window
     assert {r.pod: r.shared_with for r in table.records()} == {"new": 2, "old": 2}
+    assert list(table.forget(50).on_device) == [("GPU-1/", 100.0)]  # only the shared instant is kept
+    assert {r.pod: r.shared_with for r in table.records()} == {"new": 2, "old": 2}
     kept = table.forget(150).records()
     assert [(r.pod, r.device_count, r.shared_with, r.nodes, r.device_memory_mib) for r in kept] == \
         [("new", 1, 1, ("n1",), 81559.0)]  # "old" and GPU-2 on n2 were last seen before 150
+
+
+def test_newest_keeps_one_entry_per_label_set_oldest_first() -> None:
+    found: parse.Latest = [({"pod": "a"}, 1.0, 10.0), ({"pod": "b"}, 5.0, 15.0), ({"pod": "a"}, 2.0, 20.0),
+                           ({"pod": "a", "x": "1"}, 3.0, 5.0)]
+    assert parse.newest(found) == [({"pod": "a", "x": "1"}, 3.0, 5.0), ({"pod": "b"}, 5.0, 15.0),
+                                   ({"pod": "a"}, 2.0, 20.0)]

@@ -329,7 +329,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         series = join_usage(cache.series, series, win.grid, first)
     if cache is not None:
         cache.key, cache.series, cache.counts, cache.last_s = key, dict(series), counts, win.fine.end_s
-        cache.inventory, cache.devices = inv, device_table
+        cache.inventory, cache.devices = {k: parse.newest(v) for k, v in inv.items()}, device_table
         cache.full_s = cache.full_s if first is not None else win.fine.end_s
     devices = device_table.records()
     total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)

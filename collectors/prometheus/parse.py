@@ -85,6 +85,13 @@ def latest(result: Result) -> Latest:
     return sorted(out, key=lambda x: x[2])
 
 
+def newest(found: Latest) -> Latest:
+    """Each label set's newest entry, oldest first: what the callers of :func:`latest` keep, without the older
+    ones (a loop that joins every cycle's answers would otherwise hold one entry per series per cycle)."""
+    last = {frozenset(labels.items()): (labels, value, t) for labels, value, t in sorted(found, key=lambda x: x[2])}
+    return sorted(last.values(), key=lambda x: x[2])
+
+
 _UUID_LABELS = ("UUID", "uuid", "gpu_uuid")
 
 
@@ -132,8 +139,10 @@ class DeviceTable:
         return self
 
     def forget(self, before_s: float) -> DeviceTable:
-        """Drop what was last seen before ``before_s`` (devices, nodes, then pods with no device left)."""
-        self.on_device = defaultdict(set, {k: v for k, v in self.on_device.items() if k[1] >= before_s})
+        """Drop what was last seen before ``before_s`` (devices, nodes, then pods with no device left), and the
+        instants a device had one pod: only shared ones change ``shared_with``, and a loop that keeps the table
+        for a whole window at its fine step would otherwise hold an entry per device per step."""
+        self.on_device = defaultdict(set, {k: v for k, v in self.on_device.items() if k[1] >= before_s and len(v) > 1})
         for key, info in list(self.per_pod.items()):
             info["devices"] = {d: t for d, t in info["devices"].items() if t >= before_s}
             info["nodes"] = {n: t for n, t in info["nodes"].items() if t >= before_s}
