@@ -39,11 +39,13 @@ class LoggingClient(PromClient):
 
     def __init__(self, p: PrometheusSettings) -> None:
         super().__init__(p, QueryStats())
-        self.sent: list[str] = []
-        self.ranges: list[tuple[str, float, float, float]] = []
+        self.ranges: list[tuple[str, float, float, float]] = []  # (PromQL, start, end, step) of each query
+
+    @property
+    def sent(self) -> list[str]:
+        return [q for q, *_ in self.ranges]
 
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
-        self.sent.append(promql)
         self.ranges.append((promql, start_s, end_s, step_s))
         return super().query_range(promql, start_s, end_s, step_s)
 
@@ -390,7 +392,7 @@ class FailingClient(LoggingClient):
         self.answers = answers
 
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
-        if len(self.sent) >= self.answers:
+        if len(self.ranges) >= self.answers:
             raise PrometheusError("Prometheus went away")
         return super().query_range(promql, start_s, end_s, step_s)
 
