@@ -13,9 +13,10 @@ from policies.compute import compute_need
 from policies.estimators import confidence
 from policies.mechanism import mechanisms
 from policies.memory import MemoryNeed, memory_need
-from policies.mig import smallest_profile
+from policies.mig import missed_too_often, smallest_profile
 from policies.modelcards import ModelCards
 from policies.registry import register_policy
+from policies.replicas import ttft_objective
 from policies.shares import size_share, time_slices
 from recommender.features import WorkloadFeatures
 from recommender.model import (
@@ -27,6 +28,7 @@ from recommender.model import (
     Sharing,
     VllmArgs,
     Workload,
+    WorkloadClass,
 )
 from recommender.settings import Settings
 
@@ -180,6 +182,22 @@ def _time_slicing(gpu: GpuModel, mem: Bound, comp: Bound | None, base: Allocatio
                    "the node (keep time-sliced batch on its own node pool)"), None
 
 
+def _missed_objective(ctx: Context, cls: WorkloadClass | None) -> str | None:
+    """Why a latency-bound service gets whole GPUs (``policies.mig.missed_too_often``), or None. The share is
+    collected against the fleet's TTFT objective, so a service annotated with another objective is not judged
+    on it."""
+    s = ctx.settings.scaling
+    share = ctx.features.ttft_over_objective_frac
+    if cls is WorkloadClass.BATCH or not missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
+        return None
+    objective, _ = ttft_objective(ctx.workload, s)
+    if objective != s.ttft_objective_s:
+        return None
+    return (f"whole GPU: {share:.1%} of requests over the {objective:g} s TTFT objective in the last "
+            f"{s.error_budget_window_s / HOUR_S:g} h, over {s.whole_gpu_over_budget:g}× the error budget "
+            f"({s.ttft_error_budget:.0%}): no slice or share while headroom does not keep it within the objective")
+
+
 def _placement(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None
                ) -> tuple[Allocation, list[str], MigProfile | None]:
     """The first mechanism, in the class's order, that holds the need; else whole GPUs (always valid)."""
@@ -190,6 +208,9 @@ def _placement(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None
         return base, [f"whole GPU: constraints contradict: {choice.conflict}", *choice.reasons], None
     if base.gpus > 1:
         return base, [f"multi-GPU replica ({base.gpus} devices) keeps its GPU count"], None
+    missed = _missed_objective(ctx, cls)
+    if missed:
+        return base, [missed, *choice.reasons], None
     skipped: list[str] = []
     for mech in choice.order:
         if mech == "exclusive":

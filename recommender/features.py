@@ -67,6 +67,8 @@ class WorkloadFeatures:
     # (prompt + generation tokens) / requests over the whole window (arrivals: the finished count to within the
     # queue's change over the window)
     tokens_per_request: float | None = None
+    # share of requests over the TTFT objective in the last error-budget window (the collected objective)
+    ttft_over_objective_frac: float | None = None
 
 
 def tokens_per_request(snapshot: Snapshot, workload: Workload) -> float | None:
@@ -79,6 +81,20 @@ def tokens_per_request(snapshot: Snapshot, workload: Workload) -> float | None:
                   if (s := snapshot.series(metric, workload.ref)) is not None), 0.0)
     requests = float(rate.fillna(0.0).sum())
     return float(tokens / requests) if requests > 0 and tokens > 0 else None
+
+
+def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float) -> float | None:
+    """Requests over the TTFT objective as a share of all requests, over the last ``window_s`` of the window
+    (both rates summed over the steps where both are known); None without requests or either series."""
+    slow = snapshot.series(m.TTFT_OVER_OBJECTIVE_RATE, workload.ref)
+    rate = snapshot.series(m.REQUEST_RATE, workload.ref)
+    if slow is None or rate is None:
+        return None
+    both = pd.DataFrame({"slow": slow, "rate": rate}).replace([np.inf, -np.inf], np.nan).dropna()
+    if isinstance(both.index, pd.DatetimeIndex) and len(both) and math.isfinite(window_s):
+        both = both[both.index > both.index[-1] - pd.Timedelta(seconds=window_s)]
+    total = float(both["rate"].clip(lower=0).sum())
+    return min(1.0, float(both["slow"].clip(lower=0).sum()) / total) if total > 0 else None
 
 
 def _presence(snapshot: Snapshot, workload: Workload) -> pd.Series | None:
@@ -121,7 +137,8 @@ def longest_run_s(mask: pd.Series, step_s: float) -> float:
     return float(best * step_s)
 
 
-def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float = 0.01) -> WorkloadFeatures:
+def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float = 0.01,
+                      budget_window_s: float = math.inf) -> WorkloadFeatures:
     ref = workload.ref
     history_s, coverage = _history(_presence(snapshot, workload), snapshot.step_s)
     idle = idle_mask(snapshot, workload, idle_frac)
@@ -140,6 +157,7 @@ def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float =
         idle_frac=float(idle.mean()) if has_idle and idle is not None else None,
         longest_idle_s=longest_run_s(idle, snapshot.step_s) if has_idle and idle is not None else None,
         tokens_per_request=tokens_per_request(snapshot, workload),
+        ttft_over_objective_frac=over_objective_share(snapshot, workload, budget_window_s),
     )
 
 

@@ -128,6 +128,9 @@ REQUEST_RATE = "request_rate_per_s"  # requests arriving per second: finished + 
 PROMPT_TOKENS_RATE = "prompt_tokens_per_s"
 GENERATION_TOKENS_RATE = "generation_tokens_per_s"
 TTFT_P95_S = "ttft_p95_s"
+# requests/s whose first token came after the fleet's TTFT objective (scaling.ttft_objective_s), from the TTFT
+# histogram's buckets around it, interpolated as histogram_quantile does
+TTFT_OVER_OBJECTIVE_RATE = "ttft_over_objective_per_s"
 PREEMPTIONS_RATE = "preemptions_per_s"
 SERVING_REPLICAS = "serving_replicas"  # pods reporting vLLM metrics at the step (derived in recommender.snapshot)
 
@@ -144,6 +147,7 @@ USAGE_METRICS: tuple[str, ...] = (
     PROMPT_TOKENS_RATE,
     GENERATION_TOKENS_RATE,
     TTFT_P95_S,
+    TTFT_OVER_OBJECTIVE_RATE,
     PREEMPTIONS_RATE,
     SERVING_REPLICAS,
 )

@@ -46,7 +46,8 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     decide: Callable[[Context], Recommendation] = get_policy(policy)
     with _timed(timings, "features"):
         feats: dict[str, WorkloadFeatures] = {
-            w.ref.key: workload_features(snapshot, w, settings.policy.idle_compute_frac)
+            w.ref.key: workload_features(snapshot, w, settings.policy.idle_compute_frac,
+                                         settings.scaling.error_budget_window_s)
             for w in snapshot.workloads
         }
     with _timed(timings, "classify"):

@@ -135,6 +135,11 @@ class ScalingSettings(BaseModel):
     max_headroom_frac: float = Field(
         0.6, ge=0, lt=1, description="Most headroom the error budget may raise a class to."
     )
+    whole_gpu_over_budget: float | None = Field(
+        2.0, gt=0, description="A real-time or near-real-time service whose requests over the TTFT objective in the "
+        "last error_budget_window_s exceed this many times ttft_error_budget is given whole GPUs, not a slice or "
+        "share: headroom has not kept it within the objective there (null: never)."
+    )
     ttft_objective_s: float = Field(
         2.0, gt=0, description="TTFT objective when a workload has no rightsizer.io/ttft-slo-seconds annotation."
     )

@@ -26,7 +26,7 @@ from recommender.model import Allocation, GpuNode, Sharing, Snapshot, VllmArgs, 
 # How a workload's value is formed from its pods' values at one step.
 SUM_METRICS = frozenset(
     {m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE,
-     m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.POWER_W}
+     m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.TTFT_OVER_OBJECTIVE_RATE, m.POWER_W}
 )  # demand adds up across replicas; everything else is per replica/device: max
 
 # Whose pods count as serving replicas at a step: vLLM's running gauge, else its request counter's rate.

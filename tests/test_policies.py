@@ -244,3 +244,51 @@ def test_plan_has_a_per_node_mig_plan_that_validates() -> None:
     configs = plan.mig_parted_config["mig-configs"]
     assert plan.mig_parted_config["version"] == "v1" and node.config_name in configs
     assert any(entry.get("mig-enabled") is False for entry in configs[node.config_name])
+
+
+def _missing_objective(over_per_s: np.ndarray | float, annotations: dict[str, str] | None = None,
+                       **scaling: object) -> m.Recommendation:
+    """The slice-sized service above, serving 2 requests/s, of which ``over_per_s`` missed the 2 s objective."""
+    w = workload("chat", whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model,
+                 annotations={"rightsizer.io/class": "real-time", **(annotations or {})})
+    snap = snapshot([w], {m.FB_USED_MIB: {"chat": 16_000 + 37_500.0}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": 0.10},
+                          m.KV_USAGE_FRAC: {"chat": 0.20}, m.REQUEST_RATE: {"chat": 2.0},
+                          m.TTFT_OVER_OBJECTIVE_RATE: {"chat": over_per_s}})
+    settings = Settings.model_validate({"scaling": scaling}) if scaling else Settings()
+    return run_once(snap, settings, END).recommendations[0]
+
+
+def _last_day(share_before: float, share_last_day: float) -> np.ndarray:
+    """Requests/s over the objective at 2 requests/s: one share before the last 24 h (144 steps), another in it."""
+    out = np.full(14 * 144, 2.0 * share_before)
+    out[-144:] = 2.0 * share_last_day
+    return out
+
+
+@pytest.mark.parametrize(("over", "whole"), [
+    (_last_day(0.0, 0.03), True),  # 3% of the last day's requests missed: over 2 x the 1% budget
+    (_last_day(0.0, 0.015), False),  # 1.5%: over the budget, not twice over (headroom's to fix)
+    (_last_day(0.05, 0.0), False),  # the misses left the 24 h window
+])
+def test_a_service_missing_its_ttft_objective_gets_whole_gpus_not_a_slice(over: np.ndarray, whole: bool) -> None:
+    rec = _missing_objective(over)
+    assert rec.recommended is not None
+    if whole:
+        assert rec.recommended.sharing is Sharing.EXCLUSIVE and rec.gpus_needed == 1.0
+        assert any(r.startswith("whole GPU: 3.0% of requests over the 2 s TTFT objective in the last 24 h")
+                   for r in rec.reasons), rec.reasons
+    else:
+        assert rec.recommended.mig_profile == "3g.40gb"
+
+
+@pytest.mark.parametrize(("annotations", "scaling"), [
+    ({"rightsizer.io/class": "batch"}, {}),  # no latency objective to keep
+    ({"rightsizer.io/ttft-slo-seconds": "5"}, {}),  # the share was collected against the fleet's 2 s
+    ({}, {"whole_gpu_over_budget": None}),  # turned off
+])
+def test_the_ttft_miss_rule_leaves_alone_what_it_cannot_judge(annotations: dict[str, str],
+                                                              scaling: dict[str, object]) -> None:
+    rec = _missing_objective(_last_day(0.0, 0.10), annotations, **scaling)
+    # a slice (real-time) or an MPS share (batch's mechanisms): what the need alone gives
+    assert rec.recommended is not None and rec.recommended.sharing in (Sharing.MIG, Sharing.MPS)
+    assert not any("TTFT objective in the last" in r for r in rec.reasons)

@@ -20,7 +20,7 @@ from recommender import model as m
 from recommender.errors import PrometheusError
 from recommender.inventory import PodUsage
 from recommender.progress import RecordingProgress
-from recommender.settings import PrometheusSettings, Settings
+from recommender.settings import PrometheusSettings, ScalingSettings, Settings
 from tests import promcluster as pc
 from tests.promcluster import Cluster
 from tests.promfixture import PromServer, Series, prometheus_binaries
@@ -172,6 +172,24 @@ def test_ttft_p95_from_the_histogram(usage: PodUsage) -> None:
     np.testing.assert_allclose(got.to_numpy(), 0.25 + 0.25 * 0.15 / 0.17, rtol=1e-6)
 
 
+@pytest.mark.parametrize(("objective_s", "share"), [
+    (1.0, 0.01),  # a bucket bound ("1.0" as prometheus_client writes it): the 1% above it
+    (0.3, 1 - (0.80 * 0.8 + 0.97 * 0.2)),  # 0.2 of the way from 0.25 to 0.5, read as histogram_quantile reads it
+    (2.0, None),  # vLLM's 2.5 s bound is not in this fixture: no rate rather than a wrong one
+])
+def test_requests_over_the_ttft_objective_from_the_histogram(cluster: Cluster, objective_s: float,
+                                                             share: float | None) -> None:
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=cluster.url, retries=0),
+                 scaling=ScalingSettings(ttft_objective_s=objective_s))
+    frame = collect(cluster, s).series.get(m.TTFT_OVER_OBJECTIVE_RATE)
+    if share is None:
+        assert frame is None or frame.isna().all().all()
+        return
+    assert frame is not None
+    got = frame[POD["llama"].key].iloc[5:]  # the bucket counters grow with the 2.0 requests/s finished
+    np.testing.assert_allclose(got.to_numpy(), FINISHED_PER_S["llama"] * share, rtol=1e-6)
+
+
 def test_device_memory_total_only_where_framebuffer_has_data(usage: PodUsage) -> None:
     total, used = usage.series[m.FB_TOTAL_MIB], usage.series[m.FB_USED_MIB]
     pod = POD["embedder"]
@@ -252,9 +270,9 @@ def test_queries_are_batched_per_family_never_per_pod(cluster: Cluster) -> None:
     # the census is cut into one query per worker (Prometheus evaluates a query on one core)
     census = [q for q in client.sent if q.startswith("count by (__name__)")]
     assert len(census) == client.settings.max_workers == 4
-    # one query per present family (10: no SM_ACTIVE, no power here) + 3 inventory + 4 kube-state-metrics
+    # one query per present family (11: no SM_ACTIVE, no power here) + 3 inventory + 4 kube-state-metrics
     # + the GPU nodes, plus the connection check
-    assert len(client.sent) - len(census) == 10 + 3 + 4 + 1 and client.stats.queries == len(client.sent) + 1
+    assert len(client.sent) - len(census) == 11 + 3 + 4 + 1 and client.stats.queries == len(client.sent) + 1
     assert client.stats.max_points_per_series <= 1440
 
 

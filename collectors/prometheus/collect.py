@@ -164,17 +164,17 @@ def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: i
 
 
 def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
-         with_ksm: bool, fine: Chunk | None = None) -> list[Job]:
+         with_ksm: bool, fine: Chunk | None = None, objective_s: float | None = None) -> list[Job]:
     """Every query of one collection: each present family over its chunks, then the inventory. ``fine``: the
     steps to read (those a cache lacks), for the inventory too; by default the whole grid, and the inventory
-    at its coarse step."""
+    at its coarse step. ``objective_s``: the TTFT objective the over-objective rate counts against."""
     jobs: list[Job] = []
     for fam in queries.FAMILIES:
         series = parse.total(counts, fam.all_names)
         if series == 0:
             continue
         per = queries.steps_per_chunk(series, win.grid.step_s, p, parse.total(counts, fam.read_names))
-        promql = queries.usage_query(fam.metric, scope, win.window_s)
+        promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
         f = fine or win.fine
         jobs += [Job(fam.metric, promql, c, 0) for c in queries.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
@@ -288,7 +288,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
              cache: UsageCache | None = None) -> PodUsage:
     p = s.prometheus
     scope = Scope.of(s.namespaces, p)
-    key = (client.url, scope, win.grid.step_s, win.window_s, with_ksm)
+    objective_s = s.scaling.ttft_objective_s
+    key = (client.url, scope, win.grid.step_s, win.window_s, with_ksm, objective_s)
     first = cache.fresh_start(key, win.grid) if cache is not None else None
     client.check()
     grid, fine, where = win.grid, None, ""
@@ -299,7 +300,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
     else:
         counts = _census(client, scope, win, p, progress)
-    jobs = plan(counts, scope, win, p, with_ksm, fine)
+    jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
     acc = {fam.metric: Accumulator(grid) for fam in queries.FAMILIES}

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from recommender import model as m
-from recommender.settings import PrometheusSettings
+from recommender.settings import PrometheusSettings, ScalingSettings
 
 # Names as exported. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9 (reference §9.1).
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -32,6 +32,9 @@ PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
 GENERATION_TOKENS = ("vllm:generation_tokens_total",)
 PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 TTFT_BUCKET = ("vllm:time_to_first_token_seconds_bucket",)
+# vLLM's TTFT histogram bounds (reference §9.1): the share over an objective between two of them is interpolated
+VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                       20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 CACHE_CONFIG = "vllm:cache_config_info"
 
 # kube-state-metrics: pod → ReplicaSet/Job → Deployment/CronJob, and the GPU resources each pod requests.
@@ -102,6 +105,7 @@ class Family:
     # gauges whose growth (deriv per pod) adds to a rate: requests arriving = finished + growth of running and
     # waiting, since vLLM counts no arrivals and its finished rate stops at the capacity being served
     growth: tuple[tuple[str, ...], ...] = ()
+    over_objective: bool = False  # for histograms: the rate of observations above the TTFT objective
 
     @property
     def all_names(self) -> tuple[str, ...]:
@@ -127,17 +131,22 @@ FAMILIES: tuple[Family, ...] = (
     Family(m.GENERATION_TOKENS_RATE, GENERATION_TOKENS, "rate", agg="sum"),
     Family(m.PREEMPTIONS_RATE, PREEMPTIONS, "rate", agg="sum"),
     Family(m.TTFT_P95_S, TTFT_BUCKET, "rate", agg="sum", quantile=0.95),
+    Family(m.TTFT_OVER_OBJECTIVE_RATE, TTFT_BUCKET, "rate", agg="sum", over_objective=True),
 )
 # FB_TOTAL_MIB is not read at full resolution: device memory does not change under a pod, so it
 # comes from the coarse device query.
 _BY_METRIC = {f.metric: f for f in FAMILIES}
 
 
-def usage_query(metric: str, scope: Scope, window_s: int) -> str:
-    """The range-query expression for one canonical metric: one series per (namespace, pod)."""
+def usage_query(metric: str, scope: Scope, window_s: int, objective_s: float | None = None) -> str:
+    """The range-query expression for one canonical metric: one series per (namespace, pod). ``objective_s``:
+    the TTFT objective the over-objective rate counts against (default: ``scaling.ttft_objective_s``'s)."""
     fam = _BY_METRIC.get(metric)
     if fam is None:
         raise ValueError(f"no query for metric {metric!r}")
+    if fam.over_objective:
+        default = ScalingSettings.model_fields["ttft_objective_s"].default
+        return over_objective_query(fam, scope, window_s, default if objective_s is None else objective_s)
     by = scope.by + (", le" if fam.quantile else "")
 
     def reduce(names: tuple[str, ...]) -> str:
@@ -149,6 +158,34 @@ def usage_query(metric: str, scope: Scope, window_s: int) -> str:
     if fam.fallback:
         query += f" or {reduce(fam.fallback)} / 100"
     return query
+
+
+def _le(bound: float) -> str:
+    """A matcher for one bucket bound however the exporter wrote it (prometheus_client: "1.0"; Go: "1")."""
+    text = "+Inf" if bound == math.inf else repr(float(bound))
+    alts = {text, text.removesuffix(".0")} if text.endswith(".0") else {text}
+    return f"le={_quote(sorted(alts)[0])}" if len(alts) == 1 else f"le=~{_quote(regex_alternatives(sorted(alts)))}"
+
+
+def over_objective_query(fam: Family, scope: Scope, window_s: int, objective_s: float) -> str:
+    """Observations per second above ``objective_s`` per pod: all of them (``le="+Inf"``) less those up to the
+    objective, read between the two bucket bounds around it as ``histogram_quantile`` reads a bucket (linear).
+    Clamped at 0: a restarted pod's counters fall. Above the last finite bound, the rate above that bound."""
+    def bucket(le: str) -> str:
+        return f"{fam.agg} by ({scope.by}) ({fam.over_time}({scope.matchers(fam.names, also=le)}[{window_s}s]))"
+
+    bounds = VLLM_TTFT_BUCKETS_S
+    hi = next((i for i, b in enumerate(bounds) if b >= objective_s), None)
+    if hi is None:
+        within = bucket(_le(bounds[-1]))
+    elif bounds[hi] == objective_s:
+        within = bucket(_le(bounds[hi]))
+    else:
+        lo = bounds[hi - 1] if hi else 0.0
+        f = (objective_s - lo) / (bounds[hi] - lo)
+        upper = f"{bucket(_le(bounds[hi]))} * {f:.6g}"
+        within = upper if not hi else f"({bucket(_le(lo))} * {1 - f:.6g} + {upper})"
+    return f"clamp_min({bucket(_le(math.inf))} - {within}, 0)"
 
 
 GROWTH_LABEL = "rightsizer_term"  # tells the terms of a growth sum apart, so ``or`` keeps every one
