@@ -53,7 +53,10 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   past minute's p95 TTFT of the requests served, by first-token time as vLLM's histogram records it, and the
   minute's ready replicas. From the same history the plan measures capacity at the knee
   (``policies.replicas.locate_knee``) and keeps the model's figure while it lies within the knee's bracket, as
-  the product does by default.
+  the product does by default. On a slice, once a day of history exists, it moves to whole GPUs where the
+  right-size policy would (``policies.mig.missed_too_often``: over 2x the error budget of the last 24 h's
+  requests over the objective, read as the collector reads vLLM's TTFT histogram, ``histogram_over``), rolled
+  out as :func:`simulate` describes.
 - ``oracle``: reads the requests of the next cold start (not causal, not a contender): replicas for the
   busiest minute of work ahead plus the backlog, at the class's headroom, with the same HPA behaviour. It
   reads further ahead where a jump needs more HPA syncs to reach than its lead of two (x2 or +4 per 15 s:
@@ -81,8 +84,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay_charts import chart_path_problem, replay_figure, save
 
+from collectors.prometheus.queries import VLLM_TTFT_BUCKETS_S
 from policies.catalogue import GpuModel, MigProfile, load_catalogue
-from policies.mig import fitting_profiles
+from policies.mig import fitting_profiles, missed_too_often
 from policies.replicas import (
     BAND_BY_CLASS,
     CAPACITY_ANNOTATION,
@@ -102,7 +106,7 @@ from recommender.model import (
     WorkloadClass,
     WorkloadRef,
 )
-from recommender.settings import ScalingSettings
+from recommender.settings import PolicySettings, ScalingSettings
 
 HPA_SYNC_S = 15
 KEDA_POLL_S = 30
@@ -233,7 +237,12 @@ class Result:
 
 
 def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int = 1) -> Result:
-    """Step the replica pool second by second (``warm`` replicas ready at 0); requests are admitted FIFO."""
+    """Step the replica pool second by second (``warm`` replicas ready at 0); requests are admitted FIFO.
+
+    A policy with a ``cap`` attribute may change the replica shape: when it differs from the pool's, the change
+    rolls out as a Deployment with maxSurge 100% would: pods of the new shape start for the same requests/s, the
+    old pods serve until they are ready, then go; the policy's count is in the new shape from then on. While
+    both serve, the pool's figures add up and a sequence decodes at the slower shape's speed."""
     n = trace.arrival_s.size
     last = math.ceil(trace.arrival_s[-1]) + 1 if n else 1
     arr_idx = np.searchsorted(trace.arrival_s, np.arange(1, last + 3601), side="left").tolist()
@@ -241,6 +250,8 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
     tin, tout, at = trace.input_tokens.tolist(), trace.output_tokens.tolist(), trace.arrival_s.tolist()
     ttft = np.full(n, np.inf)
     pods: list[float] = [-cap.cold_start_s] * warm  # ready times, ascending
+    old: list[float] = []  # the previous shape's pods during a rollout
+    old_cap, old_until = cap, 0.0
     heap: list[tuple[float, float]] = []
     head, done_head, g, kv_used, gpu_s = 0, 0.0, 0.0, 0.0, 0.0
     cold_starts = pod_starts = waited_cold = 0
@@ -253,32 +264,48 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
             obs = Observed(k, len(pods), ready, seen - head, per_sec[:k],
                            trace.input_tokens[:seen], trace.output_tokens[:seen], ttft[:head], trace.arrival_s[:head])
             want = max(0, policy(obs))
+            shape = getattr(policy, "cap", cap)
+            if shape != cap and pods:  # a rollout to the policy's new shape
+                means = float(obs.tokens_in.mean()), float(obs.tokens_out.mean())
+                want = math.ceil(len(pods) * cap.requests_per_s(*means) / shape.requests_per_s(*means) - 1e-9)
+                old, old_cap, old_until, cap, pods = pods, cap, k + shape.cold_start_s, shape, []
+            elif shape != cap:
+                cap = shape
             if want > len(pods):
-                cold_starts += not pods
+                cold_starts += not pods and not old
                 pod_starts += want - len(pods)
                 pods.extend([k + cap.cold_start_s] * (want - len(pods)))
             del pods[want:]
+        if old and k >= old_until:
+            old = []
         ready = bisect.bisect_right(pods, k)
-        gpu_s += len(pods) * cap.gpu_share
-        gpu_min[k // 60] += len(pods) * cap.gpu_share / 60.0
-        if ready == 0:
+        held = len(pods) * cap.gpu_share + len(old) * old_cap.gpu_share
+        gpu_s += held
+        gpu_min[k // 60] += held / 60.0
+        prefill, decode, seq_tps = ready * cap.prefill_tps, ready * cap.decode_tps, cap.seq_tps
+        slots, kv_cap, serving = ready * cap.max_seqs, ready * cap.kv_tokens, ready
+        if old:  # both shapes serve: the pool's figures add up
+            prefill, decode = prefill + len(old) * old_cap.prefill_tps, decode + len(old) * old_cap.decode_tps
+            seq_tps, serving = min(seq_tps, old_cap.seq_tps), serving + len(old)
+            slots, kv_cap = slots + len(old) * old_cap.max_seqs, kv_cap + len(old) * old_cap.kv_tokens
+        if serving == 0:
             waited_cold += arr_idx[k] - (arr_idx[k - 1] if k else 0)
         if heap:
-            rate = min(cap.seq_tps, cap.decode_tps * max(ready, 1) / len(heap))
+            rate = min(seq_tps, max(decode, cap.decode_tps) / len(heap))
             g += rate
             tokens = len(heap) * rate
             while heap and heap[0][0] <= g:
                 finish, kv = heapq.heappop(heap)
                 kv_used -= kv
                 tokens -= g - finish  # a sequence that ends mid-second decodes only what it had left
-            busy = tokens / cap.decode_tps
+            busy = tokens / max(decode, cap.decode_tps)  # share of the pool's replica-second spent decoding
         else:
             busy = 0.0
-        total = ready * cap.prefill_tps
-        budget = max(0.0, ready - busy) * cap.prefill_tps
-        slots, kv_cap, arrived = ready * cap.max_seqs, ready * cap.kv_tokens, arr_idx[k]
+        budget = max(0.0, 1.0 - busy) * prefill
+        per_replica = prefill / serving if serving else cap.prefill_tps
+        arrived, max_kv = arr_idx[k], max(cap.kv_tokens, old_cap.kv_tokens) if old else cap.kv_tokens
         while head < arrived and budget > 0 and len(heap) < slots:
-            need_kv = min(tin[head] + tout[head], cap.kv_tokens)
+            need_kv = min(tin[head] + tout[head], max_kv)
             if kv_used + need_kv > kv_cap:
                 break
             need = tin[head] - done_head
@@ -286,7 +313,7 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
                 done_head += budget
                 break
             budget -= need
-            ttft[head] = max(k + 1 - budget / total - at[head], tin[head] / cap.prefill_tps)
+            ttft[head] = max(k + 1 - budget / prefill - at[head], tin[head] / per_replica)
             heapq.heappush(heap, (g + tout[head], need_kv))
             kv_used += need_kv
             head, done_head = head + 1, 0.0
@@ -447,8 +474,10 @@ class Ours:
     """The product's replica policy, refitted on the past every ``refit_s`` and applied every 15 s."""
 
     def __init__(self, cap: Capacity, cls: WorkloadClass, refit_s: int, settings: ScalingSettings,
-                 bin_s: int = 60, history_s: int = 7 * 86_400) -> None:
+                 bin_s: int = 60, history_s: int = 7 * 86_400, whole: Capacity | None = None) -> None:
         self.cap, self.cls, self.refit_s, self.settings = cap, cls, refit_s, settings
+        self.whole = whole  # the whole GPU a slice gives way to (policies.mig.missed_too_often); None: no change
+        self.escalated_s: float | None = None
         self.bin_s, self.history_s = bin_s, history_s
         self.min_forecast_history_s = 2 * 86_400  # shorter: forecast_series widens its band up to x5
         self.plan: ScalingPlan | None = None
@@ -535,6 +564,23 @@ class Ours:
         plan = scaling_plan(workload, history, cls, forecasts, self.settings, self.plan)
         self.plan = None if isinstance(plan, NoScalingPlan) else plan
         self.refits += 1
+        self._escalate(obs)
+
+    def _escalate(self, obs: Observed) -> None:
+        """Whole GPUs instead of the slice where the right-size policy would give them (``policies.mig``): over
+        the error-budget window, once a day of history exists (``policy.min_history_s``), the requests over the
+        objective, as the collector reads them from vLLM's TTFT histogram, against the requests that arrived."""
+        s = self.settings
+        if self.whole is None or self.cls is WorkloadClass.BATCH or obs.k < PolicySettings().min_history_s:
+            return
+        window = int(s.error_budget_window_s)
+        arrived = float(obs.arrivals_per_s[-window:].sum())
+        first = obs.served_arrival_s + obs.served_ttft_s
+        recent = obs.served_ttft_s[first >= obs.k - window]
+        share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
+        if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
+            self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
+            self.recs.clear()  # the HPA's recommendations were counts of the old shape
 
     def _observe_ttft(self, obs: Observed, full: int) -> None:
         """p95 TTFT of each step before ``full``, by first-token time, from the requests served since the last
@@ -552,6 +598,20 @@ class Ours:
             p95 = frame[complete].groupby("step")["ttft"].quantile(0.95)
             self.ttft_p95[p95.index.to_numpy()] = p95.to_numpy()
         self.pending = frame[~complete]
+
+
+def histogram_over(ttft_s: np.ndarray, objective_s: float) -> float:
+    """How many of these TTFTs exceed the objective as vLLM's histogram tells it: those above the bucket bound
+    under it, less the part of the bucket around it below it, linearly, as ``histogram_quantile`` reads a bucket
+    (``collectors.prometheus.queries.over_objective_query``)."""
+    bounds = VLLM_TTFT_BUCKETS_S
+    hi = next((i for i, b in enumerate(bounds) if b >= objective_s), None)
+    if hi is None:
+        return float((ttft_s > bounds[-1]).sum())
+    lo = bounds[hi - 1] if hi else 0.0
+    f = (objective_s - lo) / (bounds[hi] - lo)
+    within = (ttft_s <= lo).sum() * (1 - f) + (ttft_s <= bounds[hi]).sum() * f
+    return float(ttft_s.size - within)
 
 
 # ---------------------------------------------------------------- command line
@@ -625,12 +685,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "to those whose prefill alone exceeds the objective (auto; of the 1 point the goal allows)")
     p.add_argument("--slice-min-efficiency", type=float, default=0.9, help="requests/s per GPU share a slice must "
                    "keep, as a share of the whole GPU's (auto)")
+    p.add_argument("--whole-gpu-over-budget", type=float,
+                   default=ScalingSettings().whole_gpu_over_budget, help="'ours' on a slice moves to whole GPUs "
+                   "past this many times its TTFT error budget (scaling.whole_gpu_over_budget; 0: never)")
     for field in CAPACITY_FLAGS:
         value = getattr(d, field)
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
     if min(getattr(args, f) for f in CAPACITY_FLAGS) <= 0 or args.ttft_objective_s <= 0 or args.refit_s <= 0:
         p.error("capacity figures, the TTFT objective and the refit period must be positive")
+    if args.whole_gpu_over_budget is not None and args.whole_gpu_over_budget < 0:
+        p.error("--whole-gpu-over-budget must be 0 (never) or more")
     problem = chart_path_problem(args.chart)
     if problem:
         p.error(problem)
@@ -692,7 +757,9 @@ def main(argv: list[str] | None = None) -> int:
         "reactive-slice": (lambda: Reactive(min_replicas=1), shaped),
         "reactive-bounded": (lambda: Reactive(min_replicas=1, max_replicas=warm), cap),
         "ours": (lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s,
-                                   ScalingSettings(ttft_objective_s=args.ttft_objective_s)), shaped),
+                              ScalingSettings(ttft_objective_s=args.ttft_objective_s,
+                                              whole_gpu_over_budget=args.whole_gpu_over_budget or None),
+                              whole=cap if shaped != cap else None), shaped),
         "oracle": (lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)), shaped),
     }
     unknown = [n for n in args.policies.split(",") if n not in policies]
@@ -707,8 +774,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.policies.split(","):
         make, capacity = policies[name]
         start = math.ceil(warm * cap.requests_per_s(*means) / capacity.requests_per_s(*means) - 1e-9)
-        results[name] = simulate(trace, capacity, make(), name, start)
+        policy = make()
+        results[name] = simulate(trace, capacity, policy, name, start)
         print(summary(name, results[name], args.ttft_objective_s, floor, jumps), flush=True)
+        if isinstance(policy, Ours) and policy.escalated_s is not None:
+            print(f"# {name} moved from {shape} to whole GPUs at {policy.escalated_s / 86_400:.2f} d: over "
+                  f"{policy.settings.whole_gpu_over_budget:g}x its TTFT error budget (policies.mig.missed_too_often)")
     for name in ("ours", "oracle"):
         if {name, "static-peak", "reactive"} <= results.keys():
             print(verdict(name, results, args.ttft_objective_s, floor))

@@ -361,3 +361,52 @@ def test_cli_rejects_an_unknown_slice_and_runs_whole_gpus_with_none(tmp_path: Pa
     assert "run on whole GPU" in out
     rows = [line.split()[1] for line in out.splitlines() if line.startswith("policy=")]
     assert rows[0] == rows[1]  # the same shape: the same GPU-hours
+
+
+class ShapeChange:
+    """Two pods of ``first``, then from ``at_s`` the pods of ``then`` a rollout leaves it with."""
+
+    def __init__(self, first: Capacity, then: Capacity, at_s: int) -> None:
+        self.cap, self.then, self.at_s = first, then, at_s
+        self.seen: list[tuple[int, int]] = []
+
+    def __call__(self, obs: replay.Observed) -> int:
+        self.seen.append((obs.k, obs.pods))
+        if obs.k >= self.at_s:
+            self.cap = self.then
+            return obs.pods
+        return 2
+
+
+def test_a_shape_change_rolls_out_new_pods_while_the_old_ones_serve() -> None:
+    half, whole = replace(CAP, gpu_share=0.5, prefill_tps=500.0, decode_tps=500.0), CAP
+    policy = ShapeChange(half, whole, at_s=120)
+    r = simulate(steady(2.0, 600), half, policy, "rollout", warm=2)
+    # two half pods (1 GPU) until 120 s; then one whole pod (the same requests/s) starts and, for its 30 s cold
+    # start, both shapes are held (2 GPUs); from 150 s the whole pod alone (1 GPU)
+    assert r.gpus_per_min[0] == pytest.approx(1.0)
+    assert r.gpus_per_min[2] == pytest.approx((30 * 2.0 + 30 * 1.0) / 60)
+    assert r.gpus_per_min[3] == pytest.approx(1.0)
+    assert dict(policy.seen)[135] == 1  # the policy counts pods of the new shape
+    assert np.all(np.isfinite(r.ttft_s)) and r.ttft_s.max() < 1.0  # the old pods served through the rollout
+    assert r.pod_starts == 1 and r.cold_starts == 0
+
+
+def test_the_histogram_reads_misses_as_the_collector_query_does() -> None:
+    ttft = np.array([0.5, 1.5, 3.0])
+    # objective 2 s between vLLM's 1.0 and 2.5 bounds, 2/3 of the way: within = 1 x 1/3 + 2 x 2/3 = 5/3
+    assert replay.histogram_over(ttft, 2.0) == pytest.approx(3 - 5 / 3)
+    assert replay.histogram_over(ttft, 2.5) == 1.0  # a bound: what lies above it
+    assert replay.histogram_over(np.array([3000.0]), 5000.0) == 1.0  # past the last bound: above it
+
+
+def test_ours_moves_a_slice_that_misses_its_objective_to_whole_gpus_after_a_day() -> None:
+    """A service whose every request misses: ours on a half-GPU slice escalates once a day of history exists."""
+    slow = replace(CAP, gpu_share=0.5, prefill_tps=40.0)  # 100-token prompts: 2.5 s of prefill, over 2 s
+    ours = replay.Ours(slow, replay.WorkloadClass.REAL_TIME, 3600, replay.ScalingSettings(), whole=CAP)
+    trace = steady(0.02, 26 * 3600)
+    r = simulate(trace, slow, ours, "ours", warm=1)
+    assert ours.escalated_s is not None and 86_400 <= ours.escalated_s < 86_400 + 3600
+    assert ours.cap == CAP and ours.whole is None
+    day2 = trace.arrival_s > ours.escalated_s + CAP.cold_start_s
+    assert (r.ttft_s[~day2][:100] > 2.0).all() and (r.ttft_s[day2] <= 2.0).all()
