@@ -84,7 +84,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay_charts import chart_path_problem, replay_figure, save
 
-from collectors.prometheus.queries import VLLM_TTFT_BUCKETS_S
+from collectors.prometheus.queries import within_objective
 from policies.catalogue import GpuModel, MigProfile, load_catalogue
 from policies.mig import fitting_profiles, missed_too_often
 from policies.replicas import (
@@ -601,16 +601,10 @@ class Ours:
 
 
 def histogram_over(ttft_s: np.ndarray, objective_s: float) -> float:
-    """How many of these TTFTs exceed the objective as vLLM's histogram tells it: those above the bucket bound
-    under it, less the part of the bucket around it below it, linearly, as ``histogram_quantile`` reads a bucket
-    (``collectors.prometheus.queries.over_objective_query``)."""
-    bounds = VLLM_TTFT_BUCKETS_S
-    hi = next((i for i, b in enumerate(bounds) if b >= objective_s), None)
-    if hi is None:
-        return float((ttft_s > bounds[-1]).sum())
-    lo = bounds[hi - 1] if hi else 0.0
-    f = (objective_s - lo) / (bounds[hi] - lo)
-    within = (ttft_s <= lo).sum() * (1 - f) + (ttft_s <= bounds[hi]).sum() * f
+    """How many of these TTFTs exceed the objective as vLLM's histogram tells it: all of them less those its
+    buckets put within the objective (``collectors.prometheus.queries.within_objective``, as the collector's
+    query reads them)."""
+    within = sum(float((ttft_s <= bound).sum()) * weight for bound, weight in within_objective(objective_s))
     return float(ttft_s.size - within)
 
 

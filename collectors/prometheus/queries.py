@@ -167,24 +167,30 @@ def _le(bound: float) -> str:
     return f"le={_quote(sorted(alts)[0])}" if len(alts) == 1 else f"le=~{_quote(regex_alternatives(sorted(alts)))}"
 
 
-def over_objective_query(fam: Family, scope: Scope, window_s: int, objective_s: float) -> str:
-    """Observations per second above ``objective_s`` per pod: all of them (``le="+Inf"``) less those up to the
-    objective, read between the two bucket bounds around it as ``histogram_quantile`` reads a bucket (linear).
-    Clamped at 0: a restarted pod's counters fall. Above the last finite bound, the rate above that bound."""
-    def bucket(le: str) -> str:
-        return f"{fam.agg} by ({scope.by}) ({fam.over_time}({scope.matchers(fam.names, also=le)}[{window_s}s]))"
-
+def within_objective(objective_s: float) -> tuple[tuple[float, float], ...]:
+    """(bucket bound, weight) pairs whose weighted cumulative counts are the observations up to the objective:
+    the bound itself where it is one; else the bounds around it, read linearly as ``histogram_quantile`` reads a
+    bucket (below the first bound, from 0); past the last finite bound, that bound. The collector's query and the
+    replay's histogram both read misses through it."""
     bounds = VLLM_TTFT_BUCKETS_S
     hi = next((i for i, b in enumerate(bounds) if b >= objective_s), None)
     if hi is None:
-        within = bucket(_le(bounds[-1]))
-    elif bounds[hi] == objective_s:
-        within = bucket(_le(bounds[hi]))
-    else:
-        lo = bounds[hi - 1] if hi else 0.0
-        f = (objective_s - lo) / (bounds[hi] - lo)
-        upper = f"{bucket(_le(bounds[hi]))} * {f:.6g}"
-        within = upper if not hi else f"({bucket(_le(lo))} * {1 - f:.6g} + {upper})"
+        return ((bounds[-1], 1.0),)
+    if bounds[hi] == objective_s:
+        return ((bounds[hi], 1.0),)
+    lo = bounds[hi - 1] if hi else 0.0
+    f = (objective_s - lo) / (bounds[hi] - lo)
+    return ((bounds[hi], f),) if not hi else ((lo, 1 - f), (bounds[hi], f))
+
+
+def over_objective_query(fam: Family, scope: Scope, window_s: int, objective_s: float) -> str:
+    """Observations per second above ``objective_s`` per pod: all of them (``le="+Inf"``) less those up to the
+    objective (:func:`within_objective`). Clamped at 0: a restarted pod's counters fall."""
+    def bucket(le: str) -> str:
+        return f"{fam.agg} by ({scope.by}) ({fam.over_time}({scope.matchers(fam.names, also=le)}[{window_s}s]))"
+
+    terms = [bucket(_le(b)) if w == 1.0 else f"{bucket(_le(b))} * {w:.6g}" for b, w in within_objective(objective_s)]
+    within = terms[0] if len(terms) == 1 else f"({' + '.join(terms)})"
     return f"clamp_min({bucket(_le(math.inf))} - {within}, 0)"
 
 
