@@ -31,6 +31,7 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
 from recommender import model as m
+from recommender.features import last_window
 from recommender.forecast import upper_band
 from recommender.model import Classification, Forecast, ScalingPlan, Snapshot, Workload, WorkloadClass
 from recommender.settings import ScalingSettings
@@ -358,8 +359,7 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     frame = pd.DataFrame({"ttft": ttft})
     per = _per_replica_rate(workload, history)
     frame["per"] = np.nan if per is None else per
-    if isinstance(frame.index, pd.DatetimeIndex):
-        frame = frame[frame.index >= frame.index[-1] - pd.Timedelta(seconds=settings.error_budget_window_s)]
+    frame = last_window(frame, settings.error_budget_window_s)
     frame = frame[np.isfinite(frame["ttft"])]
     if frame.empty:
         return base, []
@@ -413,9 +413,7 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
 def _recent_peak(rate: pd.Series, window_s: float, otherwise: float) -> float:
     """Largest finite value in the last ``window_s`` of the series (its index: timestamps); ``otherwise`` when
     nothing is known lately (a lost metric must not drop the floor)."""
-    values = rate.to_numpy(dtype="float64")
-    if math.isfinite(window_s) and isinstance(rate.index, pd.DatetimeIndex) and len(rate):
-        values = values[rate.index >= rate.index[-1] - pd.Timedelta(seconds=window_s)]
+    values = last_window(rate.to_frame(), window_s).to_numpy(dtype="float64").ravel()
     values = values[np.isfinite(values)]
     return float(values.max()) if values.size else otherwise
 

@@ -83,6 +83,14 @@ def tokens_per_request(snapshot: Snapshot, workload: Workload) -> float | None:
     return float(tokens / requests) if requests > 0 and tokens > 0 else None
 
 
+def last_window(data: pd.DataFrame, window_s: float) -> pd.DataFrame:
+    """The rows of a time-indexed frame within ``window_s`` of its last one (that far back included); all of it
+    for an infinite window or an index without times."""
+    if not len(data) or not math.isfinite(window_s) or not isinstance(data.index, pd.DatetimeIndex):
+        return data
+    return data[data.index >= data.index[-1] - pd.Timedelta(seconds=window_s)]
+
+
 def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float) -> float | None:
     """Requests over the TTFT objective as a share of all requests, over the last ``window_s`` of the window
     (both rates summed over the steps where both are known); None without requests or either series."""
@@ -90,9 +98,8 @@ def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float
     rate = snapshot.series(m.REQUEST_RATE, workload.ref)
     if slow is None or rate is None:
         return None
-    both = pd.DataFrame({"slow": slow, "rate": rate}).replace([np.inf, -np.inf], np.nan).dropna()
-    if isinstance(both.index, pd.DatetimeIndex) and len(both) and math.isfinite(window_s):
-        both = both[both.index > both.index[-1] - pd.Timedelta(seconds=window_s)]
+    both = last_window(pd.DataFrame({"slow": slow, "rate": rate}).replace([np.inf, -np.inf], np.nan).dropna(),
+                       window_s)
     total = float(both["rate"].clip(lower=0).sum())
     return min(1.0, float(both["slow"].clip(lower=0).sum()) / total) if total > 0 else None
 
