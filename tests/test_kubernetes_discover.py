@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from collectors.kubernetes import discover_workloads
-from collectors.kubernetes.discover import Listing, build_workloads
+from collectors.kubernetes.discover import Listing, build_workloads, parse_controller, shape_since
 from recommender.model import Sharing, VllmArgs, Workload
 from recommender.progress import NullProgress, RecordingProgress
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
@@ -46,6 +47,19 @@ def _deployment(ns: str, name: str, tmpl: dict[str, Any], replicas: int, templat
     return [dep, rs, *pods]
 
 
+def _revised(objects: list[dict[str, Any]], tmpl: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Deployment that ran on whole GPUs (revision 1) before its MIG slices (revision 2, the current one)."""
+    dep, rs = objects[0], objects[1]
+    rs["metadata"]["annotations"] = {"deployment.kubernetes.io/revision": "2"}
+    rs["metadata"]["creationTimestamp"] = "2026-11-10T08:00:00Z"
+    whole = {**tmpl, "spec": {**tmpl["spec"], "containers": [
+        {**tmpl["spec"]["containers"][0], "resources": {"limits": dict(GPU1), "requests": dict(GPU1)}}]}}
+    old = manifest("ReplicaSet", "llm", "qwen-7b-8d6b5c4f7", {"replicas": 0, "template": whole},
+                   {"app": "qwen-7b"}, {"deployment.kubernetes.io/revision": "1"}, owner=dep)
+    old["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"
+    return [*objects, old]
+
+
 def _llm() -> list[dict[str, Any]]:
     llama = template({"app": "llama-8b"}, container("vllm", VLLM, GPU1, args=[
         "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu-memory-utilization", "0.90",
@@ -67,7 +81,7 @@ def _llm() -> list[dict[str, Any]]:
     gone_rs = {"kind": "ReplicaSet", "metadata": {"name": "llama-old-6f7c8d9e5b", "uid": "uid-gone"}}
     return [
         *_deployment("llm", "llama-8b", llama, 2, "7d4b9c6f5d", ["gpu-a100-0", "gpu-a100-1"]),
-        *_deployment("llm", "qwen-7b", qwen, 1, "5c9f7b8d4", ["gpu-a100-mig-0"]),
+        *_revised(_deployment("llm", "qwen-7b", qwen, 1, "5c9f7b8d4", ["gpu-a100-mig-0"]), qwen),
         *_deployment("llm", "embedder", mps, 1, "6b8c9d7f5", ["gpu-a100-1"]),
         *_deployment("llm", "gemma-idle", idle, 0, "85f6d9c7b", []),
         sts, pod_from(sts, "llm", "mistral-0", mistral, "gpu-a100-0", {"apps.kubernetes.io/pod-index": "0"}),
@@ -160,6 +174,42 @@ def test_mig_slice_memory_from_the_profile_label(found: dict[str, Workload]) -> 
     assert (a.sharing, a.mig_profile, a.mig_count, a.gpus) == (Sharing.MIG, "3g.40gb", 1, 0)
     assert a.device_memory_mib == 40192.0  # nvidia.com/mig-3g.40gb.memory, not the 81920 of the GPU
     assert a.vllm is not None and a.vllm.max_model_len == 16_384  # 16K = 16 × 1024
+
+
+def test_the_shape_a_deployment_took_last_from_its_replica_sets(found: dict[str, Workload]) -> None:
+    """qwen-7b ran on whole GPUs (its revision 1) before its slices: the slices' capacity starts at revision 2."""
+    assert found["llm/Deployment/qwen-7b"].shape_since == datetime(2026, 11, 10, 8, tzinfo=UTC)
+    assert found["llm/Deployment/llama-8b"].shape_since is None  # one ReplicaSet: no other shape known
+
+
+def _rs(revision: str | None, created: str | None, gpu: dict[str, str], image: str = VLLM) -> dict[str, Any]:
+    rs = manifest("ReplicaSet", "llm", f"svc-{revision}", {"template": template({}, container("vllm", image, gpu))},
+                  annotations={"deployment.kubernetes.io/revision": revision} if revision else None)
+    if created:
+        rs["metadata"]["creationTimestamp"] = created
+    return rs
+
+
+MIG3 = {"nvidia.com/mig-3g.40gb": "1"}
+
+
+@pytest.mark.parametrize(("replica_sets", "since"), [
+    # whole GPUs, then the slice, then a new image on the slice: the slice since its first rollout
+    ([_rs("1", "2026-11-01T00:00:00Z", GPU1), _rs("2", "2026-11-05T00:00:00Z", MIG3),
+      _rs("3", "2026-11-09T00:00:00Z", MIG3, "vllm/vllm-openai:v0.9.0")], datetime(2026, 11, 5, tzinfo=UTC)),
+    # rolled back to the slice's old ReplicaSet (revision 3 now, created first): not before the whole GPUs left
+    ([_rs("3", "2026-11-01T00:00:00Z", MIG3), _rs("2", "2026-11-05T00:00:00Z", GPU1)],
+     datetime(2026, 11, 5, tzinfo=UTC)),
+    ([_rs("1", "2026-11-01T00:00:00Z", MIG3), _rs("2", "2026-11-05T00:00:00Z", MIG3)], None),  # never another
+    ([_rs(None, "2026-11-01T00:00:00Z", GPU1), _rs("2", None, GPU1), _rs("x", "2026-11-02T00:00:00Z", GPU1),
+      _rs("4", "2026-11-05T00:00:00", MIG3)], None),  # undated or unnumbered ReplicaSets tell nothing
+    ([_rs("1", "2026-11-01T00:00:00Z", GPU1), _rs("4", "2026-11-05T00:00:00", MIG3)],
+     datetime(2026, 11, 5, tzinfo=UTC)),  # a time without a zone is UTC
+    ([], None),
+])
+def test_shape_since(replica_sets: list[dict[str, Any]], since: datetime | None) -> None:
+    current = parse_controller("Deployment", {"spec": {"template": template({}, container("vllm", VLLM, MIG3))}})
+    assert shape_since(current, replica_sets) == since
 
 
 def test_statefulset_with_shell_command(found: dict[str, Workload]) -> None:

@@ -10,10 +10,12 @@ is pure and tests without a server.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -27,7 +29,7 @@ from collectors.kubernetes.client import (
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from policies.catalogue import Catalogue
-from recommender.model import GpuNode, Sharing, Workload, WorkloadRef
+from recommender.model import Allocation, GpuNode, Sharing, Workload, WorkloadRef
 from recommender.progress import Progress
 from recommender.settings import Settings
 from recommender.shape import SCHEDULE_ANNOTATION
@@ -131,6 +133,7 @@ def build_workloads(listing: Listing) -> tuple[Workload, ...]:
     """Group pods under their top-level owners and keep the workloads that hold a GPU."""
     pods: dict[Key, list[dict[str, Any]]] = {}
     notes: dict[Key, list[str]] = {}
+    revisions: dict[Key, list[dict[str, Any]]] = {}
     tops: set[Key] = set()
     for key, obj in listing.objects.items():
         top, why = top_owner(key, obj, listing.objects)
@@ -139,7 +142,10 @@ def build_workloads(listing: Listing) -> tuple[Workload, ...]:
             pods.setdefault(top, []).append(obj)
         elif top == key:
             tops.add(key)
-    found = (_workload(k, listing, pods.get(k, []), notes.get(k, [])) for k in sorted(tops | set(pods)))
+        if key[1] == "ReplicaSet" and (ref := _controller_ref(obj)) is not None and ref.get("kind") == "Deployment":
+            revisions.setdefault((key[0], "Deployment", str(ref.get("name", ""))), []).append(obj)
+    found = (_workload(k, listing, pods.get(k, []), notes.get(k, []), revisions.get(k, []))
+             for k in sorted(tops | set(pods)))
     return tuple(w for w in found if w is not None)
 
 
@@ -184,7 +190,8 @@ def _missing_owner(ref: Key, pod: Mapping[str, Any]) -> tuple[Key, list[str]]:
     return ref, [f"owner kind {kind} is not read; allocation read from its pods"]
 
 
-def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: list[str]) -> Workload | None:
+def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: list[str],
+              replica_sets: Sequence[Mapping[str, Any]] = ()) -> Workload | None:
     obj = listing.objects.get(key)
     pods = sorted(pods, key=lambda p: p["metadata"]["name"])
     if obj is not None and key[1] != "Pod":
@@ -196,6 +203,7 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
         return None
     if parsed.allocation.sharing is Sharing.NONE:
         return None
+    since = shape_since(parsed, replica_sets) if obj is not None and key[1] == "Deployment" else None
     parsed = unresolved(place(parsed, pods, listing))
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
     schedule = ((obj or {}).get("spec") or {}).get("schedule") if key[1] == "CronJob" else None
@@ -212,7 +220,52 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
         served_model=parsed.served_model,
         nodes=tuple(sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))})),
         cold_start_s=cold_start_s(pods),
+        shape_since=since,
     )
+
+
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+
+
+def shape_since(current: ParsedSpec, replica_sets: Sequence[Mapping[str, Any]]) -> datetime | None:
+    """When a Deployment's pods took the shape its template has now: GPU resources and serving arguments
+    (:func:`replica_shape`), from its ReplicaSets, one per template it has rolled out.
+
+    Newest revision first, the ReplicaSets with the current shape run back to the first one of that run,
+    created when its rollout began (the old pods served until the new ones were ready). A rollback reuses an
+    old ReplicaSet under a new revision with its old creation time, so no ReplicaSet of another shape may be
+    newer: the start is the later of the two. None where every ReplicaSet kept (``revisionHistoryLimit``) has
+    the current shape, or none can be read: the shape is older than what the API remembers.
+    """
+    shape = replica_shape(current)
+    dated = []
+    for rs in replica_sets:
+        meta = rs.get("metadata") or {}
+        created = parse_time(meta.get("creationTimestamp"))
+        created = created.replace(tzinfo=UTC) if created is not None and created.tzinfo is None else created
+        revision = _revision((meta.get("annotations") or {}).get(REVISION_ANNOTATION))
+        if created is not None and revision is not None:
+            same = replica_shape(_template((rs.get("spec") or {}).get("template"), 1)) == shape
+            dated.append((revision, created, same))
+    dated.sort(key=lambda d: d[0], reverse=True)
+    others = [created for _, created, same in dated if not same]
+    if not others:
+        return None
+    run = list(itertools.takewhile(lambda d: d[2], dated))
+    return max(min((created for _, created, _ in run), default=max(others)), max(others))
+
+
+def replica_shape(parsed: ParsedSpec) -> Allocation:
+    """What one replica holds and serves with, from a pod template: a change in it changes how many requests a
+    replica serves within the objective (the replica count aside)."""
+    return replace(parsed.allocation, replicas=0)
+
+
+def _revision(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def cold_start_s(pods: Sequence[Mapping[str, Any]]) -> float | None:
