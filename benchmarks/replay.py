@@ -478,6 +478,7 @@ class Ours:
         self.cap, self.cls, self.refit_s, self.settings = cap, cls, refit_s, settings
         self.whole = whole  # the whole GPU a slice gives way to (policies.mig.missed_too_often); None: no change
         self.escalated_s: float | None = None
+        self.shape_since: pd.Timestamp | None = None  # knee and error budget read from here on
         self.bin_s, self.history_s = bin_s, history_s
         self.min_forecast_history_s = 2 * 86_400  # shorter: forecast_series widens its band up to x5
         self.plan: ScalingPlan | None = None
@@ -548,7 +549,8 @@ class Ours:
                                  replicas=pd.Series(ready, index=index))
         capacity = self.cap.requests_per_s(float(obs.tokens_in.mean()), float(obs.tokens_out.mean()))
         workload = Workload(WorkloadRef("replay", "Deployment", "vllm"), Allocation(Sharing.EXCLUSIVE, gpus=1),
-                            annotations={CAPACITY_ANNOTATION: f"{capacity:.6g}"}, cold_start_s=self.cap.cold_start_s)
+                            annotations={CAPACITY_ANNOTATION: f"{capacity:.6g}"}, cold_start_s=self.cap.cold_start_s,
+                            shape_since=self.shape_since)
         horizon = (self.refit_s + int(self.cap.cold_start_s)) // self.bin_s + 2
         forecasts = []
         try:
@@ -580,6 +582,7 @@ class Ours:
         share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
+            self.shape_since = pd.Timestamp(obs.k, unit="s", tz="UTC")  # the rollout's start, as its ReplicaSet's
             self.recs.clear()  # the HPA's recommendations were counts of the old shape
 
     def _observe_ttft(self, obs: Observed, full: int) -> None:

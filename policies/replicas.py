@@ -31,11 +31,12 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
 from recommender import model as m
-from recommender.features import last_window
+from recommender.features import last_window, split_at
 from recommender.forecast import upper_band
 from recommender.model import Classification, Forecast, ScalingPlan, Snapshot, Workload, WorkloadClass
 from recommender.settings import ScalingSettings
 from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION, ttft_objective_from
+from recommender.timestamps import parse_time
 
 CAPACITY_ANNOTATION = "rightsizer.io/replica-capacity"  # requests/s one replica serves at the objective
 BAND_BY_CLASS = {WorkloadClass.REAL_TIME: "hi_95", WorkloadClass.NEAR_REAL_TIME: "hi_80", WorkloadClass.BATCH: "mean"}
@@ -76,6 +77,23 @@ def history_from_snapshot(snapshot: Snapshot, workload: Workload) -> ReplicaHist
                           snapshot.series(m.REQUESTS_WAITING, ref), snapshot.series(m.SERVING_REPLICAS, ref))
 
 
+def this_shape(frame: pd.DataFrame, workload: Workload) -> pd.DataFrame:
+    """The steps of a time-indexed frame since the replicas took their current shape (``Workload.shape_since``;
+    all of them where it is unknown): per replica, the steps before were another shape's, so the capacity and
+    the error budget read only these."""
+    return split_at(frame, workload.shape_since)[1]
+
+
+def _shape_note(workload: Workload, history: ReplicaHistory) -> list[str]:
+    """Why the capacity and error budget read part of the history, where they do."""
+    rate = history.request_rate_per_s
+    since = workload.shape_since
+    if since is None or rate is None or not len(this_shape(rate.to_frame(), workload)) < len(rate):
+        return []
+    return [f"capacity and error budget read from {since:%Y-%m-%d %H:%M} UTC on, when the replicas took their "
+            "current GPU shape: per replica, the steps before were another shape's"]
+
+
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
                  forecasts: Sequence[Forecast], settings: ScalingSettings, previous: ScalingPlan | None = None
                  ) -> ScalingPlan | NoScalingPlan:
@@ -89,6 +107,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     objective_s, note = ttft_objective(workload, settings)
     carried = (previous.per_replica_capacity, f"the previous plan's ({previous.capacity_source})") if previous \
         else recorded_capacity(workload)
+    why += _shape_note(workload, history)
     capacity = keep_lower_bound(per_replica_capacity(workload, history, objective_s, settings), carried)
     demand = demand_to_size(cls, forecasts, history.request_rate_per_s, settings.no_forecast_floor_window_s)
     if isinstance(capacity, str) or isinstance(demand, str):
@@ -233,8 +252,10 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
             f"capacity {measured:.3g} req/s per replica: p{settings.capacity_quantile * 100:g} of the rate per "
             f"replica over {good.size} steps that met the objective; no knee (no rate at which the objective was "
             f"more often missed than not), so this is a lower bound (set {CAPACITY_ANNOTATION} to size tighter)"]
+    since = f" since the replicas took their current shape ({workload.shape_since})" \
+        if _shape_note(workload, history) else ""
     return (f"no per-replica capacity: fewer than {settings.min_capacity_steps} steps with request rate and TTFT "
-            f"that met the objective, and no {CAPACITY_ANNOTATION} annotation")
+            f"that met the objective{since}, and no {CAPACITY_ANNOTATION} annotation")
 
 
 @dataclass(frozen=True)
@@ -293,7 +314,8 @@ def keep_lower_bound(capacity: tuple[float, str, list[str]] | str, previous: tup
 def recorded_capacity(workload: Workload) -> tuple[float, str] | None:
     """The per-replica capacity the controller recorded in the workload's ``rightsizer.io/recommendation``
     (``replicaCapacity``): the last cycle's, which outlives a controller restart. None where absent or not
-    a positive number (an older record, an edit by hand)."""
+    a positive number (an older record, an edit by hand), or recorded for another shape than the replicas'
+    now (its ``shapeSince`` is not the workload's)."""
     raw = workload.annotations.get(RECOMMENDATION_ANNOTATION)
     try:
         doc = json.loads(raw) if raw else None
@@ -302,8 +324,8 @@ def recorded_capacity(workload: Workload) -> tuple[float, str] | None:
     if not isinstance(doc, dict):
         return None
     value = positive_number(doc.get("replicaCapacity"))
-    if value is None:
-        return None
+    if value is None or parse_time(doc.get("shapeSince")) != workload.shape_since:
+        return None  # no figure, or one measured on the replicas' shape before this one
     return value, f"recorded on the workload ({RECOMMENDATION_ANNOTATION}: {doc.get('capacitySource', '?')})"
 
 
@@ -332,6 +354,7 @@ def _step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: flo
     waiting = history.requests_waiting
     frame["waiting"] = 0.0 if waiting is None else waiting
     frame["per"] = _per_replica_rate(workload, history)
+    frame = this_shape(frame, workload)
     frame = frame[np.isfinite(frame["rate"]) & np.isfinite(frame["ttft"]) & np.isfinite(frame["per"])
                   & (frame["rate"] > 0)]
     frame["missed"] = (frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)
@@ -359,7 +382,7 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     frame = pd.DataFrame({"ttft": ttft})
     per = _per_replica_rate(workload, history)
     frame["per"] = np.nan if per is None else per
-    frame = last_window(frame, settings.error_budget_window_s)
+    frame = last_window(this_shape(frame, workload), settings.error_budget_window_s)
     frame = frame[np.isfinite(frame["ttft"])]
     if frame.empty:
         return base, []

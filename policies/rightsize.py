@@ -187,15 +187,23 @@ def _missed_objective(ctx: Context, cls: WorkloadClass | None) -> str | None:
     collected against the fleet's TTFT objective, so a service annotated with another objective is not judged
     on it."""
     s = ctx.settings.scaling
-    share = ctx.features.ttft_over_objective_frac
-    if cls is WorkloadClass.BATCH or not missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
-        return None
     objective, _ = ttft_objective(ctx.workload, s)
-    if objective != s.ttft_objective_s:
+    if cls is WorkloadClass.BATCH or objective != s.ttft_objective_s or s.whole_gpu_over_budget is None:
         return None
-    return (f"whole GPU: {share:.1%} of requests over the {objective:g} s TTFT objective in the last "
-            f"{s.error_budget_window_s / HOUR_S:g} h, over {s.whole_gpu_over_budget:g}× the error budget "
-            f"({s.ttft_error_budget:.0%}): no slice or share while headroom does not keep it within the objective")
+    bar = (f"over the {objective:g} s TTFT objective", f"over {s.whole_gpu_over_budget:g}× the error budget "
+           f"({s.ttft_error_budget:.0%})")
+    share = ctx.features.ttft_over_objective_frac
+    if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
+        return (f"whole GPU: {share:.1%} of requests {bar[0]} in the last {s.error_budget_window_s / HOUR_S:g} h, "
+                f"{bar[1]}: no slice or share while headroom does not keep it within the objective")
+    before = ctx.features.shape_before_over_objective_frac
+    since = ctx.workload.shape_since
+    if ctx.workload.allocation.sharing is Sharing.EXCLUSIVE and since is not None \
+            and missed_too_often(before, s.ttft_error_budget, s.whole_gpu_over_budget):
+        return (f"whole GPU, kept: on the shape it had until {since:%Y-%m-%d %H:%M}, {before:.1%} of requests were "
+                f"{bar[0]} in its last {s.error_budget_window_s / HOUR_S:g} h, {bar[1]}; a slice or share is "
+                "offered again once that falls out of the collected window")
+    return None
 
 
 def _placement(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -67,8 +68,10 @@ class WorkloadFeatures:
     # (prompt + generation tokens) / requests over the whole window (arrivals: the finished count to within the
     # queue's change over the window)
     tokens_per_request: float | None = None
-    # share of requests over the TTFT objective in the last error-budget window (the collected objective)
+    # share of requests over the TTFT objective in the last error-budget window (the collected objective), on the
+    # replicas' current shape; and in the last such window on the shape before, where the window still holds it
     ttft_over_objective_frac: float | None = None
+    shape_before_over_objective_frac: float | None = None
 
 
 def tokens_per_request(snapshot: Snapshot, workload: Workload) -> float | None:
@@ -91,15 +94,30 @@ def last_window(data: pd.DataFrame, window_s: float) -> pd.DataFrame:
     return data[data.index >= data.index[-1] - pd.Timedelta(seconds=window_s)]
 
 
-def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float) -> float | None:
-    """Requests over the TTFT objective as a share of all requests, over the last ``window_s`` of the window
-    (both rates summed over the steps where both are known); None without requests or either series."""
+def split_at(data: pd.DataFrame, when: datetime | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of a time-indexed frame before ``when`` and from it on (none before without a time)."""
+    if when is None or not isinstance(data.index, pd.DatetimeIndex):
+        return data.iloc[:0], data
+    at = pd.Timestamp(when)
+    if (data.index.tz is None) != (at.tzinfo is None):  # both in UTC, one without saying so
+        at = at.tz_localize("UTC") if at.tzinfo is None else at.tz_convert("UTC").tz_localize(None)
+    after = data.index >= at
+    return data[~after], data[after]
+
+
+def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float, shape_before: bool = False
+                         ) -> float | None:
+    """Requests over the TTFT objective as a share of all requests, over the last ``window_s`` of the steps
+    since the replicas took their current shape (``Workload.shape_since``; ``shape_before``: of the steps
+    before it, on the shape before), both rates summed over the steps where both are known; None without
+    requests or either series."""
     slow = snapshot.series(m.TTFT_OVER_OBJECTIVE_RATE, workload.ref)
     rate = snapshot.series(m.REQUEST_RATE, workload.ref)
     if slow is None or rate is None:
         return None
-    both = last_window(pd.DataFrame({"slow": slow, "rate": rate}).replace([np.inf, -np.inf], np.nan).dropna(),
-                       window_s)
+    eras = split_at(pd.DataFrame({"slow": slow, "rate": rate}).replace([np.inf, -np.inf], np.nan).dropna(),
+                    workload.shape_since)
+    both = last_window(eras[0] if shape_before else eras[1], window_s)
     total = float(both["rate"].clip(lower=0).sum())
     return min(1.0, float(both["slow"].clip(lower=0).sum()) / total) if total > 0 else None
 
@@ -165,6 +183,7 @@ def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float =
         longest_idle_s=longest_run_s(idle, snapshot.step_s) if has_idle and idle is not None else None,
         tokens_per_request=tokens_per_request(snapshot, workload),
         ttft_over_objective_frac=over_objective_share(snapshot, workload, budget_window_s),
+        shape_before_over_objective_frac=over_objective_share(snapshot, workload, budget_window_s, shape_before=True),
     )
 
 

@@ -62,7 +62,7 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
             ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found)
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
             recs.append(with_scaling(rec, scaling_plan(w, history_from_snapshot(snapshot, w), classes[w.ref.key],
-                                                       found, settings.scaling, before.get(w.ref.key))))
+                                                       found, settings.scaling, _carried(before, w, previous))))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
@@ -72,6 +72,16 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     return Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
                 (*snapshot.warnings, *nodes.warnings), timings, snapshot.source, nodes.nodes,
                 nodes.mig_parted_config)
+
+
+def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None
+             ) -> ScalingPlan | None:
+    """The last cycle's scaling plan for this workload, unless its replicas changed shape since it was made:
+    its capacity was another shape's."""
+    since = workload.shape_since
+    if previous is None or (since is not None and previous.generated_at < since):
+        return None
+    return before.get(workload.ref.key)
 
 
 def _classes(snapshot: Snapshot) -> dict[str, Classification]:

@@ -30,6 +30,21 @@ def args_of(obj: dict[str, Any]) -> list[str]:
     return list(obj["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
+def test_the_recorded_capacity_holds_only_for_the_shape_it_was_measured_on() -> None:
+    """Read back after a restart, the capacity stands while the replicas keep the shape it was measured on."""
+    since = NOW - timedelta(days=1)
+    r = recommendation()
+    r = replace(r, workload=replace(r.workload, shape_since=since))
+    spec = {"target": {"selector": {"matchLabels": {"app": NAME}}}, "mode": "Recommend"}
+    with WriteCluster([deployment(), policy("watch", spec)]) as cluster:
+        assert controller(cluster.kube(), [NOW], plan(r)).reconcile().errors == []
+        annotations = cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"]
+        assert json.loads(annotations[RECOMMENDATION])["shapeSince"] == since.isoformat()
+        same = replace(r.workload, annotations=annotations)
+        assert recorded_capacity(same) == (10.0, f"recorded on the workload ({RECOMMENDATION}: measured)")
+        assert recorded_capacity(replace(same, shape_since=NOW)) is None  # the replicas changed shape since
+
+
 def test_recommend_writes_status_annotation_event_and_leaves_the_deployment_alone() -> None:
     spec = {"target": {"selector": {"matchLabels": {"app": NAME}}}, "mode": "Recommend"}
     with WriteCluster([deployment(), policy("watch", spec)]) as cluster:

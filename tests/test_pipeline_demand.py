@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -108,3 +109,22 @@ def test_a_loop_carries_a_lower_bound_capacity_from_its_previous_plan() -> None:
         r.ref, name="other"))) for r in before.recommendations))
     alone = rec(run_once(snap, settings, END, previous=other), "chat").scaling  # another workload's plan: ignored
     assert alone is not None and alone.per_replica_capacity == pytest.approx(was.per_replica_capacity)
+
+
+def test_a_previous_plan_from_before_the_replicas_changed_shape_is_not_carried() -> None:
+    """Its capacity was per replica of the shape before (a slice serves fewer requests than a whole GPU)."""
+    since = END - timedelta(days=1)
+    chat = workload("chat", whole_gpu(), shape_since=since)
+    snap = snapshot([chat], {m.REQUEST_RATE: {"chat": DAILY}, m.TTFT_P95_S: {"chat": 0.5}}, days=DAYS)
+    settings = Settings(forecast=ForecastSettings(enabled=False))
+    first = run_once(snap, settings, END)
+    was = rec(first, "chat").scaling
+    assert was is not None and was.capacity_source == "lower bound"
+    raised = replace(was, per_replica_capacity=2 * was.per_replica_capacity)
+    after = replace(first, recommendations=tuple(replace(r, scaling=raised) for r in first.recommendations))
+    carried = rec(run_once(snap, settings, END, previous=after), "chat").scaling
+    assert carried is not None and carried.per_replica_capacity == pytest.approx(2 * was.per_replica_capacity)
+    before = replace(after, generated_at=since - timedelta(minutes=5))
+    fresh = rec(run_once(snap, settings, END, previous=before), "chat").scaling
+    assert fresh is not None and fresh.per_replica_capacity == pytest.approx(was.per_replica_capacity)
+    assert any(r.startswith("capacity and error budget read from 2026-10-31 00:00 UTC on") for r in fresh.reasons)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import numpy as np
 import pytest
 
@@ -247,10 +249,11 @@ def test_plan_has_a_per_node_mig_plan_that_validates() -> None:
 
 
 def _missing_objective(over_per_s: np.ndarray | float, annotations: dict[str, str] | None = None,
-                       **scaling: object) -> m.Recommendation:
+                       shape_since: datetime | None = None, alloc: m.Allocation | None = None, **scaling: object
+                       ) -> m.Recommendation:
     """The slice-sized service above, serving 2 requests/s, of which ``over_per_s`` missed the 2 s objective."""
-    w = workload("chat", whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model,
-                 annotations={"rightsizer.io/class": "real-time", **(annotations or {})})
+    w = workload("chat", alloc or whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model,
+                 annotations={"rightsizer.io/class": "real-time", **(annotations or {})}, shape_since=shape_since)
     snap = snapshot([w], {m.FB_USED_MIB: {"chat": 16_000 + 37_500.0}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": 0.10},
                           m.KV_USAGE_FRAC: {"chat": 0.20}, m.REQUEST_RATE: {"chat": 2.0},
                           m.TTFT_OVER_OBJECTIVE_RATE: {"chat": over_per_s}})
@@ -292,3 +295,46 @@ def test_the_ttft_miss_rule_leaves_alone_what_it_cannot_judge(annotations: dict[
     # a slice (real-time) or an MPS share (batch's mechanisms): what the need alone gives
     assert rec.recommended is not None and rec.recommended.sharing in (Sharing.MIG, Sharing.MPS)
     assert not any("TTFT objective in the last" in r for r in rec.reasons)
+
+
+@pytest.mark.parametrize(("since_days", "whole"), [
+    (2.0, True),  # on whole GPUs for two days: the slice's last day before them missed 5%, still in the window
+    (0.5, True),  # the misses before the change are not the whole GPUs', yet they keep them
+    (20.0, False),  # changed before the collected window: nothing known of the shape before
+    (None, False),  # no change known: the misses left the 24 h window, and the need alone decides
+])
+def test_a_service_that_missed_on_its_shape_before_keeps_its_whole_gpus(since_days: float | None,
+                                                                        whole: bool) -> None:
+    """Without this, a day after a slice gave way to whole GPUs its misses leave the 24 h window, the need
+    alone offers the slice again, and it misses again."""
+    since = None if since_days is None else END - timedelta(days=since_days)
+    over = np.zeros(14 * 144)
+    if since_days is not None and since_days < 14:
+        cut = 14 * 144 - int(since_days * 144) - 1  # the index ends at END: its step at the change is the new shape's
+        over[cut - 144:cut] = 2.0 * 0.05  # 5% of the requests in the day before the change
+    else:
+        over[-5 * 144:-4 * 144] = 2.0 * 0.05
+    rec = _missing_objective(over, shape_since=since)
+    assert rec.recommended is not None
+    assert (rec.recommended.sharing is Sharing.EXCLUSIVE) == whole, rec.reasons
+    kept = [r for r in rec.reasons if r.startswith("whole GPU, kept: on the shape it had until ")]
+    assert bool(kept) == whole
+    if whole:
+        assert "5.0% of requests were over the 2 s TTFT objective in its last 24 h" in kept[0]
+
+
+def test_a_slice_is_judged_on_its_own_misses_not_on_the_shape_before() -> None:
+    """Moved to a slice half a day ago after a day of misses on whole GPUs: the slice has not missed, so the
+    need decides; had the slice missed as much, it would give way."""
+    since = END - timedelta(days=0.5)
+    slice_ = m.Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB",
+                          gpu_product="NVIDIA A100-SXM4-80GB", device_memory_mib=40_192, gpu_equivalents=3 / 7,
+                          vllm=VLLM)
+    over = np.zeros(14 * 144)
+    over[-73 - 145:-73] = 2.0 * 0.05  # the day before the change (its step at END - 12 h is the slice's, -73)
+    rec = _missing_objective(over, shape_since=since, alloc=slice_)
+    assert rec.recommended is not None and rec.recommended.mig_profile == "3g.40gb", rec.reasons
+    over[-73:] = 2.0 * 0.05
+    rec = _missing_objective(over, shape_since=since, alloc=slice_)
+    assert rec.recommended is not None and rec.recommended.sharing is Sharing.EXCLUSIVE
+    assert any(r.startswith("whole GPU: 5.0% of requests over the 2 s TTFT objective") for r in rec.reasons)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -408,5 +409,6 @@ def test_ours_moves_a_slice_that_misses_its_objective_to_whole_gpus_after_a_day(
     r = simulate(trace, slow, ours, "ours", warm=1)
     assert ours.escalated_s is not None and 86_400 <= ours.escalated_s < 86_400 + 3600
     assert ours.cap == CAP and ours.whole is None
+    assert ours.shape_since == pd.Timestamp(ours.escalated_s, unit="s", tz="UTC")  # its knee reads from here on
     day2 = trace.arrival_s > ours.escalated_s + CAP.cold_start_s
     assert (r.ttft_s[~day2][:100] > 2.0).all() and (r.ttft_s[day2] <= 2.0).all()

@@ -502,3 +502,51 @@ def test_the_plan_carries_its_mean_unless_capacity_is_only_a_lower_bound() -> No
     bound = plan(workload(replicas=2), knee_history(False), RT)  # no annotation, never queued: a lower bound
     assert bound.capacity_source == "lower bound" and bound.mean_replicas is None
     assert any("no mean replica estimate" in r for r in bound.reasons)
+
+
+SINCE = pd.Timestamp("2024-01-01 00:50", tz="UTC")  # step 50 of series(): the replicas' shape changed there
+
+
+def test_capacity_is_read_only_on_the_replicas_current_shape() -> None:
+    """Steps before a change of shape were another replica's: a knee a slice showed is not a whole GPU's."""
+    per = [4.0] * 30 + [6.0] * 20 + [5.0] * 40  # one replica: a slice met 4 and missed 6; now 5 is met
+    ttft = [1.0] * 30 + [5.0] * 20 + [1.0] * 40
+    h = ReplicaHistory(60.0, series(per), series(ttft))
+    w = workload(annotations={CAPACITY_ANNOTATION: "9"})
+    mixed = plan(w, h, RT)
+    assert mixed.capacity_source == "measured" and mixed.per_replica_capacity == pytest.approx(5.0)
+    w = replace(w, shape_since=SINCE.to_pydatetime())
+    own = plan(w, h, RT)
+    assert own.capacity_source == "configured" and own.per_replica_capacity == 9.0
+    assert any(r.startswith("capacity and error budget read from 2024-01-01 00:50 UTC on") for r in own.reasons)
+    assert not any("read from" in r for r in mixed.reasons)
+    late = pd.Timestamp("2024-01-01 01:25", tz="UTC").to_pydatetime()  # 5 steps since: too few, nothing configured
+    short = scaling_plan(replace(workload(), shape_since=late), h, cls(RT), (), S)
+    assert isinstance(short, NoScalingPlan)
+    assert "met the objective since the replicas took their current shape (2024-01-01 01:25:00+00:00)" \
+        in short.reasons[0]
+
+
+def test_misses_on_the_shape_before_do_not_spend_the_error_budget() -> None:
+    h = budget_history([1.0] * 40 + [3.0] * 10 + [1.0] * 100)  # 10 misses in the last day, all before step 50
+    assert plan(with_capacity(), h, RT, (FC,)).headroom_frac > 0.30
+    since = replace(with_capacity(), shape_since=SINCE.to_pydatetime())
+    assert plan(since, h, RT, (FC,)).headroom_frac == pytest.approx(0.30)
+    naive = replace(since, shape_since=SINCE.tz_localize(None).to_pydatetime())  # a time without a zone is UTC
+    assert plan(naive, h, RT, (FC,)).headroom_frac == pytest.approx(0.30)
+
+
+@pytest.mark.parametrize(("recorded_since", "expect"), [
+    (', "shapeSince": "2024-01-01T00:50:00+00:00"', 8.0),  # recorded on this shape
+    (', "shapeSince": "2024-01-01T00:50:00Z"', 8.0),
+    ("", 5.6),  # recorded before the shape changed (or before the record carried it)
+    (', "shapeSince": "2023-12-30T10:00:00Z"', 5.6),  # another, earlier shape
+])
+def test_a_recorded_capacity_stands_only_for_the_shape_it_was_measured_on(recorded_since: str, expect: float
+                                                                          ) -> None:
+    h = knee_history(False, good_steps=90)  # 40 steps from the change on: enough to read a lower bound
+    served_at_target = replace(h, request_rate_per_s=h.request_rate_per_s * 0.7)  # a lower bound of 5.6
+    text = '{"replicaCapacity": 8.0, "capacitySource": "lower bound"' + recorded_since + "}"
+    w = replace(workload(replicas=2, annotations={RECOMMENDATION_ANNOTATION: text}),
+                shape_since=SINCE.to_pydatetime())
+    assert plan(w, served_at_target, RT).per_replica_capacity == pytest.approx(expect)

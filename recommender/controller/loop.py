@@ -310,4 +310,6 @@ def _summary(r: Recommendation) -> dict[str, Any]:
         out |= {"replicas": r.scaling.recommended_replicas,
                 "replicaCapacity": round(r.scaling.per_replica_capacity, 4),
                 "capacitySource": r.scaling.capacity_source}
+        if r.workload.shape_since is not None:  # the shape it was measured on (recorded_capacity checks it)
+            out["shapeSince"] = r.workload.shape_since.isoformat()
     return out
