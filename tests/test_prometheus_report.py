@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -134,19 +134,31 @@ def test_dead_prometheus_is_one_line_and_exit_2() -> None:
     assert last.startswith(f"error: cannot reach Prometheus at http://127.0.0.1:{port} (connection refused)")
 
 
-def _inference_cluster() -> list[dict[str, Any]]:
-    """The API's view of namespace inference: llama-chat (2 replicas on A100 nodes); old-vllm is gone."""
-    args = ["--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--gpu-memory-utilization", "0.9",
+def _vllm_template(gpu_memory_utilization: str = "0.9") -> dict[str, Any]:
+    args = ["--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--gpu-memory-utilization", gpu_memory_utilization,
             "--max-model-len", "8192"]
-    vllm = template({"app": "llama-chat"}, container("vllm", "vllm/vllm-openai:v0.8.5", {"nvidia.com/gpu": "1"},
+    return template({"app": "llama-chat"}, container("vllm", "vllm/vllm-openai:v0.8.5", {"nvidia.com/gpu": "1"},
                                                      args=args))
+
+
+def _inference_cluster(changed_at: datetime | None = None) -> list[dict[str, Any]]:
+    """The API's view of namespace inference: llama-chat (2 replicas on A100 nodes); old-vllm is gone. With
+    ``changed_at``, its current ReplicaSet rolled out then, after one with another ``--gpu-memory-utilization``."""
+    vllm = _vllm_template()
     dep = manifest("Deployment", "inference", "llama-chat", {"replicas": 2, "template": vllm}, {"app": "llama-chat"})
     rs = manifest("ReplicaSet", "inference", f"llama-chat-{pc.RS}", {"replicas": 2, "template": vllm},
                   {"app": "llama-chat"}, owner=dep)
     pods = [pod_from(rs, "inference", f"llama-chat-{pc.RS}-{s}", vllm, f"a100-{i}") for i, s in
             enumerate(("x2k4p", "q8w7z"))]
     nodes = [gpu_node(f"a100-{i}", "NVIDIA-A100-SXM4-80GB", 81920) for i in range(2)]
-    return [dep, rs, *pods, *nodes]
+    if changed_at is None:
+        return [dep, rs, *pods, *nodes]
+    old = manifest("ReplicaSet", "inference", "llama-chat-5f6c7d8b9a", {"replicas": 0, "template": _vllm_template(
+        "0.95")}, {"app": "llama-chat"}, {"deployment.kubernetes.io/revision": "1"}, owner=dep)
+    old["metadata"]["creationTimestamp"] = (changed_at - timedelta(days=30)).isoformat()
+    rs["metadata"]["annotations"] = {"deployment.kubernetes.io/revision": "2"}
+    rs["metadata"]["creationTimestamp"] = changed_at.isoformat()
+    return [dep, rs, old, *pods, *nodes]
 
 
 def test_kubernetes_inventory_with_prometheus_usage(cluster: Cluster) -> None:
@@ -161,6 +173,22 @@ def test_kubernetes_inventory_with_prometheus_usage(cluster: Cluster) -> None:
     assert llama["current"]["vllm"]["max_model_len"] == 8192
     assert any("KV in use" in r for r in llama["reasons"])
     assert any("not in the cluster now" in w and "old-vllm" in w for w in doc["warnings"])
+
+
+def test_capacity_is_read_from_the_rollout_that_gave_the_replicas_their_shape(cluster: Cluster) -> None:
+    """The Kubernetes API's ReplicaSets say when the replicas took their shape; the replica plan reads the
+    Prometheus history from then on."""
+    changed_at = cluster.end - timedelta(hours=pc.HOURS / 2)
+    s = Settings(namespaces=("inference",), history_s=pc.HOURS * 3600,
+                 prometheus=PrometheusSettings(url=cluster.url, retries=0))
+    for since, reads_part in ((changed_at, True), (None, False)):
+        with KubeEmulator(_inference_cluster(since)) as kube:
+            settings = s.model_copy(update={"kubernetes": KubernetesSettings(host=kube.url)})
+            doc = json.loads(make_report("prometheus", None, settings, cluster.end, "json"))
+        (llama,) = doc["workloads"]
+        reasons = llama["scaling"]["reasons"]
+        note = f"capacity and error budget read from {changed_at:%Y-%m-%d %H:%M} UTC on"
+        assert any(r.startswith(note) for r in reasons) == reads_part, reasons
 
 
 def test_controller_cycles_after_the_first_read_only_new_steps_and_plan_as_a_fresh_collection(
