@@ -1,9 +1,11 @@
-"""HAMi limits and KAI's gpu-fraction annotation, carried out like every other mechanism: guarded JSON
-patch on the pod template, previous values recorded, ``rightsizer rollback`` restores them."""
+"""HAMi limits, KAI's gpu-fraction annotation and whole GPUs in place of a slice, carried out like every other
+mechanism: guarded JSON patch on the pod template, previous values recorded, ``rightsizer rollback`` restores
+them."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import jsonpatch
@@ -142,3 +144,41 @@ def test_a_concurrent_edit_of_the_hami_limits_fails_the_patch_and_keeps_theirs()
         obj = cluster.obj("Deployment", NS, NAME)
         assert container_of(obj)["resources"]["limits"]["nvidia.com/gpumem"] == "30000"
         assert obj["spec"]["replicas"] == 2 and LAST_CHANGE not in (obj["metadata"].get("annotations") or {})
+
+
+MIG_NOW = {"nvidia.com/mig-3g.40gb": "1"}
+
+
+def whole_rec(held: Sharing = Sharing.MIG) -> Any:
+    """Whole GPUs recommended for a service that runs on a 3g.40gb slice (or ``held``) and missed its objective."""
+    r = with_allocation(recommendation(), sharing=Sharing.EXCLUSIVE, mig_profile=None, mig_count=0, gpus=1)
+    held_alloc = replace(r.workload.allocation, sharing=held, mig_profile="3g.40gb" if held is Sharing.MIG else None)
+    return replace(r, workload=replace(r.workload, allocation=held_alloc))
+
+
+def test_whole_gpus_replace_a_slice_only_where_exclusive_is_allowed() -> None:
+    assert desired_from(whole_rec(), ["exclusive"]).whole_gpus == 1
+    assert desired_from(whole_rec(), ["mig", "replicas"]).whole_gpus is None
+    mps = desired_from(whole_rec(Sharing.MPS), ["exclusive"])
+    assert mps.whole_gpus is None and "whole GPUs in place of mps are not applied" in mps.reasons[0]
+    obj = deployment(limits=MIG_NOW)
+    cs = plan_changes(obj, desired_from(whole_rec(), ["exclusive"]))
+    changed = container_of(apply_local(obj, cs))
+    assert changed["resources"] == {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
+    assert apply_local(apply_local(obj, cs), inverse(cs)) == obj
+    assert plan_changes(apply_local(obj, cs), desired_from(whole_rec(), ["exclusive"])).empty  # idempotent
+
+
+def test_auto_moves_a_slice_to_a_whole_gpu_and_rollback_restores_the_slice() -> None:
+    with WriteCluster([deployment(limits=MIG_NOW), policy("whole", spec_for("exclusive"))]) as cluster:
+        report = Controller(cluster.kube(), lambda now: (plan(whole_rec(), now=now), snapshot(now, .3, .3)),
+                            clock=lambda: NOW).reconcile()
+        assert [o.status for o in report.outcomes] == ["applied"], report
+        c = container_of(cluster.obj("Deployment", NS, NAME))
+        assert c["resources"]["limits"] == {"nvidia.com/gpu": "1"} == c["resources"]["requests"]
+        record = json.loads(cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"][LAST_CHANGE])
+        assert {(what, old, new) for _, what, old, new in record["sets"][0]["changes"]} >= {
+            ("limits nvidia.com/mig-3g.40gb", "1", None), ("limits nvidia.com/gpu", None, "1")}
+        out = CliRunner().invoke(main, ["rollback", KEY, "--server", cluster.url])
+        assert out.exit_code == 0, out.output
+        assert cluster.obj("Deployment", NS, NAME)["spec"] == deployment(limits=MIG_NOW)["spec"]

@@ -83,6 +83,7 @@ class Desired:
     mps_mem_limit: str | None = None  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value, e.g. "0=20480M"
     mig_profile: str | None = None
     mig_count: int = 1
+    whole_gpus: int | None = None  # nvidia.com/gpu per pod, in place of its MIG slices
     keda_min: int | None = None  # ScaledObject minReplicaCount/maxReplicaCount where KEDA owns replicas
     keda_max: int | None = None
     keda_thresholds: tuple[tuple[str, str], ...] = ()  # (metric a Prometheus trigger's query reads, threshold)
@@ -111,6 +112,11 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     vllm = alloc.vllm if "vllm" in allowed else None
     mps = alloc.sharing == Sharing.MPS and "mps" in allowed
     mig = alloc.sharing == Sharing.MIG and "mig" in allowed and alloc.mig_profile is not None
+    held = rec.workload.allocation.sharing
+    whole = alloc.sharing == Sharing.EXCLUSIVE and "exclusive" in allowed and held != Sharing.EXCLUSIVE
+    if whole and held != Sharing.MIG:
+        why.append(f"exclusive: whole GPUs in place of {held.value} are not applied (only in place of MIG slices)")
+        whole = False
     hami = alloc.sharing == Sharing.HAMI and "hami" in allowed
     if hami and alloc.hami_gpumem_mib is None and alloc.hami_gpucores_pct is None:
         why.append("hami: the recommendation sizes neither gpumem nor gpucores")
@@ -126,6 +132,7 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         mps_mem_limit=mps_env(alloc).get(MPS_MEM) if mps else None,
         mig_profile=alloc.mig_profile if mig else None,
         mig_count=max(1, alloc.mig_count),
+        whole_gpus=max(1, alloc.gpus) if whole else None,
         hami_limits=tuple(sorted(hami_resources(alloc).items())) if hami else (),
         pod_annotations=tuple(sorted(kai.items())),
         reasons=tuple(why),
@@ -151,15 +158,17 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
             flags = {GPU_MEM_UTIL: desired.gpu_memory_utilization, MAX_NUM_SEQS: desired.max_num_seqs}
             b.flags(vllm_i, containers[vllm_i], {f: _fmt(v) for f, v in flags.items() if v is not None})
     if desired.mps_thread_pct is not None or desired.mps_mem_limit is not None or desired.mig_profile \
-            or desired.hami_limits:
+            or desired.hami_limits or desired.whole_gpus:
         if gpu_i is None:
-            b.skipped.append("no container requests a GPU: MPS/MIG/HAMi changes left out")
+            b.skipped.append("no container requests a GPU: MPS/MIG/HAMi/whole-GPU changes left out")
         else:
             env = {MPS_THREADS: None if desired.mps_thread_pct is None else str(desired.mps_thread_pct),
                    MPS_MEM: desired.mps_mem_limit}
             b.envs(gpu_i, containers[gpu_i], {k: v for k, v in env.items() if v is not None})
             if desired.mig_profile:
                 b.mig(gpu_i, containers[gpu_i], desired.mig_profile, desired.mig_count)
+            elif desired.whole_gpus:  # the slices give way to whole GPUs (policies.mig.missed_too_often)
+                b.resources(gpu_i, containers[gpu_i], {GPU: str(desired.whole_gpus)}, _is_gpu)
             if desired.hami_limits:
                 b.hami(gpu_i, containers[gpu_i], dict(desired.hami_limits))
     if desired.pod_annotations:
