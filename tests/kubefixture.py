@@ -32,6 +32,7 @@ BUILTIN: dict[str, tuple[str, bool]] = {
     "Deployment": ("apps/v1/deployments", True),
     "StatefulSet": ("apps/v1/statefulsets", True),
     "ReplicaSet": ("apps/v1/replicasets", True),
+    "ControllerRevision": ("apps/v1/controllerrevisions", True),
     "DaemonSet": ("apps/v1/daemonsets", True),
     "Job": ("batch/v1/jobs", True),
     "CronJob": ("batch/v1/cronjobs", True),

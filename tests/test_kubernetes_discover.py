@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from collectors.kubernetes import discover_workloads
-from collectors.kubernetes.discover import Listing, build_workloads, parse_controller, shape_since
+from collectors.kubernetes.discover import Listing, build_workloads, parse_controller, revision_of, shape_since
 from recommender.model import Sharing, VllmArgs, Workload
 from recommender.progress import NullProgress, RecordingProgress
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
@@ -77,6 +77,17 @@ def _llm() -> list[dict[str, Any]]:
               "--tensor-parallel-size 2 --max-model-len 32k"]))
     sts = manifest("StatefulSet", "llm", "mistral", {"replicas": 1, "serviceName": "mistral", "template": mistral},
                    {"app": "mistral"})
+    shorter = template({"app": "mistral"}, container(
+        "vllm", "vllm/vllm-openai:v0.6.3", {"nvidia.com/gpu": "2"}, command=["/bin/sh", "-c"],
+        args=["exec python3 -m vllm.entrypoints.openai.api_server --model mistralai/Mistral-7B-Instruct-v0.3 "
+              "--tensor-parallel-size 2 --max-model-len 16k"]))
+    revisions = []
+    for number, tmpl, created in ((1, shorter, "2026-11-02T00:00:00Z"), (2, mistral, "2026-11-12T09:30:00Z")):
+        cr = manifest("ControllerRevision", "llm", f"mistral-{number}", owner=sts)
+        del cr["spec"]
+        cr |= {"revision": number, "data": {"spec": {"template": {**tmpl, "$patch": "replace"}}}}
+        cr["metadata"]["creationTimestamp"] = created
+        revisions.append(cr)
     orphan = template({"app": "llama-old"}, container("vllm", VLLM, GPU1, args=["meta-llama/Llama-2-7b-chat-hf"]))
     gone_rs = {"kind": "ReplicaSet", "metadata": {"name": "llama-old-6f7c8d9e5b", "uid": "uid-gone"}}
     return [
@@ -84,7 +95,8 @@ def _llm() -> list[dict[str, Any]]:
         *_revised(_deployment("llm", "qwen-7b", qwen, 1, "5c9f7b8d4", ["gpu-a100-mig-0"]), qwen),
         *_deployment("llm", "embedder", mps, 1, "6b8c9d7f5", ["gpu-a100-1"]),
         *_deployment("llm", "gemma-idle", idle, 0, "85f6d9c7b", []),
-        sts, pod_from(sts, "llm", "mistral-0", mistral, "gpu-a100-0", {"apps.kubernetes.io/pod-index": "0"}),
+        sts, *revisions,
+        pod_from(sts, "llm", "mistral-0", mistral, "gpu-a100-0", {"apps.kubernetes.io/pod-index": "0"}),
         pod_from(gone_rs, "llm", "llama-old-6f7c8d9e5b-h7j2k", orphan, "gpu-a100-1",
                  {"pod-template-hash": "6f7c8d9e5b"}),
     ]
@@ -176,15 +188,20 @@ def test_mig_slice_memory_from_the_profile_label(found: dict[str, Workload]) -> 
     assert a.vllm is not None and a.vllm.max_model_len == 16_384  # 16K = 16 × 1024
 
 
-def test_the_shape_a_deployment_took_last_from_its_replica_sets(found: dict[str, Workload]) -> None:
-    """qwen-7b ran on whole GPUs (its revision 1) before its slices: the slices' capacity starts at revision 2."""
+def test_the_shape_a_controller_took_last_from_its_revisions(found: dict[str, Workload]) -> None:
+    """qwen-7b ran on whole GPUs (its revision 1) before its slices: the slices' capacity starts at revision 2.
+    mistral (a StatefulSet) served with a shorter --max-model-len before its ControllerRevision 2."""
     assert found["llm/Deployment/qwen-7b"].shape_since == datetime(2026, 11, 10, 8, tzinfo=UTC)
+    assert found["llm/StatefulSet/mistral"].shape_since == datetime(2026, 11, 12, 9, 30, tzinfo=UTC)
     assert found["llm/Deployment/llama-8b"].shape_since is None  # one ReplicaSet: no other shape known
+
+
+SVC = manifest("Deployment", "llm", "svc")
 
 
 def _rs(revision: str | None, created: str | None, gpu: dict[str, str], image: str = VLLM) -> dict[str, Any]:
     rs = manifest("ReplicaSet", "llm", f"svc-{revision}", {"template": template({}, container("vllm", image, gpu))},
-                  annotations={"deployment.kubernetes.io/revision": revision} if revision else None)
+                  annotations={"deployment.kubernetes.io/revision": revision} if revision else None, owner=SVC)
     if created:
         rs["metadata"]["creationTimestamp"] = created
     return rs
@@ -209,7 +226,20 @@ MIG3 = {"nvidia.com/mig-3g.40gb": "1"}
 ])
 def test_shape_since(replica_sets: list[dict[str, Any]], since: datetime | None) -> None:
     current = parse_controller("Deployment", {"spec": {"template": template({}, container("vllm", VLLM, MIG3))}})
-    assert shape_since(current, replica_sets) == since
+    revisions = [r for rs in replica_sets if (r := revision_of("ReplicaSet", rs)) is not None]
+    assert shape_since(current, revisions) == since
+
+
+def test_only_a_controllers_own_records_are_its_revisions() -> None:
+    assert revision_of("ReplicaSet", _rs("1", "2026-11-01T00:00:00Z", GPU1)) is not None
+    bare = _rs("1", "2026-11-01T00:00:00Z", GPU1)
+    del bare["metadata"]["ownerReferences"]
+    assert revision_of("ReplicaSet", bare) is None  # a ReplicaSet of its own is a workload, not a revision
+    daemon = manifest("ControllerRevision", "llm", "ds-1", owner=manifest("DaemonSet", "llm", "ds"))
+    daemon |= {"revision": 1, "data": {"spec": {"template": template({}, container("x", "x", GPU1))}}}
+    daemon["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"
+    assert revision_of("ControllerRevision", daemon) is None  # a DaemonSet's: not a workload we size
+    assert revision_of("Pod", _rs("1", "2026-11-01T00:00:00Z", GPU1)) is None
 
 
 def test_statefulset_with_shell_command(found: dict[str, Workload]) -> None:
@@ -283,8 +313,8 @@ def test_namespace_without_gpu_workloads(kube: KubeEmulator, namespace: str) -> 
 def test_progress_counts_every_list_call(kube: KubeEmulator) -> None:
     progress = RecordingProgress()
     discover_workloads(kube.settings(["llm", "web"]), progress, kube.api_client())
-    # per namespace: 6 built-in kinds + LeaderWorkerSet; then nodes once
-    assert progress.totals == {"kubernetes: list objects": 2 * 7 + 1}
+    # per namespace: 7 built-in kinds + LeaderWorkerSet; then nodes once
+    assert progress.totals == {"kubernetes: list objects": 2 * 8 + 1}
     assert progress.done == progress.totals
 
 

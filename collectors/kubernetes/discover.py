@@ -4,8 +4,9 @@ A workload is the highest object we can find by following controller ownerRefere
 ReplicaSet → Deployment, Pod → Job → CronJob, Pod → StatefulSet, and for LeaderWorkerSet worker pod →
 worker StatefulSet → leader Pod → leader StatefulSet → LeaderWorkerSet. Its allocation is read from the
 controller's pod template (what every replica gets), not from whichever pods happen to run; pods only
-say which node, and so which GPU, the workload runs on. Listing is the only I/O; :func:`build_workloads`
-is pure and tests without a server.
+say which node, and so which GPU, the workload runs on. A Deployment's ReplicaSets and a StatefulSet's
+ControllerRevisions, one per template rolled out, say since when its replicas have the shape they have now
+(:func:`shape_since`). Listing is the only I/O; :func:`build_workloads` is pure and tests without a server.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ NAMESPACED = (
     Resource("apps", "v1", "deployments", "Deployment"),
     Resource("apps", "v1", "statefulsets", "StatefulSet"),
     Resource("apps", "v1", "replicasets", "ReplicaSet"),
+    Resource("apps", "v1", "controllerrevisions", "ControllerRevision"),
     Resource("batch", "v1", "jobs", "Job"),
     Resource("batch", "v1", "cronjobs", "CronJob"),
     Resource("", "v1", "pods", "Pod"),
@@ -133,7 +135,7 @@ def build_workloads(listing: Listing) -> tuple[Workload, ...]:
     """Group pods under their top-level owners and keep the workloads that hold a GPU."""
     pods: dict[Key, list[dict[str, Any]]] = {}
     notes: dict[Key, list[str]] = {}
-    revisions: dict[Key, list[dict[str, Any]]] = {}
+    revisions: dict[Key, list[Revision]] = {}
     tops: set[Key] = set()
     for key, obj in listing.objects.items():
         top, why = top_owner(key, obj, listing.objects)
@@ -142,8 +144,8 @@ def build_workloads(listing: Listing) -> tuple[Workload, ...]:
             pods.setdefault(top, []).append(obj)
         elif top == key:
             tops.add(key)
-        if key[1] == "ReplicaSet" and (ref := _controller_ref(obj)) is not None and ref.get("kind") == "Deployment":
-            revisions.setdefault((key[0], "Deployment", str(ref.get("name", ""))), []).append(obj)
+        if (rev := revision_of(key[1], obj)) is not None and (ref := _controller_ref(obj)) is not None:
+            revisions.setdefault((key[0], str(ref.get("kind", "")), str(ref.get("name", ""))), []).append(rev)
     found = (_workload(k, listing, pods.get(k, []), notes.get(k, []), revisions.get(k, []))
              for k in sorted(tops | set(pods)))
     return tuple(w for w in found if w is not None)
@@ -191,7 +193,7 @@ def _missing_owner(ref: Key, pod: Mapping[str, Any]) -> tuple[Key, list[str]]:
 
 
 def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: list[str],
-              replica_sets: Sequence[Mapping[str, Any]] = ()) -> Workload | None:
+              revisions: Sequence[Revision] = ()) -> Workload | None:
     obj = listing.objects.get(key)
     pods = sorted(pods, key=lambda p: p["metadata"]["name"])
     if obj is not None and key[1] != "Pod":
@@ -203,7 +205,7 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
         return None
     if parsed.allocation.sharing is Sharing.NONE:
         return None
-    since = shape_since(parsed, replica_sets) if obj is not None and key[1] == "Deployment" else None
+    since = shape_since(parsed, revisions) if obj is not None and revisions else None
     parsed = unresolved(place(parsed, pods, listing))
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
     schedule = ((obj or {}).get("spec") or {}).get("schedule") if key[1] == "CronJob" else None
@@ -225,29 +227,55 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
 
 
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+REVISED_KINDS = {"ReplicaSet": "Deployment", "ControllerRevision": "StatefulSet"}  # a template's record → its owner
 
 
-def shape_since(current: ParsedSpec, replica_sets: Sequence[Mapping[str, Any]]) -> datetime | None:
-    """When a Deployment's pods took the shape its template has now: GPU resources and serving arguments
-    (:func:`replica_shape`), from its ReplicaSets, one per template it has rolled out.
+@dataclass(frozen=True)
+class Revision:
+    """One pod template a controller rolled out: its revision number, when it was created, the template."""
 
-    Newest revision first, the ReplicaSets with the current shape run back to the first one of that run,
+    number: int
+    created: datetime
+    template: Mapping[str, Any] | None
+
+
+def revision_of(kind: str, obj: Mapping[str, Any]) -> Revision | None:
+    """The revision a ReplicaSet (a Deployment's: ``deployment.kubernetes.io/revision``) or a ControllerRevision
+    (a StatefulSet's: ``revision``, its ``data`` the patch that restores ``spec.template``) records; None for
+    other kinds, or where the number or the creation time cannot be read."""
+    if kind not in REVISED_KINDS:
+        return None
+    owner = _controller_ref(obj)
+    if owner is None or owner.get("kind") != REVISED_KINDS[kind]:
+        return None
+    meta = obj.get("metadata") or {}
+    created = parse_time(meta.get("creationTimestamp"))
+    if kind == "ReplicaSet":
+        number = _revision((meta.get("annotations") or {}).get(REVISION_ANNOTATION))
+        template = (obj.get("spec") or {}).get("template")
+    else:
+        number = _revision(obj.get("revision"))
+        data = obj.get("data")
+        template = ((data.get("spec") or {}).get("template") if isinstance(data, Mapping) else None)
+    if number is None or created is None:
+        return None
+    return Revision(number, created.replace(tzinfo=UTC) if created.tzinfo is None else created, template)
+
+
+def shape_since(current: ParsedSpec, revisions: Sequence[Revision]) -> datetime | None:
+    """When a controller's pods took the shape its template has now: GPU resources and serving arguments
+    (:func:`replica_shape`), from the revisions it keeps, one per template it has rolled out (a Deployment's
+    ReplicaSets, a StatefulSet's ControllerRevisions).
+
+    Newest revision first, the revisions with the current shape run back to the first one of that run,
     created when its rollout began (the old pods served until the new ones were ready). A rollback reuses an
-    old ReplicaSet under a new revision with its old creation time, so no ReplicaSet of another shape may be
-    newer: the start is the later of the two. None where every ReplicaSet kept (``revisionHistoryLimit``) has
-    the current shape, or none can be read: the shape is older than what the API remembers.
+    old revision's record under a new number with its old creation time, so no revision of another shape may
+    be newer: the start is the later of the two. None where every revision kept (``revisionHistoryLimit``)
+    has the current shape, or none can be read: the shape is older than what the API remembers.
     """
     shape = replica_shape(current)
-    dated = []
-    for rs in replica_sets:
-        meta = rs.get("metadata") or {}
-        created = parse_time(meta.get("creationTimestamp"))
-        created = created.replace(tzinfo=UTC) if created is not None and created.tzinfo is None else created
-        revision = _revision((meta.get("annotations") or {}).get(REVISION_ANNOTATION))
-        if created is not None and revision is not None:
-            same = replica_shape(_template((rs.get("spec") or {}).get("template"), 1)) == shape
-            dated.append((revision, created, same))
-    dated.sort(key=lambda d: d[0], reverse=True)
+    dated = sorted(((r.number, r.created, replica_shape(_template(r.template, 1)) == shape) for r in revisions),
+                   key=lambda d: d[0], reverse=True)
     others = [created for _, created, same in dated if not same]
     if not others:
         return None
