@@ -240,6 +240,11 @@ def test_only_a_controllers_own_records_are_its_revisions() -> None:
     daemon["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"
     assert revision_of("ControllerRevision", daemon) is None  # a DaemonSet's: not a workload we size
     assert revision_of("Pod", _rs("1", "2026-11-01T00:00:00Z", GPU1)) is None
+    odd = manifest("ControllerRevision", "llm", "sts-1", owner=manifest("StatefulSet", "llm", "sts"))
+    odd |= {"revision": 1, "data": {"spec": {"replicas": 3}}}  # no template: not read as another shape
+    odd["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"
+    assert revision_of("ControllerRevision", odd) is None
+    assert revision_of("ControllerRevision", odd | {"data": {"spec": {"template": {}}}}) is not None
 
 
 def test_statefulset_with_shell_command(found: dict[str, Workload]) -> None:

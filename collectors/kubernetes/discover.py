@@ -242,7 +242,7 @@ class Revision:
 def revision_of(kind: str, obj: Mapping[str, Any]) -> Revision | None:
     """The revision a ReplicaSet (a Deployment's: ``deployment.kubernetes.io/revision``) or a ControllerRevision
     (a StatefulSet's: ``revision``, its ``data`` the patch that restores ``spec.template``) records; None for
-    other kinds, or where the number or the creation time cannot be read."""
+    other kinds, or where the number, the creation time or the template cannot be read."""
     if kind not in REVISED_KINDS:
         return None
     owner = _controller_ref(obj)
@@ -257,8 +257,8 @@ def revision_of(kind: str, obj: Mapping[str, Any]) -> Revision | None:
         number = _revision(obj.get("revision"))
         data = obj.get("data")
         template = ((data.get("spec") or {}).get("template") if isinstance(data, Mapping) else None)
-    if number is None or created is None:
-        return None
+    if number is None or created is None or not isinstance(template, Mapping):
+        return None  # a record we cannot read would count as another shape
     return Revision(number, created.replace(tzinfo=UTC) if created.tzinfo is None else created, template)
 
 
