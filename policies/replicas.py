@@ -252,7 +252,7 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
             f"capacity {measured:.3g} req/s per replica: p{settings.capacity_quantile * 100:g} of the rate per "
             f"replica over {good.size} steps that met the objective; no knee (no rate at which the objective was "
             f"more often missed than not), so this is a lower bound (set {CAPACITY_ANNOTATION} to size tighter)"]
-    since = f" since the replicas took their current shape ({workload.shape_since})" \
+    since = f" since the replicas took their current shape at {workload.shape_since:%Y-%m-%d %H:%M} UTC" \
         if _shape_note(workload, history) else ""
     return (f"no per-replica capacity: fewer than {settings.min_capacity_steps} steps with request rate and TTFT "
             f"that met the objective{since}, and no {CAPACITY_ANNOTATION} annotation")

@@ -200,7 +200,7 @@ def _missed_objective(ctx: Context, cls: WorkloadClass | None) -> str | None:
     since = ctx.workload.shape_since
     if ctx.workload.allocation.sharing is Sharing.EXCLUSIVE and since is not None \
             and missed_too_often(before, s.ttft_error_budget, s.whole_gpu_over_budget):
-        return (f"whole GPU, kept: on the shape it had until {since:%Y-%m-%d %H:%M}, {before:.1%} of requests were "
+        return (f"whole GPU, kept: on the shape it had until {since:%Y-%m-%d %H:%M} UTC, {before:.1%} of requests were "
                 f"{bar[0]} in its last {s.error_budget_window_s / HOUR_S:g} h, {bar[1]}; a slice or share is "
                 "offered again once that falls out of the collected window")
     return None
