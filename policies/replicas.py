@@ -228,7 +228,9 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
     before new replicas are ready) bound the knee only loosely; a configured figure the history contradicts
     (misses below it, or the objective met above the bracket) gives way to the measurement. Without a knee
     the ``capacity_quantile`` of the rates that met the objective is a lower bound, used only when nothing
-    is configured. Not measured with ``capacity_from_history`` off.
+    is configured. Not measured with ``capacity_from_history`` off. Only the steps since the replicas took
+    their current shape count, unless too few of them met the objective and nothing is configured: then, rather
+    than no plan at all right after a change (the KEDA scaler would answer errors), all of them, and it says so.
     """
     configured, conf_src = _configured_capacity(workload, settings)
     steps = _step_outcomes(workload, history, objective_s) if settings.capacity_from_history else None
@@ -252,10 +254,16 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
             f"capacity {measured:.3g} req/s per replica: p{settings.capacity_quantile * 100:g} of the rate per "
             f"replica over {good.size} steps that met the objective; no knee (no rate at which the objective was "
             f"more often missed than not), so this is a lower bound (set {CAPACITY_ANNOTATION} to size tighter)"]
-    since = f" since the replicas took their current shape at {workload.shape_since:%Y-%m-%d %H:%M} UTC" \
-        if _shape_note(workload, history) else ""
+    if _shape_note(workload, history):  # too soon after a change of shape: across it, flagged, rather than none
+        across = per_replica_capacity(replace(workload, shape_since=None), history, objective_s, settings)
+        if isinstance(across, str):
+            return across
+        cap, source, why = across
+        return cap, source, [f"fewer than {settings.min_capacity_steps} steps met the objective since the replicas "
+                             f"took their current shape at {workload.shape_since:%Y-%m-%d %H:%M} UTC: capacity read "
+                             "across the change, from both shapes, until they do", *why]
     return (f"no per-replica capacity: fewer than {settings.min_capacity_steps} steps with request rate and TTFT "
-            f"that met the objective{since}, and no {CAPACITY_ANNOTATION} annotation")
+            f"that met the objective, and no {CAPACITY_ANNOTATION} annotation")
 
 
 @dataclass(frozen=True)

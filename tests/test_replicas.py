@@ -521,10 +521,14 @@ def test_capacity_is_read_only_on_the_replicas_current_shape() -> None:
     assert any(r.startswith("capacity and error budget read from 2024-01-01 00:50 UTC on") for r in own.reasons)
     assert not any("read from" in r for r in mixed.reasons)
     late = pd.Timestamp("2024-01-01 01:25", tz="UTC").to_pydatetime()  # 5 steps since: too few, nothing configured
-    short = scaling_plan(replace(workload(), shape_since=late), h, cls(RT), (), S)
-    assert isinstance(short, NoScalingPlan)
-    assert "met the objective since the replicas took their current shape at 2024-01-01 01:25 UTC" \
-        in short.reasons[0]
+    short = plan(replace(workload(), shape_since=late), h, RT)  # rather than no plan: across the change, flagged
+    assert short.capacity_source == "measured" and short.per_replica_capacity == pytest.approx(5.0)
+    assert any(r.startswith("fewer than 30 steps met the objective since the replicas took their current shape at "
+                            "2024-01-01 01:25 UTC: capacity read across the change") for r in short.reasons)
+    few = knee_history(False, good_steps=5)  # too few on either side of the change: no plan, and why
+    none = scaling_plan(replace(workload(), shape_since=pd.Timestamp("2024-01-01 00:02", tz="UTC").to_pydatetime()),
+                        few, cls(RT), (), S)
+    assert isinstance(none, NoScalingPlan) and none.reasons[0].startswith("no per-replica capacity: fewer than 30")
 
 
 def test_misses_on_the_shape_before_do_not_spend_the_error_budget() -> None:
