@@ -410,5 +410,6 @@ def test_ours_moves_a_slice_that_misses_its_objective_to_whole_gpus_after_a_day(
     assert ours.escalated_s is not None and 86_400 <= ours.escalated_s < 86_400 + 3600
     assert ours.cap == CAP and ours.whole is None
     assert ours.shape_since == pd.Timestamp(ours.escalated_s, unit="s", tz="UTC")  # its knee reads from here on
+    assert ours.plan is not None and any(r.startswith("capacity and error budget read from") for r in ours.plan.reasons)
     day2 = trace.arrival_s > ours.escalated_s + CAP.cold_start_s
     assert (r.ttft_s[~day2][:100] > 2.0).all() and (r.ttft_s[day2] <= 2.0).all()
