@@ -28,7 +28,8 @@ def _workloads() -> tuple[Workload, ...]:
                     pods=("assistant-7d9f8b6c5d-x2k4p", "assistant-7d9f8b6c5d-q8v7n"),
                     labels={"app.kubernetes.io/name": "assistant"}, annotations={"note": "naïve — “quoted”"},
                     source="kubernetes", notes=("owner inferred",), kv_capacity_tokens=436_224.0,
-                    served_model="llama-3-8b", nodes=("gpu-h100-0", "gpu-h100-1"), cold_start_s=142.5)
+                    served_model="llama-3-8b", nodes=("gpu-h100-0", "gpu-h100-1"), cold_start_s=142.5,
+                    shape_since=datetime(2026, 10, 30, 8, 15, tzinfo=UTC))
     mig = Workload(WorkloadRef("dev", "StatefulSet", "review"),
                    Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5,
                               gpu_model="A100-80GB", gpu_product="NVIDIA A100-SXM4-80GB", device_memory_mib=40192.0,
