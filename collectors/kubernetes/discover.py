@@ -236,7 +236,7 @@ class Revision:
 
     number: int
     created: datetime
-    template: Mapping[str, Any] | None
+    template: Mapping[str, Any]
 
 
 def revision_of(kind: str, obj: Mapping[str, Any]) -> Revision | None:
@@ -268,7 +268,8 @@ def shape_since(current: ParsedSpec, revisions: Sequence[Revision]) -> datetime 
     ReplicaSets, a StatefulSet's ControllerRevisions).
 
     Newest revision first, the revisions with the current shape run back to the first one of that run,
-    created when its rollout began (the old pods served until the new ones were ready). A rollback reuses an
+    created when its rollout began (the old pods served until the new ones were ready; a StatefulSet updated
+    ``OnDelete`` changes its pods only as they are deleted, later). A rollback reuses an
     old revision's record under a new number with its old creation time, so no revision of another shape may
     be newer: the start is the later of the two. None where every revision kept (``revisionHistoryLimit``)
     has the current shape, or none can be read: the shape is older than what the API remembers.
