@@ -768,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     jumps = after_jumps(trace.arrival_s, cap.cold_start_s)
     means = float(trace.input_tokens.mean()), float(trace.output_tokens.mean())
     results = {}
+    moves: dict[str, float] = {}  # a policy's change of shape, for the chart
     for name in args.policies.split(","):
         make, capacity = policies[name]
         start = math.ceil(warm * cap.requests_per_s(*means) / capacity.requests_per_s(*means) - 1e-9)
@@ -775,6 +776,7 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = simulate(trace, capacity, policy, name, start)
         print(summary(name, results[name], args.ttft_objective_s, floor, jumps), flush=True)
         if isinstance(policy, Ours) and policy.escalated_s is not None:
+            moves[f"{name}: {shape} → whole GPUs"] = policy.escalated_s
             print(f"# {name} moved from {shape} to whole GPUs at {policy.escalated_s / 86_400:.2f} d: over "
                   f"{policy.settings.whole_gpu_over_budget:g}x its TTFT error budget (policies.mig.missed_too_often)")
     for name in ("ours", "oracle"):
@@ -782,7 +784,7 @@ def main(argv: list[str] | None = None) -> int:
             print(verdict(name, results, args.ttft_objective_s, floor))
     if args.chart is not None:
         fig = replay_figure(trace.arrival_s, {k: (r.gpus_per_min, r.ttft_s) for k, r in results.items()},
-                            args.ttft_objective_s, f"{args.trace.name}: ours on {shape}")
+                            args.ttft_objective_s, f"{args.trace.name}: ours on {shape}", moves)
         try:
             save(fig, args.chart, args.trace.name)
         except OSError as exc:

@@ -56,13 +56,14 @@ def _minutes(values: np.ndarray) -> pd.Series:
 
 
 def replay_figure(arrival_s: np.ndarray, results: Mapping[str, tuple[np.ndarray, np.ndarray]], objective_s: float,
-                  title: str) -> Figure:
+                  title: str, events: Mapping[str, float] | None = None) -> Figure:
     """Three panels over the trace's time (from 0): requests/s per minute; GPUs held per policy (bucket
     maxima); % of each hour's requests (5 minutes' on traces under 12 h) whose TTFT exceeds ``objective_s``,
     per policy.
 
     ``results``: policy → (GPU-equivalents held per minute, TTFT of each request in arrival order; inf: never
-    served)."""
+    served). ``events``: label → seconds from the start (a policy's change of shape), a dashed line through
+    the three panels, labelled on the GPUs', so a step in GPUs or misses can be told from a change of shape."""
     fig = Figure(figsize=(WIDTH_IN, 7.2))
     demand_ax, gpu_ax, miss_ax = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1, 1.4, 1]})
     minute = (arrival_s // 60).astype(np.int64)
@@ -84,6 +85,12 @@ def replay_figure(arrival_s: np.ndarray, results: Mapping[str, tuple[np.ndarray,
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(requests > 0, 100.0 * over / requests, np.nan)
         miss_ax.plot(starts, share, color=color, linewidth=0.9, marker=".", markersize=2)
+    for label, at_s in (events or {}).items():
+        when = pd.to_datetime(at_s, unit="s")
+        for ax in (demand_ax, gpu_ax, miss_ax):
+            ax.axvline(when, color="#343a40", linewidth=0.8, linestyle="--")
+        gpu_ax.annotate(label, (when, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -10),
+                        textcoords="offset points", fontsize=7, color="#343a40")
     gpu_ax.set_yscale("symlog", linthresh=1.0)  # a thrashing policy's hundred GPUs beside ours' one or two
     gpu_ax.yaxis.set_major_formatter(FuncFormatter(_plain))  # the style keeps text literal: no mathtext 10^n
     gpu_ax.set_ylabel("GPUs held (minute,\nbucket max; log above 1)")

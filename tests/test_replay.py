@@ -279,6 +279,20 @@ def test_cli_draws_the_chart_it_is_asked_for(tmp_path: Path, capsys: pytest.Capt
         assert why in err and "static-peak search" not in err
 
 
+def test_the_replay_chart_marks_a_change_of_shape() -> None:
+    from replay_charts import replay_figure
+
+    arrivals = np.arange(0.0, 7200.0, 10.0)
+    label = "ours: 3g.40gb → whole GPUs"
+    fig = replay_figure(arrivals, {"ours": (np.ones(121), np.full(arrivals.size, 0.5))}, 2.0, "t", {label: 3600.0})
+    for ax in fig.axes:  # one dashed line through each panel, at the move
+        (line,) = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+        assert pd.Timestamp(line.get_xdata()[0]) == pd.Timestamp(3600, unit="s")
+    assert [t.get_text() for t in fig.axes[1].texts] == [label]
+    assert not any(ln.get_linestyle() == "--" for ln in replay_figure(
+        arrivals, {"ours": (np.ones(121), np.full(arrivals.size, 0.5))}, 2.0, "t").axes[1].lines)
+
+
 def test_the_sweep_chart_places_each_client_against_the_goal() -> None:
     from replay_charts import ClientPoint, sweep_figure, sweep_points
 
