@@ -92,6 +92,7 @@ def replay_figure(arrival_s: np.ndarray, results: Mapping[str, tuple[np.ndarray,
         gpu_ax.annotate(label, (when, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -10),
                         textcoords="offset points", fontsize=7, color="#343a40")
     gpu_ax.set_yscale("symlog", linthresh=1.0)  # a thrashing policy's hundred GPUs beside ours' one or two
+    gpu_ax.set_ylim(bottom=0)  # a policy at zero would otherwise open a negative half-decade
     gpu_ax.yaxis.set_major_formatter(FuncFormatter(_plain))  # the style keeps text literal: no mathtext 10^n
     gpu_ax.set_ylabel("GPUs held (minute,\nbucket max; log above 1)")
     gpu_ax.legend(loc="upper left", ncols=len(results), fontsize=8, bbox_to_anchor=(0, 1.02, 1, 0.1))

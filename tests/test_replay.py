@@ -289,6 +289,7 @@ def test_the_replay_chart_marks_a_change_of_shape() -> None:
         (line,) = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
         assert pd.Timestamp(line.get_xdata()[0]) == pd.Timestamp(3600, unit="s")
     assert [t.get_text() for t in fig.axes[1].texts] == [label]
+    assert fig.axes[1].get_ylim()[0] == 0  # GPUs held never read below zero
     assert not any(ln.get_linestyle() == "--" for ln in replay_figure(
         arrivals, {"ours": (np.ones(121), np.full(arrivals.size, 0.5))}, 2.0, "t").axes[1].lines)
 
