@@ -101,8 +101,8 @@ class Workload:
     nodes: tuple[str, ...] = ()  # nodes its pods run on now (for the per-node MIG plan)
     cold_start_s: float | None = None  # measured pod start → ready, when known
     # when its pods took the GPU resources and serving arguments they have now (the rollout that started it, from
-    # a Deployment's ReplicaSets or a StatefulSet's ControllerRevisions); None: unknown, or no other shape among
-    # what the API keeps. Capacity measured before it was another shape's.
+    # a Deployment's ReplicaSets or a StatefulSet's or LeaderWorkerSet's ControllerRevisions); None: unknown, or no
+    # other shape among what the API keeps. Capacity measured before it was another shape's.
     shape_since: datetime | None = None
 
 

@@ -133,11 +133,21 @@ def _leader_worker_set() -> list[dict[str, Any]]:
                                                       command=["sh", "-c", "ray start --block"]))
     lws = manifest("LeaderWorkerSet", "llm", "llama-70b", {"replicas": 1, "leaderWorkerTemplate": {
         "size": 2, "leaderTemplate": leader_t, "workerTemplate": worker_t}})
+    revisions = []  # its groups were 3 pods (size 3) before revision 2 made them 2
+    for number, size, created in ((1, 3, "2026-11-03T00:00:00Z"), (2, 2, "2026-11-14T12:00:00Z")):
+        cr = manifest("ControllerRevision", "llm", f"llama-70b-{number}", owner=lws)
+        del cr["spec"]
+        cr |= {"revision": number, "data": {"spec": {"networkConfig": {"subdomainPolicy": "Shared"},
+                                                      "leaderWorkerTemplate": {"size": size, "leaderTemplate": leader_t,
+                                                                               "workerTemplate": worker_t,
+                                                                               "$patch": "replace"}}}}
+        cr["metadata"]["creationTimestamp"] = created
+        revisions.append(cr)
     leader_sts = manifest("StatefulSet", "llm", "llama-70b", {"replicas": 1, "template": leader_t}, owner=lws)
     leader = pod_from(leader_sts, "llm", "llama-70b-0", leader_t, "gpu-a100-0")
     worker_sts = manifest("StatefulSet", "llm", "llama-70b-0", {"replicas": 1, "template": worker_t}, owner=leader)
     worker = pod_from(worker_sts, "llm", "llama-70b-0-1", worker_t, "gpu-a100-1")
-    return [lws, leader_sts, leader, worker_sts, worker]
+    return [lws, *revisions, leader_sts, leader, worker_sts, worker]
 
 
 @pytest.fixture(scope="module")
@@ -190,9 +200,11 @@ def test_mig_slice_memory_from_the_profile_label(found: dict[str, Workload]) -> 
 
 def test_the_shape_a_controller_took_last_from_its_revisions(found: dict[str, Workload]) -> None:
     """qwen-7b ran on whole GPUs (its revision 1) before its slices: the slices' capacity starts at revision 2.
-    mistral (a StatefulSet) served with a shorter --max-model-len before its ControllerRevision 2."""
+    mistral (a StatefulSet) served with a shorter --max-model-len before its ControllerRevision 2, and llama-70b
+    (a LeaderWorkerSet) in groups of three pods."""
     assert found["llm/Deployment/qwen-7b"].shape_since == datetime(2026, 11, 10, 8, tzinfo=UTC)
     assert found["llm/StatefulSet/mistral"].shape_since == datetime(2026, 11, 12, 9, 30, tzinfo=UTC)
+    assert found["llm/LeaderWorkerSet/llama-70b"].shape_since == datetime(2026, 11, 14, 12, tzinfo=UTC)
     assert found["llm/Deployment/llama-8b"].shape_since is None  # one ReplicaSet: no other shape known
 
 

@@ -4,9 +4,10 @@ A workload is the highest object we can find by following controller ownerRefere
 ReplicaSet → Deployment, Pod → Job → CronJob, Pod → StatefulSet, and for LeaderWorkerSet worker pod →
 worker StatefulSet → leader Pod → leader StatefulSet → LeaderWorkerSet. Its allocation is read from the
 controller's pod template (what every replica gets), not from whichever pods happen to run; pods only
-say which node, and so which GPU, the workload runs on. A Deployment's ReplicaSets and a StatefulSet's
-ControllerRevisions, one per template rolled out, say since when its replicas have the shape they have now
-(:func:`shape_since`). Listing is the only I/O; :func:`build_workloads` is pure and tests without a server.
+say which node, and so which GPU, the workload runs on. A Deployment's ReplicaSets and a StatefulSet's or
+LeaderWorkerSet's ControllerRevisions, one per template rolled out, say since when its replicas have the shape
+they have now (:func:`shape_since`). Listing is the only I/O; :func:`build_workloads` is pure and tests without
+a server.
 """
 
 from __future__ import annotations
@@ -227,45 +228,46 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
 
 
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
-REVISED_KINDS = {"ReplicaSet": "Deployment", "ControllerRevision": "StatefulSet"}  # a template's record → its owner
-
-
 @dataclass(frozen=True)
 class Revision:
-    """One pod template a controller rolled out: its revision number, when it was created, the template."""
+    """One template a controller rolled out: its revision number, when it was created, what it ran."""
 
     number: int
     created: datetime
-    template: Mapping[str, Any]
+    spec: ParsedSpec
 
 
 def revision_of(kind: str, obj: Mapping[str, Any]) -> Revision | None:
     """The revision a ReplicaSet (a Deployment's: ``deployment.kubernetes.io/revision``) or a ControllerRevision
-    (a StatefulSet's: ``revision``, its ``data`` the patch that restores ``spec.template``) records; None for
-    other kinds, or where the number, the creation time or the template cannot be read."""
-    if kind not in REVISED_KINDS:
-        return None
+    records: a StatefulSet's or a LeaderWorkerSet's ``revision``, its ``data`` the patch that restores
+    ``spec.template`` (``spec.leaderWorkerTemplate``). None for other kinds and owners, or where the number, the
+    creation time or the template cannot be read."""
     owner = _controller_ref(obj)
-    if owner is None or owner.get("kind") != REVISED_KINDS[kind]:
-        return None
+    owned_by = owner.get("kind") if owner is not None else None
     meta = obj.get("metadata") or {}
-    created = parse_time(meta.get("creationTimestamp"))
-    if kind == "ReplicaSet":
+    data = obj.get("data")
+    patched = data.get("spec") if isinstance(data, Mapping) else None
+    patched = patched if isinstance(patched, Mapping) else {}
+    if (kind, owned_by) == ("ReplicaSet", "Deployment"):
         number = _revision((meta.get("annotations") or {}).get(REVISION_ANNOTATION))
         template = (obj.get("spec") or {}).get("template")
-    else:
+    elif (kind, owned_by) in (("ControllerRevision", "StatefulSet"), ("ControllerRevision", "LeaderWorkerSet")):
         number = _revision(obj.get("revision"))
-        data = obj.get("data")
-        template = ((data.get("spec") or {}).get("template") if isinstance(data, Mapping) else None)
+        template = patched.get("template" if owned_by == "StatefulSet" else "leaderWorkerTemplate")
+    else:
+        return None
+    created = parse_time(meta.get("creationTimestamp"))
     if number is None or created is None or not isinstance(template, Mapping):
         return None  # a record we cannot read would count as another shape
-    return Revision(number, created.replace(tzinfo=UTC) if created.tzinfo is None else created, template)
+    spec = _leader_worker_set({"leaderWorkerTemplate": template}) if owned_by == "LeaderWorkerSet" \
+        else _template(template, 1)
+    return Revision(number, created.replace(tzinfo=UTC) if created.tzinfo is None else created, spec)
 
 
 def shape_since(current: ParsedSpec, revisions: Sequence[Revision]) -> datetime | None:
     """When a controller's pods took the shape its template has now: GPU resources and serving arguments
     (:func:`replica_shape`), from the revisions it keeps, one per template it has rolled out (a Deployment's
-    ReplicaSets, a StatefulSet's ControllerRevisions).
+    ReplicaSets, a StatefulSet's or a LeaderWorkerSet's ControllerRevisions).
 
     Newest revision first, the revisions with the current shape run back to the first one of that run,
     created when its rollout began (the old pods served until the new ones were ready; a StatefulSet updated
@@ -275,7 +277,7 @@ def shape_since(current: ParsedSpec, revisions: Sequence[Revision]) -> datetime 
     has the current shape, or none can be read: the shape is older than what the API remembers.
     """
     shape = replica_shape(current)
-    dated = sorted(((r.number, r.created, replica_shape(_template(r.template, 1)) == shape) for r in revisions),
+    dated = sorted(((r.number, r.created, replica_shape(r.spec) == shape) for r in revisions),
                    key=lambda d: d[0], reverse=True)
     others = [created for _, created, same in dated if not same]
     if not others:
