@@ -68,8 +68,8 @@ class WorkloadFeatures:
     # (prompt + generation tokens) / requests over the whole window (arrivals: the finished count to within the
     # queue's change over the window)
     tokens_per_request: float | None = None
-    # share of requests over the TTFT objective in the last error-budget window (the collected objective), on the
-    # replicas' current shape; and in the last such window on the shape before, where the window still holds it
+    # share of requests over the TTFT objective in the last error-budget window (the collected objective); and in
+    # the last such window on the replicas' shape before their current one, where the window still holds it
     ttft_over_objective_frac: float | None = None
     shape_before_over_objective_frac: float | None = None
 
@@ -107,17 +107,17 @@ def split_at(data: pd.DataFrame, when: datetime | None) -> tuple[pd.DataFrame, p
 
 def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float, shape_before: bool = False
                          ) -> float | None:
-    """Requests over the TTFT objective as a share of all requests, over the last ``window_s`` of the steps
-    since the replicas took their current shape (``Workload.shape_since``; ``shape_before``: of the steps
-    before it, on the shape before), both rates summed over the steps where both are known; None without
-    requests or either series."""
+    """Requests over the TTFT objective as a share of all requests, over the last ``window_s``, both rates
+    summed over the steps where both are known; None without requests or either series. Read across a change
+    of shape (``Workload.shape_since``): a new shape's first minutes alone would give a noisy share, and a
+    slice's misses still argue for the whole GPUs that replaced it. ``shape_before``: over the last
+    ``window_s`` of the steps before the change instead, what the shape before did (None without a change)."""
     slow = snapshot.series(m.TTFT_OVER_OBJECTIVE_RATE, workload.ref)
     rate = snapshot.series(m.REQUEST_RATE, workload.ref)
     if slow is None or rate is None:
         return None
-    eras = split_at(pd.DataFrame({"slow": slow, "rate": rate}).replace([np.inf, -np.inf], np.nan).dropna(),
-                    workload.shape_since)
-    both = last_window(eras[0] if shape_before else eras[1], window_s)
+    both = pd.DataFrame({"slow": slow, "rate": rate}).replace([np.inf, -np.inf], np.nan).dropna()
+    both = last_window(split_at(both, workload.shape_since)[0] if shape_before else both, window_s)
     total = float(both["rate"].clip(lower=0).sum())
     return min(1.0, float(both["slow"].clip(lower=0).sum()) / total) if total > 0 else None
 
