@@ -382,6 +382,8 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     window. With a ``capacity`` read from this history (measured, or a lower bound; None for a configured one)
     the misses its replicas served above it do not count: they are the knee it was measured from, or rates
     the service was never seen to serve within the objective, and the replica count already sizes for them.
+    Only the steps since the replicas took their current shape count, once ``min_capacity_steps`` of them
+    have a TTFT; until then, all of them.
     Batch has no latency objective to spend: its headroom is left alone.
     """
     ttft = history.ttft_p95_s
@@ -390,7 +392,9 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     frame = pd.DataFrame({"ttft": ttft})
     per = _per_replica_rate(workload, history)
     frame["per"] = np.nan if per is None else per
-    frame = last_window(this_shape(frame, workload), settings.error_budget_window_s)
+    own = this_shape(frame, workload)  # a new shape's first few steps alone would make a noisy share: across
+    frame = last_window(own if np.isfinite(own["ttft"]).sum() >= settings.min_capacity_steps else frame,
+                        settings.error_budget_window_s)
     frame = frame[np.isfinite(frame["ttft"])]
     if frame.empty:
         return base, []

@@ -538,6 +538,8 @@ def test_misses_on_the_shape_before_do_not_spend_the_error_budget() -> None:
     assert plan(since, h, RT, (FC,)).headroom_frac == pytest.approx(0.30)
     naive = replace(since, shape_since=SINCE.tz_localize(None).to_pydatetime())  # a time without a zone is UTC
     assert plan(naive, h, RT, (FC,)).headroom_frac == pytest.approx(0.30)
+    just = replace(since, shape_since=pd.Timestamp("2024-01-01 02:20", tz="UTC").to_pydatetime())  # 10 steps ago
+    assert plan(just, h, RT, (FC,)).headroom_frac > 0.30  # too few steps since to judge on: read across it
 
 
 @pytest.mark.parametrize(("recorded_since", "expect"), [
