@@ -84,14 +84,20 @@ def this_shape(frame: pd.DataFrame, workload: Workload) -> pd.DataFrame:
     return split_at(frame, workload.shape_since)[1]
 
 
-def _shape_note(workload: Workload, history: ReplicaHistory) -> list[str]:
-    """Why the capacity and error budget read part of the history, where they do."""
+def _changed_within(workload: Workload, history: ReplicaHistory) -> bool:
+    """Whether the history holds steps from before the replicas took their current shape."""
     rate = history.request_rate_per_s
+    return rate is not None and len(this_shape(rate.to_frame(), workload)) < len(rate)
+
+
+def _shape_note(workload: Workload, history: ReplicaHistory, min_steps: int) -> list[str]:
+    """Why the capacity and error budget read part of the history, where they do."""
     since = workload.shape_since
-    if since is None or rate is None or not len(this_shape(rate.to_frame(), workload)) < len(rate):
+    if since is None or not _changed_within(workload, history):
         return []
     return [f"capacity and error budget read from {since:%Y-%m-%d %H:%M} UTC on, when the replicas took their "
-            "current GPU shape: per replica, the steps before were another shape's"]
+            f"current GPU shape (per replica, the steps before were another shape's), once {min_steps} steps "
+            "there tell; across the change until then"]
 
 
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
@@ -107,7 +113,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     objective_s, note = ttft_objective(workload, settings)
     carried = (previous.per_replica_capacity, f"the previous plan's ({previous.capacity_source})") if previous \
         else recorded_capacity(workload)
-    why += _shape_note(workload, history)
+    why += _shape_note(workload, history, settings.min_capacity_steps)
     capacity = keep_lower_bound(per_replica_capacity(workload, history, objective_s, settings), carried)
     demand = demand_to_size(cls, forecasts, history.request_rate_per_s, settings.no_forecast_floor_window_s)
     if isinstance(capacity, str) or isinstance(demand, str):
@@ -254,7 +260,7 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
             f"capacity {measured:.3g} req/s per replica: p{settings.capacity_quantile * 100:g} of the rate per "
             f"replica over {good.size} steps that met the objective; no knee (no rate at which the objective was "
             f"more often missed than not), so this is a lower bound (set {CAPACITY_ANNOTATION} to size tighter)"]
-    if _shape_note(workload, history):  # too soon after a change of shape: across it, flagged, rather than none
+    if _changed_within(workload, history):  # too soon after a change of shape: across it, flagged, rather than none
         across = per_replica_capacity(replace(workload, shape_since=None), history, objective_s, settings)
         if isinstance(across, str):
             return across
