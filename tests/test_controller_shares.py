@@ -44,6 +44,14 @@ def container_of(obj: dict[str, Any]) -> dict[str, Any]:
     return dict(obj["spec"]["template"]["spec"]["containers"][0])
 
 
+def reconcile_applied(cluster: WriteCluster, rec: Any) -> Any:
+    """One Auto cycle planning ``rec`` against the cluster, which must apply it; its report."""
+    report = Controller(cluster.kube(), lambda now: (plan(rec, now=now), snapshot(now, .3, .3)),
+                        clock=lambda: NOW).reconcile()
+    assert [o.status for o in report.outcomes] == ["applied"], report
+    return report
+
+
 def test_desired_carries_policies_shares_rendering_only_when_allowed() -> None:
     hami = desired_from(hami_rec(), ["hami"])
     assert dict(hami.hami_limits) == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "30"}
@@ -100,9 +108,7 @@ def test_kai_annotation_changes_and_inverts_exactly(annotations: dict[str, str] 
 
 def test_hami_auto_patches_the_container_limits_and_rollback_restores_them() -> None:
     with WriteCluster([deployment(limits=HAMI_NOW), policy("hami", spec_for("hami"))]) as cluster:
-        report = Controller(cluster.kube(), lambda now: (plan(hami_rec(), now=now), snapshot(now, .3, .3)),
-                            clock=lambda: NOW).reconcile()
-        assert [o.status for o in report.outcomes] == ["applied"], report
+        reconcile_applied(cluster, hami_rec())
         c = container_of(cluster.obj("Deployment", NS, NAME))
         assert c["resources"]["limits"] == HAMI_NEW == c["resources"]["requests"]
         record = json.loads(cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"][LAST_CHANGE])
@@ -116,9 +122,7 @@ def test_hami_auto_patches_the_container_limits_and_rollback_restores_them() -> 
 
 def test_kai_auto_sets_the_pod_template_annotation_and_rollback_removes_it() -> None:
     with WriteCluster([deployment(), policy("kai", spec_for("kai"))]) as cluster:
-        report = Controller(cluster.kube(), lambda now: (plan(kai_rec(), now=now), snapshot(now, .3, .3)),
-                            clock=lambda: NOW).reconcile()
-        assert [o.status for o in report.outcomes] == ["applied"], report
+        report = reconcile_applied(cluster, kai_rec())
         assert "pod annotations: (none) → {'gpu-fraction': '0.5'}" in report.outcomes[0].message
         tmpl = cluster.obj("Deployment", NS, NAME)["spec"]["template"]
         assert tmpl["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
@@ -171,9 +175,7 @@ def test_whole_gpus_replace_a_slice_only_where_exclusive_is_allowed() -> None:
 
 def test_auto_moves_a_slice_to_a_whole_gpu_and_rollback_restores_the_slice() -> None:
     with WriteCluster([deployment(limits=MIG_NOW), policy("whole", spec_for("exclusive"))]) as cluster:
-        report = Controller(cluster.kube(), lambda now: (plan(whole_rec(), now=now), snapshot(now, .3, .3)),
-                            clock=lambda: NOW).reconcile()
-        assert [o.status for o in report.outcomes] == ["applied"], report
+        reconcile_applied(cluster, whole_rec())
         c = container_of(cluster.obj("Deployment", NS, NAME))
         assert c["resources"]["limits"] == {"nvidia.com/gpu": "1"} == c["resources"]["requests"]
         record = json.loads(cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"][LAST_CHANGE])
