@@ -478,7 +478,6 @@ class Ours:
         self.cap, self.cls, self.refit_s, self.settings = cap, cls, refit_s, settings
         self.whole = whole  # the whole GPU a slice gives way to (policies.mig.missed_too_often); None: no change
         self.escalated_s: float | None = None
-        self.shape_since: pd.Timestamp | None = None  # knee and error budget read from here on
         self.bin_s, self.history_s = bin_s, history_s
         self.min_forecast_history_s = 2 * 86_400  # shorter: forecast_series widens its band up to x5
         self.plan: ScalingPlan | None = None
@@ -493,6 +492,12 @@ class Ours:
         self.pending = pd.DataFrame({"step": np.array([], dtype=np.int64), "ttft": np.array([])})
         self.ready_sum = np.zeros(0)  # ready replicas summed over the syncs of each step, and their count
         self.ready_n = np.zeros(0)
+
+    @property
+    def shape_since(self) -> pd.Timestamp | None:
+        """When the pool took its current shape (the move's start, as its ReplicaSet's creation): the knee and
+        the error budget read from here on (``Workload.shape_since``)."""
+        return None if self.escalated_s is None else pd.Timestamp(self.escalated_s, unit="s", tz="UTC")
 
     def __call__(self, obs: Observed) -> int:
         step = obs.k // self.bin_s
@@ -582,7 +587,6 @@ class Ours:
         share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
-            self.shape_since = pd.Timestamp(obs.k, unit="s", tz="UTC")  # the rollout's start, as its ReplicaSet's
             self.recs.clear()  # the HPA's recommendations were counts of the old shape
 
     def _observe_ttft(self, obs: Observed, full: int) -> None:
