@@ -50,3 +50,25 @@ def compute_need(alloc: Allocation, f: WorkloadFeatures, catalogue: Catalogue, p
     why = (f"engine active p{p.compute_percentile * 100:g} {act.at(p.compute_percentile):.0%} of a "
            f"{share:.2f}-GPU share = {scaled.at(p.compute_percentile):.2f} GPU, +{p.compute_margin_frac:.0%} margin")
     return ComputeNeed(est(scaled), (why, caveat) if caveat else (why,))
+
+
+def compute_held(alloc: Allocation, catalogue: Catalogue) -> float | None:
+    """Whole GPUs' worth of compute one replica can use: its devices, its MIG slices' SM share, its MPS or
+    HAMi core share, or its time share (time-slicing, KAI). None where that is unknown (a MIG profile the
+    catalogue lacks, no GPU): what moving a replica to another shape multiplies its throughput by, in the
+    estimate that assumes throughput follows compute."""
+    gpu = catalogue.get(alloc.gpu_model)
+    devices = max(alloc.gpus, 1)
+    match alloc.sharing:
+        case Sharing.EXCLUSIVE:
+            return float(alloc.gpus) if alloc.gpus > 0 else None
+        case Sharing.MIG:
+            prof = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
+            return prof.shape.sm_slices / gpu.sm_slices * max(alloc.mig_count, 1) if gpu and prof else None
+        case Sharing.MPS:
+            return (alloc.mps_active_thread_pct or 100.0) / 100 * devices
+        case Sharing.HAMI:
+            return (alloc.hami_gpucores_pct or 100.0) / 100 * devices
+        case Sharing.TIME_SLICING | Sharing.KAI:
+            return alloc.gpu_equivalents or None
+    return None

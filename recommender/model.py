@@ -263,6 +263,8 @@ class ScalingPlan:
     reasons: tuple[str, ...] = ()
     capacity_source: str = "measured"  # measured | configured | lower bound | model card
     mean_replicas: float | None = None  # what the autoscaler would have held on average over the window
+    # the same on the recommended shape, its capacity per replica scaled by the compute it holds (an estimate)
+    mean_replicas_right_sized: float | None = None
     waiting_per_replica: float | None = None  # requests waiting per replica: target x the TTFT objective
     rate_window_s: int = 120  # rate() window of the request-rate trigger's query (ScalingSettings.rate_window_s)
 
@@ -325,6 +327,9 @@ class Summary:
     gpu_hours_needed: float
     gpu_hours_autoscaled: float | None = None  # held, with today's replicas autoscaled by their scaling plans
     autoscaled_workloads: int = 0  # workloads whose scaling plan has a mean replica count
+    # needed, with the recommended shape's replicas autoscaled where a plan estimates them (the rest as needed)
+    gpu_hours_right_sized_autoscaled: float | None = None
+    right_sized_autoscaled_workloads: int = 0  # workloads whose plan has a mean on the recommended shape
 
 
 @dataclass(frozen=True)

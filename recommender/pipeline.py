@@ -14,7 +14,7 @@ from policies.nodeplan import mig_demands, plan_nodes
 from policies.registry import get_policy
 from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
 from policies.rightsize import Context
-from policies.savings import summarize, with_money
+from policies.savings import summarize, with_money, with_right_sized_mean
 from recommender.classify import classify, load_class_model
 from recommender.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.errors import NoWorkloadsError
@@ -61,8 +61,10 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
             found, notes = forecasts.get(w.ref.key, ((), ()))
             ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found)
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
-            recs.append(with_scaling(rec, scaling_plan(w, history_from_snapshot(snapshot, w), classes[w.ref.key],
-                                                       found, settings.scaling, _carried(before, w, previous))))
+            history = history_from_snapshot(snapshot, w)
+            rec = with_scaling(rec, scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
+                                                 _carried(before, w, previous)))
+            recs.append(with_right_sized_mean(rec, history, catalogue))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))

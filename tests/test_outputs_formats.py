@@ -67,7 +67,7 @@ def test_json_validates_against_the_schema(plan: Plan, snap: Snapshot) -> None:
     doc = json.loads(get_formatter("json")(plan, snap), parse_constant=_no_nan)
     Draft202012Validator(SCHEMA).validate(doc)
     Draft202012Validator(strict(SCHEMA)).validate(doc)
-    assert doc["schema_version"] == "1.4" and doc["generated_at"] == "2026-11-01T00:00:00Z"
+    assert doc["schema_version"] == "1.5" and doc["generated_at"] == "2026-11-01T00:00:00Z"
     assert [w["name"] for w in doc["workloads"]] == [r.ref.name for r in plan.recommendations]
 
 
@@ -89,7 +89,7 @@ def test_demo_plan_with_scaling_and_mig_nodes_validates() -> None:
     assert {"mig", "exclusive"} <= mechanisms
     scaled = [w for w in doc["workloads"] if w["scaling"]]
     assert scaled, "no scaling plan in the demo"
-    autoscaled = 0.0
+    autoscaled = both = 0.0
     for w in scaled:
         s = w["scaling"]
         assert s["min_replicas"] <= s["recommended_replicas"] <= s["max_replicas"]
@@ -99,10 +99,17 @@ def test_demo_plan_with_scaling_and_mig_nodes_validates() -> None:
         if s["mean_replicas"] is not None:
             assert (0 if s["scale_to_zero"] else 1) <= s["mean_replicas"] <= s["max_replicas"]
             autoscaled += w["gpus_held"] * (s["mean_replicas"] / w["current"]["replicas"] - 1)
+        if s["mean_replicas_right_sized"] is not None:
+            per_replica = w["recommended"]["gpu_equivalents"]
+            both += per_replica * s["mean_replicas_right_sized"] - w["gpus_needed"]
     summary = doc["summary"]
     assert summary["autoscaled_workloads"] == sum(w["scaling"]["mean_replicas"] is not None for w in scaled) > 0
     hours = summary["gpu_hours_held"] / summary["gpus_held"]
     assert summary["gpu_hours_autoscaled"] == pytest.approx(summary["gpu_hours_held"] + autoscaled * hours, abs=1.0)
+    assert summary["right_sized_autoscaled_workloads"] == sum(
+        w["scaling"]["mean_replicas_right_sized"] is not None for w in scaled) > 0
+    assert summary["gpu_hours_right_sized_autoscaled"] == pytest.approx(summary["gpu_hours_needed"] + both * hours,
+                                                                        abs=1.0)
 
 
 def test_nan_and_inf_become_null(plan: Plan) -> None:
@@ -261,6 +268,17 @@ def test_downsample_keeps_gaps_and_short_series() -> None:
 
 
 # -- every format -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html", "json"])
+def test_right_sized_autoscaled_gpu_hours_show_only_when_computed(plan: Plan, snap: Snapshot, fmt: str) -> None:
+    scaled = replace(plan, summary=replace(plan.summary, gpu_hours_autoscaled=1210.3, autoscaled_workloads=2))
+    both = replace(scaled, summary=replace(scaled.summary, gpu_hours_right_sized_autoscaled=987.6,
+                                           right_sized_autoscaled_workloads=2))
+    shown, hidden = (" ".join(get_formatter(fmt)(p, snap).split()) for p in (both, scaled))
+    figure = {"table": "right-sized too: ≥ 988", "markdown": "at least 987.6 GPU-hours", "html": "≥ 988",
+              "json": '"gpu_hours_right_sized_autoscaled": 987.6'}[fmt]
+    assert figure in shown and figure not in hidden
+
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "html", "json"])
 def test_autoscaled_gpu_hours_show_only_when_computed(plan: Plan, snap: Snapshot, fmt: str) -> None:

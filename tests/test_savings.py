@@ -1,15 +1,18 @@
-"""Fleet totals: GPU-hours under the scaling plans beside held and needed."""
+"""Fleet totals: GPU-hours under the scaling plans beside held and needed, and on the recommended shape."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 from policies.catalogue import load_catalogue
-from policies.savings import autoscaled_gpus, summarize
+from policies.compute import compute_held
+from policies.replicas import ReplicaHistory
+from policies.savings import autoscaled_gpus, right_sized_autoscaled_gpus, summarize, with_right_sized_mean
 from recommender import model as m
-from recommender.model import ScalingPlan
+from recommender.model import Allocation, Recommendation, ScalingPlan, Sharing
 from tests import planfixture as pf
 
 WINDOW_S = (pf.END - pf.START).total_seconds()
@@ -37,3 +40,71 @@ def test_autoscaled_gpu_hours_count_todays_replica_shape_under_the_plan() -> Non
 def test_no_mean_means_no_autoscaled_figure() -> None:
     s = summarize(pf.recommendations(), WINDOW_S, load_catalogue())
     assert s.gpu_hours_autoscaled is None and s.autoscaled_workloads == 0
+
+
+# -- right-sized and autoscaled: the plan's mean on the recommended shape ---------------------------------------
+
+A100 = {"gpu_model": "A100-80GB"}
+WHOLE = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=2, **A100)  # type: ignore[arg-type]
+SLICE_3G = replace(WHOLE, sharing=Sharing.MIG, gpus=0, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5)
+
+
+def _rate(values: list[float]) -> ReplicaHistory:
+    index = pd.date_range("2026-01-01", periods=len(values), freq="600s", tz="UTC")
+    return ReplicaHistory(600.0, pd.Series(values, index=index, dtype=float))
+
+
+def _rec(now: Allocation, after: Allocation | None, mean: float | None = 1.0) -> Recommendation:
+    rec = pf.recommendations()[0]
+    return replace(rec, workload=replace(rec.workload, allocation=now), recommended=after,
+                   gpus_held=now.total_gpu_equivalents,
+                   gpus_needed=after.total_gpu_equivalents if after else now.total_gpu_equivalents,
+                   scaling=_scaling(mean))
+
+
+@pytest.mark.parametrize(("alloc", "expected"), [
+    (WHOLE, 1.0),
+    (replace(WHOLE, gpus=2), 2.0),
+    (SLICE_3G, 3 / 7),
+    (replace(SLICE_3G, mig_profile="5g.60gb"), None),  # not an A100-80GB profile
+    (replace(WHOLE, sharing=Sharing.MPS, mps_active_thread_pct=40.0), 0.4),
+    (replace(WHOLE, sharing=Sharing.HAMI, hami_gpucores_pct=30.0), 0.3),
+    (replace(WHOLE, sharing=Sharing.TIME_SLICING, gpu_equivalents=0.25), 0.25),
+    (replace(WHOLE, sharing=Sharing.NONE, gpus=0), None),
+])
+def test_compute_held_per_replica(alloc: Allocation, expected: float | None) -> None:
+    assert compute_held(alloc, load_catalogue()) == (None if expected is None else pytest.approx(expected))
+
+
+def test_a_slice_needs_more_replicas_for_the_same_demand() -> None:
+    # 20 req/s for 10 steps at target 7 on a whole GPU: 3 replicas; on 3/7 of the compute, target 3: 7 replicas
+    history = _rate([20.0] * 10)
+    rec = with_right_sized_mean(_rec(WHOLE, SLICE_3G, mean=3.0), history, load_catalogue())
+    assert rec.scaling is not None and rec.scaling.mean_replicas_right_sized == pytest.approx(7.0)
+    assert right_sized_autoscaled_gpus(rec) == pytest.approx(7 * 0.5)  # 3.5 GPU-equivalents against 3 whole
+    assert any("today's x 0.429" in r for r in rec.scaling.reasons)
+    # at a low rate the slice's floor is what it saves: one replica either way, half a GPU instead of one
+    low = with_right_sized_mean(_rec(WHOLE, SLICE_3G), _rate([0.5] * 10), load_catalogue())
+    assert right_sized_autoscaled_gpus(low) == pytest.approx(0.5)
+
+
+def test_same_compute_keeps_the_mean_and_unknown_compute_says_so() -> None:
+    cat = load_catalogue()
+    kept = with_right_sized_mean(_rec(WHOLE, replace(WHOLE, vllm=None), mean=1.7), _rate([1.0] * 5), cat)
+    assert kept.scaling is not None and kept.scaling.mean_replicas_right_sized == 1.7
+    unknown = with_right_sized_mean(_rec(WHOLE, replace(SLICE_3G, mig_profile="5g.60gb")), _rate([1.0] * 5), cat)
+    assert unknown.scaling is not None and unknown.scaling.mean_replicas_right_sized is None
+    assert any("compute one replica holds is unknown on the recommended shape" in r for r in unknown.scaling.reasons)
+    for untouched in (_rec(WHOLE, SLICE_3G, mean=None), _rec(WHOLE, None), _rec(WHOLE, replace(WHOLE, replicas=0))):
+        assert with_right_sized_mean(untouched, _rate([1.0] * 5), cat) == untouched
+
+
+def test_the_fleet_figure_adds_right_sizing_and_autoscaling() -> None:
+    cat = load_catalogue()
+    slice_rec = with_right_sized_mean(_rec(WHOLE, SLICE_3G, mean=3.0), _rate([20.0] * 10), cat)
+    others = list(pf.recommendations())
+    s = summarize([slice_rec, *others], WINDOW_S, cat)
+    expected = (7 * 0.5 + sum(r.gpus_needed for r in others)) * WINDOW_S / 3600
+    assert s.gpu_hours_right_sized_autoscaled == pytest.approx(expected, abs=0.05)
+    assert s.right_sized_autoscaled_workloads == 1
+    assert summarize(others, WINDOW_S, cat).gpu_hours_right_sized_autoscaled is None

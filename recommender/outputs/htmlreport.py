@@ -62,6 +62,10 @@ def _cards(plan: Plan) -> str:
                  f"today's replicas under {s.autoscaled_workloads} scaling plans · {s.gpu_hours_held:,.0f} held",
                  _savings_class(s.gpu_hours_held - s.gpu_hours_autoscaled))]
           if s.gpu_hours_autoscaled is not None else []),
+        *([_card("GPU-h right-sized + autoscaled", f"≥ {s.gpu_hours_right_sized_autoscaled:,.0f}",
+                 f"{s.right_sized_autoscaled_workloads} scaling plans on the recommended shape, the rest as needed",
+                 _savings_class(s.gpu_hours_held - s.gpu_hours_right_sized_autoscaled))]
+          if s.gpu_hours_right_sized_autoscaled is not None else []),
         _card("Savings / month", t.money(s.monthly_savings_usd, ""), "at the configured GPU-hour prices",
               _savings_class(s.monthly_savings_usd)),
         _card("Workloads", f"{s.with_recommendation} / {s.workloads}", "with a recommendation"),

@@ -36,9 +36,10 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.4"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+SCHEMA_VERSION = "1.5"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
 # 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled);
-# 1.4: a second trigger on requests waiting (scaling.waiting_per_replica)
+# 1.4: a second trigger on requests waiting (scaling.waiting_per_replica); 1.5: replicas and GPU-hours on the
+# recommended shape (scaling.mean_replicas_right_sized, summary.gpu_hours_right_sized_autoscaled)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -178,6 +179,7 @@ def scaling(p: ScalingPlan | None, namespace: str, name: str) -> dict[str, Any] 
         "cooldown_s": p.cooldown_s,
         "cold_start_s": secs(p.cold_start_s),
         "mean_replicas": frac(p.mean_replicas),
+        "mean_replicas_right_sized": frac(p.mean_replicas_right_sized),
         "reasons": list(p.reasons),
         "keda": keda_parameters(p, pods),
     }
@@ -202,6 +204,8 @@ def summary(s: Summary) -> dict[str, Any]:
         "gpu_hours_needed": secs(s.gpu_hours_needed),
         "gpu_hours_autoscaled": secs(s.gpu_hours_autoscaled),
         "autoscaled_workloads": s.autoscaled_workloads,
+        "gpu_hours_right_sized_autoscaled": secs(s.gpu_hours_right_sized_autoscaled),
+        "right_sized_autoscaled_workloads": s.right_sized_autoscaled_workloads,
     }
 
 

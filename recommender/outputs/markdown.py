@@ -41,7 +41,11 @@ def _summary(plan: Plan) -> list[str]:
         f"- **GPU-hours over the window**: {s.gpu_hours_held:,.1f} held → {s.gpu_hours_needed:,.1f} needed",
         *([f"- **Autoscaling today's replicas** ({s.autoscaled_workloads} scaling plans): "
            f"{s.gpu_hours_held:,.1f} → at least {s.gpu_hours_autoscaled:,.1f} GPU-hours over the window "
-           "(a separate estimate: it does not add to right-sizing)"] if s.gpu_hours_autoscaled is not None else []),
+           "(today's shapes: it does not add to right-sizing)"] if s.gpu_hours_autoscaled is not None else []),
+        *([f"- **Right-sized and autoscaled** ({s.right_sized_autoscaled_workloads} scaling plans on the recommended "
+           f"shape, the rest as needed): {s.gpu_hours_held:,.1f} → at least {s.gpu_hours_right_sized_autoscaled:,.1f} "
+           "GPU-hours over the window (capacity per replica scaled by the compute it holds: an estimate)"]
+          if s.gpu_hours_right_sized_autoscaled is not None else []),
         f"- **Savings**: {md(t.money(s.monthly_savings_usd, ' per month'))}",
     ]
 

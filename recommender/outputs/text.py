@@ -158,12 +158,15 @@ def fleet_line(plan: Plan) -> str:
 
 
 def autoscaled_text(s: Summary) -> str:
-    """' · autoscaling today's replicas: 5,964 → ≥ 5,210 GPU-h ...', or '' when no scaling plan has a mean
-    (a lower bound: the plans' means assume a perfect forecast)."""
+    """' · autoscaling today's replicas: 5,964 → ≥ 5,210 GPU-h ...; right-sized too: ≥ 4,560 ...', or '' when no
+    scaling plan has a mean (a lower bound: the plans' means assume a perfect forecast)."""
     if s.gpu_hours_autoscaled is None:
         return ""
+    both = "" if s.gpu_hours_right_sized_autoscaled is None else (
+        f"; right-sized too: ≥ {s.gpu_hours_right_sized_autoscaled:,.0f} ({s.right_sized_autoscaled_workloads} "
+        f"autoscaled on the recommended shape)")
     return (f" · autoscaling today's replicas: {s.gpu_hours_held:,.0f} → ≥ {s.gpu_hours_autoscaled:,.0f} GPU-h over "
-            f"the window ({s.autoscaled_workloads} workload{'s' if s.autoscaled_workloads != 1 else ''})")
+            f"the window ({s.autoscaled_workloads} workload{'s' if s.autoscaled_workloads != 1 else ''}){both}")
 
 
 def window_line(plan: Plan) -> str:
