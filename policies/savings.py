@@ -115,6 +115,13 @@ def right_sized_autoscaled_gpus(rec: Recommendation) -> float | None:
     return rec.recommended.gpu_equivalents * mean
 
 
+def right_sized_autoscaled_or_needed(rec: Recommendation) -> float:
+    """What a workload counts in the fleet's right-sized and autoscaled figure: its mean on the recommended
+    shape, else its GPUs needed (held where there is no recommendation)."""
+    gpus = right_sized_autoscaled_gpus(rec)
+    return rec.gpus_needed if gpus is None else gpus
+
+
 def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalogue) -> Summary:
     hours = window_s / 3600.0
     held = sum(r.gpus_held for r in recs)
@@ -122,9 +129,8 @@ def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalo
     scaled = [autoscaled_gpus(r) for r in recs]
     autoscaled = sum(r.gpus_held if a is None else a for r, a in zip(recs, scaled, strict=True))
     n_scaled = sum(a is not None for a in scaled)
-    both = [right_sized_autoscaled_gpus(r) for r in recs]
-    right_sized_autoscaled = sum(r.gpus_needed if b is None else b for r, b in zip(recs, both, strict=True))
-    n_both = sum(b is not None for b in both)
+    right_sized_autoscaled = sum(right_sized_autoscaled_or_needed(r) for r in recs)
+    n_both = sum(right_sized_autoscaled_gpus(r) is not None for r in recs)
     return Summary(
         workloads=len(recs),
         with_recommendation=sum(1 for r in recs if r.recommended is not None),

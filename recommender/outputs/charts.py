@@ -169,19 +169,25 @@ def usage_figure(panels: Sequence[Panel]) -> Figure:
     return fig
 
 
-def fleet_figure(names: Sequence[str], held: Sequence[float], needed: Sequence[float]) -> Figure:
-    """Horizontal grouped bars: GPU-equivalents held vs needed per namespace, largest on top."""
+def fleet_figure(names: Sequence[str], held: Sequence[float], needed: Sequence[float],
+                 autoscaled: Sequence[float] | None = None) -> Figure:
+    """Horizontal grouped bars: GPU-equivalents held vs needed per namespace, largest on top; with
+    ``autoscaled``, a third bar for right-sized and autoscaled (on average over the window)."""
     n = len(names)
-    fig = Figure(figsize=(WIDTH_IN, 0.9 + 0.32 * max(n, 1)), layout="constrained")
+    bars = [("held", held, COLORS["held"]), ("needed", needed, COLORS["needed"])]
+    if autoscaled is not None:
+        bars.append(("right-sized + autoscaled (mean)", autoscaled, COLORS["band"]))
+    height = 0.76 / len(bars)
+    fig = Figure(figsize=(WIDTH_IN, 0.9 + 0.16 * len(bars) * max(n, 1)), layout="constrained")
     ax = fig.subplots()
     y = np.arange(n)[::-1]
-    ax.barh(y + 0.19, held, height=0.38, color=COLORS["held"], label="held")
-    ax.barh(y - 0.19, needed, height=0.38, color=COLORS["needed"], label="needed")
+    for i, (label, values, color) in enumerate(bars):
+        ax.barh(y + 0.38 - height * (i + 0.5), values, height=height, color=color, label=label)
     ax.set_yticks(y, labels=list(names))
     ax.set_xlabel("GPU-equivalents (all replicas)")
     ax.grid(axis="y", visible=False)
     ax.set_axisbelow(True)
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncols=2, fontsize=8, borderaxespad=0.2)
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncols=len(bars), fontsize=8, borderaxespad=0.2)
     ax.set_xlim(left=0)
     ax.set_ylim(-0.6, n - 0.4)
     return fig

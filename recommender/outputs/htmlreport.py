@@ -16,6 +16,7 @@ from collections import defaultdict
 from html import escape
 from importlib.resources import files
 
+from policies.savings import right_sized_autoscaled_or_needed
 from recommender.model import Plan, Recommendation, Snapshot
 from recommender.outputs import charts
 from recommender.outputs import text as t
@@ -84,15 +85,18 @@ def _fleet(plan: Plan) -> str:
     (one "other" bar would dwarf every namespace shown)."""
     held: dict[str, float] = defaultdict(float)
     needed: dict[str, float] = defaultdict(float)
+    both: dict[str, float] = defaultdict(float)
     for r in plan.recommendations:
         held[r.ref.namespace] += r.gpus_held
         needed[r.ref.namespace] += r.gpus_needed
+        both[r.ref.namespace] += right_sized_autoscaled_or_needed(r)
     if not held:
         return '<p class="none">No workloads.</p>'
     names = sorted(held, key=lambda ns: (-held[ns], ns))
     shown, rest = names[:MAX_NAMESPACES], names[MAX_NAMESPACES:]
     with charts.chart_style("gpu-rightsizer-fleet"):
-        fig = charts.fleet_figure(shown, [held[n] for n in shown], [needed[n] for n in shown])
+        scaled = [both[n] for n in shown] if plan.summary.gpu_hours_right_sized_autoscaled is not None else None
+        fig = charts.fleet_figure(shown, [held[n] for n in shown], [needed[n] for n in shown], scaled)
         svg = charts.to_svg(fig, tight=True)
     note = (f'<p class="note">{len(rest):,} more namespaces hold {sum(held[n] for n in rest):,.2f} GPUs and need '
             f"{sum(needed[n] for n in rest):,.2f}.</p>" if rest else "")
