@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from recommender.planstore import PlanStore
 from recommender.serve import Servers, ServeSettings, start_servers
+from recommender.serve.exporter import fleet_metrics, workload_metrics
 from tests import servefixture as sf
 
 API = "/apis/external.metrics.k8s.io/v1beta1"
@@ -191,3 +193,18 @@ def test_http_rate_limit(tmp_path: Path) -> None:
         assert "rate limit" in s.get("/healthz").json()["error"]
     finally:
         s.servers.stop(0.5)
+
+
+def test_metrics_carry_right_sized_and_autoscaled_gpus_where_a_plan_estimates_them() -> None:
+    plan = sf.plan(mean_replicas=2.0, mean_replicas_right_sized=3.0)  # llama: 3 slices of 0.5 on average
+    plan = replace(plan, summary=replace(plan.summary, gpu_hours_right_sized_autoscaled=1.0,
+                                         right_sized_autoscaled_workloads=1))
+    fleet = {s.labels["state"]: s.value for fam in fleet_metrics(plan) for s in fam.samples if "state" in s.labels}
+    per = {(s.labels["workload"], s.labels["state"]): s.value for fam in workload_metrics(plan)
+           for s in fam.samples if fam.name == "rightsizer_gpu_equivalents"}
+    llama = next(r for r in plan.recommendations if r.ref.key == sf.LLAMA)
+    assert per["llama-3-8b-chat", "right_sized_autoscaled"] == 1.5
+    assert fleet["right_sized_autoscaled"] == pytest.approx(plan.summary.gpus_needed - llama.gpus_needed + 1.5, abs=1e-3)
+    assert sum(state == "right_sized_autoscaled" for _, state in per) == 1
+    without = {s.labels["state"] for fam in fleet_metrics(sf.plan()) for s in fam.samples if "state" in s.labels}
+    assert without == {"held", "needed"}

@@ -13,6 +13,7 @@ import pandas as pd
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from policies.savings import right_sized_autoscaled_gpus, right_sized_autoscaled_or_needed
 from recommender.model import Plan, Recommendation
 from recommender.serve.lookup import Lookup
 from recommender.serve.targets import PlanState, TargetError, forecast_rows, plan_state, target_for
@@ -56,17 +57,22 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 
 def fleet_metrics(plan: Plan) -> Iterator[GaugeMetricFamily]:
     s = plan.summary
-    gpus = GaugeMetricFamily("rightsizer_fleet_gpu_equivalents", "GPU equivalents held today and needed after",
+    gpus = GaugeMetricFamily("rightsizer_fleet_gpu_equivalents", "GPU equivalents held today and needed after "
+                             "(right_sized_autoscaled: on average, with the scaling plans on the recommended shapes)",
                              labels=["state"])
     gpus.add_metric(["held"], s.gpus_held)
     gpus.add_metric(["needed"], s.gpus_needed)
+    if s.gpu_hours_right_sized_autoscaled is not None:
+        gpus.add_metric(["right_sized_autoscaled"], sum(right_sized_autoscaled_or_needed(r)
+                                                        for r in plan.recommendations))
     yield gpus
     yield _gauge("rightsizer_fleet_monthly_savings_usd", "Money the plan saves a month, USD", s.monthly_savings_usd)
 
 
 def workload_metrics(plan: Plan) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
     """What each workload should get: GPU equivalents, MIG profile, MPS share, vLLM memory, savings."""
-    gpus = GaugeMetricFamily("rightsizer_gpu_equivalents", "GPU equivalents (all replicas) held and recommended",
+    gpus = GaugeMetricFamily("rightsizer_gpu_equivalents", "GPU equivalents (all replicas) held and recommended "
+                             "(right_sized_autoscaled: on average, the recommended shape under the scaling plan)",
                              labels=[*WL, "state"])
     mig = InfoMetricFamily("rightsizer_recommended_mig_profile", "Recommended MIG profile per replica",
                            labels=WL)
@@ -79,6 +85,8 @@ def workload_metrics(plan: Plan) -> Iterator[GaugeMetricFamily | InfoMetricFamil
     for rec in plan.recommendations:
         gpus.add_metric([*_wl(rec), "held"], rec.gpus_held)
         gpus.add_metric([*_wl(rec), "recommended"], rec.gpus_needed)
+        if (both := right_sized_autoscaled_gpus(rec)) is not None:
+            gpus.add_metric([*_wl(rec), "right_sized_autoscaled"], both)
         if rec.monthly_savings_usd is not None:
             savings.add_metric(_wl(rec), rec.monthly_savings_usd)
         after = rec.recommended
