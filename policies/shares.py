@@ -97,6 +97,12 @@ def hami_resources(alloc: Allocation) -> dict[str, str]:
     return out
 
 
+def hami_whole_resources(gpus: int) -> dict[str, str]:
+    """HAMi container limits for whole GPUs (reference.md §6: an exclusive GPU is gpucores 100 and
+    gpumem-percentage 100): how a HAMi workload moves to whole GPUs without leaving HAMi's scheduler."""
+    return {"nvidia.com/gpu": str(gpus), "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}
+
+
 def kai_annotations(alloc: Allocation) -> dict[str, str]:
     """KAI scheduler pod annotation (reference.md §7): the fraction of one GPU's memory. KAI enforces
     nothing, so the workload must self-limit (vLLM: --gpu-memory-utilization at most this)."""

@@ -165,6 +165,7 @@ def test_whole_gpus_replace_a_slice_only_where_exclusive_is_allowed() -> None:
     assert desired_from(whole_rec(), ["mig", "replicas"]).whole_gpus is None
     mps = desired_from(whole_rec(Sharing.MPS), ["exclusive"])
     assert mps.whole_gpus is None and "whole GPUs in place of mps are not applied" in mps.reasons[0]
+    assert not mps.hami_limits and not mps.drop_pod_annotations
     obj = deployment(limits=MIG_NOW)
     cs = plan_changes(obj, desired_from(whole_rec(), ["exclusive"]))
     changed = container_of(apply_local(obj, cs))
@@ -184,3 +185,72 @@ def test_auto_moves_a_slice_to_a_whole_gpu_and_rollback_restores_the_slice() -> 
         out = CliRunner().invoke(main, ["rollback", KEY, "--server", cluster.url])
         assert out.exit_code == 0, out.output
         assert cluster.obj("Deployment", NS, NAME)["spec"] == deployment(limits=MIG_NOW)["spec"]
+
+
+HAMI_WHOLE = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}
+KAI_SHARE = {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "1", "team": "search"}
+
+
+def test_whole_gpus_replace_a_hami_share_with_hamis_own_exclusive_limits() -> None:
+    hami = desired_from(whole_rec(Sharing.HAMI), ["exclusive"])
+    assert dict(hami.hami_limits) == HAMI_WHOLE and hami.whole_gpus is None
+    obj = deployment(limits=HAMI_NOW)
+    cs = plan_changes(obj, hami)
+    changed = container_of(apply_local(obj, cs))["resources"]
+    assert changed["limits"] == HAMI_WHOLE == changed["requests"]  # gpumem gone: exclusive with the percentage
+    assert apply_local(apply_local(obj, cs), inverse(cs)) == obj
+    assert plan_changes(apply_local(obj, cs), hami).empty
+
+
+def _kai_deployment(resources: dict[str, Any] | None, **annotations: str) -> dict[str, Any]:
+    obj = deployment(limits={"cpu": "4"}, pod_annotations={**KAI_SHARE, **annotations})
+    c = obj["spec"]["template"]["spec"]["containers"][0]
+    if resources is None:
+        del c["resources"]
+    else:
+        c["resources"] = resources
+    return obj
+
+
+@pytest.mark.parametrize(("resources", "expect"), [
+    ({"limits": {"cpu": "4"}, "requests": {"cpu": "4"}}, {"limits": {"cpu": "4", "nvidia.com/gpu": "1"},
+                                                          "requests": {"cpu": "4"}}),
+    ({"requests": {"cpu": "4"}}, {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "4"}}),
+    (None, {"limits": {"nvidia.com/gpu": "1"}}),
+])
+def test_whole_gpus_replace_a_kai_share_its_annotations_go_and_a_gpu_limit_comes(
+        resources: dict[str, Any] | None, expect: dict[str, Any]) -> None:
+    kai = desired_from(whole_rec(Sharing.KAI), ["exclusive"])
+    assert kai.whole_gpus == 1 and "gpu-fraction" in kai.drop_pod_annotations
+    obj = _kai_deployment(resources)
+    cs = plan_changes(obj, kai)
+    after = apply_local(obj, cs)
+    assert after["spec"]["template"]["metadata"]["annotations"] == {"team": "search"}
+    assert container_of(after)["resources"] == expect  # GPU requests default to the limits
+    assert apply_local(after, inverse(cs)) == obj
+    assert plan_changes(after, kai).empty
+
+
+def test_a_kai_share_names_its_container_and_one_not_found_changes_nothing() -> None:
+    kai = desired_from(whole_rec(Sharing.KAI), ["exclusive"])
+    obj = _kai_deployment(None, **{"gpu-fraction-container-name": "vllm"})
+    sidecar = {"name": "proxy", "image": "envoy", "resources": {"limits": {"cpu": "1"}}}
+    obj["spec"]["template"]["spec"]["containers"].insert(0, sidecar)
+    after = apply_local(obj, plan_changes(obj, kai))
+    assert [c.get("resources", {}).get("limits") for c in after["spec"]["template"]["spec"]["containers"]] == [
+        {"cpu": "1"}, {"nvidia.com/gpu": "1"}]
+    missing = _kai_deployment(None, **{"gpu-fraction-container-name": "gone"})
+    cs = plan_changes(missing, kai)
+    assert cs.empty and any("no container requests a GPU" in r for r in cs.skipped)
+
+
+def test_auto_moves_a_kai_share_to_a_whole_gpu_and_rollback_restores_the_share() -> None:
+    before = _kai_deployment({"limits": {"cpu": "4"}})
+    with WriteCluster([before, policy("whole", spec_for("exclusive"))]) as cluster:
+        reconcile_applied(cluster, whole_rec(Sharing.KAI))
+        obj = cluster.obj("Deployment", NS, NAME)
+        assert obj["spec"]["template"]["metadata"]["annotations"] == {"team": "search"}
+        assert container_of(obj)["resources"] == {"limits": {"cpu": "4", "nvidia.com/gpu": "1"}}
+        out = CliRunner().invoke(main, ["rollback", KEY, "--server", cluster.url])
+        assert out.exit_code == 0, out.output
+        assert cluster.obj("Deployment", NS, NAME)["spec"] == before["spec"]

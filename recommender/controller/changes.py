@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.replicas import positive_number, trigger_thresholds
-from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, kai_annotations, mps_env
+from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, hami_whole_resources, kai_annotations, mps_env
 from recommender.model import Recommendation, Sharing
 
 GPU = "nvidia.com/gpu"
@@ -27,6 +27,7 @@ GPU_MEM_UTIL = "--gpu-memory-utilization"
 MAX_NUM_SEQS = "--max-num-seqs"
 HAMI_MEM, HAMI_MEM_PCT = "nvidia.com/gpumem", "nvidia.com/gpumem-percentage"  # reference.md §6: not both
 KAI_FRACTION, KAI_MEMORY = "gpu-fraction", "gpu-memory"  # reference.md §7: alternatives, one at a time
+KAI_DEVICES, KAI_CONTAINER = "gpu-fraction-num-devices", "gpu-fraction-container-name"  # default: container 0
 ACTUATED_KINDS = frozenset({"Deployment", "StatefulSet"})
 
 
@@ -89,6 +90,7 @@ class Desired:
     keda_thresholds: tuple[tuple[str, str], ...] = ()  # (metric a Prometheus trigger's query reads, threshold)
     hami_limits: tuple[tuple[str, str], ...] = ()  # container limits, as policies.shares.hami_resources
     pod_annotations: tuple[tuple[str, str], ...] = ()  # pod template, as policies.shares.kai_annotations
+    drop_pod_annotations: tuple[str, ...] = ()  # pod template annotations removed (KAI's share, for whole GPUs)
     reasons: tuple[str, ...] = field(default=())
 
 
@@ -114,13 +116,17 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     mig = alloc.sharing == Sharing.MIG and "mig" in allowed and alloc.mig_profile is not None
     held = rec.workload.allocation.sharing
     whole = alloc.sharing == Sharing.EXCLUSIVE and "exclusive" in allowed and held != Sharing.EXCLUSIVE
-    if whole and held != Sharing.MIG:
-        why.append(f"exclusive: whole GPUs in place of {held.value} are not applied (only in place of MIG slices)")
+    if whole and held not in (Sharing.MIG, Sharing.HAMI, Sharing.KAI):
+        why.append(f"exclusive: whole GPUs in place of {held.value} are not applied (only in place of MIG slices, "
+                   "HAMi or KAI shares: under MPS or time-slicing the node's device plugin shares every GPU)")
         whole = False
     hami = alloc.sharing == Sharing.HAMI and "hami" in allowed
     if hami and alloc.hami_gpumem_mib is None and alloc.hami_gpucores_pct is None:
         why.append("hami: the recommendation sizes neither gpumem nor gpucores")
         hami = False
+    gpus = max(1, alloc.gpus)
+    hami_limits = hami_resources(alloc) if hami else hami_whole_resources(gpus) if whole and held == Sharing.HAMI \
+        else {}
     kai = kai_annotations(alloc) if alloc.sharing == Sharing.KAI and "kai" in allowed else {}
     if alloc.sharing == Sharing.KAI and "kai" in allowed and not kai:
         why.append("kai: the recommendation has no gpu-fraction")
@@ -132,9 +138,10 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         mps_mem_limit=mps_env(alloc).get(MPS_MEM) if mps else None,
         mig_profile=alloc.mig_profile if mig else None,
         mig_count=max(1, alloc.mig_count),
-        whole_gpus=max(1, alloc.gpus) if whole else None,
-        hami_limits=tuple(sorted(hami_resources(alloc).items())) if hami else (),
+        whole_gpus=gpus if whole and held != Sharing.HAMI else None,  # HAMi's whole GPU is its own limits
+        hami_limits=tuple(sorted(hami_limits.items())),
         pod_annotations=tuple(sorted(kai.items())),
+        drop_pod_annotations=(KAI_FRACTION, KAI_MEMORY, KAI_DEVICES) if whole and held == Sharing.KAI else (),
         reasons=tuple(why),
     )
 
@@ -148,8 +155,11 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
     b = _Builder(obj)
     if desired.replicas is not None and not replicas_owned_by_keda:
         b.replace("/spec/replicas", "replicas", (obj.get("spec") or {}).get("replicas", 1), desired.replicas)
-    containers = ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    template = (obj.get("spec") or {}).get("template") or {}
+    containers = template.get("spec", {}).get("containers") or []
     gpu_i = next((i for i, c in enumerate(containers) if _gpu_resources(c)), None)
+    if gpu_i is None and desired.drop_pod_annotations:  # a KAI share requests no GPU resource: its container
+        gpu_i = _kai_container(template, containers)
     vllm_i = next((i for i, c in enumerate(containers) if _runs_vllm(c)), gpu_i)
     if desired.gpu_memory_utilization is not None or desired.max_num_seqs is not None:
         if vllm_i is None:
@@ -172,9 +182,18 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
             if desired.hami_limits:
                 b.hami(gpu_i, containers[gpu_i], dict(desired.hami_limits))
     if desired.pod_annotations:
-        b.pod_annotations(((obj.get("spec") or {}).get("template") or {}).get("metadata"),
-                          dict(desired.pod_annotations))
+        b.pod_annotations(template.get("metadata"), dict(desired.pod_annotations))
+    if desired.drop_pod_annotations and desired.whole_gpus and gpu_i is not None:
+        b.drop_pod_annotations((template.get("metadata") or {}).get("annotations") or {}, desired.drop_pod_annotations)
     return b.build(ref)
+
+
+def _kai_container(template: Mapping[str, Any], containers: Sequence[Mapping[str, Any]]) -> int | None:
+    """The container a KAI GPU share belongs to (reference.md §7: named by its annotation, else the first)."""
+    name = ((template.get("metadata") or {}).get("annotations") or {}).get(KAI_CONTAINER)
+    if name is None:
+        return 0 if containers else None
+    return next((i for i, c in enumerate(containers) if c.get("name") == name), None)
 
 
 # deriv(<selector>[<range>]): a gauge's growth, which the report's rate query adds to the finished rate
@@ -345,9 +364,10 @@ class _Builder:
         self.resources(i, c, {resource: str(count)}, _is_gpu)
 
     def hami(self, i: int, c: Mapping[str, Any], values: Mapping[str, str]) -> None:
-        """HAMi limits set; MIG slices (a vGPU is an nvidia.com/gpu) and gpumem-percentage (exclusive with
-        gpumem) removed."""
-        self.resources(i, c, values, lambda k: k.startswith(MIG_PREFIX) or (k == HAMI_MEM_PCT and HAMI_MEM in values))
+        """HAMi limits set; MIG slices (a vGPU is an nvidia.com/gpu) and whichever of gpumem and
+        gpumem-percentage (exclusive with each other) is not set removed."""
+        self.resources(i, c, values, lambda k: k.startswith(MIG_PREFIX) or (k == HAMI_MEM_PCT and HAMI_MEM in values)
+                       or (k == HAMI_MEM and HAMI_MEM_PCT in values))
 
     def resources(self, i: int, c: Mapping[str, Any], want: Mapping[str, str], drop: Callable[[str], bool]) -> None:
         """``want`` set and the keys ``drop`` names removed, in the container's limits and in its requests when
@@ -355,6 +375,13 @@ class _Builder:
         default to the limits); each changed section is guarded, and the container's name."""
         base = f"/spec/template/spec/containers/{i}/resources"
         self.guards[f"/spec/template/spec/containers/{i}/name"] = c.get("name")
+        resources = c.get("resources")
+        if not (resources or {}).get("limits"):  # no limits yet (a KAI share's container): they are added whole
+            if resources is None:
+                self.changes.append(Change(base, "resources", None, {"limits": dict(want)}))
+            else:
+                self.guards[base] = dict(resources)  # JSON patch cannot test absence: test the parent
+                self.changes.append(Change(f"{base}/limits", "limits", resources.get("limits"), dict(want)))
         for section in ("limits", "requests"):
             have = dict((c.get("resources") or {}).get(section) or {})
             if not have or (section == "requests" and not any(_is_gpu(k) or k in want for k in have)):
@@ -385,6 +412,13 @@ class _Builder:
         if KAI_FRACTION in values and KAI_MEMORY in have:
             self.replace(f"{base}/annotations/{_esc(KAI_MEMORY)}", f"pod annotation {KAI_MEMORY}", have[KAI_MEMORY],
                          None)
+
+
+    def drop_pod_annotations(self, have: Mapping[str, Any], keys: Sequence[str]) -> None:
+        """The template's annotations named by ``keys`` removed, each guarded by the value it had."""
+        for k in keys:
+            if k in have:
+                self.replace(f"/spec/template/metadata/annotations/{_esc(k)}", f"pod annotation {k}", have[k], None)
 
 
 def _get(obj: Any, pointer: str) -> Any:
