@@ -397,3 +397,45 @@ def test_cold_start_is_the_median_start_to_ready() -> None:
     assert cold_start_s(pods) == 120.0
     assert cold_start_s([pod("2026-11-01T13:00:00Z", None), {"status": {}}]) is None
     assert cold_start_s([pod("not a time", "2026-11-01T12:01:30Z")]) is None
+
+
+def _qwen_statefulset(strategy: str | None, pods_created: list[str]) -> Listing:
+    """A StatefulSet on whole GPUs (revision 1) and on 3g.40gb slices since revision 2 (2026-11-10)."""
+    new = template({"app": "qwen"}, container("vllm", VLLM, {"nvidia.com/mig-3g.40gb": "1"}, args=["Qwen/Qwen2.5-7B"]))
+    old = template({"app": "qwen"}, container("vllm", VLLM, GPU1, args=["Qwen/Qwen2.5-7B"]))
+    spec: dict[str, Any] = {"replicas": len(pods_created), "serviceName": "qwen", "template": new}
+    if strategy is not None:
+        spec["updateStrategy"] = {"type": strategy}
+    sts = manifest("StatefulSet", "llm", "qwen", spec, {"app": "qwen"})
+    records = []
+    for number, tmpl, created in ((1, old, "2026-11-02T00:00:00Z"), (2, new, "2026-11-10T00:00:00Z")):
+        cr = manifest("ControllerRevision", "llm", f"qwen-{number}", owner=sts)
+        del cr["spec"]
+        cr |= {"revision": number, "data": {"spec": {"template": {**tmpl, "$patch": "replace"}}}}
+        cr["metadata"]["creationTimestamp"] = created
+        records.append(cr)
+    pods = []
+    for i, created in enumerate(pods_created):
+        pod = pod_from(sts, "llm", f"qwen-{i}", new, "gpu-a100-mig-0")
+        pod["metadata"]["creationTimestamp"] = created
+        pods.append(pod)
+    listing = Listing()
+    listing.add("StatefulSet", [sts])
+    listing.add("ControllerRevision", records)
+    listing.add("Pod", pods)
+    return listing
+
+
+@pytest.mark.parametrize(("strategy", "pods_created", "since", "noted"), [
+    # OnDelete: the last old pod was deleted on the 14th; until then the pool mixed both shapes
+    ("OnDelete", ["2026-11-12T00:00:00Z", "2026-11-14T06:00:00Z"], datetime(2026, 11, 14, 6, tzinfo=UTC), True),
+    # rolled out by the controller: the revision's time
+    ("RollingUpdate", ["2026-11-12T00:00:00Z", "2026-11-14T06:00:00Z"], datetime(2026, 11, 10, tzinfo=UTC), False),
+    (None, ["2026-11-14T06:00:00Z"], datetime(2026, 11, 10, tzinfo=UTC), False),  # RollingUpdate is the default
+    ("OnDelete", ["2026-11-09T00:00:00Z"], datetime(2026, 11, 10, tzinfo=UTC), False),  # no pod started since
+])
+def test_an_on_delete_statefulset_takes_its_shape_when_its_pods_were_replaced(
+        strategy: str | None, pods_created: list[str], since: datetime, noted: bool) -> None:
+    (w,) = build_workloads(_qwen_statefulset(strategy, pods_created))
+    assert w.shape_since == since
+    assert any("updated OnDelete" in n for n in w.notes) == noted

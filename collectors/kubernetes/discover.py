@@ -207,6 +207,8 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
     if parsed.allocation.sharing is Sharing.NONE:
         return None
     since = shape_since(parsed, revisions) if obj is not None and revisions else None
+    since, on_delete = replaced_since(key[1], obj, since, pods)
+    notes = [*notes, *on_delete]
     parsed = unresolved(place(parsed, pods, listing))
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
     schedule = ((obj or {}).get("spec") or {}).get("schedule") if key[1] == "CronJob" else None
@@ -271,7 +273,7 @@ def shape_since(current: ParsedSpec, revisions: Sequence[Revision]) -> datetime 
 
     Newest revision first, the revisions with the current shape run back to the first one of that run,
     created when its rollout began (the old pods served until the new ones were ready; a StatefulSet updated
-    ``OnDelete`` changes its pods only as they are deleted, later). A rollback reuses an
+    ``OnDelete`` changes its pods only as they are deleted, later: :func:`replaced_since`). A rollback reuses an
     old revision's record under a new number with its old creation time, so no revision of another shape may
     be newer: the start is the later of the two. None where every revision kept (``revisionHistoryLimit``)
     has the current shape, or none can be read: the shape is older than what the API remembers.
@@ -284,6 +286,25 @@ def shape_since(current: ParsedSpec, revisions: Sequence[Revision]) -> datetime 
         return None
     run = list(itertools.takewhile(lambda d: d[2], dated))
     return max(min((created for _, created, _ in run), default=max(others)), max(others))
+
+
+def replaced_since(kind: str, obj: Mapping[str, Any] | None, since: datetime | None,
+                   pods: Sequence[Mapping[str, Any]]) -> tuple[datetime | None, list[str]]:
+    """``since`` for a StatefulSet updated ``OnDelete``, whose pods take a new template only as they are deleted:
+    no earlier than its newest pod's creation, when the pool last changed (homogeneous if every old pod is gone,
+    a steady mix if not). A pod recreated for another reason moves it too: the price of not knowing. Other
+    controllers roll their pods out on their own, at the revision's time."""
+    strategy = (((obj or {}).get("spec") or {}).get("updateStrategy") or {}).get("type")
+    if since is None or kind != "StatefulSet" or strategy != "OnDelete":
+        return since, []
+    started = [t.replace(tzinfo=UTC) if t.tzinfo is None else t for p in pods
+               if (t := parse_time((p.get("metadata") or {}).get("creationTimestamp"))) is not None]
+    newest = max(started, default=since)
+    if newest <= since:
+        return since, []
+    return newest, [f"updated OnDelete: its pods take a new template only as they are deleted; capacity is read "
+                    f"from its newest pod's start ({newest:%Y-%m-%d %H:%M} UTC), not the revision's "
+                    f"({since:%Y-%m-%d %H:%M} UTC)"]
 
 
 def replica_shape(parsed: ParsedSpec) -> Allocation:
