@@ -81,13 +81,7 @@ def _llm() -> list[dict[str, Any]]:
         "vllm", "vllm/vllm-openai:v0.6.3", {"nvidia.com/gpu": "2"}, command=["/bin/sh", "-c"],
         args=["exec python3 -m vllm.entrypoints.openai.api_server --model mistralai/Mistral-7B-Instruct-v0.3 "
               "--tensor-parallel-size 2 --max-model-len 16k"]))
-    revisions = []
-    for number, tmpl, created in ((1, shorter, "2026-11-02T00:00:00Z"), (2, mistral, "2026-11-12T09:30:00Z")):
-        cr = manifest("ControllerRevision", "llm", f"mistral-{number}", owner=sts)
-        del cr["spec"]
-        cr |= {"revision": number, "data": {"spec": {"template": {**tmpl, "$patch": "replace"}}}}
-        cr["metadata"]["creationTimestamp"] = created
-        revisions.append(cr)
+    revisions = sts_revisions(sts, (1, shorter, "2026-11-02T00:00:00Z"), (2, mistral, "2026-11-12T09:30:00Z"))
     orphan = template({"app": "llama-old"}, container("vllm", VLLM, GPU1, args=["meta-llama/Llama-2-7b-chat-hf"]))
     gone_rs = {"kind": "ReplicaSet", "metadata": {"name": "llama-old-6f7c8d9e5b", "uid": "uid-gone"}}
     return [
@@ -101,6 +95,19 @@ def _llm() -> list[dict[str, Any]]:
                  {"pod-template-hash": "6f7c8d9e5b"}),
     ]
 
+
+def sts_revisions(sts: dict[str, Any], *records: tuple[int, dict[str, Any], str]) -> list[dict[str, Any]]:
+    """A StatefulSet's ControllerRevisions: (number, pod template, creation time) each, its ``data`` the patch
+    that restores the template, as the StatefulSet controller writes it."""
+    out = []
+    for number, tmpl, created in records:
+        cr = manifest("ControllerRevision", str(sts["metadata"]["namespace"]), f"{sts['metadata']['name']}-{number}",
+                      owner=sts)
+        del cr["spec"]
+        cr |= {"revision": number, "data": {"spec": {"template": {**tmpl, "$patch": "replace"}}}}
+        cr["metadata"]["creationTimestamp"] = created
+        out.append(cr)
+    return out
 
 def _batch_and_research() -> list[dict[str, Any]]:
     embed = template({"job": "nightly-embed"}, container("embed", "ghcr.io/acme/embed-batch:2.1", GPU1),
@@ -407,13 +414,7 @@ def _qwen_statefulset(strategy: str | None, pods_created: list[str]) -> Listing:
     if strategy is not None:
         spec["updateStrategy"] = {"type": strategy}
     sts = manifest("StatefulSet", "llm", "qwen", spec, {"app": "qwen"})
-    records = []
-    for number, tmpl, created in ((1, old, "2026-11-02T00:00:00Z"), (2, new, "2026-11-10T00:00:00Z")):
-        cr = manifest("ControllerRevision", "llm", f"qwen-{number}", owner=sts)
-        del cr["spec"]
-        cr |= {"revision": number, "data": {"spec": {"template": {**tmpl, "$patch": "replace"}}}}
-        cr["metadata"]["creationTimestamp"] = created
-        records.append(cr)
+    records = sts_revisions(sts, (1, old, "2026-11-02T00:00:00Z"), (2, new, "2026-11-10T00:00:00Z"))
     pods = []
     for i, created in enumerate(pods_created):
         pod = pod_from(sts, "llm", f"qwen-{i}", new, "gpu-a100-mig-0")
