@@ -413,7 +413,6 @@ class _Builder:
             self.replace(f"{base}/annotations/{_esc(KAI_MEMORY)}", f"pod annotation {KAI_MEMORY}", have[KAI_MEMORY],
                          None)
 
-
     def drop_pod_annotations(self, have: Mapping[str, Any], keys: Sequence[str]) -> None:
         """The template's annotations named by ``keys`` removed, each guarded by the value it had."""
         for k in keys:
