@@ -230,6 +230,8 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
 
 
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+
+
 @dataclass(frozen=True)
 class Revision:
     """One template a controller rolled out: its revision number, when it was created, what it ran."""
@@ -258,12 +260,12 @@ def revision_of(kind: str, obj: Mapping[str, Any]) -> Revision | None:
         template = patched.get("template" if owned_by == "StatefulSet" else "leaderWorkerTemplate")
     else:
         return None
-    created = parse_time(meta.get("creationTimestamp"))
+    created = _created(obj)
     if number is None or created is None or not isinstance(template, Mapping):
         return None  # a record we cannot read would count as another shape
     spec = _leader_worker_set({"leaderWorkerTemplate": template}) if owned_by == "LeaderWorkerSet" \
         else _template(template, 1)
-    return Revision(number, created.replace(tzinfo=UTC) if created.tzinfo is None else created, spec)
+    return Revision(number, created, spec)
 
 
 def shape_since(current: ParsedSpec, revisions: Sequence[Revision]) -> datetime | None:
@@ -297,9 +299,7 @@ def replaced_since(kind: str, obj: Mapping[str, Any] | None, since: datetime | N
     strategy = (((obj or {}).get("spec") or {}).get("updateStrategy") or {}).get("type")
     if since is None or kind != "StatefulSet" or strategy != "OnDelete":
         return since, []
-    started = [t.replace(tzinfo=UTC) if t.tzinfo is None else t for p in pods
-               if (t := parse_time((p.get("metadata") or {}).get("creationTimestamp"))) is not None]
-    newest = max(started, default=since)
+    newest = max((t for p in pods if (t := _created(p)) is not None), default=since)
     if newest <= since:
         return since, []
     return newest, [f"updated OnDelete: its pods take a new template only as they are deleted; capacity is read "
@@ -311,6 +311,13 @@ def replica_shape(parsed: ParsedSpec) -> Allocation:
     """What one replica holds and serves with, from a pod template: a change in it changes how many requests a
     replica serves within the objective (the replica count aside)."""
     return replace(parsed.allocation, replicas=0)
+
+
+def _created(obj: Mapping[str, Any]) -> datetime | None:
+    """An object's ``creationTimestamp``, in UTC (the API writes UTC; one without a zone is read as UTC, so it
+    compares with the others)."""
+    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+    return created.replace(tzinfo=UTC) if created is not None and created.tzinfo is None else created
 
 
 def _revision(value: Any) -> int | None:
