@@ -54,21 +54,17 @@ def compute_need(alloc: Allocation, f: WorkloadFeatures, catalogue: Catalogue, p
 
 def compute_held(alloc: Allocation, catalogue: Catalogue) -> float | None:
     """Whole GPUs' worth of compute one replica can use: its devices, its MIG slices' SM share, its MPS or
-    HAMi core share, or its time share (time-slicing, KAI). None where that is unknown (a MIG profile the
-    catalogue lacks, no GPU): what moving a replica to another shape multiplies its throughput by, in the
-    estimate that assumes throughput follows compute."""
-    gpu = catalogue.get(alloc.gpu_model)
-    devices = max(alloc.gpus, 1)
+    HAMi core share (of each device; :func:`sm_share_held`), or its time share (time-slicing, KAI). None where
+    that is unknown (a MIG profile the catalogue lacks, no GPU): what moving a replica to another shape
+    multiplies its throughput by, in the estimate that assumes throughput follows compute."""
     match alloc.sharing:
         case Sharing.EXCLUSIVE:
             return float(alloc.gpus) if alloc.gpus > 0 else None
-        case Sharing.MIG:
-            prof = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
-            return prof.shape.sm_slices / gpu.sm_slices * max(alloc.mig_count, 1) if gpu and prof else None
-        case Sharing.MPS:
-            return (alloc.mps_active_thread_pct or 100.0) / 100 * devices
-        case Sharing.HAMI:
-            return (alloc.hami_gpucores_pct or 100.0) / 100 * devices
         case Sharing.TIME_SLICING | Sharing.KAI:
             return alloc.gpu_equivalents or None
-    return None
+        case Sharing.NONE:
+            return None
+    share, caveat = sm_share_held(alloc, catalogue)
+    if alloc.sharing is Sharing.MIG:
+        return None if caveat else share * max(alloc.mig_count, 1)  # a guessed slice share is no figure
+    return share * max(alloc.gpus, 1)
