@@ -46,6 +46,7 @@ WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
 KEDA_DEFAULT_COOLDOWN_S = 300  # reference.md §10; only used when scaling to zero
 HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
+MIN_WINDOW_STEPS = 10  # steps with a TTFT a short error-budget window needs: over fewer, one miss is over 10%
 
 
 @dataclass(frozen=True)
@@ -388,6 +389,9 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     window. With a ``capacity`` read from this history (measured, or a lower bound; None for a configured one)
     the misses its replicas served above it do not count: they are the knee it was measured from, or rates
     the service was never seen to serve within the objective, and the replica count already sizes for them.
+    The worst ``fast_budget_window_s`` of the last ``fast_budget_hold_s`` is set against the same budget, every
+    miss counted: a burst's misses would weigh in a day's share only once the day was spent, and its episode
+    (a burst day) outlasts the hour that shows it.
     Only the steps since the replicas took their current shape count, once ``min_capacity_steps`` of them
     have a TTFT; until then, all of them.
     Batch has no latency objective to spend: its headroom is left alone.
@@ -399,24 +403,41 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     per = _per_replica_rate(workload, history)
     frame["per"] = np.nan if per is None else per
     own = this_shape(frame, workload)  # a new shape's first few steps alone would make a noisy share: across
-    frame = last_window(own if np.isfinite(own["ttft"]).sum() >= settings.min_capacity_steps else frame,
-                        settings.error_budget_window_s)
-    frame = frame[np.isfinite(frame["ttft"])]
-    if frame.empty:
+    frame = own if np.isfinite(own["ttft"]).sum() >= settings.min_capacity_steps else frame
+    missed = (frame["ttft"] > objective_s).where(np.isfinite(frame["ttft"]))  # 1, 0, or NaN: no TTFT
+    known = missed * ~(frame["per"] > capacity) if capacity is not None else missed  # unknown rate: within capacity
+    day = settings.error_budget_window_s
+    spent = [(_share(known, day), f"of the last {day / 3600:g} h's steps", capacity is not None)]
+    if settings.fast_budget_window_s is not None:
+        fast, hold = settings.fast_budget_window_s, settings.fast_budget_hold_s
+        spent.append((_worst_share(missed, fast, hold),
+                      f"of the steps in the worst {fast / 3600:g} h of the last {hold / 3600:g} h", False))
+    spent = [x for x in spent if math.isfinite(x[0])]
+    if not spent:
         return base, []
-    over = frame["ttft"] > objective_s
-    if capacity is not None:
-        over &= ~(frame["per"] > capacity)  # an unknown rate counts as within capacity
-    missed = float(over.mean())
+    share, where, within = max(spent)
     budget = settings.ttft_error_budget
-    if missed <= budget:
+    if share <= budget:
         return base, []
-    raised = max(base, min(settings.max_headroom_frac, base + settings.headroom_step_frac * math.log2(missed / budget)))
-    return raised, [f"headroom {base:.0%} raised to {raised:.0%}: {missed:.1%} of the last "
-                    f"{settings.error_budget_window_s / 3600:g} h's steps had p95 TTFT over the {objective_s:g} s "
-                    f"objective" + (" within the capacity read from history" if capacity is not None else "")
+    raised = max(base, min(settings.max_headroom_frac, base + settings.headroom_step_frac * math.log2(share / budget)))
+    return raised, [f"headroom {base:.0%} raised to {raised:.0%}: {share:.1%} {where} had p95 TTFT over the "
+                    f"{objective_s:g} s objective" + (" within the capacity read from history" if within else "")
                     + f", against an error budget of {budget:.1%} (+{settings.headroom_step_frac:.0%} per doubling, "
                     f"at most {settings.max_headroom_frac:.0%})"]
+
+
+def _share(missed: pd.Series, window_s: float) -> float:
+    """Share of the steps with a TTFT within ``window_s`` of the last step that missed (NaN: none has one)."""
+    return float(last_window(missed.to_frame(), window_s).iloc[:, 0].mean())
+
+
+def _worst_share(missed: pd.Series, window_s: float, hold_s: float) -> float:
+    """The largest share of missed steps in any ``window_s`` ending within ``hold_s`` of the last step, counting
+    windows with at least ``MIN_WINDOW_STEPS`` steps with a TTFT (NaN: none; the whole series without times)."""
+    if not isinstance(missed.index, pd.DatetimeIndex):
+        return float(missed.mean())
+    rolling = missed.rolling(pd.Timedelta(seconds=window_s), min_periods=MIN_WINDOW_STEPS).mean()
+    return float(last_window(rolling.to_frame(), hold_s).iloc[:, 0].max())
 
 
 def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.Series | None,

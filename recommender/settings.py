@@ -129,6 +129,16 @@ class ScalingSettings(BaseModel):
     error_budget_window_s: float = Field(
         86_400, gt=0, description="Recent history whose TTFT misses are set against the error budget."
     )
+    fast_budget_window_s: float | None = Field(
+        3_600, gt=0, description="A short window whose share of missed steps is also set against the error budget "
+        "(the worst such window of the last fast_budget_hold_s), so headroom rises within a burst, not once its "
+        "misses weigh in error_budget_window_s. Every miss counts there, those above a capacity read from history "
+        "too: in a burst they are the jumps headroom absorbs (null: none)."
+    )
+    fast_budget_hold_s: float = Field(
+        21_600, gt=0, description="How long the worst fast_budget_window_s keeps headroom raised: bursts come in "
+        "episodes (a burst day) that outlast one window."
+    )
     headroom_step_frac: float = Field(
         0.1, ge=0, lt=1, description="Headroom added per doubling of the missed steps' share over the error budget."
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -39,6 +40,7 @@ from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATI
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
 S = ScalingSettings(max_bound_history_s=0)  # bounds from any history; the short-history ceiling has its own test
+DAY_ONLY = S.model_copy(update={"fast_budget_window_s": None})  # the error budget's day alone, no last hour
 
 
 def workload(replicas: int = 1, cold_start_s: float | None = None, annotations: dict[str, str] | None = None
@@ -156,11 +158,15 @@ def knee_history(with_knee: bool, good_steps: int = 40) -> ReplicaHistory:
 
 def test_capacity_measured_at_the_knee_beats_configured() -> None:
     w = workload(replicas=2, annotations={CAPACITY_ANNOTATION: "50"})
-    p = plan(w, knee_history(True), RT)
+    p = plan(w, knee_history(True), RT, s=DAY_ONLY)
     # good steps: 16 req/s / 2 replicas = 8 each → p95 = 8; target 8 x 0.7 = 5.6; peak 24 → ceil(4.29) = 5
     assert p.per_replica_capacity == pytest.approx(8.0) and p.capacity_source == "measured"
     assert p.recommended_replicas == 5
-    assert p.headroom_frac == pytest.approx(0.30)  # its misses ran at 12 per replica, over capacity: not headroom's
+    assert p.headroom_frac == pytest.approx(0.30)  # its misses ran at 12 per replica, over capacity: the knee's
+    burst = plan(w, knee_history(True), RT)  # within the last hour they are a burst's, which headroom absorbs:
+    assert burst.per_replica_capacity == pytest.approx(8.0)  # 10 of 50 steps = 20%, +43 points, at most 60%
+    assert burst.headroom_frac == pytest.approx(0.60) and burst.recommended_replicas == math.ceil(24 / 3.2)
+    assert any("in the worst 1 h of the last 6 h" in r and "within the capacity" not in r for r in burst.reasons)
 
 
 def test_capacity_stays_configured_when_history_is_not_to_measure_it() -> None:
@@ -273,7 +279,7 @@ def test_under_autoscaling_capacity_is_read_per_serving_replica_and_does_not_shr
     h = history_from_snapshot(snap, w)
     measured = plan(w, h, RT)
     assert measured.per_replica_capacity == pytest.approx(9.0) and measured.capacity_source == "measured"
-    kept = plan(replace(w, annotations={CAPACITY_ANNOTATION: "10"}), h, RT)
+    kept = plan(replace(w, annotations={CAPACITY_ANNOTATION: "10"}), h, RT, s=DAY_ONLY)
     assert kept.per_replica_capacity == 10.0 and kept.capacity_source == "configured"
     assert kept.target_per_replica == pytest.approx(7.0)  # 10 x (1 - 30%): where the replicas ran
     assert any("consistent with history" in r for r in kept.reasons)
@@ -306,7 +312,7 @@ def budget_history(ttft: list[float]) -> ReplicaHistory:
 ])
 def test_an_overspent_error_budget_raises_the_headroom(klass: WorkloadClass, ttft: list[float], headroom: float,
                                                         recommended: int) -> None:
-    p = plan(with_capacity(), budget_history(ttft), klass, (FC,))
+    p = plan(with_capacity(), budget_history(ttft), klass, (FC,), DAY_ONLY)
     assert p.per_replica_capacity == pytest.approx(10.0)
     assert p.headroom_frac == pytest.approx(headroom)
     assert p.target_per_replica == pytest.approx(10.0 * (1 - headroom))
@@ -319,15 +325,28 @@ def test_misses_above_a_configured_capacity_spend_the_budget_too() -> None:
     """Over a configured capacity a miss is a burst or a late scale-up, which headroom absorbs; only a measured
     capacity has already sized for its own knee (test_capacity_measured_at_the_knee_beats_configured)."""
     h = ReplicaHistory(60.0, series([20.0] * 100), series([3.0] * 4 + [1.0] * 96))  # 20 req/s on one replica
-    p = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"capacity_from_history": False}))
+    p = plan(with_capacity(), h, RT, (FC,), DAY_ONLY.model_copy(update={"capacity_from_history": False}))
     assert p.capacity_source == "configured" and p.headroom_frac == pytest.approx(0.50)  # 4%: two doublings
+
+
+@pytest.mark.parametrize(("calm_after", "headroom"), [
+    (57, 0.30 + 0.1 * math.log2(3 / 60 / 0.01)),  # 3 of an hour's 60 steps: 5%, +23 points
+    (300, 0.30 + 0.1 * math.log2(3 / 60 / 0.01)),  # 5 h later that hour is still the worst in the last 6 h
+    (430, 0.30),  # 7 h later no hour ending in the last 6 h holds them, and 3 of 1441 steps in the day is in budget
+])
+def test_a_burst_of_misses_raises_headroom_for_hours(calm_after: int, headroom: float) -> None:
+    """Over a day, a burst's few misses are within the budget until the day is spent; its worst hour sees them at
+    once, and holds the headroom through the hours a burst episode lasts."""
+    h = budget_history([1.0] * 1500 + [3.0] * 3 + [1.0] * calm_after)
+    assert plan(with_capacity(), h, RT, (FC,)).headroom_frac == pytest.approx(headroom)
+    assert plan(with_capacity(), h, RT, (FC,), DAY_ONLY).headroom_frac == pytest.approx(0.30)
 
 
 def test_the_error_budget_is_a_setting() -> None:
     h = budget_history([3.0] * 4 + [1.0] * 96)  # 4% of steps missed
-    loose = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"ttft_error_budget": 0.05}))
+    loose = plan(with_capacity(), h, RT, (FC,), DAY_ONLY.model_copy(update={"ttft_error_budget": 0.05}))
     assert loose.headroom_frac == pytest.approx(0.30)
-    fixed = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"headroom_step_frac": 0.0}))
+    fixed = plan(with_capacity(), h, RT, (FC,), DAY_ONLY.model_copy(update={"headroom_step_frac": 0.0}))
     assert fixed.headroom_frac == pytest.approx(0.30)
     old = budget_history([3.0] * 30 + [1.0] * 1440)  # 30 misses, all but one older than a day
     assert plan(with_capacity(), old, RT, (FC,)).headroom_frac == pytest.approx(0.30)  # 1 of 1441: within budget
