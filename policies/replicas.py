@@ -46,7 +46,7 @@ WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
 KEDA_DEFAULT_COOLDOWN_S = 300  # reference.md §10; only used when scaling to zero
 HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
-MIN_WINDOW_STEPS = 10  # steps with a TTFT a short error-budget window needs: over fewer, one miss is over 10%
+MIN_WINDOW_STEPS = 10  # steps a short error-budget window spans and needs a TTFT in: over fewer, one miss is >10%
 
 
 @dataclass(frozen=True)
@@ -409,7 +409,8 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     day = settings.error_budget_window_s
     spent = [(_share(known, day), f"of the last {day / 3600:g} h's steps", capacity is not None)]
     if settings.fast_budget_window_s is not None:
-        fast, hold = settings.fast_budget_window_s, settings.fast_budget_hold_s
+        fast = max(settings.fast_budget_window_s, MIN_WINDOW_STEPS * history.step_s)  # coarse steps: 10 of them
+        hold = settings.fast_budget_hold_s
         spent.append((_worst_share(missed, fast, hold),
                       f"of the steps in the worst {fast / 3600:g} h of the last {hold / 3600:g} h", False))
     spent = [x for x in spent if math.isfinite(x[0])]

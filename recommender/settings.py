@@ -133,7 +133,8 @@ class ScalingSettings(BaseModel):
         3_600, gt=0, description="A short window whose share of missed steps is also set against the error budget "
         "(the worst such window of the last fast_budget_hold_s), so headroom rises within a burst, not once its "
         "misses weigh in error_budget_window_s. Every miss counts there, those above a capacity read from history "
-        "too: in a burst they are the jumps headroom absorbs (null: none)."
+        "too: in a burst they are the jumps headroom absorbs. Widened to 10 steps where it holds fewer (a 14-day "
+        "report's 600 s steps) (null: none)."
     )
     fast_budget_hold_s: float = Field(
         21_600, gt=0, description="How long the worst fast_budget_window_s keeps headroom raised: bursts come in "

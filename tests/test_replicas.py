@@ -342,6 +342,15 @@ def test_a_burst_of_misses_raises_headroom_for_hours(calm_after: int, headroom: 
     assert plan(with_capacity(), h, RT, (FC,), DAY_ONLY).headroom_frac == pytest.approx(0.30)
 
 
+def test_on_coarse_steps_the_worst_window_spans_ten_of_them() -> None:
+    """A 14-day report reads 600 s steps: an hour holds 6, too few to count, so the window widens to 10 steps."""
+    ttft = [1.0] * 200 + [3.0] + [1.0] * 9
+    h = ReplicaHistory(600.0, series([10.0] * len(ttft), 600.0), series(ttft, 600.0))
+    p = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"ttft_error_budget": 0.05}))
+    assert p.headroom_frac == pytest.approx(0.40)  # 1 of 10 steps = 10%, twice the 5% budget (of 6 it would be 17%)
+    assert any("worst 1.66667 h of the last 6 h" in r for r in p.reasons)
+
+
 def test_the_error_budget_is_a_setting() -> None:
     h = budget_history([3.0] * 4 + [1.0] * 96)  # 4% of steps missed
     loose = plan(with_capacity(), h, RT, (FC,), DAY_ONLY.model_copy(update={"ttft_error_budget": 0.05}))
