@@ -391,7 +391,8 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     the service was never seen to serve within the objective, and the replica count already sizes for them.
     The worst ``fast_budget_window_s`` of the last ``fast_budget_hold_s`` is set against the same budget, every
     miss counted: a burst's misses would weigh in a day's share only once the day was spent, and its episode
-    (a burst day) outlasts the hour that shows it.
+    (a burst day) outlasts the hour that shows it. A window counts from ``fast_budget_min_missed`` missed steps:
+    one stray miss in an hour's 60 steps is over a 1% budget on its own.
     Only the steps since the replicas took their current shape count, once ``min_capacity_steps`` of them
     have a TTFT; until then, all of them.
     Batch has no latency objective to spend: its headroom is left alone.
@@ -411,7 +412,7 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     if settings.fast_budget_window_s is not None:
         fast = max(settings.fast_budget_window_s, MIN_WINDOW_STEPS * history.step_s)  # coarse steps: 10 of them
         hold = settings.fast_budget_hold_s
-        spent.append((_worst_share(missed, fast, hold),
+        spent.append((_worst_share(missed, fast, hold, settings.fast_budget_min_missed),
                       f"of the steps in the worst {fast / 3600:g} h of the last {hold / 3600:g} h", False))
     spent = [x for x in spent if math.isfinite(x[0])]
     if not spent:
@@ -432,13 +433,15 @@ def _share(missed: pd.Series, window_s: float) -> float:
     return float(last_window(missed.to_frame(), window_s).iloc[:, 0].mean())
 
 
-def _worst_share(missed: pd.Series, window_s: float, hold_s: float) -> float:
+def _worst_share(missed: pd.Series, window_s: float, hold_s: float, min_missed: int = 1) -> float:
     """The largest share of missed steps in any ``window_s`` ending within ``hold_s`` of the last step, counting
-    windows with at least ``MIN_WINDOW_STEPS`` steps with a TTFT (NaN: none; the whole series without times)."""
+    windows with at least ``MIN_WINDOW_STEPS`` steps with a TTFT and ``min_missed`` missed ones (NaN: none; the
+    whole series without times)."""
     if not isinstance(missed.index, pd.DatetimeIndex):
-        return float(missed.mean())
-    rolling = missed.rolling(pd.Timedelta(seconds=window_s), min_periods=MIN_WINDOW_STEPS).mean()
-    return float(last_window(rolling.to_frame(), hold_s).iloc[:, 0].max())
+        return float(missed.mean()) if missed.sum() >= min_missed else math.nan
+    rolling = missed.rolling(pd.Timedelta(seconds=window_s), min_periods=MIN_WINDOW_STEPS)
+    share = rolling.mean().where(rolling.sum() >= min_missed)
+    return float(last_window(share.to_frame(), hold_s).iloc[:, 0].max())
 
 
 def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.Series | None,

@@ -140,6 +140,10 @@ class ScalingSettings(BaseModel):
         21_600, gt=0, description="How long the worst fast_budget_window_s keeps headroom raised: bursts come in "
         "episodes (a burst day) that outlast one window."
     )
+    fast_budget_min_missed: int = Field(
+        2, ge=1, description="Missed steps a fast_budget_window_s must hold to count: at 60 s steps one stray "
+        "minute is 1.7% of an hour, over a 1% budget on its own, where a burst misses several."
+    )
     headroom_step_frac: float = Field(
         0.1, ge=0, lt=1, description="Headroom added per doubling of the missed steps' share over the error budget."
     )
