@@ -24,6 +24,7 @@ from replay_charts import ClientPoint, chart_path_problem, save, sweep_figure
 REPLAY = Path(__file__).resolve().with_name("replay.py")
 LINE = re.compile(r"policy=(\S+) gpu_hours=(\S+) ttft_violation_pct=(\S+)")
 UNAVOIDABLE = re.compile(r"unavoidable_pct=(\S+)")
+GOAL_MET = "goal met (>= 50%, >= 15%, <= 1 point)"  # the end of replay.verdict's line when it is met
 
 
 def run(path: Path, extra: list[str]) -> tuple[str, dict[str, tuple[float, float]], dict[str, bool], str, float]:
@@ -34,10 +35,16 @@ def run(path: Path, extra: list[str]) -> tuple[str, dict[str, tuple[float, float
     if out.returncode:
         return name, {}, {}, (out.stderr.strip().splitlines() or ["failed"])[-1], 0.0
     rows = {m[1]: (float(m[2]), float(m[3])) for m in LINE.finditer(out.stdout)}
-    goals = {who: f"# {who} " in out.stdout and "goal met" in next(
-        (ln for ln in out.stdout.splitlines() if ln.startswith(f"# {who} ")), "") for who in ("ours", "oracle")}
     floor = UNAVOIDABLE.search(out.stdout)
-    return name, rows, goals, "", float(floor[1]) if floor else 0.0
+    return name, rows, {who: goal_met(out.stdout, who) for who in ("ours", "oracle")}, "", \
+        float(floor[1]) if floor else 0.0
+
+
+def goal_met(stdout: str, who: str) -> bool:
+    """Whether replay.py's goal line for ``who`` says it met the goal (False without one). Only the goal line
+    (``# <who> uses ...``) counts: other ``# <who> ...`` lines, such as a move to whole GPUs, come before it."""
+    line = next((ln for ln in stdout.splitlines() if ln.startswith(f"# {who} uses ")), "")
+    return line.endswith(GOAL_MET)
 
 
 def main(argv: list[str] | None = None) -> int:

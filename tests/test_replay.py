@@ -309,6 +309,21 @@ def test_the_sweep_chart_places_each_client_against_the_goal() -> None:
     assert np.asarray(dots.get_offsets()) == pytest.approx(np.array([p[1:] for p in pts]))
 
 
+@pytest.mark.parametrize(("ours", "met"), [(4.9, True), (5.1, False)])
+def test_the_sweep_reads_the_goal_line_not_a_move_before_it(ours: float, met: bool) -> None:
+    """A policy that changed shape prints "# ours moved ..." before its goal line: the sweep once read that
+    line, and counted every client that moved as missing the goal."""
+    from replay_sweep import goal_met
+
+    results = {"static-peak": _result(10.0, 0), "reactive": _result(6.0, 0), "ours": _result(ours, 10),
+               "oracle": _result(1.0, 0)}
+    moved = "# ours moved from 3g.40gb to whole GPUs at 1.00 d: over 2x its TTFT error budget"
+    stdout = "\n".join([moved, replay.verdict("ours", results, 2.0, 0.0), replay.verdict("oracle", results, 2.0, 0.0)])
+    assert goal_met(stdout, "ours") is met
+    assert goal_met(stdout, "oracle") is True
+    assert goal_met("# ours moved from 3g.40gb to whole GPUs", "ours") is False  # no goal line: not met
+
+
 def test_sweep_runs_each_client_and_counts_the_goal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import replay_sweep
 
