@@ -433,7 +433,7 @@ def _share(missed: pd.Series, window_s: float) -> float:
     return float(last_window(missed.to_frame(), window_s).iloc[:, 0].mean())
 
 
-def _worst_share(missed: pd.Series, window_s: float, hold_s: float, min_missed: int = 1) -> float:
+def _worst_share(missed: pd.Series, window_s: float, hold_s: float, min_missed: int) -> float:
     """The largest share of missed steps in any ``window_s`` ending within ``hold_s`` of the last step, counting
     windows with at least ``MIN_WINDOW_STEPS`` steps with a TTFT and ``min_missed`` missed ones (NaN: none; the
     whole series without times)."""
