@@ -112,6 +112,7 @@ HPA_SYNC_S = 15
 KEDA_POLL_S = 30
 HPA_TOLERANCE = 0.1  # cluster default (--horizontal-pod-autoscaler-tolerance)
 KEDA_WAITING_TARGET = 5.0  # the reactive baseline: requests waiting per replica
+GOAL_TERMS = "(>= 50%, >= 15%, <= 1 point)"  # ends the goal line (verdict): replay_sweep.py reads it
 
 
 @dataclass(frozen=True)
@@ -807,7 +808,7 @@ def verdict(name: str, results: dict[str, Result], objective_s: float, floor: fl
     met = vs["static-peak"] >= 50 and vs["reactive"] >= 15 and over <= 1.0
     return (f"# {name} uses {vs['static-peak']:.1f}% fewer GPU-hours than static-peak, {vs['reactive']:.1f}% fewer "
             f"than reactive, {over:.2f} points over the objective beyond the unavoidable: goal "
-            f"{'met' if met else 'NOT met'} (>= 50%, >= 15%, <= 1 point)")
+            f"{'met' if met else 'NOT met'} {GOAL_TERMS}")
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from replay import GOAL_TERMS
 from replay_charts import ClientPoint, chart_path_problem, save, sweep_figure
 
 REPLAY = Path(__file__).resolve().with_name("replay.py")
 LINE = re.compile(r"policy=(\S+) gpu_hours=(\S+) ttft_violation_pct=(\S+)")
 UNAVOIDABLE = re.compile(r"unavoidable_pct=(\S+)")
-GOAL_MET = "goal met (>= 50%, >= 15%, <= 1 point)"  # the end of replay.verdict's line when it is met
+GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay.verdict's line when it is met
 
 
 def run(path: Path, extra: list[str]) -> tuple[str, dict[str, tuple[float, float]], dict[str, bool], str, float]:
