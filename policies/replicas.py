@@ -9,11 +9,12 @@ recently stay covered until the daily pattern is known) and the quietest observe
 idle replicas, and for real-time the quietest step let bursts in). Capacity is
 measured at the knee history shows (the rate per replica from which the objective is more often missed
 than not; replicas counted per step, as they served) unless a configured figure lies within the knee's
-bracket; else configured, else the measured rate as a lower bound. Scale-to-zero only for the classes in
-``ScalingSettings.scale_to_zero_classes`` (batch by default: a request that arrives at zero waits a
-whole cold start, which no real-time objective tolerates) and only when idle gaps are long against the
-cold start. maxReplicaCount is bounded by the peak only once ``max_bound_history_s`` of history exists
-(before that, ``max_replicas``): a max from a short history turns the first larger burst into a queue.
+bracket; else configured, else the measured rate as a lower bound. Scale-to-zero only when idle gaps are
+long against the cold start, and for the classes in ``ScalingSettings.scale_to_zero_classes`` (batch by
+default) or, opted in, for a latency-bound class where its wakes fit ``wake_budget_frac`` of the TTFT error
+budget: a request that arrives at zero waits a whole cold start, and the history tells how many would have.
+maxReplicaCount is bounded by the peak only once ``max_bound_history_s`` of history exists (before that,
+``max_replicas``): a max from a short history turns the first larger burst into a queue.
 KEDA's cooldown is a ski-rental threshold: at least one cold start, long enough to ride
 out the short gaps. Pure: no I/O.
 """
@@ -110,7 +111,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     only a lower bound never falls below it (see :func:`keep_lower_bound`). Without one (the controller's
     first cycle after a restart) the capacity the controller recorded on the workload stands in for it."""
     cls = classification.workload_class if classification else WorkloadClass.REAL_TIME
-    why = [] if classification else ["no class: sized as real-time (the most headroom, never to zero)"]
+    why = [] if classification else ["no class: sized as real-time (the most headroom)"]
     objective_s, note = ttft_objective(workload, settings)
     carried = (previous.per_replica_capacity, f"the previous plan's ({previous.capacity_source})") if previous \
         else recorded_capacity(workload)
@@ -126,7 +127,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     target = cap * (1.0 - headroom)
     cold_s = workload.cold_start_s or settings.default_cold_start_s
     gaps = idle_gaps_s(history)
-    to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings)
+    to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings, history)
     recommended = replicas_for(peak, target)
     low = 0 if to_zero else max(1, replicas_for(trough, target))
     span_s = history_span_s(history)
@@ -497,22 +498,69 @@ def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:
     return (edges[1::2] - edges[::2]) * history.step_s
 
 
-def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, settings: ScalingSettings
-                  ) -> tuple[bool, str]:
-    """Whether to scale to zero, and why: the class must allow it and most idle time be in long gaps.
+def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, settings: ScalingSettings,
+                  history: ReplicaHistory | None = None) -> tuple[bool, str]:
+    """Whether to scale to zero, and why: most idle time must be in long gaps, and the class must allow it or,
+    for a latency-bound class, its wakes must fit ``wake_budget_frac`` of the TTFT error budget (:func:`wake_cost`:
+    each request that arrives at zero waits a cold start, which no headroom serves).
 
     "Typical" gap = the time-weighted median: half of all idle time lies in gaps at least this long.
     """
     long_s = settings.scale_to_zero_idle_multiple * cold_start_s
-    if cls.value not in settings.scale_to_zero_classes:
+    allowed = cls.value in settings.scale_to_zero_classes
+    frac = settings.wake_budget_frac
+    if not allowed and (frac is None or history is None or cls is WorkloadClass.BATCH):
         return False, f"no scale-to-zero: {cls.value} is not in scale_to_zero_classes (a request at zero waits " \
                       f"a {cold_start_s:g} s cold start)"
     if gaps_s.size == 0:
         return False, "no scale-to-zero: no idle gaps in the request history"
     typical = _time_weighted_median(gaps_s)
-    verdict = "scale to zero" if typical >= long_s else "no scale-to-zero"
-    return typical >= long_s, (f"{verdict}: typical idle gap {typical:g} s vs {long_s:g} s "
-                               f"({settings.scale_to_zero_idle_multiple:g} cold starts of {cold_start_s:g} s)")
+    gap_why = f"typical idle gap {typical:g} s vs {long_s:g} s ({settings.scale_to_zero_idle_multiple:g} cold " \
+              f"starts of {cold_start_s:g} s)"
+    if typical < long_s:
+        return False, f"no scale-to-zero: {gap_why}"
+    if allowed:
+        return True, f"scale to zero: {gap_why}"
+    assert history is not None and frac is not None
+    wake_s = settings.polling_interval_s + cold_start_s
+    cooldown = cooldown_s(gaps_s, cold_start_s, True, settings)[0]
+    cost = wake_cost(history, cooldown, wake_s)
+    budget = frac * settings.ttft_error_budget
+    if cost is None or cost > budget:
+        spent = "no requests to tell" if cost is None else f"{cost:.2%} of requests"
+        return False, (f"no scale-to-zero for {cls.value}: its wakes would have cost {spent} (arrived within "
+                       f"{wake_s:g} s of the end of an idle gap over the {cooldown} s cooldown), over "
+                       f"{frac:g} x the {settings.ttft_error_budget:.1%} error budget")
+    return True, (f"scale to zero: {gap_why}; its wakes would have cost {cost:.2%} of requests (arrived within "
+                  f"{wake_s:g} s of the end of an idle gap over the {cooldown} s cooldown), within {frac:g} x the "
+                  f"{settings.ttft_error_budget:.1%} error budget; needs something that holds requests at zero and "
+                  "activates the workload (KEDA's HTTP add-on, a gateway metric)")
+
+
+def wake_cost(history: ReplicaHistory, cooldown_s: float, wake_s: float) -> float | None:
+    """Share of the history's requests that arrived within ``wake_s`` of the end of an idle gap of at least
+    ``cooldown_s``: at zero, each would have waited for KEDA's poll and a cold start. None without requests.
+
+    The last step of a wake counts in part (``wake_s`` need not be whole steps); an idle gap that runs to the
+    end of the history has no wake yet."""
+    rate = history.request_rate_per_s
+    if rate is None:
+        return None
+    values = rate.to_numpy(dtype="float64")
+    arrived = np.where(np.isfinite(values), np.maximum(values, 0.0), 0.0) * history.step_s
+    total = float(arrived.sum())
+    if total <= 0:
+        return None
+    idle = np.isfinite(values) & (values <= 0)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], idle.astype(np.int8), [0]))))
+    weights = np.clip(wake_s / history.step_s - np.arange(math.ceil(wake_s / history.step_s)), 0.0, 1.0)
+    spent = 0.0
+    for start, end in zip(edges[::2], edges[1::2], strict=True):
+        if (end - start) * history.step_s < cooldown_s or end >= values.size:
+            continue
+        part = arrived[end:end + weights.size]
+        spent += float((part * weights[:part.size]).sum())
+    return spent / total
 
 
 def _time_weighted_median(gaps_s: np.ndarray) -> float:

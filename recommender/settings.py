@@ -179,6 +179,13 @@ class ScalingSettings(BaseModel):
     scale_to_zero_classes: tuple[str, ...] = Field(
         ("batch",), description="Classes that may scale to zero (a request arriving at zero waits a cold start)."
     )
+    wake_budget_frac: float | None = Field(
+        None, ge=0, le=1, description="Opt-in: the other classes may scale to zero too where, in the history, the "
+        "requests that arrived within a wake (polling_interval_s + cold start) of the end of each idle gap longer "
+        "than the cooldown were at most this share of ttft_error_budget (0.5: half of it): each of them would have "
+        "waited a cold start. Needs something that holds requests at zero and activates the workload (KEDA's HTTP "
+        "add-on, a gateway's metric): null (the default) where nothing does."
+    )
     replica_capacity_rps: float | None = Field(
         None, gt=0, description="Requests/s one replica serves at the TTFT objective when neither measured "
         "nor annotated (rightsizer.io/replica-capacity)."

@@ -22,6 +22,7 @@ from policies.replicas import (
     keda_parameters,
     locate_knee,
     scaling_plan,
+    wake_cost,
 )
 from recommender import model as m
 from recommender.model import (
@@ -40,6 +41,7 @@ from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATI
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
 S = ScalingSettings(max_bound_history_s=0)  # bounds from any history; the short-history ceiling has its own test
+WAKE = S.model_copy(update={"wake_budget_frac": 0.5})  # latency-bound classes may go to zero where wakes are cheap
 DAY_ONLY = S.model_copy(update={"fast_budget_window_s": None})  # the error budget's day alone, no last hour
 
 
@@ -432,10 +434,47 @@ def test_second_trigger_on_requests_waiting_drains_within_the_objective(
 
 def test_real_time_and_short_gaps_do_not_scale_to_zero() -> None:
     long_gaps = ReplicaHistory(60.0, bursts(60.0, 60, 300, 4))
-    assert not plan(with_capacity(), long_gaps, RT).scale_to_zero
+    assert not plan(with_capacity(), long_gaps, RT).scale_to_zero  # by default real-time never goes to zero
+    # opted in: 3 wakes of 3.5 steps (30 s poll + the default 180 s cold start) of 240 busy steps = 4.38%, over
+    # 0.5 x 1%
+    p = plan(with_capacity(), long_gaps, RT, s=WAKE)
+    assert not p.scale_to_zero and p.min_replicas == 1
+    assert any("wakes would have cost 4.38% of requests" in r for r in p.reasons)
     short_gaps = ReplicaHistory(60.0, bursts(60.0, 1, 1, 100))  # 60 s gaps < 1,800 s
     p = plan(with_capacity(), short_gaps, BATCH)
     assert not p.scale_to_zero and p.min_replicas == 1 and p.activation_threshold == 0.0
+
+
+def test_real_time_scales_to_zero_where_its_wakes_fit_the_error_budget() -> None:
+    # busy 10 h at 5 req/s, idle 5 h; each wake after a gap costs 210 s (poll + cold start) of requests
+    cheap = ReplicaHistory(60.0, bursts(60.0, 600, 300, 3))
+    p = plan(with_capacity(), cheap, RT, s=WAKE)  # 2 wakes x 210 s / 3 x 36,000 s = 0.39% <= 0.5 x 1%
+    assert p.scale_to_zero and p.min_replicas == 0 and p.activation_threshold > 0
+    assert any("wakes would have cost 0.39% of requests" in r and "HTTP add-on" in r for r in p.reasons)
+    assert keda_parameters(p)["minReplicaCount"] == 0
+    for settings_ in (S, S.model_copy(update={"wake_budget_frac": 0.25})):  # off (the default); 0.39% > 0.25 x 1%
+        off = plan(with_capacity(), cheap, RT, s=settings_)
+        assert not off.scale_to_zero and off.min_replicas >= 1
+    # near-real-time spends the same budget; batch needs none (it is in scale_to_zero_classes)
+    assert plan(with_capacity(), cheap, NRT, s=WAKE).scale_to_zero
+    no_batch = S.model_copy(update={"scale_to_zero_classes": ()})
+    assert not plan(with_capacity(), cheap, BATCH, s=no_batch).scale_to_zero
+
+
+def test_wake_cost_counts_the_requests_after_gaps_longer_than_the_cooldown() -> None:
+    # steps of 60 s: a 10-step gap (600 s), a 2-step gap (120 s), a gap that runs to the end (no wake yet)
+    values = [2.0] * 5 + [0.0] * 10 + [4.0, 4.0, 4.0, 2.0] + [0.0] * 2 + [6.0, 2.0] + [0.0] * 20
+    h = ReplicaHistory(60.0, series(values))
+    total = sum(values) * 60  # 1,920 requests
+    # 150 s after the long gap: two whole steps of 4 req/s and half the third: 2.5 x 240 = 600 requests
+    assert wake_cost(h, 300.0, 150.0) == pytest.approx(600 / total)
+    # a 60 s cooldown lets the short gap scale to zero too: its wake adds 360 + 120 (+ half of an idle step)
+    assert wake_cost(h, 60.0, 150.0) == pytest.approx(1080 / total)
+    assert wake_cost(h, 900.0, 150.0) == 0.0  # no gap is that long but the last, which has no wake
+    assert wake_cost(ReplicaHistory(60.0, series([0.0] * 10)), 60.0, 150.0) is None  # no requests to tell
+    assert wake_cost(ReplicaHistory(60.0), 60.0, 150.0) is None
+    unknown = ReplicaHistory(60.0, series([np.nan] * 3 + values))  # unknown steps are no requests, no gap
+    assert wake_cost(unknown, 300.0, 150.0) == pytest.approx(600 / total)
 
 
 def test_measured_cold_start_moves_the_scale_to_zero_line() -> None:
@@ -472,7 +511,7 @@ def test_bounds_hold_and_more_demand_never_fewer_replicas(values: list[float], c
     for p in (low, high):
         assert p.min_replicas <= p.recommended_replicas <= p.max_replicas <= S.max_replicas
     assert high.recommended_replicas >= low.recommended_replicas
-    if c is RT:
+    if c is RT:  # by default never to zero
         assert low.min_replicas >= 1 and low.recommended_replicas >= 1 and not low.scale_to_zero
 
 
