@@ -48,7 +48,12 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   trigger's window (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``, and, as the
   plan's second trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on a 3g.40gb slice,
   11 on the whole GPU); scale-down stabilisation from ``scale_down_window_s`` (the window ``hpa_behavior``
-  sets); to zero only when the plan allows it and the forecast expects no request within a cold start. Its
+  sets); to zero only when the plan allows it (real-time: only with ``--wake-budget-frac``, where its past
+  wakes fit that share of the error budget, ``policies.replicas.wake_cost``) and the forecast expects no
+  request within a cold start, the cooldown after the last one. At zero, KEDA activates one pod at a poll
+  (30 s) for the forecast or a request held at zero (a gateway such as KEDA's HTTP add-on holds it); until a
+  replica serves, the rate and waiting triggers read nothing (vLLM's metrics come from serving replicas), so
+  the cold start's backlog is no demand. Its
   headroom follows the TTFT error budget (``policies.replicas.error_budget_headroom``): each refit reads every
   past minute's p95 TTFT of the requests served, by first-token time as vLLM's histogram records it, and the
   minute's ready replicas. From the same history the plan measures capacity at the knee
@@ -214,6 +219,7 @@ class Observed:
     k: int
     pods: int  # pods that exist (starting or ready): the scale target's replicas
     ready: int
+    serving: int  # ready pods of either shape during a rollout: vLLM's metrics come from these alone
     waiting: int
     arrivals_per_s: np.ndarray  # arrivals in each whole second before k
     tokens_in: np.ndarray  # token lengths of requests arrived so far
@@ -262,7 +268,7 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
     while k < last + 3600 and (k < last or head < n or heap):
         if k % HPA_SYNC_S == 0:
             seen = arr_idx[k - 1] if k else 0  # arrived before second k: the next second's are still ahead
-            obs = Observed(k, len(pods), ready, seen - head, per_sec[:k],
+            obs = Observed(k, len(pods), ready, ready + len(old), seen - head, per_sec[:k],
                            trace.input_tokens[:seen], trace.output_tokens[:seen], ttft[:head], trace.arrival_s[:head])
             want = max(0, policy(obs))
             shape = getattr(policy, "cap", cap)
@@ -516,12 +522,18 @@ class Ours:
         if plan is None:  # no plan yet: KEDA's usual 5 waiting per replica
             return max(1, math.ceil(obs.waiting / KEDA_WAITING_TARGET), obs.pods)
         ahead = self._band_ahead(obs.k)  # the external scaler's metric
-        # the rate trigger: arrivals, as policies.replicas.arrival_rate_query reads them (finished + growth)
-        observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s
+        # the rate trigger: arrivals, as policies.replicas.arrival_rate_query reads them (finished + growth); both
+        # it and the waiting trigger read vLLM, whose metrics come from serving replicas: while none serves (a
+        # wake from zero) they read nothing, 0 for KEDA, and the requests held at zero only activate the service
+        observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s if obs.serving else 0.0
+        waiting = obs.waiting if obs.serving else 0
         want = max(hpa_proposal(obs.pods, ahead, plan.target_per_replica),
                    hpa_proposal(obs.pods, observed, plan.target_per_replica),
-                   hpa_proposal(obs.pods, obs.waiting, plan.waiting_per_replica or KEDA_WAITING_TARGET))
+                   hpa_proposal(obs.pods, waiting, plan.waiting_per_replica or KEDA_WAITING_TARGET))
         if plan.scale_to_zero:
+            if obs.pods == 0:  # KEDA activates 0 -> 1 at its polling interval: forecast ahead, or a request held
+                active = ahead > plan.activation_threshold or obs.waiting > 0
+                return 1 if active and obs.k % KEDA_POLL_S == 0 else 0
             idle = ahead <= plan.activation_threshold and obs.waiting == 0
             if idle and obs.k - self.last_arrival >= plan.cooldown_s:
                 return 0
@@ -669,7 +681,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--format", choices=["azure", "mooncake", "servegen"], required=True)
     p.add_argument("--ttft-objective-s", type=float, default=2.0)
     p.add_argument("--class", dest="cls", choices=[c.value for c in WorkloadClass], default="real-time",
-                   help="class 'ours' sizes the trace as (real-time: hi_95 band, 30%% headroom, never to zero)")
+                   help="class 'ours' sizes the trace as (real-time: hi_95 band, 30%% headroom, never to zero unless "
+                   "--wake-budget-frac)")
     p.add_argument("--refit-s", type=int, default=300, help="refit period of 'ours': the controller's interval "
                    "(its default, 300 s, publishes a new forecast every 5 minutes)")
     p.add_argument("--policies", default="static-peak,reactive,reactive-zero,reactive-slice,ours,oracle",
@@ -690,6 +703,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--whole-gpu-over-budget", type=float,
                    default=ScalingSettings().whole_gpu_over_budget, help="'ours' on a slice moves to whole GPUs "
                    "past this many times its TTFT error budget (scaling.whole_gpu_over_budget; 0: never)")
+    p.add_argument("--wake-budget-frac", type=float, default=ScalingSettings().wake_budget_frac,
+                   help="'ours' may take a real-time service to zero where its past wakes cost at most this share "
+                   "of the TTFT error budget (scaling.wake_budget_frac, opt-in; default: never)")
     for field in CAPACITY_FLAGS:
         value = getattr(d, field)
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
@@ -698,6 +714,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("capacity figures, the TTFT objective and the refit period must be positive")
     if args.whole_gpu_over_budget is not None and args.whole_gpu_over_budget < 0:
         p.error("--whole-gpu-over-budget must be 0 (never) or more")
+    if args.wake_budget_frac is not None and not 0 <= args.wake_budget_frac <= 1:
+        p.error("--wake-budget-frac must lie in [0, 1]")
     problem = chart_path_problem(args.chart)
     if problem:
         p.error(problem)
@@ -760,7 +778,8 @@ def main(argv: list[str] | None = None) -> int:
         "reactive-bounded": (lambda: Reactive(min_replicas=1, max_replicas=warm), cap),
         "ours": (lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s,
                               ScalingSettings(ttft_objective_s=args.ttft_objective_s,
-                                              whole_gpu_over_budget=args.whole_gpu_over_budget or None),
+                                              whole_gpu_over_budget=args.whole_gpu_over_budget or None,
+                                              wake_budget_frac=args.wake_budget_frac),
                               whole=cap if shaped != cap else None), shaped),
         "oracle": (lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)), shaped),
     }

@@ -150,8 +150,30 @@ def test_ours_runs_the_product_policy_without_peeking(tmp_path: Path) -> None:
     ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 300, replay.ScalingSettings())
     r = simulate(trace, CAP, ours, "ours", warm=1)
     assert ours.refits >= 5 and ours.plan is not None
-    assert ours.plan.min_replicas >= 1 and not ours.plan.scale_to_zero  # real-time never to zero
+    assert ours.plan.min_replicas >= 1 and not ours.plan.scale_to_zero  # no idle gap: never to zero
     assert (r.ttft_s > 2.0).mean() < 0.01
+
+
+def test_ours_takes_a_real_time_service_to_zero_where_its_wakes_fit_the_budget() -> None:
+    """Busy 4 h, idle 15 min, twice, then 10 busy minutes: a gap counts once it is 10 cold starts (300 s) long,
+    the one in progress too, and the wakes cost 60 s (poll and cold start) in 4 h of requests (0.42%): both
+    gaps go to zero, and KEDA wakes the service at a poll for the first request after each."""
+    busy, idle = 4 * 3600, 900
+    t = np.concatenate([np.arange(0, busy, 1.0), np.arange(busy + idle, 2 * busy + idle, 1.0),
+                        np.arange(2 * (busy + idle), 2 * (busy + idle) + 600, 1.0)])
+    trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
+    runs = {}
+    for frac in (0.5, None):
+        settings_ = replay.ScalingSettings(wake_budget_frac=frac)
+        ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 300, settings_)
+        runs[frac] = (simulate(trace, CAP, ours, "ours", warm=1), ours)
+    r, ours = runs[0.5]
+    assert ours.plan is not None and ours.plan.scale_to_zero
+    assert r.cold_starts == 2 and 0 < r.waited_on_cold_start <= 2 * (30 + 30)  # at most a poll and a cold start
+    for start in (busy, 2 * busy + idle):
+        assert (r.gpus_per_min[start // 60: (start + idle) // 60] == 0).any()
+    off, _ = runs[None]
+    assert off.cold_starts == 0 and off.gpu_hours > r.gpu_hours  # off: the gap holds its replica
 
 
 def test_ours_reads_each_steps_p95_ttft_once_the_step_is_over() -> None:
@@ -248,6 +270,9 @@ def test_cli_skips_a_missing_trace_and_rejects_a_bad_one(tmp_path: Path, capsys:
     with pytest.raises(SystemExit):
         replay.main(["--trace", str(bad), "--format", "azure", "--refit-s", "0"])
     assert "refit period must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        replay.main(["--trace", str(bad), "--format", "azure", "--wake-budget-frac", "2"])
+    assert "--wake-budget-frac must lie in [0, 1]" in capsys.readouterr().err
 
 
 def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
