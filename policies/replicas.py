@@ -487,19 +487,25 @@ def _recent_peak(rate: pd.Series, window_s: float, otherwise: float) -> float:
 
 def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:
     """Lengths (s) of runs of steps with no requests and nothing waiting; unknown steps break a run."""
+    starts, ends = _idle_runs(history)
+    return (ends - starts) * history.step_s
+
+
+def _idle_runs(history: ReplicaHistory) -> tuple[np.ndarray, np.ndarray]:
+    """First and one-past-last step index of each run of steps with no requests and nothing waiting."""
     rate = history.request_rate_per_s
     if rate is None:
-        return np.array([])
+        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
     values = rate.to_numpy(dtype="float64")
     idle = np.isfinite(values) & (values <= 0)
     if history.requests_waiting is not None:
         idle &= ~(history.requests_waiting.reindex(rate.index).fillna(0).to_numpy() > 0)
     edges = np.flatnonzero(np.diff(np.concatenate(([0], idle.astype(np.int8), [0]))))
-    return (edges[1::2] - edges[::2]) * history.step_s
+    return edges[::2], edges[1::2]
 
 
 def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, settings: ScalingSettings,
-                  history: ReplicaHistory | None = None) -> tuple[bool, str]:
+                  history: ReplicaHistory) -> tuple[bool, str]:
     """Whether to scale to zero, and why: most idle time must be in long gaps, and the class must allow it or,
     for a latency-bound class, its wakes must fit ``wake_budget_frac`` of the TTFT error budget (:func:`wake_cost`:
     each request that arrives at zero waits a cold start, which no headroom serves).
@@ -509,7 +515,7 @@ def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, s
     long_s = settings.scale_to_zero_idle_multiple * cold_start_s
     allowed = cls.value in settings.scale_to_zero_classes
     frac = settings.wake_budget_frac
-    if not allowed and (frac is None or history is None or cls is WorkloadClass.BATCH):
+    if not allowed and (frac is None or cls is WorkloadClass.BATCH):
         return False, f"no scale-to-zero: {cls.value} is not in scale_to_zero_classes (a request at zero waits " \
                       f"a {cold_start_s:g} s cold start)"
     if gaps_s.size == 0:
@@ -521,7 +527,7 @@ def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, s
         return False, f"no scale-to-zero: {gap_why}"
     if allowed:
         return True, f"scale to zero: {gap_why}"
-    assert history is not None and frac is not None
+    assert frac is not None  # not allowed without it: returned above
     wake_s = settings.polling_interval_s + cold_start_s
     cooldown = cooldown_s(gaps_s, cold_start_s, True, settings)[0]
     cost = wake_cost(history, cooldown, wake_s)
@@ -539,7 +545,8 @@ def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, s
 
 def wake_cost(history: ReplicaHistory, cooldown_s: float, wake_s: float) -> float | None:
     """Share of the history's requests that arrived within ``wake_s`` of the end of an idle gap of at least
-    ``cooldown_s``: at zero, each would have waited for KEDA's poll and a cold start. None without requests.
+    ``cooldown_s`` (the gaps :func:`idle_gaps_s` measures): at zero, each would have waited for KEDA's poll and
+    a cold start. None without requests.
 
     The last step of a wake counts in part (``wake_s`` need not be whole steps); an idle gap that runs to the
     end of the history has no wake yet."""
@@ -551,11 +558,9 @@ def wake_cost(history: ReplicaHistory, cooldown_s: float, wake_s: float) -> floa
     total = float(arrived.sum())
     if total <= 0:
         return None
-    idle = np.isfinite(values) & (values <= 0)
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], idle.astype(np.int8), [0]))))
     weights = np.clip(wake_s / history.step_s - np.arange(math.ceil(wake_s / history.step_s)), 0.0, 1.0)
     spent = 0.0
-    for start, end in zip(edges[::2], edges[1::2], strict=True):
+    for start, end in zip(*_idle_runs(history), strict=True):
         if (end - start) * history.step_s < cooldown_s or end >= values.size:
             continue
         part = arrived[end:end + weights.size]
