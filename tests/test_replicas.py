@@ -475,6 +475,10 @@ def test_wake_cost_counts_the_requests_after_gaps_longer_than_the_cooldown() -> 
     assert wake_cost(ReplicaHistory(60.0), 60.0, 150.0) is None
     unknown = ReplicaHistory(60.0, series([np.nan] * 3 + values))  # unknown steps are no requests, no gap
     assert wake_cost(unknown, 300.0, 150.0) == pytest.approx(600 / total)
+    # a queue mid-gap is no idle step (as in idle_gaps_s): the 600 s gap splits into 300 s and 240 s runs
+    queue = series([1.0 if i == 10 else 0.0 for i in range(len(values))])
+    assert wake_cost(h, 400.0, 150.0) == pytest.approx(600 / total)
+    assert wake_cost(ReplicaHistory(60.0, series(values), requests_waiting=queue), 400.0, 150.0) == 0.0
 
 
 def test_measured_cold_start_moves_the_scale_to_zero_line() -> None:
