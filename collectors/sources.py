@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from collectors.registry import SourceRequest, register_source
@@ -11,7 +11,7 @@ from policies.catalogue import load_catalogue
 from recommender.errors import ConfigError, KubernetesError
 from recommender.model import GpuNode, Snapshot, Workload
 from recommender.progress import Progress
-from recommender.snapshot import assemble
+from recommender.snapshot import assemble, fill_at_zero
 
 
 def _select(snapshot: Snapshot, namespaces: tuple[str, ...]) -> Snapshot:
@@ -73,4 +73,21 @@ def prometheus(req: SourceRequest, progress: Progress) -> Snapshot:
     step_s = step_for(s.history_s, s.prometheus)
     where = s.prometheus.url or "prometheus"
     snap = assemble(usage, workloads, start, req.end, step_s, catalogue, f"prometheus {where}")
+    snap = _with_steps_at_zero(snap, req, start, progress)
     return replace(snap, nodes=nodes or snap.nodes)  # without the API: the GPU nodes DCGM reports
+
+
+def _with_steps_at_zero(snap: Snapshot, req: SourceRequest, start: datetime, progress: Progress) -> Snapshot:
+    """The snapshot with demand 0 where a workload had no pod (kube-state-metrics' replica counts), so a
+    gap spent at zero reads as idle (``recommender.snapshot.fill_at_zero``)."""
+    from collectors.prometheus import collect_workload_replicas
+    from collectors.prometheus.queries import KSM_WORKLOAD_REPLICAS
+
+    refs = [w.ref for w in snap.workloads]
+    replicas = collect_workload_replicas(req.settings, refs, start, req.end, progress, cache=req.cache)
+    if replicas is None:
+        if any(r.kind in KSM_WORKLOAD_REPLICAS for r in refs):
+            progress.log("note: kube-state-metrics has no replica counts for these workloads (kube_deployment_"
+                         "status_replicas): a step a workload spent at zero reads as unknown, not idle")
+        return snap
+    return replace(snap, usage=fill_at_zero(snap.usage, replicas))

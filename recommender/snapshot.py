@@ -29,6 +29,12 @@ SUM_METRICS = frozenset(
      m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.TTFT_OVER_OBJECTIVE_RATE, m.POWER_W}
 )  # demand adds up across replicas; everything else is per replica/device: max
 
+# Demand a workload has none of while it has no pod: at zero it reads 0, not unknown (fill_at_zero).
+AT_ZERO_METRICS = frozenset(
+    {m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE, m.GENERATION_TOKENS_RATE,
+     m.PREEMPTIONS_RATE, m.TTFT_OVER_OBJECTIVE_RATE, m.SERVING_REPLICAS}
+)
+
 # Whose pods count as serving replicas at a step: vLLM's running gauge, else its request counter's rate.
 SERVING_FROM = (m.REQUESTS_RUNNING, m.REQUEST_RATE)
 
@@ -100,6 +106,28 @@ def aggregate_usage(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, Wo
     present = None if source is None else _by_workload(source.notna(), mapping)
     if present is not None:
         out[m.SERVING_REPLICAS] = present.sum().T.astype("float64").replace(0.0, np.nan)
+    return out
+
+
+def fill_at_zero(usage: Mapping[str, pd.DataFrame], replicas: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Workload usage with 0 for its demand (``AT_ZERO_METRICS``) at the steps where it had no pod throughout
+    (``replicas`` 0: kube-state-metrics' count, columns ``WorkloadRef.key``) and no pod reported one (NaN).
+
+    A step at zero has no vLLM metric, so without this it reads as a step without metrics: an idle gap spent at
+    zero is unknown, not idle, the next cycle sees shorter gaps, and the scale-to-zero verdict can flip. Only
+    the columns a metric already has are filled (workloads whose pods reported it in the window); per-device
+    metrics stay NaN (no device), and so does a step kube-state-metrics has no count for."""
+    out = dict(usage)
+    for metric in sorted(AT_ZERO_METRICS & usage.keys()):
+        frame = usage[metric]
+        cols = [c for c in frame.columns if c in replicas.columns]
+        if not cols:
+            continue
+        zero = replicas[cols].reindex(frame.index).eq(0) & frame[cols].isna()
+        if zero.to_numpy().any():
+            frame = frame.copy()
+            frame[cols] = frame[cols].mask(zero, 0.0)
+            out[metric] = frame
     return out
 
 

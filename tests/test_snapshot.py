@@ -10,7 +10,14 @@ from policies.catalogue import load_catalogue
 from recommender import model as m
 from recommender.inventory import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
 from recommender.model import Allocation, Sharing, Workload, WorkloadRef
-from recommender.snapshot import aggregate_usage, assemble, attribute_pods, gpu_equivalents, infer_owner
+from recommender.snapshot import (
+    aggregate_usage,
+    assemble,
+    attribute_pods,
+    fill_at_zero,
+    gpu_equivalents,
+    infer_owner,
+)
 from tests.builders import END, index
 
 CAT = load_catalogue()
@@ -74,6 +81,27 @@ def test_serving_replicas_count_the_pods_reporting_vllm_at_each_step(source: str
     np.testing.assert_array_equal(out[chat.key].to_numpy(), want)
     assert out["ml/Deployment/embed"].iloc[:3].isna().all() and (out["ml/Deployment/embed"].iloc[3:] == 1).all()
     assert gpu_only.key not in out.columns  # no vLLM metrics: no count, the allocation's replicas stand
+
+
+def test_steps_at_zero_read_no_demand_and_only_those() -> None:
+    idx = index(0.1)
+    chat, embed, trainer = "ml/Deployment/chat", "ml/Deployment/embed", "ml/Deployment/trainer"
+    rate = pd.DataFrame({chat: 2.0, embed: 1.0}, index=idx)
+    rate.iloc[2:6, 0] = np.nan  # chat: at zero at 2-4 (below), no metrics at 5 (its count says 1)
+    rate.iloc[2:6, 1] = np.nan  # embed: no replica count at all
+    rate.iloc[7, 0] = 0.5  # a pod's last scrape within a step whose count is 0: its value stands
+    fb = rate.copy()
+    replicas = pd.DataFrame({chat: 1.0, trainer: 0.0}, index=idx)
+    replicas.iloc[[2, 3, 4, 7], 0] = 0.0
+    replicas.iloc[3, 0] = np.nan  # kube-state-metrics missed a step too
+    usage = {m.REQUEST_RATE: rate, m.FB_USED_MIB: fb}
+    out = fill_at_zero(usage, replicas)
+    got = out[m.REQUEST_RATE][chat].to_numpy()
+    np.testing.assert_array_equal(got[:8], [2.0, 2.0, 0.0, np.nan, 0.0, np.nan, 2.0, 0.5])
+    assert out[m.REQUEST_RATE][embed].iloc[2:6].isna().all()
+    assert trainer not in out[m.REQUEST_RATE].columns  # no column of its own: none added
+    assert out[m.FB_USED_MIB] is fb  # per device: no device at zero, still unknown
+    assert rate[chat].iloc[2:6].isna().all()  # the input is left as it was
 
 
 @pytest.mark.parametrize(

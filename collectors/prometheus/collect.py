@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
@@ -29,6 +29,7 @@ from collectors.prometheus.queries import Chunk, Scope
 from recommender import model as m
 from recommender.errors import PrometheusError
 from recommender.inventory import PodDevices, PodUsage, pod_key
+from recommender.model import WorkloadRef
 from recommender.progress import Progress
 from recommender.settings import PrometheusSettings, Settings
 
@@ -87,6 +88,7 @@ class UsageCache:
     last_s: float = -math.inf  # the cached grid's last step
     full_s: float = -math.inf  # the grid's last step when everything was last read
     refresh_s: float = 86_400.0
+    workloads: UsageCache | None = None  # the same for :func:`collect_workload_replicas` (its series: "replicas")
 
     def fresh_start(self, key: tuple[object, ...], grid: Grid) -> float | None:
         """The first step to read for ``grid``, or None when the cache cannot serve it (read everything)."""
@@ -266,6 +268,67 @@ def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Pro
         if cache is not None:  # it may hold part of this collection: the next one reads everything
             cache.key = None
         raise
+
+
+def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: datetime, end: datetime,
+                              progress: Progress, *, client: PromClient | None = None, cache: UsageCache | None = None
+                              ) -> pd.DataFrame | None:
+    """How many pods each Deployment or StatefulSet in ``refs`` had at each step of the usage grid, from
+    kube-state-metrics (the most within the step, so 0 only where it had none throughout): columns are
+    ``WorkloadRef.key``, NaN where kube-state-metrics said nothing. None when it has none of them (not
+    installed, other kinds). Read after the usage, for the workloads it found: a step at zero has no vLLM
+    metric, and only this tells it from a step without metrics. With a ``cache`` only the new steps are read."""
+    p = s.prometheus
+    win = window_for(start, end, p)
+    wanted = sorted({r for r in refs if r.kind in queries.KSM_WORKLOAD_REPLICAS}, key=lambda r: r.key)
+    if not wanted:
+        return None
+    client = client or PromClient(p, QueryStats())
+    extra = p.extra_selector.strip(" ,{}")
+    sub = None
+    if cache is not None:
+        sub = cache.workloads = cache.workloads or UsageCache(refresh_s=cache.refresh_s)
+    key = (client.url, extra, win.grid.step_s, win.window_s, tuple(r.key for r in wanted))
+    first = sub.fresh_start(key, win.grid) if sub is not None else None
+    fine = win.fine if first is None else Chunk(first, win.fine.end_s, win.grid.step_s)
+    grid = Grid(fine.start_s, fine.step_s, fine.steps)
+    jobs: list[Job] = []
+    for kind in queries.KSM_WORKLOAD_REPLICAS:
+        names = tuple((r.namespace, r.name) for r in wanted if r.kind == kind)
+        if names:
+            promql = queries.workload_replicas_query(kind, names, win.window_s, extra)
+            per = queries.steps_per_chunk(len(names), fine.step_s, p)
+            jobs += [Job(kind, promql, c, 0) for c in queries.chunks(fine.start_s, fine.end_s, fine.step_s, per)]
+    jobs = [replace(j, origin=i) for i, j in enumerate(jobs)]
+    acc = {kind: Accumulator(grid) for kind in queries.KSM_WORKLOAD_REPLICAS}
+
+    def on_result(job: Job, result: Result) -> None:
+        acc[job.key].add(result, "namespace", queries.KSM_WORKLOAD_REPLICAS[job.key][1])
+
+    try:
+        run_jobs(client, jobs, on_result, progress, "reading replica counts")
+    except PrometheusLimitError as exc:
+        raise PrometheusError(f"{exc}, even split into smaller queries; shorten --history or select fewer "
+                              "namespaces (-n)") from None
+    except BaseException:
+        if sub is not None:
+            sub.key = None
+        raise
+    keys = {r.key for r in wanted}
+    frames = []
+    for kind, a in acc.items():
+        frame = a.frame()  # columns "namespace/name", as pod_key forms them
+        frame.columns = pd.Index([WorkloadRef(ns, kind, name).key
+                                  for ns, name in (c.split("/", 1) for c in frame.columns)])
+        frames.append(frame[[c for c in frame.columns if c in keys]])
+    found = {"replicas": pd.concat(frames, axis=1)}
+    if first is not None and sub is not None:
+        found = join_usage(sub.series, found, win.grid, first)
+    if sub is not None:
+        sub.key, sub.series, sub.last_s = key, dict(found), win.fine.end_s
+        sub.full_s = sub.full_s if first is not None else win.fine.end_s
+    replicas = found.get("replicas")
+    return None if replicas is None or replicas.columns.empty else replicas[sorted(replicas.columns)]
 
 
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,

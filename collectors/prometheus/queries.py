@@ -42,6 +42,10 @@ KSM_POD_OWNER = "kube_pod_owner"
 KSM_REPLICASET_OWNER = "kube_replicaset_owner"
 KSM_JOB_OWNER = "kube_job_owner"
 KSM_REQUESTS = "kube_pod_container_resource_requests"
+# kube-state-metrics' pod count per workload, by kind: (metric, the label naming the workload). It tells a step
+# at zero (no pod, so no vLLM metric) from a step without metrics.
+KSM_WORKLOAD_REPLICAS = {"Deployment": ("kube_deployment_status_replicas", "deployment"),
+                         "StatefulSet": ("kube_statefulset_status_replicas", "statefulset")}
 
 
 def _quote(value: str) -> str:
@@ -206,6 +210,17 @@ def _with_growth(fam: Family, scope: Scope, window_s: int) -> str:
 
     terms = [term(fam.over_time, fam.names, "rate"), *(term("deriv", g, g[0]) for g in fam.growth)]
     return f"clamp_min({fam.agg} by ({scope.by}) ({' or '.join(terms)}), 0)"
+
+
+def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], window_s: int, extra: str = "") -> str:
+    """The most pods each named workload of ``kind`` had within each step (``KSM_WORKLOAD_REPLICAS``): 0 only
+    where it had none throughout. ``names``: (namespace, name) pairs; one selector for all of them (namespace
+    and name regexes: pairs they also select are dropped by the caller)."""
+    metric, label = KSM_WORKLOAD_REPLICAS[kind]
+    spaces = sorted({ns for ns, _ in names})
+    matchers = [f"__name__={_quote(metric)}", f"namespace=~{_quote(regex_alternatives(spaces))}",
+                f"{label}=~{_quote(regex_alternatives(sorted({n for _, n in names})))}", *([extra] if extra else [])]
+    return f"max by (namespace, {label}) (max_over_time({{{','.join(matchers)}}}[{window_s}s]))"
 
 
 def census_query(scope: Scope) -> str:
