@@ -395,7 +395,8 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     (a burst day) outlasts the hour that shows it. A window counts from ``fast_budget_min_missed`` missed steps:
     one stray miss in an hour's 60 steps is over a 1% budget on its own.
     Only the steps since the replicas took their current shape count, once ``min_capacity_steps`` of them
-    have a TTFT; until then, all of them.
+    have a TTFT; until then, all of them. The steps of a wake from zero (:func:`wake_steps`) do not count: the
+    requests that arrived at zero waited a cold start, which no headroom serves (``wake_budget_frac`` bounds them).
     Batch has no latency objective to spend: its headroom is left alone.
     """
     ttft = history.ttft_p95_s
@@ -407,6 +408,14 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     own = this_shape(frame, workload)  # a new shape's first few steps alone would make a noisy share: across
     frame = own if np.isfinite(own["ttft"]).sum() >= settings.min_capacity_steps else frame
     missed = (frame["ttft"] > objective_s).where(np.isfinite(frame["ttft"]))  # 1, 0, or NaN: no TTFT
+    wake_s = settings.polling_interval_s + (workload.cold_start_s or settings.default_cold_start_s)
+    steps = wake_steps(history, wake_s)
+    woke = np.zeros(len(frame), dtype=bool) if steps is None \
+        else steps.reindex(frame.index, fill_value=False).to_numpy(dtype=bool)
+    left_out = int((missed[woke] == 1).sum())
+    missed = missed.mask(woke)
+    wake_why = [f"{left_out} missed step(s) within {wake_s:g} s of a wake from zero left out of the error budget: "
+                "the requests that arrive at zero wait a cold start, which no headroom serves"] if left_out else []
     known = missed * ~(frame["per"] > capacity) if capacity is not None else missed  # unknown rate: within capacity
     day = settings.error_budget_window_s
     spent = [(_share(known, day), f"of the last {day / 3600:g} h's steps", capacity is not None)]
@@ -417,16 +426,30 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
                       f"of the steps in the worst {fast / 3600:g} h of the last {hold / 3600:g} h", False))
     spent = [x for x in spent if math.isfinite(x[0])]
     if not spent:
-        return base, []
+        return base, wake_why
     share, where, within = max(spent)
     budget = settings.ttft_error_budget
     if share <= budget:
-        return base, []
+        return base, wake_why
     raised = max(base, min(settings.max_headroom_frac, base + settings.headroom_step_frac * math.log2(share / budget)))
-    return raised, [f"headroom {base:.0%} raised to {raised:.0%}: {share:.1%} {where} had p95 TTFT over the "
+    return raised, [*wake_why, f"headroom {base:.0%} raised to {raised:.0%}: {share:.1%} {where} had p95 TTFT over the "
                     f"{objective_s:g} s objective" + (" within the capacity read from history" if within else "")
                     + f", against an error budget of {budget:.1%} (+{settings.headroom_step_frac:.0%} per doubling, "
                     f"at most {settings.max_headroom_frac:.0%})"]
+
+
+def wake_steps(history: ReplicaHistory, wake_s: float) -> pd.Series | None:
+    """Steps within ``wake_s`` of the end of each run at zero (``replicas`` 0), as booleans: the requests that
+    arrived at zero and during the cold start get their first token there. None without a replica count."""
+    replicas = history.replicas
+    if replicas is None:
+        return None
+    zero = replicas.to_numpy(dtype="float64") == 0
+    ends = np.flatnonzero(zero[:-1] & ~zero[1:]) + 1  # the first step after each run at zero
+    marked = np.zeros(zero.size, dtype=bool)
+    for end in ends:
+        marked[end:end + math.ceil(wake_s / history.step_s) + 1] = True
+    return pd.Series(marked, index=replicas.index)
 
 
 def _share(missed: pd.Series, window_s: float) -> float:

@@ -23,6 +23,7 @@ from policies.replicas import (
     locate_knee,
     scaling_plan,
     wake_cost,
+    wake_steps,
 )
 from recommender import model as m
 from recommender.model import (
@@ -355,6 +356,39 @@ def test_a_stray_miss_does_not_raise_headroom(misses: int, min_missed: int, head
     p = plan(with_capacity(), h, RT, (FC,), s)
     assert p.headroom_frac == pytest.approx(headroom)
     assert any("worst 1 h" in r for r in p.reasons) == (headroom > 0.30)
+
+
+def woken(misses_at: int, zero: bool) -> ReplicaHistory:
+    """One replica serving 1,660 steps, but at zero for the 100 from step 1,400 (no requests, no TTFT) where
+    ``zero``; three missed steps from ``misses_at``."""
+    ttft = np.ones(1660)
+    ttft[misses_at:misses_at + 3] = 3.0
+    rate, replicas = np.full(1660, 10.0), np.ones(1660)
+    if zero:
+        ttft[1400:1500], rate[1400:1500], replicas[1400:1500] = np.nan, 0.0, 0.0
+    return ReplicaHistory(60.0, series(rate), series(ttft), replicas=series(replicas))
+
+
+@pytest.mark.parametrize(("misses_at", "zero", "headroom"), [
+    (1500, True, 0.30),  # the wake's: a cold start's misses, left out of the budget
+    (1502, True, 0.30),  # still within the poll and cold start (30 + 180 s: 4 steps and the one the run ends at)
+    (1500, False, 0.30 + 0.1 * math.log2(3 / 60 / 0.01)),  # the same steps without a wake: they count
+    (1600, True, 0.30 + 0.1 * math.log2(3 / 60 / 0.01)),  # 100 min after the wake: the service's own misses
+])
+def test_a_wakes_misses_do_not_raise_headroom(misses_at: int, zero: bool, headroom: float) -> None:
+    """A request that arrives at zero waits a cold start: no headroom serves it, so raising headroom for six hours
+    for a wake's misses buys nothing (wake_budget_frac is what bounds them)."""
+    p = plan(with_capacity(), woken(misses_at, zero), RT, (FC,))
+    assert p.headroom_frac == pytest.approx(headroom)
+    assert any("left out of the error budget" in r for r in p.reasons) == (headroom == 0.30)
+
+
+def test_wake_steps_follow_each_run_at_zero() -> None:
+    h = ReplicaHistory(60.0, series([1.0] * 12), replicas=series([1, 0, 0, 1, 2, 2, np.nan, 0, np.nan, 2, 2, 2]))
+    got = wake_steps(h, 90.0)  # 2 steps after the run's end, and the end
+    assert got is not None
+    np.testing.assert_array_equal(got.to_numpy(), [0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0])  # NaN is not zero
+    assert wake_steps(ReplicaHistory(60.0, series([1.0] * 3)), 90.0) is None
 
 
 def test_on_coarse_steps_the_worst_window_spans_ten_of_them() -> None:
