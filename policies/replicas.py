@@ -125,7 +125,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     headroom, budget_why = error_budget_headroom(cls, settings.headroom_frac.get(cls.value, 0.0), workload, history,
                                                  None if source == "configured" else cap, objective_s, settings)
     target = cap * (1.0 - headroom)
-    cold_s = workload.cold_start_s or settings.default_cold_start_s
+    cold_s = _cold_start_s(workload, settings)
     gaps = idle_gaps_s(history)
     to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings, history)
     recommended = replicas_for(peak, target)
@@ -408,7 +408,7 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     own = this_shape(frame, workload)  # a new shape's first few steps alone would make a noisy share: across
     frame = own if np.isfinite(own["ttft"]).sum() >= settings.min_capacity_steps else frame
     missed = (frame["ttft"] > objective_s).where(np.isfinite(frame["ttft"]))  # 1, 0, or NaN: no TTFT
-    wake_s = settings.polling_interval_s + (workload.cold_start_s or settings.default_cold_start_s)
+    wake_s = _wake_s(_cold_start_s(workload, settings), settings)
     steps = wake_steps(history, wake_s)
     woke = np.zeros(len(frame), dtype=bool) if steps is None \
         else steps.reindex(frame.index, fill_value=False).to_numpy(dtype=bool)
@@ -436,6 +436,17 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
                     f"{objective_s:g} s objective" + (" within the capacity read from history" if within else "")
                     + f", against an error budget of {budget:.1%} (+{settings.headroom_step_frac:.0%} per doubling, "
                     f"at most {settings.max_headroom_frac:.0%})"]
+
+
+def _cold_start_s(workload: Workload, settings: ScalingSettings) -> float:
+    """Pod start → ready: measured on the workload, else the settings' default."""
+    return workload.cold_start_s or settings.default_cold_start_s
+
+
+def _wake_s(cold_start_s: float, settings: ScalingSettings) -> float:
+    """How long a wake from zero keeps a request waiting at most: KEDA's poll, then the cold start (what both
+    :func:`wake_cost` charges and :func:`wake_steps` leaves out of the error budget)."""
+    return settings.polling_interval_s + cold_start_s
 
 
 def wake_steps(history: ReplicaHistory, wake_s: float) -> pd.Series | None:
@@ -551,7 +562,7 @@ def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, s
     if allowed:
         return True, f"scale to zero: {gap_why}"
     assert frac is not None  # not allowed without it: returned above
-    wake_s = settings.polling_interval_s + cold_start_s
+    wake_s = _wake_s(cold_start_s, settings)
     cooldown = cooldown_s(gaps_s, cold_start_s, True, settings)[0]
     cost = wake_cost(history, cooldown, wake_s)
     budget = frac * settings.ttft_error_budget
