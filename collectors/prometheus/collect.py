@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -97,6 +98,16 @@ class UsageCache:
                 or last - self.full_s >= self.refresh_s:
             return None
         return max(grid.start_s, self.last_s - (OVERLAP_STEPS - 1) * grid.step_s)
+
+    def keep(self, key: tuple[object, ...], fresh: dict[str, pd.DataFrame], grid: Grid, first: float | None
+             ) -> dict[str, pd.DataFrame]:
+        """What a collection over ``grid`` read from ``first`` on (None: all of it, from :meth:`fresh_start`),
+        joined to the cached steps before, and kept for the next collection."""
+        series = fresh if first is None else join_usage(self.series, fresh, grid, first)
+        last = grid.start_s + (grid.n - 1) * grid.step_s
+        self.key, self.series, self.last_s = key, dict(series), last
+        self.full_s = self.full_s if first is not None else last
+        return series
 
 
 def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], grid: Grid, fresh_start: float
@@ -259,8 +270,15 @@ def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Pro
     With a ``cache``, only the usage steps it does not hold are read, and the cache is updated."""
     p = s.prometheus
     client = client or PromClient(p, QueryStats())
-    try:
+    with _reading(cache):
         return _collect(client, s, window_for(start, end, p), progress, with_ksm, cache)
+
+
+@contextmanager
+def _reading(cache: UsageCache | None) -> Iterator[None]:
+    """A limit no split can meet as one line; after any other failure the cache reads everything next."""
+    try:
+        yield
     except PrometheusLimitError as exc:
         raise PrometheusError(f"{exc}, even split into smaller queries; shorten --history, select fewer "
                               "namespaces (-n) or raise the server's query limits") from None
@@ -305,15 +323,8 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
     def on_result(job: Job, result: Result) -> None:
         acc[job.key].add(result, "namespace", queries.KSM_WORKLOAD_REPLICAS[job.key][1])
 
-    try:
+    with _reading(sub):
         run_jobs(client, jobs, on_result, progress, "reading replica counts")
-    except PrometheusLimitError as exc:
-        raise PrometheusError(f"{exc}, even split into smaller queries; shorten --history or select fewer "
-                              "namespaces (-n)") from None
-    except BaseException:
-        if sub is not None:
-            sub.key = None
-        raise
     keys = {r.key for r in wanted}
     frames = []
     for kind, a in acc.items():
@@ -322,11 +333,8 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
                                   for ns, name in (c.split("/", 1) for c in frame.columns)])
         frames.append(frame[[c for c in frame.columns if c in keys]])
     found = {"replicas": pd.concat(frames, axis=1)}
-    if first is not None and sub is not None:
-        found = join_usage(sub.series, found, win.grid, first)
     if sub is not None:
-        sub.key, sub.series, sub.last_s = key, dict(found), win.fine.end_s
-        sub.full_s = sub.full_s if first is not None else win.fine.end_s
+        found = sub.keep(key, found, win.grid, first)
     replicas = found.get("replicas")
     return None if replicas is None or replicas.columns.empty else replicas[sorted(replicas.columns)]
 
@@ -389,12 +397,10 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     progress.log(client.stats.line())
     inv = {k: sorted(v, key=lambda x: x[2]) for k, v in inventory.items()}  # chunks arrive in any order
     series = {metric: a.frame() for metric, a in acc.items() if a.pods}
-    if first is not None and cache is not None:
-        series = join_usage(cache.series, series, win.grid, first)
     if cache is not None:
-        cache.key, cache.series, cache.counts, cache.last_s = key, dict(series), counts, win.fine.end_s
-        cache.inventory, cache.devices = {k: parse.newest(v) for k, v in inv.items()}, device_table
-        cache.full_s = cache.full_s if first is not None else win.fine.end_s
+        series = cache.keep(key, series, win.grid, first)
+        cache.counts, cache.inventory, cache.devices = counts, {k: parse.newest(v) for k, v in inv.items()}, \
+            device_table
     devices = device_table.records()
     total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)
     if total_mib is not None:
