@@ -49,7 +49,8 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   plan's second trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on a 3g.40gb slice,
   11 on the whole GPU); scale-down stabilisation from ``scale_down_window_s`` (the window ``hpa_behavior``
   sets); to zero only when the plan allows it (real-time: only with ``--wake-budget-frac``, where its past
-  wakes fit that share of the error budget, ``policies.replicas.wake_cost``) and the forecast expects no
+  wakes fit that share of the error budget, ``policies.replicas.wake_cost``, once a forecast and two days of
+  history exist) and the forecast expects no
   request within a cold start, the cooldown after the last one. At zero, KEDA activates one pod at a poll
   (30 s) for the forecast or a request held at zero (a gateway such as KEDA's HTTP add-on holds it); until a
   replica serves, the rate and waiting triggers read nothing (vLLM's metrics come from serving replicas), so

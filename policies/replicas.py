@@ -127,7 +127,8 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     target = cap * (1.0 - headroom)
     cold_s = _cold_start_s(workload, settings)
     gaps = idle_gaps_s(history)
-    to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings, history)
+    to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings, history,
+                                      forecast=_rate_forecast(forecasts) is not None)
     recommended = replicas_for(peak, target)
     low = 0 if to_zero else max(1, replicas_for(trough, target))
     span_s = history_span_s(history)
@@ -488,7 +489,7 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     observed = np.array([]) if rate is None else rate.to_numpy(dtype="float64")
     observed = observed[np.isfinite(observed)]
     observed_max = float(observed.max()) if observed.size else 0.0
-    fc = next((f for f in forecasts if f.metric == m.REQUEST_RATE and not f.frame.empty), None)
+    fc = _rate_forecast(forecasts)
     if fc is not None:
         column = upper_band(fc.frame, BAND_BY_CLASS[cls])
         band = fc.frame[column].clip(lower=0.0).to_numpy(dtype="float64")
@@ -509,6 +510,11 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     trough = min(peak, float(observed.min()))  # the floor: the quietest step, the HPA follows demand above it
     return peak, trough, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
                                         f"floor {trough:.3g} req/s: the quietest step seen"]
+
+
+def _rate_forecast(forecasts: Sequence[Forecast]) -> Forecast | None:
+    """The first non-empty request-rate forecast, or None."""
+    return next((f for f in forecasts if f.metric == m.REQUEST_RATE and not f.frame.empty), None)
 
 
 def _recent_peak(rate: pd.Series, window_s: float, otherwise: float) -> float:
@@ -539,10 +545,15 @@ def _idle_runs(history: ReplicaHistory) -> tuple[np.ndarray, np.ndarray]:
 
 
 def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, settings: ScalingSettings,
-                  history: ReplicaHistory) -> tuple[bool, str]:
+                  history: ReplicaHistory, *, forecast: bool) -> tuple[bool, str]:
     """Whether to scale to zero, and why: most idle time must be in long gaps, and the class must allow it or,
     for a latency-bound class, its wakes must fit ``wake_budget_frac`` of the TTFT error budget (:func:`wake_cost`:
-    each request that arrives at zero waits a cold start, which no headroom serves).
+    each request that arrives at zero waits a cold start, which no headroom serves) and a request-rate
+    ``forecast`` and ``wake_min_history_s`` of history must exist. Without a forecast nothing wakes the service
+    ahead of a burst (the activation reads it; the external scaler keeps a workload without one active), and on
+    hours of history one or two gaps decide the wake cost. Scaling to zero then drops the floor real-time keeps
+    (the last hours' peak): the service follows each burst with a cold start's lag, and the knee read from
+    those misses sizes it low for a week (the replay's chunk-61 on its first day).
 
     "Typical" gap = the time-weighted median: half of all idle time lies in gaps at least this long.
     """
@@ -562,6 +573,14 @@ def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, s
     if allowed:
         return True, f"scale to zero: {gap_why}"
     assert frac is not None  # not allowed without it: returned above
+    if not forecast:
+        return False, (f"no scale-to-zero for {cls.value} yet: no request-rate forecast to wake it ahead of "
+                       "demand (its wakes are weighed against the error budget once one exists)")
+    span_s = history_span_s(history)
+    if span_s < settings.wake_min_history_s:
+        return False, (f"no scale-to-zero for {cls.value} yet: {span_s / 3600:.3g} h of request history, under "
+                       f"the {settings.wake_min_history_s / 3600:.3g} h its wakes are weighed on "
+                       "(scaling.wake_min_history_s)")
     wake_s = _wake_s(cold_start_s, settings)
     cooldown = cooldown_s(gaps_s, cold_start_s, True, settings)[0]
     cost = wake_cost(history, cooldown, wake_s)

@@ -183,8 +183,14 @@ class ScalingSettings(BaseModel):
         None, ge=0, le=1, description="Opt-in: the other classes may scale to zero too where, in the history, the "
         "requests that arrived within a wake (polling_interval_s + cold start) of the end of each idle gap longer "
         "than the cooldown were at most this share of ttft_error_budget (0.5: half of it): each of them would have "
-        "waited a cold start. Needs something that holds requests at zero and activates the workload (KEDA's HTTP "
-        "add-on, a gateway's metric): null (the default) where nothing does."
+        "waited a cold start; only once a request-rate forecast exists (the activation reads it) and over "
+        "wake_min_history_s of history. Needs something that holds requests at zero and activates the workload "
+        "(KEDA's HTTP add-on, a gateway's metric): null (the default) where nothing does."
+    )
+    wake_min_history_s: float = Field(
+        2 * 86_400, ge=0, description="Request history needed before wake_budget_frac weighs a latency-bound "
+        "class's wakes: a daily pattern of gaps seen twice, the history a forecast needs for its daily season "
+        "unwidened. On a few hours one or two gaps would decide."
     )
     replica_capacity_rps: float | None = Field(
         None, gt=0, description="Requests/s one replica serves at the TTFT objective when neither measured "

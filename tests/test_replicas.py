@@ -42,7 +42,8 @@ from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATI
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
 S = ScalingSettings(max_bound_history_s=0)  # bounds from any history; the short-history ceiling has its own test
-WAKE = S.model_copy(update={"wake_budget_frac": 0.5})  # latency-bound classes may go to zero where wakes are cheap
+# latency-bound classes may go to zero where wakes are cheap (on any length of history: the tests' are short)
+WAKE = S.model_copy(update={"wake_budget_frac": 0.5, "wake_min_history_s": 0.0})
 DAY_ONLY = S.model_copy(update={"fast_budget_window_s": None})  # the error budget's day alone, no last hour
 
 
@@ -471,7 +472,7 @@ def test_real_time_and_short_gaps_do_not_scale_to_zero() -> None:
     assert not plan(with_capacity(), long_gaps, RT).scale_to_zero  # by default real-time never goes to zero
     # opted in: 3 wakes of 3.5 steps (30 s poll + the default 180 s cold start) of 240 busy steps = 4.38%, over
     # 0.5 x 1%
-    p = plan(with_capacity(), long_gaps, RT, s=WAKE)
+    p = plan(with_capacity(), long_gaps, RT, (FC,), s=WAKE)
     assert not p.scale_to_zero and p.min_replicas == 1
     assert any("wakes would have cost 4.38% of requests" in r for r in p.reasons)
     short_gaps = ReplicaHistory(60.0, bursts(60.0, 1, 1, 100))  # 60 s gaps < 1,800 s
@@ -482,17 +483,35 @@ def test_real_time_and_short_gaps_do_not_scale_to_zero() -> None:
 def test_real_time_scales_to_zero_where_its_wakes_fit_the_error_budget() -> None:
     # busy 10 h at 5 req/s, idle 5 h; each wake after a gap costs 210 s (poll + cold start) of requests
     cheap = ReplicaHistory(60.0, bursts(60.0, 600, 300, 3))
-    p = plan(with_capacity(), cheap, RT, s=WAKE)  # 2 wakes x 210 s / 3 x 36,000 s = 0.39% <= 0.5 x 1%
+    p = plan(with_capacity(), cheap, RT, (FC,), s=WAKE)  # 2 wakes x 210 s / 3 x 36,000 s = 0.39% <= 0.5 x 1%
     assert p.scale_to_zero and p.min_replicas == 0 and p.activation_threshold > 0
     assert any("wakes would have cost 0.39% of requests" in r and "HTTP add-on" in r for r in p.reasons)
     assert keda_parameters(p)["minReplicaCount"] == 0
     for settings_ in (S, S.model_copy(update={"wake_budget_frac": 0.25})):  # off (the default); 0.39% > 0.25 x 1%
-        off = plan(with_capacity(), cheap, RT, s=settings_)
+        off = plan(with_capacity(), cheap, RT, (FC,), s=settings_)
         assert not off.scale_to_zero and off.min_replicas >= 1
     # near-real-time spends the same budget; batch needs none (it is in scale_to_zero_classes)
-    assert plan(with_capacity(), cheap, NRT, s=WAKE).scale_to_zero
+    assert plan(with_capacity(), cheap, NRT, (FC,), s=WAKE).scale_to_zero
+    assert plan(with_capacity(), cheap, BATCH, s=WAKE).scale_to_zero  # no forecast needed where the class allows it
     no_batch = S.model_copy(update={"scale_to_zero_classes": ()})
     assert not plan(with_capacity(), cheap, BATCH, s=no_batch).scale_to_zero
+
+
+def test_no_wake_budget_scale_to_zero_before_a_forecast_and_two_days() -> None:
+    # the same cheap wakes, but no forecast yet: nothing would wake real-time ahead of a burst, and going to zero
+    # would drop the floor it keeps until a forecast exists (the peak of the last hours)
+    cheap = ReplicaHistory(60.0, bursts(60.0, 600, 300, 3))
+    for c in (RT, NRT):
+        early = plan(with_capacity(), cheap, c, s=WAKE)
+        assert not early.scale_to_zero and early.min_replicas >= 1
+        assert any("no request-rate forecast to wake it" in r for r in early.reasons)
+    empty = forecast(mean=[], lo_80=[], hi_80=[], lo_95=[], hi_95=[])  # an empty frame is no forecast
+    assert not plan(with_capacity(), cheap, RT, (empty,), s=WAKE).scale_to_zero
+    # with a forecast, the 45 h of history are under the default 48 h over which wakes are weighed
+    short = plan(with_capacity(), cheap, RT, (FC,), s=S.model_copy(update={"wake_budget_frac": 0.5}))
+    assert not short.scale_to_zero and any("45 h of request history, under the 48 h" in r for r in short.reasons)
+    longer = ReplicaHistory(60.0, bursts(60.0, 600, 300, 4))  # 60 h, 3 wakes: 3 x 210 s / 4 x 36,000 s = 0.44%
+    assert plan(with_capacity(), longer, RT, (FC,), s=S.model_copy(update={"wake_budget_frac": 0.5})).scale_to_zero
 
 
 def test_wake_cost_counts_the_requests_after_gaps_longer_than_the_cooldown() -> None:
