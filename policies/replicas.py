@@ -550,10 +550,10 @@ def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, s
     for a latency-bound class, its wakes must fit ``wake_budget_frac`` of the TTFT error budget (:func:`wake_cost`:
     each request that arrives at zero waits a cold start, which no headroom serves) and a request-rate
     ``forecast`` and ``wake_min_history_s`` of history must exist. Without a forecast nothing wakes the service
-    ahead of a burst (the activation reads it; the external scaler keeps a workload without one active), and on
-    hours of history one or two gaps decide the wake cost. Scaling to zero then drops the floor real-time keeps
-    (the last hours' peak): the service follows each burst with a cold start's lag, and the knee read from
-    those misses sizes it low for a week (the replay's chunk-61 on its first day).
+    ahead of a burst (the activation reads it; the external scaler keeps a workload without one active), and
+    going to zero would drop the floor real-time keeps until one exists (the last hours' peak); on hours of
+    history one or two gaps decide the wake cost. Together they had the replay's chunk-61 follow each burst
+    of its first day a cold start late, and the knee read from those misses sized it low for a week.
 
     "Typical" gap = the time-weighted median: half of all idle time lies in gaps at least this long.
     """
