@@ -399,8 +399,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     series = {metric: a.frame() for metric, a in acc.items() if a.pods}
     if cache is not None:
         series = cache.keep(key, series, win.grid, first)
-        cache.counts, cache.inventory, cache.devices = counts, {k: parse.newest(v) for k, v in inv.items()}, \
-            device_table
+        cache.counts, cache.devices = counts, device_table
+        cache.inventory = {k: parse.newest(v) for k, v in inv.items()}
     devices = device_table.records()
     total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)
     if total_mib is not None:
