@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -21,10 +22,16 @@ if TYPE_CHECKING:
 
 
 class RichProgress:
-    """Progress on stderr: bars on a terminal, one line per finished task otherwise (CI logs)."""
+    """Progress on stderr: bars on a terminal, one line per finished task otherwise (CI logs).
 
-    def __init__(self, console: Console | None = None) -> None:
+    ``quiet`` holds lines not to log again (the last controller cycle's ``said``), so a note that holds every
+    cycle (no replica counts, no Kubernetes API) is logged when it starts to hold, not every interval.
+    """
+
+    def __init__(self, console: Console | None = None, quiet: frozenset[str] = frozenset()) -> None:
         self.console = console or Console(stderr=True)
+        self.quiet = quiet
+        self.said: set[str] = set()  # every line this run was asked to log, shown or not
         self.live = self.console.is_terminal
         self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                               TimeElapsedColumn(), console=self.console, transient=True)
@@ -56,14 +63,16 @@ class RichProgress:
             self.console.print(f"{task}: {total}/{total} done", highlight=False)
 
     def log(self, message: str) -> None:
-        self.console.print(message, highlight=False, soft_wrap=True)
+        self.said.add(message)
+        if message not in self.quiet:
+            self.console.print(message, highlight=False, soft_wrap=True)
 
 
-def collect(source: str, path: str | None, settings: Settings, end: datetime, cache: UsageCache | None = None
-            ) -> Snapshot:
+def collect(source: str, path: str | None, settings: Settings, end: datetime, cache: UsageCache | None = None,
+            progress: RichProgress | None = None) -> Snapshot:
     """One snapshot from a source; ``cache`` (a loop's) lets the Prometheus source read only new steps."""
-    with RichProgress() as progress:
-        return get_source(source)(SourceRequest(settings, end, path, cache), progress)
+    with nullcontext(progress) if progress is not None else RichProgress() as shown:
+        return get_source(source)(SourceRequest(settings, end, path, cache), shown)
 
 
 def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:

@@ -112,19 +112,23 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
 
 class Cycle:
     """One controller cycle: collect and plan. Its usage cache lets every cycle after the first read only the
-    steps added since; the last plan in ``store`` carries capacity forward (policies.replicas.keep_lower_bound)."""
+    steps added since; the last plan in ``store`` carries capacity forward (policies.replicas.keep_lower_bound);
+    a collector's line that the last cycle logged too is not logged again."""
 
     def __init__(self, source: str, path: str | None, settings: Settings, store: PlanStore) -> None:
         from collectors.prometheus.collect import UsageCache
 
         self.source, self.path, self.settings, self.store = source, path, settings, store
         self.cache = UsageCache()
+        self.said: frozenset[str] = frozenset()
 
     def __call__(self, now: datetime) -> Any:
-        from recommender.app import collect
+        from recommender.app import RichProgress, collect
         from recommender.pipeline import run_once
 
-        snap = collect(self.source, self.path, self.settings, now, self.cache)
+        with RichProgress(quiet=self.said) as progress:
+            snap = collect(self.source, self.path, self.settings, now, self.cache, progress)
+        self.said = frozenset(progress.said)
         last = self.store.latest()
         return run_once(snap, self.settings, now, previous=last.plan if last else None), snap
 

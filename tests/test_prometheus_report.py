@@ -205,3 +205,18 @@ def test_controller_cycles_after_the_first_read_only_new_steps_and_plan_as_a_fre
     for metric, frame in fresh.usage.items():
         pd.testing.assert_frame_equal(snap.usage[metric], frame, check_freq=False)
     assert [r.ref for r in plan.recommendations] and {w.ref for w in snap.workloads} == {w.ref for w in fresh.workloads}
+
+
+def test_controller_cycles_log_a_standing_note_once_and_the_query_counts_every_cycle(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    s = Settings(history_s=86_400, prometheus=PrometheusSettings(url=cluster.url),
+                 kubernetes=KubernetesSettings(enabled=False))
+    cycle = Cycle("prometheus", None, s, PlanStore())
+    cycle(cluster.end - timedelta(hours=1))
+    first = capsys.readouterr().err
+    cycle(cluster.end)
+    second = capsys.readouterr().err
+    note = "no replica counts"  # the shared cluster has owners but no kube-state-metrics replica counts
+    assert note in first and note not in second
+    assert "prometheus: " in second and "queries" in second  # lines that change each cycle are still logged
+    assert any(note in line for line in cycle.said)
