@@ -477,8 +477,10 @@ def _service_port(name: str) -> int:
 
 @pytest.mark.parametrize("path", sorted(DEPLOY.glob("examples/scaledobject-*.yaml")), ids=lambda p: p.name)
 def test_scaledobjects_point_at_our_servers(path: Path) -> None:
-    so = _load(path)
-    assert (so["apiVersion"], so["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    (so,) = [d for d in docs if d["kind"] == "ScaledObject"]
+    assert so["apiVersion"] == "keda.sh/v1alpha1"
+    http_scaled = {d["metadata"]["name"]: d for d in docs if d["kind"] == "HTTPScaledObject"}
     spec, ns = so["spec"], so["metadata"]["namespace"]
     target = spec["scaleTargetRef"]
     assert target["kind"] in ("Deployment", "StatefulSet") and target["name"]
@@ -505,5 +507,25 @@ def test_scaledobjects_point_at_our_servers(path: Path) -> None:
             assert trig["metricType"] == "AverageValue", "a Value target would not divide by the replicas"
             assert meta["query"] in report_queries, f"not a query the report writes for {target['name']}"
             assert meta["serverAddress"].startswith("http") and float(meta["threshold"]) > 0
+        elif trig["type"] == "external-push":  # KEDA's HTTP add-on, holding requests at zero
+            _check_http_addon(http_scaled.pop(meta["httpScaledObject"]), so)
+            assert meta["scalerAddress"].endswith(":9090")
         else:
             pytest.fail(f"unexpected trigger type {trig['type']}")
+    assert not http_scaled, f"HTTPScaledObjects no trigger reads: {sorted(http_scaled)}"
+
+
+def _check_http_addon(hso: dict[str, Any], so: dict[str, Any]) -> None:
+    """The add-on creates no ScaledObject of its own (KEDA allows one per workload), under another name than
+    ours (its reconciler removes a same-named one), for the same workload, and holds a request at zero for
+    at least the weights' load that ``initialCooldownPeriod`` allows for."""
+    assert hso["apiVersion"] == "http.keda.sh/v1alpha1"
+    assert hso["metadata"]["annotations"]["httpscaledobject.keda.sh/skip-scaledobject-creation"] == "true"
+    assert hso["metadata"]["name"] != so["metadata"]["name"]
+    assert hso["metadata"]["namespace"] == so["metadata"]["namespace"]
+    ref, target = hso["spec"]["scaleTargetRef"], so["spec"]["scaleTargetRef"]
+    assert (ref["kind"], ref["name"]) == (target["kind"], target["name"]) and ref["service"]
+    assert (hso["spec"]["replicas"]["min"], hso["spec"]["replicas"]["max"]) == (
+        so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"])
+    wait = hso["spec"]["timeouts"]["conditionWait"]
+    assert wait.endswith("s") and float(wait[:-1]) >= so["spec"]["initialCooldownPeriod"]
