@@ -102,6 +102,7 @@ from policies.replicas import (
     scale_down_window_s,
     scaling_plan,
 )
+from recommender.features import after_zero
 from recommender.forecast import NotEnoughHistory, forecast_series
 from recommender.model import (
     Allocation,
@@ -590,14 +591,22 @@ class Ours:
     def _escalate(self, obs: Observed) -> None:
         """Whole GPUs instead of the slice where the right-size policy would give them (``policies.mig``): over
         the error-budget window, once a day of history exists (``policy.min_history_s``), the requests over the
-        objective, as the collector reads them from vLLM's TTFT histogram, against the requests that arrived."""
+        objective, as the collector reads them from vLLM's TTFT histogram, against the requests that arrived;
+        the steps of a wake from zero left out of both, as ``over_objective_share`` leaves them out."""
         s = self.settings
         if self.whole is None or self.cls is WorkloadClass.BATCH or obs.k < PolicySettings().min_history_s:
             return
         window = int(s.error_budget_window_s)
-        arrived = float(obs.arrivals_per_s[-window:].sum())
+        start = max(0, obs.k - window)
         first = obs.served_arrival_s + obs.served_ttft_s
-        recent = obs.served_ttft_s[first >= obs.k - window]
+        done = first >= start
+        lo, hi = start // self.bin_s, (obs.k + 1) // self.bin_s + 1  # a first token comes within k + 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ready = pd.Series(self.ready_sum[lo:hi] / self.ready_n[lo:hi])  # NaN: not synced yet, not zero
+        woke = after_zero(ready, s.wake_s(self.cap.cold_start_s), self.bin_s).to_numpy(dtype=bool)
+        arrived = float(obs.arrivals_per_s[start:obs.k][~woke[np.arange(start, obs.k) // self.bin_s - lo]].sum())
+        at = np.minimum((first[done] // self.bin_s).astype(np.int64) - lo, woke.size - 1)
+        recent = obs.served_ttft_s[done][~woke[at]]
         share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)

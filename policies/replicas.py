@@ -32,7 +32,7 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
 from recommender import model as m
-from recommender.features import last_window, split_at
+from recommender.features import after_zero, last_window, split_at
 from recommender.forecast import upper_band
 from recommender.model import Classification, Forecast, ScalingPlan, Snapshot, Workload, WorkloadClass
 from recommender.settings import ScalingSettings
@@ -409,7 +409,7 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     own = this_shape(frame, workload)  # a new shape's first few steps alone would make a noisy share: across
     frame = own if np.isfinite(own["ttft"]).sum() >= settings.min_capacity_steps else frame
     missed = (frame["ttft"] > objective_s).where(np.isfinite(frame["ttft"]))  # 1, 0, or NaN: no TTFT
-    wake_s = _wake_s(_cold_start_s(workload, settings), settings)
+    wake_s = settings.wake_s(workload.cold_start_s)
     steps = wake_steps(history, wake_s)
     woke = np.zeros(len(frame), dtype=bool) if steps is None \
         else steps.reindex(frame.index, fill_value=False).to_numpy(dtype=bool)
@@ -444,24 +444,10 @@ def _cold_start_s(workload: Workload, settings: ScalingSettings) -> float:
     return workload.cold_start_s or settings.default_cold_start_s
 
 
-def _wake_s(cold_start_s: float, settings: ScalingSettings) -> float:
-    """How long a wake from zero keeps a request waiting at most: KEDA's poll, then the cold start (what both
-    :func:`wake_cost` charges and :func:`wake_steps` leaves out of the error budget)."""
-    return settings.polling_interval_s + cold_start_s
-
-
 def wake_steps(history: ReplicaHistory, wake_s: float) -> pd.Series | None:
-    """Steps within ``wake_s`` of the end of each run at zero (``replicas`` 0), as booleans: the requests that
-    arrived at zero and during the cold start get their first token there. None without a replica count."""
-    replicas = history.replicas
-    if replicas is None:
-        return None
-    zero = replicas.to_numpy(dtype="float64") == 0
-    ends = np.flatnonzero(zero[:-1] & ~zero[1:]) + 1  # the first step after each run at zero
-    marked = np.zeros(zero.size, dtype=bool)
-    for end in ends:
-        marked[end:end + math.ceil(wake_s / history.step_s) + 1] = True
-    return pd.Series(marked, index=replicas.index)
+    """Steps within ``wake_s`` of the end of each run at zero (``replicas`` 0), as booleans
+    (``recommender.features.after_zero``). None without a replica count."""
+    return None if history.replicas is None else after_zero(history.replicas, wake_s, history.step_s)
 
 
 def _share(missed: pd.Series, window_s: float) -> float:
@@ -581,7 +567,7 @@ def scale_to_zero(cls: WorkloadClass, gaps_s: np.ndarray, cold_start_s: float, s
         return False, (f"no scale-to-zero for {cls.value} yet: {span_s / 3600:.3g} h of request history, under "
                        f"the {settings.wake_min_history_s / 3600:.3g} h its wakes are weighed on "
                        "(scaling.wake_min_history_s)")
-    wake_s = _wake_s(cold_start_s, settings)
+    wake_s = settings.wake_s(cold_start_s)
     cooldown = cooldown_s(gaps_s, cold_start_s, True, settings)[0]
     cost = wake_cost(history, cooldown, wake_s)
     budget = frac * settings.ttft_error_budget

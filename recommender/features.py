@@ -105,18 +105,35 @@ def split_at(data: pd.DataFrame, when: datetime | None) -> tuple[pd.DataFrame, p
     return data[~after], data[after]
 
 
-def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float, shape_before: bool = False
-                         ) -> float | None:
+def after_zero(replicas: pd.Series, within_s: float, step_s: float) -> pd.Series:
+    """Steps within ``within_s`` of the end of each run at zero replicas, as booleans: the requests that arrived
+    at zero and during the cold start get their first token there (``ScalingSettings.wake_s``)."""
+    zero = replicas.to_numpy(dtype="float64") == 0
+    ends = np.flatnonzero(zero[:-1] & ~zero[1:]) + 1  # the first step after each run at zero
+    marked = np.zeros(zero.size, dtype=bool)
+    for end in ends:
+        marked[end:end + math.ceil(within_s / step_s) + 1] = True
+    return pd.Series(marked, index=replicas.index)
+
+
+def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float, shape_before: bool = False,
+                         wake_s: float | None = None) -> float | None:
     """Requests over the TTFT objective as a share of all requests, over the last ``window_s``, both rates
     summed over the steps where both are known; None without requests or either series. Read across a change
     of shape (``Workload.shape_since``): a new shape's first minutes alone would give a noisy share, and a
     slice's misses still argue for the whole GPUs that replaced it. ``shape_before``: over the last
-    ``window_s`` of the steps before the change instead, what the shape before did (None without a change)."""
+    ``window_s`` of the steps before the change instead, what the shape before did (None without a change).
+    ``wake_s``: the steps within it of a wake from zero (:func:`after_zero` on the serving replicas) are left
+    out, as the error budget leaves them out: their requests waited a cold start, which no shape serves."""
     slow = snapshot.series(m.TTFT_OVER_OBJECTIVE_RATE, workload.ref)
     rate = snapshot.series(m.REQUEST_RATE, workload.ref)
     if slow is None or rate is None:
         return None
     both = pd.DataFrame({"slow": slow, "rate": rate}).replace([np.inf, -np.inf], np.nan).dropna()
+    replicas = snapshot.series(m.SERVING_REPLICAS, workload.ref) if wake_s is not None else None
+    if replicas is not None and wake_s is not None:
+        woke = after_zero(replicas, wake_s, snapshot.step_s).reindex(both.index, fill_value=False)
+        both = both[~woke.to_numpy(dtype=bool)]
     both = last_window(split_at(both, workload.shape_since)[0] if shape_before else both, window_s)
     total = float(both["rate"].clip(lower=0).sum())
     return min(1.0, float(both["slow"].clip(lower=0).sum()) / total) if total > 0 else None
@@ -163,7 +180,9 @@ def longest_run_s(mask: pd.Series, step_s: float) -> float:
 
 
 def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float = 0.01,
-                      budget_window_s: float = math.inf) -> WorkloadFeatures:
+                      budget_window_s: float = math.inf, wake_s: float | None = None) -> WorkloadFeatures:
+    """``budget_window_s`` and ``wake_s`` (``ScalingSettings.wake_s``) shape the share over the TTFT objective
+    (:func:`over_objective_share`)."""
     ref = workload.ref
     history_s, coverage = _history(_presence(snapshot, workload), snapshot.step_s)
     idle = idle_mask(snapshot, workload, idle_frac)
@@ -182,8 +201,9 @@ def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float =
         idle_frac=float(idle.mean()) if has_idle and idle is not None else None,
         longest_idle_s=longest_run_s(idle, snapshot.step_s) if has_idle and idle is not None else None,
         tokens_per_request=tokens_per_request(snapshot, workload),
-        ttft_over_objective_frac=over_objective_share(snapshot, workload, budget_window_s),
-        shape_before_over_objective_frac=over_objective_share(snapshot, workload, budget_window_s, shape_before=True),
+        ttft_over_objective_frac=over_objective_share(snapshot, workload, budget_window_s, wake_s=wake_s),
+        shape_before_over_objective_frac=over_objective_share(snapshot, workload, budget_window_s, shape_before=True,
+                                                              wake_s=wake_s),
     )
 
 

@@ -47,7 +47,8 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     with _timed(timings, "features"):
         feats: dict[str, WorkloadFeatures] = {
             w.ref.key: workload_features(snapshot, w, settings.policy.idle_compute_frac,
-                                         settings.scaling.error_budget_window_s)
+                                         settings.scaling.error_budget_window_s,
+                                         settings.scaling.wake_s(w.cold_start_s))
             for w in snapshot.workloads
         }
     with _timed(timings, "classify"):

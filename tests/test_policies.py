@@ -249,14 +249,16 @@ def test_plan_has_a_per_node_mig_plan_that_validates() -> None:
 
 
 def _missing_objective(over_per_s: np.ndarray | float, annotations: dict[str, str] | None = None,
-                       shape_since: datetime | None = None, alloc: m.Allocation | None = None, **scaling: object
-                       ) -> m.Recommendation:
-    """The slice-sized service above, serving 2 requests/s, of which ``over_per_s`` missed the 2 s objective."""
+                       shape_since: datetime | None = None, alloc: m.Allocation | None = None,
+                       replicas: np.ndarray | None = None, **scaling: object) -> m.Recommendation:
+    """The slice-sized service above, serving 2 requests/s, of which ``over_per_s`` missed the 2 s objective;
+    ``replicas``: the serving replicas per step (none collected: None)."""
     w = workload("chat", alloc or whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model,
                  annotations={"rightsizer.io/class": "real-time", **(annotations or {})}, shape_since=shape_since)
+    more = {} if replicas is None else {m.SERVING_REPLICAS: {"chat": replicas}}
     snap = snapshot([w], {m.FB_USED_MIB: {"chat": 16_000 + 37_500.0}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": 0.10},
                           m.KV_USAGE_FRAC: {"chat": 0.20}, m.REQUEST_RATE: {"chat": 2.0},
-                          m.TTFT_OVER_OBJECTIVE_RATE: {"chat": over_per_s}})
+                          m.TTFT_OVER_OBJECTIVE_RATE: {"chat": over_per_s}, **more})
     settings = Settings.model_validate({"scaling": scaling}) if scaling else Settings()
     return run_once(snap, settings, END).recommendations[0]
 
@@ -282,6 +284,22 @@ def test_a_service_missing_its_ttft_objective_gets_whole_gpus_not_a_slice(over: 
                    for r in rec.reasons), rec.reasons
     else:
         assert rec.recommended.mig_profile == "3g.40gb"
+
+
+@pytest.mark.parametrize("woke", [True, False], ids=["after-zero", "always-up"])
+def test_a_wakes_misses_do_not_move_a_slice_to_whole_gpus(woke: bool) -> None:
+    """In the last day, 12 runs at zero, and misses (15% of the requests) only in the two 600 s steps after each:
+    the 210 s wake (30 s poll, 180 s cold start) they waited is the wake budget's to weigh, and no whole GPU
+    serves it faster. Counted, they are 2.5% of the day's requests, over twice the budget."""
+    n = 14 * 144
+    replicas, over = np.ones(n), np.zeros(n)
+    for end in range(n - 144 + 6, n, 12):
+        replicas[end - 3:end] = 0.0 if woke else 1.0
+        over[end:end + 2] = 2.0 * 0.15
+    rec = _missing_objective(over, replicas=replicas)
+    assert rec.recommended is not None
+    assert (rec.recommended.sharing is Sharing.EXCLUSIVE) != woke, rec.reasons
+    assert any(r.startswith("whole GPU: 2.5% of requests") for r in rec.reasons) != woke
 
 
 @pytest.mark.parametrize(("annotations", "scaling"), [

@@ -457,6 +457,27 @@ def test_the_histogram_reads_misses_as_the_collector_query_does() -> None:
     assert replay.histogram_over(np.array([3000.0]), 5000.0) == 1.0  # past the last bound: above it
 
 
+@pytest.mark.parametrize("at_zero", [True, False], ids=["after-zero", "always-up"])
+def test_ours_leaves_a_wakes_misses_out_of_the_whole_gpu_bar(at_zero: bool) -> None:
+    """Every request arrives in the first 30 s after a run at zero and misses (it waited the cold start): they
+    are the wake budget's to weigh, not the shape's, so the slice stays; the same misses with replicas up
+    throughout move it to whole GPUs."""
+    k = 86_400 + 600  # past the day of history the bar needs
+    ours = replay.Ours(replace(CAP, gpu_share=0.5), replay.WorkloadClass.REAL_TIME, 3600, replay.ScalingSettings(),
+                       whole=CAP)
+    steps = np.arange(k // 60 + 2)
+    ours.ready_n = np.ones(steps.size)
+    ours.ready_sum = np.where((steps % 10 < 5) & at_zero, 0.0, 1.0)  # 5 steps at zero, then 5 up, every 10 min
+    arrival = np.array([t for t in range(k) if t % 600 in range(300, 330)], dtype=float)  # at each wake's start
+    arrivals = np.bincount(arrival.astype(np.int64), minlength=k).astype(float)
+    ttft = np.full(arrival.size, 20.0)  # first token within the wake's steps, far over the 2 s objective
+    obs = replay.Observed(k, 1, 1, 1, 0, arrivals, np.full(arrival.size, 100.0), np.full(arrival.size, 10.0),
+                          ttft, arrival)
+    ours._escalate(obs)
+    assert (ours.escalated_s is None) == at_zero
+    assert (ours.whole is None) != at_zero
+
+
 def test_ours_moves_a_slice_that_misses_its_objective_to_whole_gpus_after_a_day() -> None:
     """A service whose every request misses: ours on a half-GPU slice escalates once a day of history exists."""
     slow = replace(CAP, gpu_share=0.5, prefill_tps=40.0)  # 100-token prompts: 2.5 s of prefill, over 2 s
