@@ -501,6 +501,7 @@ class Ours:
         self.pending = pd.DataFrame({"step": np.array([], dtype=np.int64), "ttft": np.array([])})
         self.ready_sum = np.zeros(0)  # ready replicas summed over the syncs of each step, and their count
         self.ready_n = np.zeros(0)
+        self.pods_sum = np.zeros(0)  # pods (starting or ready) summed likewise: kube-state-metrics' count
 
     @property
     def shape_since(self) -> pd.Timestamp | None:
@@ -513,8 +514,10 @@ class Ours:
         if step >= self.ready_sum.size:
             grow = step + 1 - self.ready_sum.size + 1440
             self.ready_sum, self.ready_n = np.pad(self.ready_sum, (0, grow)), np.pad(self.ready_n, (0, grow))
+            self.pods_sum = np.pad(self.pods_sum, (0, grow))
         self.ready_sum[step] += obs.ready
         self.ready_n[step] += 1
+        self.pods_sum[step] += obs.pods
         if obs.k >= self.next_refit:
             self._refit(obs)
         recent = obs.arrivals_per_s[-self.bin_s:]
@@ -563,10 +566,8 @@ class Ours:
         index = pd.to_datetime((np.arange(start, full) * self.bin_s), unit="s", utc=True)
         rate = pd.Series(counts / self.bin_s, index=index)
         self._observe_ttft(obs, full)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ready = self.ready_sum[start:full] / self.ready_n[start:full]
         history = ReplicaHistory(float(self.bin_s), rate, pd.Series(self.ttft_p95[start:full], index=index),
-                                 replicas=pd.Series(ready, index=index))
+                                 replicas=pd.Series(self._serving(start, full), index=index))
         capacity = self.cap.requests_per_s(float(obs.tokens_in.mean()), float(obs.tokens_out.mean()))
         workload = Workload(WorkloadRef("replay", "Deployment", "vllm"), Allocation(Sharing.EXCLUSIVE, gpus=1),
                             annotations={CAPACITY_ANNOTATION: f"{capacity:.6g}"}, cold_start_s=self.cap.cold_start_s,
@@ -588,6 +589,15 @@ class Ours:
         self.refits += 1
         self._escalate(obs)
 
+    def _serving(self, lo: int, hi: int) -> np.ndarray:
+        """Serving replicas of steps ``lo:hi`` as the product collects them (``m.SERVING_REPLICAS``): the pods that
+        report vLLM metrics (ready ones, averaged over the step's syncs), 0 only where no pod existed at all
+        (``snapshot.fill_at_zero`` on kube-state-metrics' count), NaN where pods were starting and none served
+        (a cold start) or no sync has run yet. So a wake's run at zero ends when its pod is created."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ready = self.ready_sum[lo:hi] / self.ready_n[lo:hi]
+        return np.where((ready == 0) & (self.pods_sum[lo:hi] > 0), np.nan, ready)
+
     def _escalate(self, obs: Observed) -> None:
         """Whole GPUs instead of the slice where the right-size policy would give them (``policies.mig``): over
         the error-budget window, once a day of history exists (``policy.min_history_s``), the requests over the
@@ -601,9 +611,8 @@ class Ours:
         first = obs.served_arrival_s + obs.served_ttft_s
         done = first >= start
         lo, hi = start // self.bin_s, (obs.k + 1) // self.bin_s + 1  # a first token comes within k + 1
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ready = pd.Series(self.ready_sum[lo:hi] / self.ready_n[lo:hi])  # NaN: not synced yet, not zero
-        woke = after_zero(ready, s.wake_s(self.cap.cold_start_s), self.bin_s).to_numpy(dtype=bool)
+        woke = after_zero(pd.Series(self._serving(lo, hi)), s.wake_s(self.cap.cold_start_s),
+                          self.bin_s).to_numpy(dtype=bool)
         arrived = float(obs.arrivals_per_s[start:obs.k][~woke[np.arange(start, obs.k) // self.bin_s - lo]].sum())
         at = np.minimum((first[done] // self.bin_s).astype(np.int64) - lo, woke.size - 1)
         recent = obs.served_ttft_s[done][~woke[at]]

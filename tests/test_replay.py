@@ -177,6 +177,20 @@ def test_ours_takes_a_real_time_service_to_zero_where_its_wakes_fit_the_budget()
     assert off.cold_starts == 0 and off.gpu_hours > r.gpu_hours  # off: the gap holds its replica
 
 
+def test_ours_reads_serving_replicas_as_the_collector_does() -> None:
+    """Per step: ready pods averaged over its syncs; 0 only where no pod existed (kube-state-metrics' count);
+    NaN where a pod was starting and none served (vLLM reports nothing in a cold start) or no sync ran."""
+    ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 300, replay.ScalingSettings())
+    ours.ready_sum = np.array([0.0, 0.0, 2.0, 8.0, 0.0])  # at zero, cold start, half the step ready, 2 ready, none
+    ours.ready_n = np.array([4.0, 4.0, 4.0, 4.0, 0.0])
+    ours.pods_sum = np.array([0.0, 4.0, 4.0, 8.0, 0.0])
+    got = ours._serving(0, 5)
+    np.testing.assert_array_equal(got[[0, 2, 3]], [0.0, 0.5, 2.0])
+    assert np.isnan(got[1]) and np.isnan(got[4])
+    woke = replay.after_zero(pd.Series(got), 60.0, 60)
+    assert woke.tolist() == [False, True, True, False, False]  # from the pod's creation, a wake and a step
+
+
 def test_ours_reads_each_steps_p95_ttft_once_the_step_is_over() -> None:
     """The error budget's input: p95 TTFT per minute by first-token time, as vLLM's histogram gives it, from
     the requests served so far, filled in only for minutes already over at the sync."""
@@ -468,6 +482,7 @@ def test_ours_leaves_a_wakes_misses_out_of_the_whole_gpu_bar(at_zero: bool) -> N
     steps = np.arange(k // 60 + 2)
     ours.ready_n = np.ones(steps.size)
     ours.ready_sum = np.where((steps % 10 < 5) & at_zero, 0.0, 1.0)  # 5 steps at zero, then 5 up, every 10 min
+    ours.pods_sum = ours.ready_sum.copy()  # no pod while at zero
     arrival = np.array([t for t in range(k) if t % 600 in range(300, 330)], dtype=float)  # at each wake's start
     arrivals = np.bincount(arrival.astype(np.int64), minlength=k).astype(float)
     ttft = np.full(arrival.size, 20.0)  # first token within the wake's steps, far over the 2 s objective
