@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import dataclasses
 import heapq
 import json
@@ -488,7 +489,6 @@ class Ours:
         self.whole = whole  # the whole GPU a slice gives way to (policies.mig.missed_too_often); None: no change
         self.escalated_s: float | None = None
         self.bin_s, self.history_s = bin_s, history_s
-        self.min_forecast_history_s = 2 * 86_400  # shorter: forecast_series widens its band up to x5
         self.plan: ScalingPlan | None = None
         self.band = np.array([0.0])
         self.band_start = 0
@@ -574,18 +574,15 @@ class Ours:
                             shape_since=self.shape_since)
         horizon = (self.refit_s + int(self.cap.cold_start_s)) // self.bin_s + 2
         forecasts = []
-        try:
-            if full * self.bin_s < self.min_forecast_history_s:
-                raise NotEnoughHistory("under the history a daily season needs")
-            fc = forecast_series(rate, horizon, metric="request_rate_per_s")
-            forecasts.append(fc)
-            self.band = fc.frame[BAND_BY_CLASS[self.cls]].clip(lower=0).to_numpy(dtype="float64")
-            self.band_start, self.forecasts = full * self.bin_s, self.forecasts + 1
-        except NotEnoughHistory:
-            self.band, self.band_start = np.array([0.0]), full * self.bin_s
+        self.band, self.band_start = np.array([0.0]), full * self.bin_s
+        with contextlib.suppress(NotEnoughHistory):  # as the pipeline: on any history, its band widened while short
+            forecasts.append(forecast_series(rate, horizon, metric="request_rate_per_s"))
         cls = Classification(self.cls, 1.0, ("--class",), "annotation")
         plan = scaling_plan(workload, history, cls, forecasts, self.settings, self.plan)
         self.plan = None if isinstance(plan, NoScalingPlan) else plan
+        if forecasts and self.plan is not None and self.plan.demand_source == "forecast":  # as serve.targets
+            self.band = forecasts[0].frame[BAND_BY_CLASS[self.cls]].clip(lower=0).to_numpy(dtype="float64")
+            self.forecasts += 1
         self.refits += 1
         self._escalate(obs)
 

@@ -116,6 +116,9 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     carried = (previous.per_replica_capacity, f"the previous plan's ({previous.capacity_source})") if previous \
         else recorded_capacity(workload)
     why += _shape_note(workload, history, settings.min_capacity_steps)
+    span_s = history_span_s(history)
+    forecasts, fc_why = forecasts_to_act_on(forecasts, span_s, settings)
+    why += fc_why
     capacity = keep_lower_bound(per_replica_capacity(workload, history, objective_s, settings), carried)
     demand = demand_to_size(cls, forecasts, history.request_rate_per_s, settings.no_forecast_floor_window_s)
     if isinstance(capacity, str) or isinstance(demand, str):
@@ -131,7 +134,6 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
                                       forecast=_rate_forecast(forecasts) is not None)
     recommended = replicas_for(peak, target)
     low = 0 if to_zero else max(1, replicas_for(trough, target))
-    span_s = history_span_s(history)
     bounded = span_s >= settings.max_bound_history_s
     high = math.ceil(replicas_for(max(peak, observed_max), target) * (1.0 + settings.max_burst_frac)) if bounded \
         else settings.max_replicas
@@ -159,7 +161,8 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
                        min_replicas=low, max_replicas=high, recommended_replicas=recommended,
                        activation_threshold=act, cooldown_s=cooldown, scale_to_zero=to_zero, headroom_frac=headroom,
                        cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source,
-                       waiting_per_replica=waiting, rate_window_s=settings.rate_window_s)
+                       waiting_per_replica=waiting, rate_window_s=settings.rate_window_s,
+                       demand_source="forecast" if _rate_forecast(forecasts) is not None else "observed")
     if source == "lower bound":  # the target sits under the highest rate seen: every peak would need more
         return replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
     mean = autoscaled_replicas(history, plan)
@@ -496,6 +499,18 @@ def demand_to_size(cls: WorkloadClass, forecasts: Sequence[Forecast], rate: pd.S
     trough = min(peak, float(observed.min()))  # the floor: the quietest step, the HPA follows demand above it
     return peak, trough, observed_max, [f"demand {peak:.3g} req/s: observed {what} for {cls.value} (no forecast); "
                                         f"floor {trough:.3g} req/s: the quietest step seen"]
+
+
+def forecasts_to_act_on(forecasts: Sequence[Forecast], span_s: float, settings: ScalingSettings
+                        ) -> tuple[Sequence[Forecast], list[str]]:
+    """The forecasts a plan sizes on, and why none: a request-rate forecast on under
+    ``min_forecast_history_s`` of history has its band widened for the season it cannot see yet, and
+    replicas following it held far more than the observed floor does in the replay (REPLAY.md)."""
+    if _rate_forecast(forecasts) is None or span_s >= settings.min_forecast_history_s:
+        return forecasts, []
+    return (), [f"request-rate forecast not acted on yet: {span_s / 3600:.3g} h of history, under the "
+                f"{settings.min_forecast_history_s / 3600:.3g} h it needs (scaling.min_forecast_history_s; its band is "
+                "widened until then): sized on the observed rate"]
 
 
 def _rate_forecast(forecasts: Sequence[Forecast]) -> Forecast | None:

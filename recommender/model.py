@@ -267,6 +267,9 @@ class ScalingPlan:
     mean_replicas_right_sized: float | None = None
     waiting_per_replica: float | None = None  # requests waiting per replica: target x the TTFT objective
     rate_window_s: int = 120  # rate() window of the request-rate trigger's query (ScalingSettings.rate_window_s)
+    # what the bounds were sized on: "forecast" (its band, which the external scaler serves ahead) or "observed"
+    # (no forecast, or one on too little history to act on: the scaler then serves the recommended replicas)
+    demand_source: str = "forecast"
 
 
 @dataclass(frozen=True)

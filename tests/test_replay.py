@@ -164,9 +164,9 @@ def test_ours_takes_a_real_time_service_to_zero_where_its_wakes_fit_the_budget()
     trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
     runs = {}
     for frac in (0.5, None):  # hours, not the two days of history the wake budget waits for by default
-        settings_ = replay.ScalingSettings(wake_budget_frac=frac, wake_min_history_s=0.0)
+        settings_ = replay.ScalingSettings(wake_budget_frac=frac, wake_min_history_s=0.0,
+                                           min_forecast_history_s=3600.0)  # and a widened forecast after an hour
         ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 300, settings_)
-        ours.min_forecast_history_s = 3600  # and a forecast (a widened one) after the first hour
         runs[frac] = (simulate(trace, CAP, ours, "ours", warm=1), ours)
     r, ours = runs[0.5]
     assert ours.plan is not None and ours.plan.scale_to_zero

@@ -41,7 +41,8 @@ from recommender.settings import ScalingSettings
 from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
-S = ScalingSettings(max_bound_history_s=0)  # bounds from any history; the short-history ceiling has its own test
+# bounds and forecasts from any history; the short-history ceiling and the forecast's history have their own tests
+S = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0)
 # latency-bound classes may go to zero where wakes are cheap (on any length of history: the tests' are short)
 WAKE = S.model_copy(update={"wake_budget_frac": 0.5, "wake_min_history_s": 0.0})
 DAY_ONLY = S.model_copy(update={"fast_budget_window_s": None})  # the error budget's day alone, no last hour
@@ -105,13 +106,29 @@ def test_forecast_band_by_class(klass: WorkloadClass, recommended: int, low: int
 def test_short_history_leaves_max_at_the_ceiling() -> None:
     """Three minutes of history cannot bound a burst: max stays at max_replicas until the history is long enough."""
     h = ReplicaHistory(60.0, series([5.0, 20.0, 3.0]))
-    short = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=181, max_replicas=40))
+    short = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"max_bound_history_s": 181, "max_replicas": 40}))
     assert (short.recommended_replicas, short.min_replicas, short.max_replicas) == (5, 1, 40)
     assert any("max_replicas ceiling" in r for r in short.reasons)
-    enough = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=180, max_replicas=40))
+    enough = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"max_bound_history_s": 180, "max_replicas": 40}))
     assert enough.max_replicas == 15
-    tight = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=180, max_burst_frac=0.5))
+    tight = plan(with_capacity(), h, RT, (FC,), S.model_copy(update={"max_bound_history_s": 180,
+                                                                      "max_burst_frac": 0.5}))
     assert tight.max_replicas == 8  # 5 x 1.5 = 7.5 → 8
+
+
+def test_a_forecast_on_too_little_history_is_shown_not_acted_on() -> None:
+    """Under two days its band is widened (up to x5) for a daily season it cannot see: following it held far
+    more in the replay than sizing on the observed rate, so the plan sizes on the latter until then."""
+    h = ReplicaHistory(60.0, series([5.0, 20.0, 3.0]))
+    early = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=0))  # 3 min, under the 48 h
+    assert early.demand_source == "observed" and early.recommended_replicas == 3  # observed peak 20 / 7
+    assert early.min_replicas == 3  # the floor until a forecast is acted on: the last hours' peak
+    assert any(r.startswith("request-rate forecast not acted on yet: 0.05 h of history, under the 48 h")
+               for r in early.reasons)
+    later = plan(with_capacity(), h, RT, (FC,), ScalingSettings(max_bound_history_s=0, min_forecast_history_s=180))
+    assert later.demand_source == "forecast" and later.recommended_replicas == 5  # the band's hi_95 35 / 7
+    assert not any("not acted on" in r for r in later.reasons)
+    assert plan(with_capacity(), h, RT, (), ScalingSettings()).demand_source == "observed"
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,15 @@ def test_without_a_forecast_the_plans_replicas_are_served(recommended: int, acti
     assert (t.active, t.value) == (active, value)
 
 
+def test_a_forecast_the_plan_did_not_act_on_is_not_served_either() -> None:
+    """On too little history the plan sizes on the observed rate (``demand_source`` observed); serving its
+    widened forecast ahead would have the HPA follow what the plan chose not to."""
+    t = _target(0, recommended_replicas=3, demand_source="observed")
+    assert t.demand is None and t.value == pytest.approx(24.0) and t.active  # 3 x target 8, not the band's 14
+    assert "acted on yet" in t.reason
+    assert _target(0, recommended_replicas=3).demand == pytest.approx(14.0)  # acted on: the band
+
+
 @pytest.mark.parametrize(("namespace", "workload", "kind", "needle"), [
     ("llm", "nope", ErrorKind.NOT_FOUND, "no workload 'nope'"),
     ("other", "llama-3-8b-chat", ErrorKind.NOT_FOUND, "namespace 'other'"),

@@ -36,10 +36,11 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.5"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+SCHEMA_VERSION = "1.6"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
 # 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled);
 # 1.4: a second trigger on requests waiting (scaling.waiting_per_replica); 1.5: replicas and GPU-hours on the
-# recommended shape (scaling.mean_replicas_right_sized, summary.gpu_hours_right_sized_autoscaled)
+# recommended shape (scaling.mean_replicas_right_sized, summary.gpu_hours_right_sized_autoscaled); 1.6: what the
+# bounds were sized on (scaling.demand_source)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -174,6 +175,7 @@ def scaling(p: ScalingPlan | None, namespace: str, name: str) -> dict[str, Any] 
         "min_replicas": p.min_replicas,
         "max_replicas": p.max_replicas,
         "recommended_replicas": p.recommended_replicas,
+        "demand_source": p.demand_source,
         "scale_to_zero": p.scale_to_zero,
         "activation_threshold": demand(p.activation_threshold),
         "cooldown_s": p.cooldown_s,

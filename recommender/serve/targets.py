@@ -126,7 +126,8 @@ def target_for(plan: Plan, rec: Recommendation, age_s: float, settings: ServeSet
     if state is PlanState.FALLBACK:
         why = f"plan is {age_s:.0f} s old (> {settings.fallback_after_s:.0f} s): safe value, never zero"
         return _target(rec, s, state, floor, True, None, why)
-    forecast = next((f for f in rec.forecasts if f.metric == s.metric), None)
+    forecast = next((f for f in rec.forecasts if f.metric == s.metric), None) \
+        if s.demand_source == "forecast" else None  # a forecast the plan did not act on, the scaler does not either
     now = pd.Timestamp(plan.generated_at + timedelta(seconds=age_s))
     horizon_s = max(s.cold_start_s or 0.0, settings.min_horizon_s)
     demand = None if forecast is None else demand_ahead(forecast, now, horizon_s, settings.band)
@@ -134,7 +135,9 @@ def target_for(plan: Plan, rec: Recommendation, age_s: float, settings: ServeSet
         return _target(rec, s, state, floor, True, None, f"no usable forecast of {s.metric} for now: safe value")
     if demand is None:
         value = max(s.recommended_replicas, s.min_replicas) * s.target_per_replica
-        why = f"no forecast of {s.metric}: the plan's {s.recommended_replicas} recommended replicas"
+        why = (f"no forecast of {s.metric}" if s.demand_source == "forecast" else
+               f"no forecast of {s.metric} acted on yet (too little history)") + \
+            f": the plan's {s.recommended_replicas} recommended replicas"
         return _target(rec, s, state, value, s.recommended_replicas > 0 or not s.scale_to_zero, None, why)
     value = max(demand, s.min_replicas * s.target_per_replica)
     active = demand > s.activation_threshold or not s.scale_to_zero
