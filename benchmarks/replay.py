@@ -44,7 +44,8 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   collector reads (finished + growth of running and waiting), capacity from the model above
   and the token means seen so far as the annotation, class from ``--class``, the previous plan); every 15 s
   the HPA sees three metrics, each proposing replicas with the HPA's 0.1 tolerance, and follows the largest:
-  the forecast band over the next cold start (the external scaler) and the arrival rate over the rate
+  the forecast band over the next cold start (the external scaler, once the plan acts on a forecast: from
+  ``min_forecast_history_s`` of history, two days; before, the plan's floor) and the arrival rate over the rate
   trigger's window (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``, and, as the
   plan's second trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on a 3g.40gb slice,
   11 on the whole GPU); scale-down stabilisation from ``scale_down_window_s`` (the window ``hpa_behavior``
