@@ -9,6 +9,9 @@ read as if it had just been made.
 
 Safety: a plan older than ``fallback_after_s``, or one whose forecast has run out, never lets a
 workload scale to zero: the value keeps at least max(recommended, min, 1) replicas and it is active.
+
+Only a forecast the plan acted on is served (``ScalingPlan.demand_source``): on too little history the plan
+sizes on the observed rate, and its recommended replicas are the value, not the widened band.
 """
 
 from __future__ import annotations
