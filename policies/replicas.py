@@ -130,8 +130,8 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     target = cap * (1.0 - headroom)
     cold_s = _cold_start_s(workload, settings)
     gaps = idle_gaps_s(history)
-    to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings, history,
-                                      forecast=_rate_forecast(forecasts) is not None)
+    acted = _rate_forecast(forecasts) is not None  # a request-rate forecast the plan sizes on
+    to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings, history, forecast=acted)
     recommended = replicas_for(peak, target)
     low = 0 if to_zero else max(1, replicas_for(trough, target))
     bounded = span_s >= settings.max_bound_history_s
@@ -162,7 +162,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
                        activation_threshold=act, cooldown_s=cooldown, scale_to_zero=to_zero, headroom_frac=headroom,
                        cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source,
                        waiting_per_replica=waiting, rate_window_s=settings.rate_window_s,
-                       demand_source="forecast" if _rate_forecast(forecasts) is not None else "observed")
+                       demand_source="forecast" if acted else "observed")
     if source == "lower bound":  # the target sits under the highest rate seen: every peak would need more
         return replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
     mean = autoscaled_replicas(history, plan)
@@ -444,7 +444,7 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
 
 def _cold_start_s(workload: Workload, settings: ScalingSettings) -> float:
     """Pod start → ready: measured on the workload, else the settings' default."""
-    return workload.cold_start_s or settings.default_cold_start_s
+    return settings.cold_start_s(workload.cold_start_s)
 
 
 def wake_steps(history: ReplicaHistory, wake_s: float) -> pd.Series | None:

@@ -232,11 +232,15 @@ class ScalingSettings(BaseModel):
         "it stays at max_replicas (a max from a short history turns the first larger burst into a queue)."
     )
 
+    def cold_start_s(self, measured: float | None) -> float:
+        """Pod start → ready: the workload's measured figure, else ``default_cold_start_s``."""
+        return measured or self.default_cold_start_s
+
     def wake_s(self, cold_start_s: float | None) -> float:
-        """How long a wake from zero keeps a request waiting at most: KEDA's poll, then the cold start (measured,
-        else ``default_cold_start_s``). The error budget and the whole-GPU bar leave these steps out; the
-        wake budget charges them."""
-        return self.polling_interval_s + (cold_start_s or self.default_cold_start_s)
+        """How long a wake from zero keeps a request waiting at most: KEDA's poll, then the cold start
+        (:meth:`cold_start_s`). The error budget and the whole-GPU bar leave these steps out; the wake budget
+        charges them."""
+        return self.polling_interval_s + self.cold_start_s(cold_start_s)
 
 
 class MechanismSettings(BaseModel):

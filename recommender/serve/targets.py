@@ -138,9 +138,8 @@ def target_for(plan: Plan, rec: Recommendation, age_s: float, settings: ServeSet
         return _target(rec, s, state, floor, True, None, f"no usable forecast of {s.metric} for now: safe value")
     if demand is None:
         value = max(s.recommended_replicas, s.min_replicas) * s.target_per_replica
-        why = (f"no forecast of {s.metric}" if s.demand_source == "forecast" else
-               f"no forecast of {s.metric} acted on yet (too little history)") + \
-            f": the plan's {s.recommended_replicas} recommended replicas"
+        yet = "" if s.demand_source == "forecast" else " acted on yet (too little history)"
+        why = f"no forecast of {s.metric}{yet}: the plan's {s.recommended_replicas} recommended replicas"
         return _target(rec, s, state, value, s.recommended_replicas > 0 or not s.scale_to_zero, None, why)
     value = max(demand, s.min_replicas * s.target_per_replica)
     active = demand > s.activation_threshold or not s.scale_to_zero
