@@ -496,7 +496,7 @@ class Ours:
         self.next_refit = 0
         self.recs: list[tuple[int, int]] = []
         self.last_arrival = -10**9
-        self.refits = self.forecasts = 0
+        self.refits = 0
         self.pending_served = 0
         self.ttft_p95 = np.array([])  # per step, by first-token time: what the TTFT histogram gives
         self.pending = pd.DataFrame({"step": np.array([], dtype=np.int64), "ttft": np.array([])})
@@ -583,7 +583,6 @@ class Ours:
         self.plan = None if isinstance(plan, NoScalingPlan) else plan
         if forecasts and self.plan is not None and self.plan.demand_source == "forecast":  # as serve.targets
             self.band = forecasts[0].frame[BAND_BY_CLASS[self.cls]].clip(lower=0).to_numpy(dtype="float64")
-            self.forecasts += 1
         self.refits += 1
         self._escalate(obs)
 
