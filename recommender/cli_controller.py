@@ -91,7 +91,8 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     elector = LeaderElector(kube, lease_namespace, lease_name,
                             identity or socket.gethostname() or str(os.getpid())) if election.get("enabled") else None
     ctl = Controller(kube, plan_fn, elector=elector, store=store, dry_run=dry_run, namespaces=settings.namespaces,
-                     mig=MigSettings(configmap=where), max_mode=cap)  # type: ignore[arg-type]
+                     mig=MigSettings(configmap=where), max_mode=cap,  # type: ignore[arg-type]
+                     exclusive_nodes=settings.mechanisms.exclusive_node_selector)
     if once:
         report = ctl.reconcile()
         for o in report.outcomes:

@@ -268,6 +268,13 @@ class MechanismSettings(BaseModel):
         "(reference.md §9.2 marks it inferred); KAI enforces nothing, so the process sees the device.",
     )
     mps_max_clients: int = Field(48, ge=1, description="MPS clients per GPU (reference.md §4).")
+    exclusive_node_selector: dict[str, str] = Field(
+        default_factory=lambda: {"nvidia.com/gpu.sharing-strategy": "none"},
+        description="Labels of the nodes whose device plugin shares no GPU (GPU feature discovery writes "
+        "nvidia.com/gpu.sharing-strategy, reference.md §3): Auto moves a workload off MPS or time-slicing to whole "
+        "GPUs by adding them to its node selector, once a node with them has the GPUs free. Empty: such moves "
+        "are recommended, never applied.",
+    )
 
     @field_validator("allowed")
     @classmethod

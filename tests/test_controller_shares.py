@@ -18,7 +18,19 @@ from recommender.controller.loop import Controller
 from recommender.controller.records import LAST_CHANGE
 from recommender.model import Sharing
 from tests import planfixture as pf
-from tests.controllerfixture import KEY, NAME, NS, deployment, plan, policy, recommendation, snapshot, with_allocation
+from tests.controllerfixture import (
+    KEY,
+    NAME,
+    NS,
+    deployment,
+    plan,
+    pods_of,
+    policy,
+    recommendation,
+    snapshot,
+    with_allocation,
+)
+from tests.kubefixture import gpu_node
 from tests.kubewrite import EditedMidway, WriteCluster
 
 NOW = pf.END
@@ -254,3 +266,98 @@ def test_auto_moves_a_kai_share_to_a_whole_gpu_and_rollback_restores_the_share()
         out = CliRunner().invoke(main, ["rollback", KEY, "--server", cluster.url])
         assert out.exit_code == 0, out.output
         assert cluster.obj("Deployment", NS, NAME)["spec"] == before["spec"]
+
+
+UNSHARED = {"nvidia.com/gpu.sharing-strategy": "none"}
+MPS_ENV = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40", "HF_HOME": "/cache",
+           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=30000M"}
+
+
+def _shared_deployment(limits: dict[str, str], env: dict[str, str] | None = None,
+                       node_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    obj = deployment(limits=limits)
+    spec = obj["spec"]["template"]["spec"]
+    if env:
+        spec["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    if node_selector is not None:
+        spec["nodeSelector"] = dict(node_selector)
+    return obj
+
+
+def test_whole_gpus_off_mps_need_a_node_selector_of_unshared_nodes() -> None:
+    unset = desired_from(whole_rec(Sharing.MPS), ["exclusive"])
+    assert unset.whole_gpus is None and "mechanisms.exclusive_node_selector" in unset.reasons[0]
+    mps = desired_from(whole_rec(Sharing.MPS), ["exclusive"], exclusive_nodes=UNSHARED)
+    assert mps.whole_gpus == 1 and dict(mps.node_selector) == UNSHARED
+    obj = _shared_deployment({"nvidia.com/gpu": "1"}, MPS_ENV)
+    cs = plan_changes(obj, mps)
+    after = apply_local(obj, cs)
+    spec = after["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == UNSHARED
+    assert spec["containers"][0]["env"] == [{"name": "HF_HOME", "value": "/cache"}]  # MPS's limits go, the rest stays
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert apply_local(after, inverse(cs)) == obj  # both env entries back where they were
+    assert plan_changes(after, mps).empty
+
+
+@pytest.mark.parametrize(("limits", "selector"), [
+    ({"nvidia.com/gpu.shared": "1"}, None),  # renameByDefault: the shared resource gives way to nvidia.com/gpu
+    ({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.sharing-strategy": "time-slicing", "pool": "a"}),
+])
+def test_whole_gpus_off_time_slicing_take_the_gpu_resource_and_the_unshared_nodes(
+        limits: dict[str, str], selector: dict[str, str] | None) -> None:
+    ts = desired_from(whole_rec(Sharing.TIME_SLICING), ["exclusive"], exclusive_nodes=UNSHARED)
+    assert ts.drop_envs == ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+    obj = _shared_deployment(limits, node_selector=selector)
+    cs = plan_changes(obj, ts)
+    after = apply_local(obj, cs)
+    spec = after["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {**(selector or {}), **UNSHARED}
+    whole = {"nvidia.com/gpu": "1"}
+    assert spec["containers"][0]["resources"] == {"limits": whole, "requests": whole}
+    assert apply_local(after, inverse(cs)) == obj
+    assert plan_changes(after, ts).empty
+
+
+def _cluster_objects(unshared_free: int | None, before: dict[str, Any]) -> list[dict[str, Any]]:
+    """The MPS node the pods run on, and an unshared node with ``unshared_free`` of its 8 GPUs free (None: no
+    unshared node); the rest of it held by another team's pods."""
+    objs = [before, policy("whole", spec_for("exclusive")),
+            gpu_node("mps-a", "NVIDIA-H100-80GB-HBM3", 81559, labels={"nvidia.com/gpu.sharing-strategy": "mps"})]
+    objs += pods_of(before)
+    if unshared_free is not None:
+        objs.append(gpu_node("whole-a", "NVIDIA-H100-80GB-HBM3", 81559, labels=UNSHARED))
+        other = deployment(name="other", limits={"nvidia.com/gpu": str(8 - unshared_free)})
+        objs += [{**p, "spec": {**p["spec"], "nodeName": "whole-a"}} for p in pods_of(other, 1)]
+    return objs
+
+
+def _mps_cycle(cluster: WriteCluster) -> Any:
+    return Controller(cluster.kube(), lambda now: (plan(whole_rec(Sharing.MPS), now=now), snapshot(now, .3, .3)),
+                      clock=lambda: NOW, exclusive_nodes=UNSHARED).reconcile()
+
+
+def test_auto_moves_an_mps_client_to_a_whole_gpu_on_an_unshared_node_and_rollback_brings_it_back() -> None:
+    before = _shared_deployment({"nvidia.com/gpu": "1"}, MPS_ENV)
+    with WriteCluster(_cluster_objects(2, before)) as cluster:
+        report = _mps_cycle(cluster)
+        assert [o.status for o in report.outcomes] == ["applied"], report
+        spec = cluster.obj("Deployment", NS, NAME)["spec"]["template"]["spec"]
+        assert spec["nodeSelector"] == UNSHARED and spec["containers"][0]["env"] == [{"name": "HF_HOME",
+                                                                                      "value": "/cache"}]
+        out = CliRunner().invoke(main, ["rollback", KEY, "--server", cluster.url])
+        assert out.exit_code == 0, out.output
+        assert cluster.obj("Deployment", NS, NAME)["spec"] == before["spec"]
+
+
+@pytest.mark.parametrize(("free", "why"), [
+    (None, "no node is labelled nvidia.com/gpu.sharing-strategy=none"),
+    (0, "whole-a: 0 of 8 nvidia.com/gpu free"),
+])
+def test_no_unshared_node_to_take_the_pods_blocks_the_move_and_writes_nothing(free: int | None, why: str) -> None:
+    before = _shared_deployment({"nvidia.com/gpu": "1"}, MPS_ENV)
+    with WriteCluster(_cluster_objects(free, before)) as cluster:
+        report = _mps_cycle(cluster)
+        assert [o.status for o in report.outcomes] == ["blocked"] and why in report.outcomes[0].message, report
+        obj = cluster.obj("Deployment", NS, NAME)
+        assert obj["spec"] == before["spec"] and LAST_CHANGE not in (obj["metadata"].get("annotations") or {})

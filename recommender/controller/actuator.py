@@ -1,6 +1,7 @@
 """Applies a :class:`Desired` state to one workload through its guardrails, records it, rolls it back.
 
-Order of one apply: read → plan (pure) → guardrails (pure) → log the dry-run diff → the KEDA
+Order of one apply: read → plan (pure) → guardrails (pure) → where the change moves the pods to other
+nodes, whether a node can take one (pure, over the nodes and pods listed) → log the dry-run diff → the KEDA
 ScaledObject patch if KEDA owns the replicas → one guarded JSON patch on the workload that also writes
 the change record. A failed second write undoes the first, so a workload is never left half-changed.
 Every failure comes back as an :class:`Outcome` with one line; nothing here raises to the loop.
@@ -36,6 +37,7 @@ from recommender.controller.guardrails import (
     workload_pods,
 )
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
+from recommender.controller.placement import unplaceable
 from recommender.controller.policy import ChangeLimits
 
 log = logging.getLogger("rightsizer.actuator")
@@ -109,6 +111,12 @@ class Actuator:
         diff = "; ".join(s.diff() for s in sets if not s.empty)
         if not verdict.allowed:
             return Outcome(key, "blocked", f"not applied ({'; '.join(verdict.reasons)}): {diff}")
+        if desired.node_selector and desired.whole_gpus:
+            template = (obj.get("spec") or {}).get("template") or {}
+            why = unplaceable(template, dict(desired.node_selector), desired.whole_gpus, self.kube.list("Node"),
+                              self.kube.list("Pod"))
+            if why is not None:
+                return Outcome(key, "blocked", f"not applied ({why}): {diff}")
         log.info("dry-run diff %s: %s", key, diff)
         if self.dry_run:
             return Outcome(key, "dry-run", diff)

@@ -21,6 +21,7 @@ from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, hami_w
 from recommender.model import Recommendation, Sharing
 
 GPU = "nvidia.com/gpu"
+GPU_SHARED = "nvidia.com/gpu.shared"  # time-slicing or MPS with renameByDefault (reference.md §3)
 MIG_PREFIX = "nvidia.com/mig-"
 MPS_THREADS, MPS_MEM = MPS_THREADS_ENV, MPS_MEM_ENV
 GPU_MEM_UTIL = "--gpu-memory-utilization"
@@ -91,12 +92,16 @@ class Desired:
     hami_limits: tuple[tuple[str, str], ...] = ()  # container limits, as policies.shares.hami_resources
     pod_annotations: tuple[tuple[str, str], ...] = ()  # pod template, as policies.shares.kai_annotations
     drop_pod_annotations: tuple[str, ...] = ()  # pod template annotations removed (KAI's share, for whole GPUs)
+    node_selector: tuple[tuple[str, str], ...] = ()  # added to the pod's (whole GPUs off MPS or time-slicing)
+    drop_envs: tuple[str, ...] = ()  # literal env values removed from the GPU container (MPS's, for whole GPUs)
     reasons: tuple[str, ...] = field(default=())
 
 
 def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int | None = None,
-                 max_replicas: int | None = None) -> Desired:
-    """The parts of a recommendation a policy allows, within its replica bounds."""
+                 max_replicas: int | None = None, exclusive_nodes: Mapping[str, str] | None = None) -> Desired:
+    """The parts of a recommendation a policy allows, within its replica bounds. Whole GPUs in place of MPS or
+    time-slicing go to the nodes ``exclusive_nodes`` labels (``mechanisms.exclusive_node_selector``): the
+    device plugin shares every GPU of a node, so a whole one is only found on another node."""
     alloc, why = rec.recommended, []
     replicas = keda_min = keda_max = None
     thresholds: tuple[tuple[str, str], ...] = ()
@@ -116,9 +121,13 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     mig = alloc.sharing == Sharing.MIG and "mig" in allowed and alloc.mig_profile is not None
     held = rec.workload.allocation.sharing
     whole = alloc.sharing == Sharing.EXCLUSIVE and "exclusive" in allowed and held != Sharing.EXCLUSIVE
-    if whole and held not in (Sharing.MIG, Sharing.HAMI, Sharing.KAI):
-        why.append(f"exclusive: whole GPUs in place of {held.value} are not applied (only in place of MIG slices, "
-                   "HAMi or KAI shares: under MPS or time-slicing the node's device plugin shares every GPU)")
+    moves_node = whole and held in (Sharing.MPS, Sharing.TIME_SLICING)
+    if moves_node and not exclusive_nodes:
+        why.append(f"exclusive: whole GPUs in place of {held.value} are not applied: the node's device plugin shares "
+                   "every GPU, and no node selector of unshared GPU nodes is set (mechanisms.exclusive_node_selector)")
+        whole = moves_node = False
+    elif whole and held not in (Sharing.MIG, Sharing.HAMI, Sharing.KAI, Sharing.MPS, Sharing.TIME_SLICING):
+        why.append(f"exclusive: whole GPUs in place of {held.value} are not applied")
         whole = False
     hami = alloc.sharing == Sharing.HAMI and "hami" in allowed
     if hami and alloc.hami_gpumem_mib is None and alloc.hami_gpucores_pct is None:
@@ -142,6 +151,8 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         hami_limits=tuple(sorted(hami_limits.items())),
         pod_annotations=tuple(sorted(kai.items())),
         drop_pod_annotations=(KAI_FRACTION, KAI_MEMORY, KAI_DEVICES) if whole and held == Sharing.KAI else (),
+        node_selector=tuple(sorted((exclusive_nodes or {}).items())) if moves_node else (),
+        drop_envs=(MPS_THREADS, MPS_MEM) if moves_node else (),
         reasons=tuple(why),
     )
 
@@ -179,6 +190,9 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
                 b.mig(gpu_i, containers[gpu_i], desired.mig_profile, desired.mig_count)
             elif desired.whole_gpus:  # the slices give way to whole GPUs (policies.mig.missed_too_often)
                 b.resources(gpu_i, containers[gpu_i], {GPU: str(desired.whole_gpus)}, _is_gpu)
+                b.drop_envs(gpu_i, containers[gpu_i], desired.drop_envs)
+                if desired.node_selector:
+                    b.node_selector(template.get("spec") or {}, dict(desired.node_selector))
             if desired.hami_limits:
                 b.hami(gpu_i, containers[gpu_i], dict(desired.hami_limits))
     if desired.pod_annotations:
@@ -413,6 +427,29 @@ class _Builder:
             self.replace(f"{base}/annotations/{_esc(KAI_MEMORY)}", f"pod annotation {KAI_MEMORY}", have[KAI_MEMORY],
                          None)
 
+    def drop_envs(self, i: int, c: Mapping[str, Any], names: Sequence[str]) -> None:
+        """Literal env entries named by ``names`` removed, last first so each index still points at its entry
+        (the inverse adds them back first to last); the list is guarded."""
+        env = [dict(e) for e in c.get("env") or []]
+        gone = [j for j, e in enumerate(env) if e.get("name") in names and "value" in e]
+        if not gone:
+            return
+        base = f"/spec/template/spec/containers/{i}"
+        self.guards[f"{base}/name"] = c.get("name")
+        self.guards[f"{base}/env"] = env
+        for j in reversed(gone):
+            self.changes.append(Change(f"{base}/env/{j}", f"env {env[j]['name']}", env[j], None))
+
+    def node_selector(self, spec: Mapping[str, Any], values: Mapping[str, str]) -> None:
+        """``values`` set in the pod template's node selector (created when absent)."""
+        have = spec.get("nodeSelector")
+        if have is None:
+            self.guards["/spec/template/spec"] = dict(spec)  # JSON patch cannot test absence: test the parent
+            self.changes.append(Change("/spec/template/spec/nodeSelector", "nodeSelector", None, dict(values)))
+            return
+        for k, v in values.items():
+            self.set_key("/spec/template/spec/nodeSelector", have, k, f"nodeSelector {k}", v)
+
     def drop_pod_annotations(self, have: Mapping[str, Any], keys: Sequence[str]) -> None:
         """The template's annotations named by ``keys`` removed, each guarded by the value it had."""
         for k in keys:
@@ -428,7 +465,7 @@ def _get(obj: Any, pointer: str) -> Any:
 
 
 def _is_gpu(resource: str) -> bool:
-    return resource == GPU or resource.startswith(MIG_PREFIX)
+    return resource in (GPU, GPU_SHARED) or resource.startswith(MIG_PREFIX)
 
 
 def _gpu_resources(c: Mapping[str, Any]) -> bool:

@@ -26,6 +26,7 @@ from recommender.controller.policy import MODE_ANNOTATION, Mode, Policy, annotat
 from recommender.errors import RightsizerError
 from recommender.model import Plan, Recommendation, Snapshot
 from recommender.planstore import PlanStore
+from recommender.settings import MechanismSettings
 
 log = logging.getLogger("rightsizer.controller")
 PlanFn = Callable[[datetime], tuple[Plan, Snapshot]]
@@ -48,11 +49,14 @@ class Controller:
     def __init__(self, kube: Kube, plan_fn: PlanFn, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  elector: LeaderElector | None = None, store: PlanStore | None = None, dry_run: bool = False,
                  namespaces: tuple[str, ...] = (), mig: MigSettings | None = None,
-                 max_mode: Mode = Mode.AUTO) -> None:
+                 max_mode: Mode = Mode.AUTO, exclusive_nodes: Mapping[str, str] | None = None) -> None:
         self.kube, self.plan_fn, self.clock, self.elector = kube, plan_fn, clock, elector
         self.store, self.namespaces, self.mig = store, namespaces, mig or MigSettings()
         self.actuator = Actuator(kube, dry_run=dry_run)
         self.max_mode = max_mode  # the most any policy may ask for (controller ConfigMap ``mode``)
+        # nodes with unshared GPUs (mechanisms.exclusive_node_selector): where whole GPUs off MPS/time-slicing go
+        self.exclusive_nodes = dict(MechanismSettings().exclusive_node_selector if exclusive_nodes is None
+                                    else exclusive_nodes)
         self.last: Report | None = None
         self._shown: dict[str, Any] = {}  # workload key → the last recommendation shown (annotation opt-ins)
         self._warned: set[tuple[str, str]] = set()  # (workload key, invalid mode value) already sent as an Event
@@ -229,7 +233,8 @@ class Controller:
         back = self._regression(spec.latency_objectives.ttft_seconds, ref, snap, now)
         if back is not None:
             return back
-        desired = desired_from(r, spec.allowed_mechanisms, spec.bounds.min_replicas, spec.bounds.max_replicas)
+        desired = desired_from(r, spec.allowed_mechanisms, spec.bounds.min_replicas, spec.bounds.max_replicas,
+                               self.exclusive_nodes)
         baseline = health_from(snap, r.ref.key, now - timedelta(seconds=BASELINE_S), now)
         outcome = self.actuator.apply(Request(ref, desired, now, spec.change_limits, r.history_s,
                                               spec.in_window(now), policy.key, "; ".join(r.reasons[:2]), baseline,
