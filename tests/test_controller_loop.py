@@ -168,3 +168,30 @@ def test_the_controllers_mode_caps_what_a_policy_may_do() -> None:
         assert [o.status for o in report.outcomes] == ["recommended"]
         obj = cluster.obj("Deployment", NS, NAME)
         assert obj["spec"] == deployment()["spec"] and RECOMMENDATION in obj["metadata"]["annotations"]
+
+
+class CountingKube(Kube):
+    """The same API, counting the single-object reads per kind."""
+
+    def __init__(self, kube: Kube) -> None:
+        super().__init__(kube.api, kube.timeout_s)
+        self.gets: list[str] = []
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        self.gets.append(kind)
+        return super().get(kind, namespace, name)
+
+
+def test_an_auto_cycle_reads_its_workload_once_and_records_from_the_writes_answer() -> None:
+    with WriteCluster([deployment(), policy("auto", auto_spec())]) as cluster:
+        kube = CountingKube(cluster.kube())
+        at = [NOW]
+        ctl = controller(kube, at)
+        assert [o.status for o in ctl.reconcile().outcomes] == ["applied"]
+        assert kube.gets.count("Deployment") == 1  # the regression check, the apply and the annotation share it
+        obj = cluster.obj("Deployment", NS, NAME)
+        assert obj["spec"]["replicas"] == 3 and RECOMMENDATION in obj["metadata"]["annotations"]
+        at[0] = NOW + timedelta(seconds=300)  # in the cooldown: blocked, and the annotation is already current
+        kube.gets.clear()
+        assert [o.status for o in ctl.reconcile().outcomes] == ["blocked"]
+        assert kube.gets.count("Deployment") == 1

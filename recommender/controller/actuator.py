@@ -10,7 +10,7 @@ Every failure comes back as an :class:`Outcome` with one line; nothing here rais
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -51,6 +51,7 @@ class Outcome:
     status: str
     message: str
     record: rec.ChangeRecord | None = None
+    obj: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the workload as left (or read)
 
     @property
     def ok(self) -> bool:
@@ -71,6 +72,7 @@ class Request:
     reason: str = ""
     baseline: Health | None = None  # from metrics; the actuator adds what the pods show
     baseline_s: float = 3600.0  # the window before the change that OOM kills and disruptions count in
+    obj: dict[str, Any] | None = None  # the workload as read this cycle (None: read it); its guards keep it honest
 
 
 class Actuator:
@@ -89,7 +91,7 @@ class Actuator:
 
     def _apply(self, req: Request) -> Outcome:
         ref, key = req.ref, req.ref.key
-        obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+        obj = req.obj if req.obj is not None else self.kube.get(ref.kind, ref.namespace, ref.name)
         previous = rec.read_record(obj)
         so = self._scaled_object(ref) if req.desired.keda_min is not None else None
         desired, step = req.desired, req.limits.max_replica_change_per_step
@@ -105,18 +107,18 @@ class Actuator:
                                                 lambda old, new: step_threshold(current, old, new, step)))
         if all(s.empty for s in sets):
             skipped = "; ".join(x for s in sets for x in s.skipped)
-            return Outcome(key, "no-change", "already as recommended" + (f" ({skipped})" if skipped else ""))
+            return Outcome(key, "no-change", "already as recommended" + (f" ({skipped})" if skipped else ""), obj=obj)
         past = previous.change_times() if previous else []
         verdict = may_act(req.limits, req.history_s, past, req.now, req.window_open)
         diff = "; ".join(s.diff() for s in sets if not s.empty)
         if not verdict.allowed:
-            return Outcome(key, "blocked", f"not applied ({'; '.join(verdict.reasons)}): {diff}")
+            return Outcome(key, "blocked", f"not applied ({'; '.join(verdict.reasons)}): {diff}", obj=obj)
         if desired.node_selector and desired.whole_gpus:
             template = (obj.get("spec") or {}).get("template") or {}
             why = unplaceable(template, dict(desired.node_selector), desired.whole_gpus, self.kube.list("Node"),
                               self.kube.list("Pod"))
             if why is not None:
-                return Outcome(key, "blocked", f"not applied ({why}): {diff}")
+                return Outcome(key, "blocked", f"not applied ({why}): {diff}", obj=obj)
         log.info("dry-run diff %s: %s", key, diff)
         if self.dry_run:
             return Outcome(key, "dry-run", diff)
@@ -131,19 +133,20 @@ class Actuator:
             sets=[rec.RecordedSet.of(s) for s in sets if not s.empty], baseline=rec.health_dict(baseline),
             watch_until=req.now + timedelta(seconds=req.limits.watch_seconds),
             history=past[-rec.MAX_HISTORY:], pods=marks)
-        self._write(obj, sets, record)
+        after = self._write(obj, sets, record)
         rec.emit_event(self.kube, ref, "RightsizerApplied", diff, req.now, uid=rec.uid_of(obj))
-        return Outcome(key, "applied", diff, record)
+        return Outcome(key, "applied", diff, record, obj=after if after.get("metadata") else None)
 
-    def _write(self, obj: dict, sets: list[ChangeSet], record: rec.ChangeRecord) -> None:
-        """Other objects first (guarded), then the workload with its record; undo the others on failure."""
+    def _write(self, obj: dict, sets: list[ChangeSet], record: rec.ChangeRecord) -> dict[str, Any]:
+        """Other objects first (guarded), then the workload with its record; undo the others on failure. The
+        workload as the server answered the write."""
         done: list[ChangeSet] = []
         try:
             for cs in sets[:-1]:
                 if not cs.empty:
                     self._patch(cs, None)
                     done.append(cs)
-            self._patch(sets[-1], obj, rec.record_json(record))
+            return self._patch(sets[-1], obj, rec.record_json(record))
         except KubeFailure:
             for cs in reversed(done):
                 try:
@@ -152,7 +155,7 @@ class Actuator:
                     log.error("could not undo %s after a failed write: %s", cs.target.key, undo)
             raise
 
-    def _patch(self, cs: ChangeSet, obj: dict | None, record_text: str | None = None) -> None:
+    def _patch(self, cs: ChangeSet, obj: dict | None, record_text: str | None = None) -> dict[str, Any]:
         rv = None
         extra: list[dict] = []
         if obj is not None:
@@ -160,7 +163,7 @@ class Actuator:
             if record_text is not None:
                 extra = rec.annotation_ops(obj, rec.LAST_CHANGE, record_text)
         target = cs.target
-        self.kube.patch(target.kind, target.namespace, target.name, to_patch(cs, rv, extra))
+        return self.kube.patch(target.kind, target.namespace, target.name, to_patch(cs, rv, extra))
 
     def rollback(self, ref: ObjectRef, now: datetime, reason: str) -> Outcome:
         """Restore every previous value of the last change; refuses when something changed them since."""

@@ -230,7 +230,11 @@ class Controller:
     def _auto(self, policy: Policy, r: Recommendation, snap: Snapshot, now: datetime) -> Outcome:
         assert policy.spec is not None
         spec, ref = policy.spec, ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name)
-        back = self._regression(spec.latency_objectives.ttft_seconds, ref, snap, now)
+        try:  # read once: the regression check, the apply and the recommendation annotation all start from it
+            obj, record = self.actuator.read(ref)
+        except (KubeFailure, rec.RecordError) as exc:
+            return Outcome(ref.key, "failed", str(exc))
+        back = self._regression(spec.latency_objectives.ttft_seconds, ref, obj, record, snap, now)
         if back is not None:
             return back
         desired = desired_from(r, spec.allowed_mechanisms, spec.bounds.min_replicas, spec.bounds.max_replicas,
@@ -238,22 +242,19 @@ class Controller:
         baseline = health_from(snap, r.ref.key, now - timedelta(seconds=BASELINE_S), now)
         outcome = self.actuator.apply(Request(ref, desired, now, spec.change_limits, r.history_s,
                                               spec.in_window(now), policy.key, "; ".join(r.reasons[:2]), baseline,
-                                              BASELINE_S))
+                                              BASELINE_S, obj))
         if self.actuator.dry_run or not outcome.ok:
             return outcome
         try:  # the recommendation too, as Recommend writes it: its capacity must outlive a controller restart
-            self._annotate(ref, self.kube.get(ref.kind, ref.namespace, ref.name), _summary(r))
+            self._annotate(ref, outcome.obj or self.kube.get(ref.kind, ref.namespace, ref.name), _summary(r))
         except KubeFailure as exc:
             return replace(outcome, message=f"{outcome.message} (recommendation not recorded: {exc})")
         return outcome
 
-    def _regression(self, objective_s: float | None, ref: ObjectRef, snap: Snapshot, now: datetime) -> Outcome | None:
+    def _regression(self, objective_s: float | None, ref: ObjectRef, obj: dict[str, Any],
+                    record: rec.ChangeRecord | None, snap: Snapshot, now: datetime) -> Outcome | None:
         """Roll the last change back when health after it is worse than the baseline recorded with it:
         metrics from the snapshot, OOM kills and preemptions/evictions from the pods' statuses."""
-        try:
-            obj, record = self.actuator.read(ref)
-        except (KubeFailure, rec.RecordError) as exc:
-            return Outcome(ref.key, "failed", str(exc))
         if record is None or record.status != "applied" or record.watch_until is None or now > record.watch_until:
             return None
         before = record.baseline_health()
