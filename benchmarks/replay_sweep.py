@@ -4,8 +4,9 @@
         --clients 2,9,17,38,43,88,0,10,62,90 --jobs 2
 
 One line per client (GPU-hours and TTFT violations per policy, and the verdict for ours and the oracle),
-then a summary. Each client is a 14-day replay (~3 minutes on one core); clients run as separate
-processes. Skips with a message when the data folder is absent.
+then a summary and the clients together as one fleet (GPU-hours summed, violations weighted by requests).
+Each client is a 14-day replay (~3 minutes on one core); clients run as separate processes. Skips with a
+message when the data folder is absent.
 """
 
 from __future__ import annotations
@@ -25,20 +26,40 @@ from replay_charts import ClientPoint, chart_path_problem, save, sweep_figure
 REPLAY = Path(__file__).resolve().with_name("replay.py")
 LINE = re.compile(r"policy=(\S+) gpu_hours=(\S+) ttft_violation_pct=(\S+)")
 UNAVOIDABLE = re.compile(r"unavoidable_pct=(\S+)")
+REQUESTS = re.compile(r"policy=(\S+) .*?\brequests=(\d+)")
 GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay.verdict's line when it is met
 
 
-def run(path: Path, extra: list[str]) -> tuple[str, dict[str, tuple[float, float]], dict[str, bool], str, float]:
-    """(client, {policy: (gpu_hours, violation %)}, {ours/oracle: goal met}, error line or '', unavoidable %)."""
+Rows = dict[str, tuple[float, float]]  # policy → (GPU-hours, % of requests over the objective)
+
+
+def run(path: Path, extra: list[str]) -> tuple[str, Rows, dict[str, bool], str, float, dict[str, int]]:
+    """(client, rows, {ours/oracle: goal met}, error line or '', unavoidable %, {policy: requests})."""
     out = subprocess.run([sys.executable, str(REPLAY), "--trace", str(path), "--format", "servegen", *extra],
                          capture_output=True, text=True, check=False)
     name = path.name.removesuffix("-trace.csv")
     if out.returncode:
-        return name, {}, {}, (out.stderr.strip().splitlines() or ["failed"])[-1], 0.0
+        return name, {}, {}, (out.stderr.strip().splitlines() or ["failed"])[-1], 0.0, {}
     rows = {m[1]: (float(m[2]), float(m[3])) for m in LINE.finditer(out.stdout)}
+    requests = {m[1]: int(m[2]) for m in REQUESTS.finditer(out.stdout)}
     floor = UNAVOIDABLE.search(out.stdout)
     return name, rows, {who: goal_met(out.stdout, who) for who in ("ours", "oracle")}, "", \
-        float(floor[1]) if floor else 0.0
+        float(floor[1]) if floor else 0.0, requests
+
+
+def fleet_line(clients: list[tuple[Rows, dict[str, int]]]) -> str | None:
+    """The clients as one fleet, for the policies every client ran: GPU-hours summed, the share of all requests
+    over the objective, and ours against static peak and reactive. None without a policy every client ran."""
+    common = [p for p in (clients[0][0] if clients else {}) if all(p in rows and p in req for rows, req in clients)]
+    if not common:
+        return None
+    hours = {p: sum(rows[p][0] for rows, _ in clients) for p in common}
+    served = {p: sum(req[p] for _, req in clients) for p in common}
+    over = {p: sum(rows[p][1] / 100 * req[p] for rows, req in clients) for p in common}
+    cells = ", ".join(f"{p} {hours[p]:,.0f} GPU-h / {100 * over[p] / max(served[p], 1):.2f}%" for p in common)
+    vs = [f"{100 * (1 - hours['ours'] / hours[b]):.0f}% fewer GPU-hours than {b}" for b in ("static-peak", "reactive")
+          if "ours" in hours and hours.get(b)]
+    return f"# all {len(clients)} clients as one fleet: {cells}" + (f" (ours: {', '.join(vs)})" if vs else "")
 
 
 def goal_met(stdout: str, who: str) -> bool:
@@ -69,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     met = {"ours": 0, "oracle": 0}
     done = 0
-    points = []
+    points, fleet = [], []
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for name, rows, goals, err, floor in pool.map(lambda x: run(x, extra), paths):
+        for name, rows, goals, err, floor, requests in pool.map(lambda x: run(x, extra), paths):
             done += 1
             print(f"[{done}/{len(paths)}] ", end="", file=sys.stderr, flush=True)
             if err:
@@ -83,8 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             for who in met:
                 met[who] += goals[who]
             points.append(ClientPoint(name, rows, floor))
+            fleet.append((rows, requests))
     print(f"# goal met on {met['ours']} of {len(paths)} clients by ours, {met['oracle']} by the oracle "
           "(which reads the future)")
+    line = fleet_line(fleet)
+    if line:
+        print(line)
     if args.chart is not None:
         try:
             save(sweep_figure(points), args.chart, "sweep")
