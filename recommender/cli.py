@@ -50,10 +50,16 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+SETTINGS_SECTIONS = ("prometheus", "kubernetes", "policy", "forecast", "scaling", "mechanisms", "prices")
+
+
 def build_settings(opts: dict[str, Any]) -> Settings:
-    """Settings from CLI options; invalid values end the run with one line."""
+    """Settings from the settings file (``--settings``, or the controller ConfigMap's sections in
+    ``opts["settings_data"]``) with the CLI's options on top where they differ from their defaults; invalid
+    values or unknown keys end the run with one line."""
+    data = merge_settings(read_settings_file(opts.get("settings_file")), opts.get("settings_data") or {})
     try:
-        return Settings(
+        flags = Settings(
             namespaces=tuple(opts["namespace"]),
             history_s=parse_duration(opts["history"]),
             prometheus=PrometheusSettings(
@@ -72,10 +78,42 @@ def build_settings(opts: dict[str, Any]) -> Settings:
                                       horizon_s=parse_duration(opts.get("forecast_horizon") or "24h"),
                                       max_workloads=opts.get("forecast_max", 100)),
         )
+        return Settings.model_validate(merge_settings(data, flags.model_dump(exclude_defaults=True))) if data \
+            else flags
     except ValidationError as exc:
         err = exc.errors()[0]
         fail(f"invalid setting {'.'.join(str(x) for x in err['loc'])}: {err['msg']}")
         raise AssertionError from exc  # unreachable: fail() exits
+
+
+def read_settings_file(path: str | None) -> dict[str, Any]:
+    """The settings file's mapping ({} without one); unreadable, not YAML, not a mapping or an unknown section
+    ends the run with one line."""
+    if not path:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(f"--settings {path}: {getattr(exc, 'strerror', None) or str(exc).splitlines()[0]}")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        fail(f"--settings {path}: expected a mapping of sections ({', '.join(SETTINGS_SECTIONS)})")
+    unknown = sorted(str(k) for k in data if k not in (*SETTINGS_SECTIONS, "namespaces", "history_s"))
+    if unknown:
+        fail(f"--settings {path}: unknown section {unknown[0]!r}; known: {', '.join(SETTINGS_SECTIONS)}, namespaces, "
+             "history_s")
+    return dict(data)
+
+
+def merge_settings(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s values on top, section by section (a mapping merges, anything else replaces)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge_settings(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 @click.group()
@@ -108,6 +146,9 @@ def source_options(fn: Any) -> Any:
         click.option("--no-kubernetes", is_flag=True, help="Do not call the Kubernetes API (use KSM metrics)."),
         click.option("--gpu-catalogue", type=click.Path(), help="YAML overriding/extending the GPU catalogue."),
         click.option("--model-catalogue", type=click.Path(), help="YAML overriding/extending the model cards."),
+        click.option("--settings", "settings_file", type=click.Path(dir_okay=False),
+                     help="YAML of settings by section (scaling, mechanisms, prices, policy, forecast, prometheus, "
+                          "kubernetes: recommender/settings.py); a flag given wins over it."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from recommender.cli import build_settings, fail, parse_duration, source_options
+from recommender.cli import SETTINGS_SECTIONS, build_settings, fail, parse_duration, source_options
 from recommender.errors import RightsizerError
 from recommender.settings import KubernetesSettings, Settings
 
@@ -43,8 +43,9 @@ def _kube(kubeconfig: str | None, context: str | None, host: str | None, timeout
 @click.option("--mig-configmap", help="NAMESPACE/NAME of the mig-parted ConfigMap (key config.yaml) to extend.")
 @click.option("--no-serve", is_flag=True, help="Do not start the /healthz, /readyz and /metrics servers.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="Controller ConfigMap file (mode, interval_s, namespaces, history_s, prometheus, "
-                   "leader_election, serve); flags given on the command line win.")
+              help="Controller ConfigMap file (mode, interval_s, namespaces, history_s, leader_election, serve, "
+                   "and the settings sections prometheus, kubernetes, policy, forecast, scaling, mechanisms, "
+                   "prices); flags given on the command line win.")
 @click.option("--max-mode", type=click.Choice(["Off", "Recommend", "Auto"]), default=None,
               help="The most any policy may do (default Auto, or the config's mode).")
 def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, lease_name: str,
@@ -59,6 +60,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     from recommender.planstore import PlanStore
 
     cfg = _read_config(config_file) if config_file else {}
+    opts["settings_data"] = {k: cfg[k] for k in SETTINGS_SECTIONS if k in cfg}  # over --settings, under flags
     if cfg.get("prometheus", {}).get("url") and not opts.get("prometheus_url"):
         opts["prometheus_url"] = cfg["prometheus"]["url"]
     if cfg.get("namespaces") and not opts.get("namespace"):

@@ -15,7 +15,7 @@ FRACTION_BACKENDS = ("mps", "dra", "hami", "kai")
 class PrometheusSettings(BaseModel):
     """How to reach a Prometheus-compatible API and how hard we may query it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     url: str | None = Field(None, description="Base URL of Prometheus, Thanos, Mimir or VictoriaMetrics.")
     bearer_token: str | None = Field(None, description="Bearer token sent as Authorization header.")
@@ -56,7 +56,7 @@ class PrometheusSettings(BaseModel):
 class KubernetesSettings(BaseModel):
     """Where the workload inventory comes from when a cluster is reachable."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     enabled: bool = Field(True, description="Read workloads from the Kubernetes API when reachable.")
     kubeconfig: str | None = Field(None, description="Path to a kubeconfig; default: in-cluster, then ~/.kube.")
@@ -68,7 +68,7 @@ class KubernetesSettings(BaseModel):
 class PolicySettings(BaseModel):
     """Knobs of the sizing policies. Percentiles are of the per-step series over the history."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     memory_percentile: float = Field(0.99, gt=0, le=1, description="Percentile of memory in use sized for.")
     memory_margin_frac: float = Field(0.15, ge=0, le=1, description="Safety margin added to memory need.")
@@ -95,7 +95,7 @@ class PolicySettings(BaseModel):
 class ForecastSettings(BaseModel):
     """Demand forecasts per workload (request rate, token throughput, KV tokens in use)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     enabled: bool = Field(True, description="Forecast each workload's demand (off: classes only).")
     horizon_s: float = Field(DAY_S, gt=0, description="How far ahead to forecast, seconds.")
@@ -116,7 +116,7 @@ class ForecastSettings(BaseModel):
 class ScalingSettings(BaseModel):
     """Replicas, scale-to-zero and the KEDA/HPA parameters derived from them."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     headroom_frac: dict[str, float] = Field(
         default_factory=lambda: {"real-time": 0.30, "near-real-time": 0.15, "batch": 0.0},
@@ -250,7 +250,7 @@ class MechanismSettings(BaseModel):
     ``rightsizer.io/mechanism`` (required) narrow this further.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     allowed: tuple[str, ...] = Field(
         ("mig", "mps", "time-slicing", "exclusive", "hami", "kai"), description="Mechanisms that may be recommended."
@@ -295,7 +295,7 @@ class MechanismSettings(BaseModel):
 class PriceSettings(BaseModel):
     """Money: what one GPU-hour costs, by canonical GPU model."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     usd_per_gpu_hour: dict[str, float] = Field(
         default_factory=lambda: {
@@ -319,6 +319,8 @@ class PriceSettings(BaseModel):
         bad = [k for k, p in v.items() if not p >= 0]
         if bad:
             raise ValueError(f"prices must be >= 0: {', '.join(bad)}")
+        if "default" not in v:  # a table replaces the built-in one whole: unlisted models would cost nothing
+            raise ValueError("needs a 'default' price for the GPU models it does not list")
         return v
 
     def price(self, gpu_model: str | None) -> float:
@@ -328,7 +330,7 @@ class PriceSettings(BaseModel):
 class Settings(BaseModel):
     """All settings of one run."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     namespaces: tuple[str, ...] = Field((), description="Namespaces to analyse; empty = all.")
     history_s: float = Field(14 * DAY_S, gt=0, description="How far back to read usage, seconds.")

@@ -1,0 +1,70 @@
+"""``--settings FILE`` (and the controller ConfigMap's settings sections): the settings the pipeline reads
+beyond the flags, a misspelt key an error of one line, a flag given winning over the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from recommender.cli import build_settings, main
+
+
+def report(tmp_path: Path, text: str | None, *extra: str) -> Any:
+    args = ["report", "--demo", "-f", "json", *extra]
+    if text is not None:
+        path = tmp_path / "settings.yaml"
+        path.write_text(text, encoding="utf-8")
+        args += ["--settings", str(path)]
+    return CliRunner().invoke(main, args)
+
+
+def doc(result: Any) -> dict[str, Any]:
+    assert result.exit_code == 0, result.output
+    return dict(json.loads(result.stdout))
+
+
+def test_the_settings_file_reaches_the_prices_and_the_mechanisms(tmp_path: Path) -> None:
+    cheap = doc(report(tmp_path, "prices:\n  usd_per_gpu_hour: {default: 1.0}\n"))["summary"]
+    dear = doc(report(tmp_path, "prices:\n  usd_per_gpu_hour: {default: 3.0}\n"))["summary"]
+    assert cheap["monthly_savings_usd"] > 0
+    assert dear["monthly_savings_usd"] == pytest.approx(3 * cheap["monthly_savings_usd"], rel=1e-3)
+    mig = [w for w in doc(report(tmp_path, None))["workloads"] if (w["recommended"] or {}).get("sharing") == "mig"]
+    assert mig  # the demo recommends MIG slices by default...
+    narrowed = doc(report(tmp_path, "mechanisms:\n  allowed: [exclusive, mps]\n"))["workloads"]
+    assert not [w for w in narrowed if (w["recommended"] or {}).get("sharing") == "mig"]  # ...and none when not allowed
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("scaling:\n  ttft_objective: 1.0\n", "error: invalid setting scaling.ttft_objective: Extra inputs are not "
+                                          "permitted"),
+    ("scalng:\n  ttft_objective_s: 1.0\n", "error: --settings "),
+    ("prices:\n  usd_per_gpu_hour: {H100-80GB: 4.0}\n", "needs a 'default' price"),
+    ("scaling:\n  ttft_objective_s: -1\n", "error: invalid setting scaling.ttft_objective_s: "),
+    ("- a\n- list\n", "expected a mapping of sections"),
+    ("scaling: [unclosed\n", "error: --settings "),
+])
+def test_a_bad_settings_file_is_one_line_and_exit_2(tmp_path: Path, text: str, line: str) -> None:
+    result = report(tmp_path, text)
+    assert result.exit_code == 2 and line in result.output and len(result.output.strip().splitlines()) == 1, \
+        result.output
+
+
+def test_a_missing_settings_file_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["report", "--demo", "--settings", str(tmp_path / "absent.yaml")])
+    assert result.exit_code == 2 and "absent.yaml" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_flags_given_win_over_the_configmap_which_wins_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text("forecast: {max_workloads: 5, horizon_s: 7200}\nscaling: {ttft_objective_s: 1.5}\n"
+                    "prometheus: {extra_selector: 'cluster=\"a\"'}\n", encoding="utf-8")
+    base = {"namespace": (), "history": "14d", "settings_file": str(path)}
+    s = build_settings(base)
+    assert (s.forecast.max_workloads, s.forecast.horizon_s, s.scaling.ttft_objective_s) == (5, 7200, 1.5)
+    assert s.prometheus.extra_selector == 'cluster="a"' and s.scaling.max_replicas == 100  # the rest: defaults
+    s = build_settings({**base, "forecast_max": 7, "settings_data": {"scaling": {"ttft_objective_s": 0.5}}})
+    assert (s.forecast.max_workloads, s.forecast.horizon_s, s.scaling.ttft_objective_s) == (7, 7200, 0.5)
