@@ -147,6 +147,9 @@ def _read_config(path: str) -> dict[str, Any]:
         fail(f"--config {path}: {exc}")
     if not isinstance(data, dict) or data.get("mode", "Auto") not in ("Off", "Recommend", "Auto"):
         fail(f"--config {path}: expected a mapping whose mode is Off, Recommend or Auto")
+    bad = [k for k in (*SETTINGS_SECTIONS, "leader_election", "serve") if k in data and not isinstance(data[k], dict)]
+    if bad:
+        fail(f"--config {path}: {bad[0]} must be a mapping of settings, not {type(data[bad[0]]).__name__}")
     return data
 
 

@@ -68,3 +68,17 @@ def test_flags_given_win_over_the_configmap_which_wins_over_the_file(tmp_path: P
     assert s.prometheus.extra_selector == 'cluster="a"' and s.scaling.max_replicas == 100  # the rest: defaults
     s = build_settings({**base, "forecast_max": 7, "settings_data": {"scaling": {"ttft_objective_s": 0.5}}})
     assert (s.forecast.max_workloads, s.forecast.horizon_s, s.scaling.ttft_objective_s) == (7, 7200, 0.5)
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("mode: Recommend\nprometheus:\n", "prometheus must be a mapping of settings, not NoneType"),
+    ("mode: Recommend\nserve: [8080]\n", "serve must be a mapping of settings, not list"),
+    ("mode: Recommend\nscaling: {ttft: 1}\n", "invalid setting scaling.ttft: Extra inputs are not permitted"),
+])
+def test_a_bad_controller_configmap_section_is_one_line_before_the_cluster_is_asked(tmp_path: Path, text: str,
+                                                                                    line: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    result = CliRunner().invoke(main, ["controller", "--config", str(path), "--demo", "--once", "--no-serve"])
+    assert result.exit_code == 2 and line in result.output and len(result.output.strip().splitlines()) == 1, \
+        result.output
