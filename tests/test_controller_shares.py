@@ -1,6 +1,6 @@
-"""HAMi limits, KAI's gpu-fraction annotation and whole GPUs in place of a slice, carried out like every other
-mechanism: guarded JSON patch on the pod template, previous values recorded, ``rightsizer rollback`` restores
-them."""
+"""HAMi limits, KAI's gpu-fraction annotation and whole GPUs in place of a slice, a share, MPS or time-slicing
+(on unshared nodes, once one could take a pod), carried out like every other mechanism: guarded JSON patch on
+the pod template, previous values recorded, ``rightsizer rollback`` restores them."""
 
 from __future__ import annotations
 
