@@ -128,7 +128,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     headroom, budget_why = error_budget_headroom(cls, settings.headroom_frac.get(cls.value, 0.0), workload, history,
                                                  None if source == "configured" else cap, objective_s, settings)
     target = cap * (1.0 - headroom)
-    cold_s = _cold_start_s(workload, settings)
+    cold_s = settings.cold_start_s(workload.cold_start_s)
     gaps = idle_gaps_s(history)
     acted = _rate_forecast(forecasts) is not None  # a request-rate forecast the plan sizes on
     to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings, history, forecast=acted)
@@ -440,11 +440,6 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
                     f"{objective_s:g} s objective" + (" within the capacity read from history" if within else "")
                     + f", against an error budget of {budget:.1%} (+{settings.headroom_step_frac:.0%} per doubling, "
                     f"at most {settings.max_headroom_frac:.0%})"]
-
-
-def _cold_start_s(workload: Workload, settings: ScalingSettings) -> float:
-    """Pod start → ready: measured on the workload, else the settings' default."""
-    return settings.cold_start_s(workload.cold_start_s)
 
 
 def wake_steps(history: ReplicaHistory, wake_s: float) -> pd.Series | None:

@@ -101,10 +101,9 @@ def read_settings_file(path: str | None) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         fail(f"--settings {path}: expected a mapping of sections ({', '.join(SETTINGS_SECTIONS)})")
-    unknown = sorted(str(k) for k in data if k not in (*SETTINGS_SECTIONS, "namespaces", "history_s"))
+    unknown = sorted(str(k) for k in data if k not in Settings.model_fields)
     if unknown:
-        fail(f"--settings {path}: unknown section {unknown[0]!r}; known: {', '.join(SETTINGS_SECTIONS)}, namespaces, "
-             "history_s")
+        fail(f"--settings {path}: unknown section {unknown[0]!r}; known: {', '.join(Settings.model_fields)}")
     return dict(data)
 
 

@@ -126,7 +126,7 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         why.append(f"exclusive: whole GPUs in place of {held.value} are not applied: the node's device plugin shares "
                    "every GPU, and no node selector of unshared GPU nodes is set (mechanisms.exclusive_node_selector)")
         whole = moves_node = False
-    elif whole and held not in (Sharing.MIG, Sharing.HAMI, Sharing.KAI, Sharing.MPS, Sharing.TIME_SLICING):
+    elif whole and held is Sharing.NONE:
         why.append(f"exclusive: whole GPUs in place of {held.value} are not applied")
         whole = False
     hami = alloc.sharing == Sharing.HAMI and "hami" in allowed

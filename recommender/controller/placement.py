@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-GPU = "nvidia.com/gpu"
+from recommender.controller.changes import GPU
+
 BLOCKING = ("NoSchedule", "NoExecute")
 DONE = ("Succeeded", "Failed")
 
