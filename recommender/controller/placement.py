@@ -1,36 +1,54 @@
 """Pure: whether one more pod of a template could be scheduled somewhere, asked before a change moves a
 workload onto other nodes (whole GPUs in place of MPS or time-slicing, which only nodes whose device plugin
 does not share can give). The scheduler's own filters that decide it here: the node selector, required
-node affinity, taints, cordons and free ``nvidia.com/gpu``. Nothing here reads a cluster.
+node affinity, taints, cordons, free ``nvidia.com/gpu`` and room for the pod's other requests (CPU, memory,
+other extended resources, the node's pod count). Not checked: inter-pod affinity and anti-affinity, topology
+spread constraints, volumes' zones, host ports. Nothing here reads a cluster.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
-from recommender.controller.changes import GPU
+from kubernetes.utils import parse_quantity
+
+from recommender.controller.changes import GPU, GPU_SHARED
 
 BLOCKING = ("NoSchedule", "NoExecute")
 DONE = ("Succeeded", "Failed")
+# every kubelet reports these; a node object without one (a hand-written fixture, say) is not judged on it.
+# A resource not reported that is not one of these is an extended resource the node does not have: 0.
+STANDARD = ("cpu", "memory", "ephemeral-storage", "pods")
+MOVED = (GPU, GPU_SHARED)  # what the move itself changes: its GPUs are the ``gpus`` asked for
+BYTES = ("memory", "ephemeral-storage")
 
 
 def unplaceable(template: Mapping[str, Any], selector: Mapping[str, str], gpus: int,
                 nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> str | None:
     """Why no node could run one more pod of ``template`` with ``selector`` added to its node selector and
-    ``gpus`` whole GPUs free; None when one could. Free GPUs are the node's allocatable ``nvidia.com/gpu``
-    less what its running and pending pods hold."""
+    ``gpus`` whole GPUs free; None when one could. Free is the node's allocatable (``nvidia.com/gpu``, and
+    every other resource the template requests) less what its running and pending pods request, as the
+    scheduler counts it; a quantity that does not parse is one line, never a traceback."""
     spec = template.get("spec") or {}
     wanted = {**(spec.get("nodeSelector") or {}), **selector}
     shown = ",".join(f"{k}={v}" for k, v in sorted(wanted.items()))
     labelled = [n for n in nodes if _labels_match(_labels(n), wanted)]
     if not labelled:
         return f"no node is labelled {shown}: its pods would stay Pending"
-    held = _gpus_held(pods)
+    try:
+        need = {k: v for k, v in pod_requests(spec).items() if k not in MOVED}
+        held = _held(pods)
+    except (ValueError, ArithmeticError) as exc:
+        return f"a resource quantity does not parse ({exc}): placement cannot be judged"
     why: list[str] = []
     for node in labelled:
         name = str((node.get("metadata") or {}).get("name", ""))
-        problem = _node_problem(node, spec, gpus, held.get(name, 0))
+        try:
+            problem = _node_problem(node, spec, gpus, need, held.get(name, {}))
+        except (ValueError, ArithmeticError) as exc:
+            problem = f"allocatable does not parse ({exc})"
         if problem is None:
             return None
         why.append(f"{name}: {problem}")
@@ -38,7 +56,8 @@ def unplaceable(template: Mapping[str, Any], selector: Mapping[str, str], gpus: 
     return f"no node labelled {shown} can take a pod of {gpus} whole GPU(s) ({'; '.join(why[:3])}{more})"
 
 
-def _node_problem(node: Mapping[str, Any], spec: Mapping[str, Any], gpus: int, held: int) -> str | None:
+def _node_problem(node: Mapping[str, Any], spec: Mapping[str, Any], gpus: int, need: Mapping[str, Decimal],
+                  held: Mapping[str, Decimal]) -> str | None:
     if (node.get("spec") or {}).get("unschedulable"):
         return "cordoned"
     if not _affinity_match(node, spec):
@@ -48,10 +67,43 @@ def _node_problem(node: Mapping[str, Any], spec: Mapping[str, Any], gpus: int, h
         if taint.get("effect") in BLOCKING and not any(_tolerates(t, taint) for t in tolerations):
             return f"taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')} not tolerated"
     status = node.get("status") or {}
-    allocatable = _count((status.get("allocatable") or status.get("capacity") or {}).get(GPU))
-    if allocatable - held < gpus:
-        return f"{max(allocatable - held, 0)} of {allocatable} {GPU} free"
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    whole = int(_quantity(allocatable.get(GPU)))
+    free = whole - int(held.get(GPU, 0))
+    if free < gpus:
+        return f"{max(free, 0)} of {whole} {GPU} free"
+    for resource, amount in sorted({**need, "pods": Decimal(1)}.items()):
+        if resource not in allocatable and resource in STANDARD:
+            continue
+        have = _quantity(allocatable.get(resource))
+        left = have - held.get(resource, Decimal(0))
+        if left < amount:
+            return (f"{resource}: {_show(resource, max(left, Decimal(0)))} free of {_show(resource, have)}, "
+                    f"the pod requests {_show(resource, amount)}")
     return None
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What the scheduler counts a pod as requesting: per resource the larger of its containers' sum (sidecars,
+    init containers that keep running, included) and its largest init container, plus its overhead. A
+    container's request defaults to its limit."""
+    def requests(c: Mapping[str, Any]) -> dict[str, Decimal]:
+        res = c.get("resources") or {}
+        return {k: _quantity(v) for k, v in {**(res.get("limits") or {}), **(res.get("requests") or {})}.items()}
+
+    inits = spec.get("initContainers") or []
+    running = [*(spec.get("containers") or []), *(c for c in inits if c.get("restartPolicy") == "Always")]
+    total: dict[str, Decimal] = {}
+    for c in running:
+        for k, v in requests(c).items():
+            total[k] = total.get(k, Decimal(0)) + v
+    for c in inits:
+        if c.get("restartPolicy") != "Always":
+            for k, v in requests(c).items():
+                total[k] = max(total.get(k, Decimal(0)), v)
+    for k, v in (spec.get("overhead") or {}).items():
+        total[k] = total.get(k, Decimal(0)) + _quantity(v)
+    return total
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -104,21 +156,23 @@ def _tolerates(t: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return t.get("key") == taint.get("key") and str(t.get("value", "")) == str(taint.get("value", ""))
 
 
-def _gpus_held(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Node name → whole GPUs its pods hold (extended resources: the limit, which requests must equal)."""
-    out: dict[str, int] = {}
+def _held(pods: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Decimal]]:
+    """Node name → what its running and pending pods request, per resource, and their count (``pods``)."""
+    out: dict[str, dict[str, Decimal]] = {}
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
         if not node or (p.get("status") or {}).get("phase") in DONE:
             continue
-        for c in (p.get("spec") or {}).get("containers") or []:
-            res = c.get("resources") or {}
-            out[node] = out.get(node, 0) + _count((res.get("limits") or res.get("requests") or {}).get(GPU))
+        held = out.setdefault(node, {})
+        for k, v in {**pod_requests(p.get("spec") or {}), "pods": Decimal(1)}.items():
+            held[k] = held.get(k, Decimal(0)) + v
     return out
 
 
-def _count(value: Any) -> int:
-    try:
-        return int(str(value)) if value is not None else 0
-    except ValueError:
-        return 0
+def _quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity ("500m", "16Gi", 2); 0 when absent. ValueError when it does not parse."""
+    return Decimal(0) if value is None else Decimal(parse_quantity(value))
+
+
+def _show(resource: str, amount: Decimal) -> str:
+    return f"{float(amount) / 2**30:.3g}Gi" if resource in BYTES else f"{float(amount):g}"
