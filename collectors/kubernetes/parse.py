@@ -11,8 +11,9 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
@@ -59,7 +60,7 @@ class ParsedSpec:
 def parse_pod_spec(spec: Mapping[str, Any], annotations: Mapping[str, str], replicas: int = 1) -> ParsedSpec:
     """One replica's GPU allocation from a pod spec and the pod's (template's) annotations."""
     notes: list[str] = []
-    res = pod_resources(spec, notes)
+    res = {name: float(n) for name, n in pod_resources(spec, notes).items()}
     mig = {name[len(MIG_PREFIX):]: n for name, n in res.items() if name.startswith(MIG_PREFIX) and n > 0}
     mps_pct, mps_mib = _mps_env(spec.get("containers") or [], notes)
     kai = _kai(annotations, notes)
@@ -86,38 +87,51 @@ def parse_pod_spec(spec: Mapping[str, Any], annotations: Mapping[str, str], repl
     return ParsedSpec(alloc, served, tuple(notes), product, res.get(HAMI_MEM_PCT), kai[2] if kai else None)
 
 
-def pod_resources(spec: Mapping[str, Any], notes: list[str]) -> dict[str, float]:
-    """GPU-ish resources one pod holds, by Kubernetes' rule: app containers and sidecars add up,
-    an ordinary init container runs alone, so the pod holds the larger of the two."""
+def pod_resources(spec: Mapping[str, Any], notes: list[str], keep: Callable[[str], bool] | None = None
+                  ) -> dict[str, Decimal]:
+    """The resources one pod holds, by the scheduler's rule: app containers and sidecars add up, an ordinary
+    init container runs alone, so the pod holds the larger of the two, plus its overhead. Only the resources
+    ``keep`` names (default: the GPU-ish ones we understand); a quantity that does not parse is a note."""
+    wanted = keep or _gpu_ish
     inits = spec.get("initContainers") or []
     sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
-    app = _sum(_container_resources(c, notes) for c in [*(spec.get("containers") or []), *sidecars])
+    app = _sum(_container_resources(c, notes, wanted) for c in [*(spec.get("containers") or []), *sidecars])
     for c in inits:
         if c.get("restartPolicy") != "Always":
-            for name, n in _container_resources(c, notes).items():
-                app[name] = max(app.get(name, 0.0), n)
-    return app
+            for name, n in _container_resources(c, notes, wanted).items():
+                app[name] = max(app.get(name, Decimal(0)), n)
+    overhead = _parsed(spec.get("overhead") or {}, "the pod's overhead", notes, wanted)
+    return _sum([app, overhead])
 
 
-def _container_resources(container: Mapping[str, Any], notes: list[str]) -> dict[str, float]:
-    """Limits, else requests (extended resources must have equal ones), of the resources we understand."""
+def _gpu_ish(name: str) -> bool:
+    return name.startswith("nvidia.com/") and name != "nvidia.com/priority"
+
+
+def _container_resources(container: Mapping[str, Any], notes: list[str], keep: Callable[[str], bool]
+                         ) -> dict[str, Decimal]:
+    """Requests, else limits (a request defaults to its limit; extended resources must have equal ones)."""
     res = container.get("resources") or {}
-    merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-    out: dict[str, float] = {}
-    for name, raw in merged.items():
-        if name.startswith("nvidia.com/") and name != "nvidia.com/priority":
+    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    return _parsed(merged, f"container {container.get('name', '?')}", notes, keep)
+
+
+def _parsed(raw: Mapping[str, Any], where: str, notes: list[str], keep: Callable[[str], bool]) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    for name, value in raw.items():
+        if keep(name):
             try:
-                out[name] = float(parse_quantity(raw))
+                out[name] = Decimal(parse_quantity(value))
             except (ValueError, ArithmeticError):
-                notes.append(f"could not parse {name}={raw} in container {container.get('name', '?')}")
+                notes.append(f"could not parse {name}={value} in {where}")
     return out
 
 
-def _sum(dicts: Iterable[Mapping[str, float]]) -> dict[str, float]:
-    total: dict[str, float] = {}
+def _sum(dicts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
     for d in dicts:
         for name, n in d.items():
-            total[name] = total.get(name, 0.0) + n
+            total[name] = total.get(name, Decimal(0)) + n
     return total
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from collectors.kubernetes.parse import pod_resources
 from recommender.controller.changes import GPU, GPU_SHARED
 
 BLOCKING = ("NoSchedule", "NoExecute")
@@ -37,11 +38,11 @@ def unplaceable(template: Mapping[str, Any], selector: Mapping[str, str], gpus: 
     labelled = [n for n in nodes if _labels_match(_labels(n), wanted)]
     if not labelled:
         return f"no node is labelled {shown}: its pods would stay Pending"
-    try:
-        need = {k: v for k, v in pod_requests(spec).items() if k not in MOVED}
-        held = _held(pods)
-    except (ValueError, ArithmeticError) as exc:
-        return f"a resource quantity does not parse ({exc}): placement cannot be judged"
+    notes: list[str] = []
+    need = {k: v for k, v in pod_resources(spec, notes, _any).items() if k not in MOVED}
+    held = _held(pods, notes)
+    if notes:
+        return f"a resource quantity does not parse ({notes[0]}): placement cannot be judged"
     why: list[str] = []
     for node in labelled:
         name = str((node.get("metadata") or {}).get("name", ""))
@@ -83,27 +84,8 @@ def _node_problem(node: Mapping[str, Any], spec: Mapping[str, Any], gpus: int, n
     return None
 
 
-def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """What the scheduler counts a pod as requesting: per resource the larger of its containers' sum (sidecars,
-    init containers that keep running, included) and its largest init container, plus its overhead. A
-    container's request defaults to its limit."""
-    def requests(c: Mapping[str, Any]) -> dict[str, Decimal]:
-        res = c.get("resources") or {}
-        return {k: _quantity(v) for k, v in {**(res.get("limits") or {}), **(res.get("requests") or {})}.items()}
-
-    inits = spec.get("initContainers") or []
-    running = [*(spec.get("containers") or []), *(c for c in inits if c.get("restartPolicy") == "Always")]
-    total: dict[str, Decimal] = {}
-    for c in running:
-        for k, v in requests(c).items():
-            total[k] = total.get(k, Decimal(0)) + v
-    for c in inits:
-        if c.get("restartPolicy") != "Always":
-            for k, v in requests(c).items():
-                total[k] = max(total.get(k, Decimal(0)), v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, Decimal(0)) + _quantity(v)
-    return total
+def _any(name: str) -> bool:
+    return True
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -156,7 +138,7 @@ def _tolerates(t: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return t.get("key") == taint.get("key") and str(t.get("value", "")) == str(taint.get("value", ""))
 
 
-def _held(pods: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Decimal]]:
+def _held(pods: Sequence[Mapping[str, Any]], notes: list[str]) -> dict[str, dict[str, Decimal]]:
     """Node name → what its running and pending pods request, per resource, and their count (``pods``)."""
     out: dict[str, dict[str, Decimal]] = {}
     for p in pods:
@@ -164,7 +146,7 @@ def _held(pods: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Decimal]]:
         if not node or (p.get("status") or {}).get("phase") in DONE:
             continue
         held = out.setdefault(node, {})
-        for k, v in {**pod_requests(p.get("spec") or {}), "pods": Decimal(1)}.items():
+        for k, v in {**pod_resources(p.get("spec") or {}, notes, _any), "pods": Decimal(1)}.items():
             held[k] = held.get(k, Decimal(0)) + v
     return out
 
