@@ -18,7 +18,7 @@ import click
 
 from recommender.cli import SETTINGS_SECTIONS, build_settings, fail, parse_duration, source_options
 from recommender.errors import RightsizerError
-from recommender.settings import KubernetesSettings, Settings
+from recommender.settings import KubernetesSettings, MechanismSettings, Settings
 
 if TYPE_CHECKING:
     from recommender.planstore import PlanStore
@@ -43,7 +43,8 @@ def _kube(kubeconfig: str | None, context: str | None, host: str | None, timeout
 @click.option("--mig-configmap", help="NAMESPACE/NAME of the mig-parted ConfigMap (key config.yaml) to extend.")
 @click.option("--no-serve", is_flag=True, help="Do not start the /healthz, /readyz and /metrics servers.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="Controller ConfigMap file (mode, interval_s, namespaces, history_s, leader_election, serve, "
+              help="Controller ConfigMap file (mode, annotation_mode, signing_secret, interval_s, namespaces, "
+                   "history_s, leader_election, serve, "
                    "and the settings sections prometheus, kubernetes, policy, forecast, scaling, mechanisms, "
                    "prices); flags given on the command line win.")
 @click.option("--max-mode", type=click.Choice(["Off", "Recommend", "Auto"]), default=None,
@@ -57,6 +58,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     from recommender.controller.mig import MigSettings
     from recommender.controller.policy import Mode
     from recommender.controller.schedule import run_scheduled
+    from recommender.controller.signing import SIGNING_SECRET, SecretKeys
     from recommender.planstore import PlanStore
 
     cfg = _read_config(config_file) if config_file else {}
@@ -73,6 +75,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     lease_name = election.get("lease_name", lease_name)
     lease_namespace = election.get("lease_namespace", lease_namespace)
     cap = Mode(max_mode or cfg.get("mode") or "Auto")
+    annotation_cap = Mode(cfg.get("annotation_mode") or "Recommend")
     logging.basicConfig(level=logging.INFO, format='{"time":"%(asctime)s","level":"%(levelname)s",'
                         '"logger":"%(name)s","message":"%(message)s"}')
     settings = build_settings(opts)
@@ -92,9 +95,12 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     plan_fn = Cycle(source, opts.get("snapshot_dir"), settings, store)
     elector = LeaderElector(kube, lease_namespace, lease_name,
                             identity or socket.gethostname() or str(os.getpid())) if election.get("enabled") else None
+    # the change records' signing key: a Secret in the controller's own namespace, made on first use
+    keys = SecretKeys(kube, lease_namespace, cfg.get("signing_secret") or SIGNING_SECRET, create=not dry_run)
     ctl = Controller(kube, plan_fn, elector=elector, store=store, dry_run=dry_run, namespaces=settings.namespaces,
                      mig=MigSettings(configmap=where), max_mode=cap,  # type: ignore[arg-type]
-                     exclusive_nodes=settings.mechanisms.exclusive_node_selector)
+                     exclusive_nodes=settings.mechanisms.exclusive_node_selector, keys=keys,
+                     annotation_mode=annotation_cap)
     if once:
         report = ctl.reconcile()
         for o in report.outcomes:
@@ -145,8 +151,10 @@ def _read_config(path: str) -> dict[str, Any]:
             data = yaml.safe_load(fh) or {}
     except (OSError, yaml.YAMLError) as exc:
         fail(f"--config {path}: {exc}")
-    if not isinstance(data, dict) or data.get("mode", "Auto") not in ("Off", "Recommend", "Auto"):
-        fail(f"--config {path}: expected a mapping whose mode is Off, Recommend or Auto")
+    modes = ("Off", "Recommend", "Auto")
+    if not isinstance(data, dict) or data.get("mode", "Auto") not in modes \
+            or data.get("annotation_mode", "Recommend") not in modes:
+        fail(f"--config {path}: expected a mapping whose mode and annotation_mode are Off, Recommend or Auto")
     bad = [k for k in (*SETTINGS_SECTIONS, "leader_election", "serve") if k in data and not isinstance(data[k], dict)]
     if bad:
         fail(f"--config {path}: {bad[0]} must be a mapping of settings, not {type(data[bad[0]]).__name__}")
@@ -182,24 +190,34 @@ def _serve(store: Any, serve_cfg: dict[str, Any], kube_api: Any = None) -> Any:
 @click.option("--context", help="kubeconfig context.")
 @click.option("--server", "host", help="API server URL (overrides the kubeconfig's).", hidden=True)
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds per API call.")
+@click.option("--signing-secret", default="gpu-rightsizer/gpu-rightsizer-signing-key", show_default=True,
+              metavar="NAMESPACE/NAME",
+              help="The controller's signing-key Secret: a change record is undone only when the controller signed "
+                   "it, so you need read access to this Secret.")
 def rollback(target: str, dry_run: bool, kubeconfig: str | None, context: str | None, host: str | None,
-             timeout: float) -> None:
+             timeout: float, signing_secret: str) -> None:
     """Restore the values the last recorded change replaced (annotation rightsizer.io/last-change)."""
     from recommender.controller.actuator import Actuator
     from recommender.controller.changes import ACTUATED_KINDS, ObjectRef
+    from recommender.controller.signing import SecretKeys
 
     parts = target.split("/")
     if len(parts) != 3 or not all(parts):
         fail(f"{target!r} is not NAMESPACE/KIND/NAME, e.g. llm/Deployment/chat")
     if parts[1] not in ACTUATED_KINDS:
         fail(f"kind {parts[1]!r} is not actuated; one of {', '.join(sorted(ACTUATED_KINDS))}")
+    secret = signing_secret.split("/")
+    if len(secret) != 2 or not all(secret):
+        fail(f"--signing-secret {signing_secret!r} is not NAMESPACE/NAME")
     try:
         kube = _kube(kubeconfig, context, host, timeout)
+        signer = SecretKeys(kube, secret[0], secret[1]).load()
     except RightsizerError as exc:
-        fail(str(exc))
+        fail(f"{exc} (rollback checks the change record's signature with it)")
         return
-    out = Actuator(kube, dry_run=dry_run).rollback(ObjectRef(parts[1], parts[0], parts[2]), datetime.now(UTC),
-                                                   "rightsizer rollback")
+    actuator = Actuator(kube, dry_run=dry_run, signer=signer,
+                        selector_keys=tuple(sorted(MechanismSettings().exclusive_node_selector)))
+    out = actuator.rollback(ObjectRef(parts[1], parts[0], parts[2]), datetime.now(UTC), "rightsizer rollback")
     if not out.ok:
         fail(f"{out.status}: {out.message}")
     click.echo(f"{out.workload}: {out.status}: {out.message}")

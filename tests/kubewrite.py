@@ -30,6 +30,7 @@ WRITABLE: dict[str, tuple[str, bool]] = {
     "Lease": ("coordination.k8s.io/v1/leases", True),
     "Event": ("v1/events", True),
     "ConfigMap": ("v1/configmaps", True),
+    "Secret": ("v1/secrets", True),
     "PodDisruptionBudget": ("policy/v1/poddisruptionbudgets", True),
     "GPURightsizingPolicy": ("rightsizer.io/v1alpha1/gpurightsizingpolicies", True),
     "ScaledObject": ("keda.sh/v1alpha1/scaledobjects", True),

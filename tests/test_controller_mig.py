@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from recommender import model as m
 from recommender.controller.loop import Controller
 from recommender.controller.mig import MIG_CONFIG, MIG_STATE, STATE_ANNOTATION, MigSettings, advance
@@ -90,3 +92,77 @@ def test_a_failed_mig_manager_reverts_and_a_node_cordoned_before_stays_cordoned(
         cluster.edit("Node", None, NODE, {"metadata": {"labels": {MIG_STATE: "failed"}}})
         out = advance(kube, NODE, "custom-a", T0 + timedelta(minutes=2), True, FAST)
         assert out.phase == "reverted" and node_state(cluster) == ("all-disabled", True, False)
+
+
+# --- a MIG change always ends: the deadline holds whatever else fails -------------------------------
+
+def draining(cluster: WriteCluster, at: datetime) -> None:
+    assert advance(cluster.kube(), NODE, "custom-a", at, True, FAST).phase == "draining"
+    assert node_state(cluster) == ("all-disabled", True, True)
+
+
+def test_planning_failing_for_hours_does_not_keep_a_node_cordoned_past_its_deadline() -> None:
+    """Prometheus goes down mid-drain: no plan for hours, yet the node is reverted at its deadline."""
+    from recommender.errors import PrometheusError
+
+    def no_plan(now: datetime) -> tuple[m.Plan, m.Snapshot]:
+        raise PrometheusError("Prometheus at http://prom:9090 did not answer")
+
+    with WriteCluster(cluster_objects()) as cluster:
+        cluster.block_eviction("llama-0")  # the drain cannot finish on its own
+        draining(cluster, T0)
+        at = [T0]
+        ctl = Controller(cluster.kube(), no_plan, clock=lambda: at[0], mig=FAST)
+        seen = []
+        for minutes in range(5, 600, 5):  # ten hours of failed cycles
+            at[0] = T0 + timedelta(minutes=minutes)
+            report = ctl.reconcile()
+            assert any(line.startswith("no plan this cycle") for line in report.errors)
+            seen.append(node_state(cluster))
+            if minutes >= 10:  # the 600 s drain deadline
+                assert seen[-1] == ("all-disabled", False, False), minutes
+        assert any(e["reason"] == "RightsizerMigReverted" for e in cluster.events("default"))
+
+
+@pytest.mark.parametrize(("state", "label"), [
+    ("{not json", "all-disabled"),  # unreadable: the label is left, the node uncordoned
+    ('{"phase": "draining"}', "all-disabled"),  # no deadline, no target
+    ('{"phase": "configuring", "target": "custom-a", "previous": "all-disabled"}', "all-disabled"),
+    ('["draining"]', "all-disabled"),
+    ('{"phase": "draining", "deadline": "tomorrow", "previous": "all-disabled"}', "all-disabled"),
+    ('{"phase": "teleporting", "deadline": "2026-11-02T02:20:00Z"}', "all-disabled"),
+    ('{"phase": "configuring", "target": "custom-a", "previous": 7, "deadline": "2026-11-02T02:20:00Z"}',
+     "all-disabled"),
+    ("null", "all-disabled"),
+])
+def test_an_unreadable_or_partial_state_is_reverted_safely_and_advance_never_raises(state: str, label: str) -> None:
+    objs = cluster_objects()
+    objs[0]["spec"]["unschedulable"] = True
+    objs[0]["metadata"]["annotations"] = {STATE_ANNOTATION: state}
+    with WriteCluster(objs) as cluster:
+        out = advance(cluster.kube(), NODE, None, T0, False, FAST)
+        assert out.phase == "reverted" and "state" in out.message, out
+        assert node_state(cluster) == (label, False, False)
+        (event,) = [e for e in cluster.events("default") if e["reason"] == "RightsizerMigReverted"]
+        assert event["type"] == "Warning"
+
+
+def test_a_partial_state_that_names_the_previous_config_restores_it() -> None:
+    objs = cluster_objects()
+    objs[0]["spec"]["unschedulable"] = True
+    objs[0]["metadata"]["labels"][MIG_CONFIG] = "custom-a"
+    objs[0]["metadata"]["annotations"] = {STATE_ANNOTATION: '{"phase": "configuring", "previous": "all-disabled", '
+                                                            '"was_unschedulable": false}'}
+    with WriteCluster(objs) as cluster:
+        out = advance(cluster.kube(), NODE, None, T0, False, FAST)
+        assert out.phase == "reverted"
+        assert node_state(cluster) == ("all-disabled", False, False)
+
+
+def test_advance_turns_any_unexpected_failure_into_an_outcome() -> None:
+    class Broken:
+        def get(self, *a: object) -> dict:
+            raise RuntimeError("a bug")
+
+    out = advance(Broken(), NODE, "custom-a", T0, True, FAST)  # type: ignore[arg-type]
+    assert out.phase == "failed" and "a bug" in out.message

@@ -53,10 +53,10 @@ def test_recommend_by_annotation_writes_the_recommendation_and_one_event() -> No
         assert len(cluster.events(NS)) == 1
 
 
-def test_auto_by_annotation_acts_with_the_default_guardrails() -> None:
+def test_auto_by_annotation_acts_with_the_default_guardrails_where_the_platform_allows_it() -> None:
     with WriteCluster([opted("Auto")]) as cluster:
         at = [NOW]
-        ctl = controller(cluster, at, [recommendation()])
+        ctl = controller(cluster, at, [recommendation()], annotation_mode=Mode.AUTO)
         assert [o.status for o in ctl.reconcile().outcomes] == ["applied"]
         obj = cluster.obj("Deployment", NS, NAME)
         assert obj["spec"]["replicas"] == 3  # default maxReplicaChangePerStep 1
@@ -65,6 +65,21 @@ def test_auto_by_annotation_acts_with_the_default_guardrails() -> None:
         at[0] += timedelta(minutes=30)
         blocked = ctl.reconcile().outcomes
         assert [o.status for o in blocked] == ["blocked"] and "cooldown" in blocked[0].message  # default 3600 s
+
+
+def test_a_tenant_annotation_asking_for_auto_is_refused_by_default_with_an_event_and_no_write() -> None:
+    """Whoever may edit a Deployment may write rightsizer.io/mode=Auto on it: without the platform's
+    ``annotation_mode: Auto`` that forged opt-in is refused -- a Warning Event, nothing written."""
+    with WriteCluster([opted("Auto")]) as cluster:
+        at = [NOW]
+        ctl = controller(cluster, at, [recommendation()])
+        report = ctl.reconcile()
+        assert report.outcomes == [] and "asks for more than a workload's own annotation may" in report.errors[0]
+        (event,) = cluster.events(NS)
+        assert (event["reason"], event["type"]) == ("RightsizerOptInRefused", "Warning")
+        assert cluster.obj("Deployment", NS, NAME) == opted("Auto")  # not one byte written
+        at[0] += timedelta(minutes=5)
+        assert ctl.reconcile().outcomes == [] and len(cluster.events(NS)) == 1
 
 
 @pytest.mark.parametrize(("annotation", "policy_mode", "cap", "expect"), [
@@ -81,7 +96,7 @@ def test_mode_comes_from_a_policy_first_then_the_annotation_within_the_cap(annot
         objs.append(policy("p", {"target": {"workloadRef": {"kind": "Deployment", "name": NAME}},
                                  "mode": policy_mode}))
     with WriteCluster(objs) as cluster:
-        report = controller(cluster, [NOW], [recommendation()], max_mode=cap).reconcile()
+        report = controller(cluster, [NOW], [recommendation()], max_mode=cap, annotation_mode=Mode.AUTO).reconcile()
         assert [o.status for o in report.outcomes] == expect
         assert cluster.obj("Deployment", NS, NAME)["spec"] == opted(annotation)["spec"]
 

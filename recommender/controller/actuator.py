@@ -22,6 +22,7 @@ from recommender.controller.changes import (
     inverse,
     keda_owner,
     plan_changes,
+    removed_parents,
     scaledobject_changes,
     to_patch,
 )
@@ -39,13 +40,15 @@ from recommender.controller.guardrails import (
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
 from recommender.controller.placement import unplaceable
 from recommender.controller.policy import ChangeLimits
+from recommender.controller.signing import Signer
 
 log = logging.getLogger("rightsizer.actuator")
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """``status``: applied, dry-run, no-change, blocked, recommended, rolled-back; or conflict, failed."""
+    """``status``: applied, dry-run, no-change, blocked, recommended, rolled-back; or conflict, failed, refused
+    (a change record the controller must not act on: nothing written, a Warning Event says why)."""
 
     workload: str
     status: str
@@ -76,9 +79,18 @@ class Request:
 
 
 class Actuator:
-    def __init__(self, kube: Kube, dry_run: bool = False) -> None:
+    """``signer`` signs and checks change records (:mod:`recommender.controller.signing`); without one
+    nothing is written and no record is trusted (``no_signer`` says why). ``selector_keys``: the node-selector
+    keys the controller manages (``mechanisms.exclusive_node_selector``)."""
+
+    def __init__(self, kube: Kube, dry_run: bool = False, signer: Signer | None = None,
+                 selector_keys: tuple[str, ...] = ()) -> None:
         self.kube = kube
         self.dry_run = dry_run
+        self.signer = signer
+        self.no_signer = "no signing key loaded"
+        self.selector_keys = selector_keys
+        self._refused: set[tuple[str, str]] = set()  # (workload, why) already sent as a Warning Event
 
     def apply(self, req: Request) -> Outcome:
         key = req.ref.key
@@ -86,13 +98,27 @@ class Actuator:
             return self._apply(req)
         except Conflict as exc:
             return Outcome(key, "conflict", str(exc))
-        except (KubeFailure, rec.RecordError) as exc:
+        except rec.RecordError as exc:
+            return self.refuse(req.ref, req.obj, str(exc), req.now)
+        except KubeFailure as exc:
             return Outcome(key, "failed", str(exc))
+
+    def refuse(self, ref: ObjectRef, obj: dict[str, Any] | None, why: str, now: datetime) -> Outcome:
+        """Nothing written; a Warning Event on the workload (once per reason in this process), one line back."""
+        message = f"{why}; nothing changed (remove the annotation {rec.LAST_CHANGE} to let the controller act again)"
+        if (ref.key, why) not in self._refused:
+            self._refused.add((ref.key, why))
+            rec.emit_event(self.kube, ref, "RightsizerRecordRefused", message, now, warning=True, uid=rec.uid_of(obj))
+        return Outcome(ref.key, "refused", message, obj=obj)
+
+    def read_record(self, obj: dict[str, Any]) -> rec.ChangeRecord | None:
+        """The workload's record when the controller may act on it (raises RecordError otherwise)."""
+        return rec.read_record(obj, self.signer, self.selector_keys)
 
     def _apply(self, req: Request) -> Outcome:
         ref, key = req.ref, req.ref.key
         obj = req.obj if req.obj is not None else self.kube.get(ref.kind, ref.namespace, ref.name)
-        previous = rec.read_record(obj)
+        previous = self.read_record(obj)
         so = self._scaled_object(ref) if req.desired.keda_min is not None else None
         desired, step = req.desired, req.limits.max_replica_change_per_step
         current = int((obj.get("spec") or {}).get("replicas", 1))
@@ -122,6 +148,9 @@ class Actuator:
         log.info("dry-run diff %s: %s", key, diff)
         if self.dry_run:
             return Outcome(key, "dry-run", diff)
+        if self.signer is None:
+            return Outcome(key, "failed", f"not applied ({self.no_signer}: a change is never written without its "
+                           f"signed record): {diff}", obj=obj)
         baseline, marks = req.baseline, None
         state = self.pod_state(obj)
         if state is not None:
@@ -130,7 +159,8 @@ class Actuator:
             marks = rec.PodMarks(terminations=dict(state.terminations), disrupted=sorted(state.disrupted))
         record = rec.ChangeRecord(
             workload=key, at=req.now, policy=req.policy, reason=req.reason,
-            sets=[rec.RecordedSet.of(s) for s in sets if not s.empty], baseline=rec.health_dict(baseline),
+            sets=[rec.RecordedSet.of(s, removed_parents(so if s.target.kind == "ScaledObject" and so else obj, s))
+                  for s in sets if not s.empty], baseline=rec.health_dict(baseline),
             watch_until=req.now + timedelta(seconds=req.limits.watch_seconds),
             history=past[-rec.MAX_HISTORY:], pods=marks)
         after = self._write(obj, sets, record)
@@ -146,7 +176,7 @@ class Actuator:
                 if not cs.empty:
                     self._patch(cs, None)
                     done.append(cs)
-            return self._patch(sets[-1], obj, rec.record_json(record))
+            return self._patch(sets[-1], obj, record)
         except KubeFailure:
             for cs in reversed(done):
                 try:
@@ -155,46 +185,58 @@ class Actuator:
                     log.error("could not undo %s after a failed write: %s", cs.target.key, undo)
             raise
 
-    def _patch(self, cs: ChangeSet, obj: dict | None, record_text: str | None = None) -> dict[str, Any]:
+    def _patch(self, cs: ChangeSet, obj: dict | None, record: rec.ChangeRecord | None = None) -> dict[str, Any]:
         rv = None
         extra: list[dict] = []
         if obj is not None:
             rv = (obj.get("metadata") or {}).get("resourceVersion")
-            if record_text is not None:
-                extra = rec.annotation_ops(obj, rec.LAST_CHANGE, record_text)
+            if record is not None:
+                assert self.signer is not None, "records are written only with a signing key"
+                extra = rec.annotation_ops(obj, rec.record_annotations(obj, record, self.signer))
         target = cs.target
         return self.kube.patch(target.kind, target.namespace, target.name, to_patch(cs, rv, extra))
 
     def rollback(self, ref: ObjectRef, now: datetime, reason: str) -> Outcome:
-        """Restore every previous value of the last change; refuses when something changed them since."""
+        """Restore every previous value of the last change, on the workload and the autoscaler the record
+        names, only when the controller signed the record, only fields it manages, each op guarded by the
+        value it wrote; refuses (Warning Event, nothing written) anything else."""
+        obj: dict[str, Any] | None = None
         try:
             obj = self.kube.get(ref.kind, ref.namespace, ref.name)
-            record = rec.read_record(obj)
+            record = self.read_record(obj)
             if record is None or record.status != "applied":
                 why = "no change recorded" if record is None else f"the last change is already {record.status}"
                 return Outcome(ref.key, "failed", f"nothing to roll back on {ref.key}: {why}")
-            sets = [s.change_set() for s in record.sets]
-            own = [s for s in sets if s.target == ref] or [ChangeSet(ref)]
-            others = [s for s in sets if s.target != ref]
+            undo = [inverse(s.change_set(), s.after) for s in record.sets]
+            foreign = self._not_its_autoscaler(ref, [s.target for s in undo if s.target != ref])
+            if foreign is not None:
+                return self.refuse(ref, obj, f"annotation {rec.LAST_CHANGE} is not acted on: {foreign}", now)
+            own = [s for s in undo if s.target == ref] or [ChangeSet(ref)]
             done = record.model_copy(update={"status": "rolled-back", "reason": f"rolled back: {reason}"})
             if self.dry_run:
-                return Outcome(ref.key, "dry-run", "rollback: " + "; ".join(inverse(s).diff() for s in sets))
-            self._write(obj, [inverse(s) for s in others] + [inverse(own[0])], done)
+                return Outcome(ref.key, "dry-run", "rollback: " + "; ".join(s.diff() for s in undo))
+            if self.signer is None:
+                return Outcome(ref.key, "failed", f"not rolled back: {self.no_signer}")
+            self._write(obj, [s for s in undo if s.target != ref] + [own[0]], done)
         except Conflict as exc:
             return Outcome(ref.key, "conflict", f"not rolled back: {exc}")
-        except NotFound as exc:
+        except rec.RecordError as exc:
+            return self.refuse(ref, obj, str(exc), now)
+        except KubeFailure as exc:
             return Outcome(ref.key, "failed", str(exc))
-        except (KubeFailure, rec.RecordError) as exc:
-            return Outcome(ref.key, "failed", str(exc))
-        undone = "; ".join(inverse(s).diff() for s in sets if not s.empty)
+        undone = "; ".join(s.diff() for s in undo if not s.empty)
         rec.emit_event(self.kube, ref, "RightsizerRolledBack", f"{reason}; {undone}", now, warning=True,
                        uid=rec.uid_of(obj))
         return Outcome(ref.key, "rolled-back", f"{reason}; {undone}", done)
 
-    def read(self, ref: ObjectRef) -> tuple[dict[str, Any], rec.ChangeRecord | None]:
-        """The workload as it is now and its last change record (raises KubeFailure, RecordError)."""
-        obj = self.kube.get(ref.kind, ref.namespace, ref.name)
-        return obj, rec.read_record(obj)
+    def _not_its_autoscaler(self, ref: ObjectRef, others: list[ObjectRef]) -> str | None:
+        """Why one of ``others`` (objects a record names beside the workload) is not, now, the autoscaler of
+        ``ref``: a record may only ever reach the ScaledObject or HPA whose scaleTargetRef names the workload."""
+        for o in others:
+            target = (self.kube.get(o.kind, o.namespace, o.name).get("spec") or {}).get("scaleTargetRef") or {}
+            if (target.get("kind", "Deployment"), target.get("name")) != (ref.kind, ref.name):
+                return f"{o.key} does not scale {ref.key}"
+        return None
 
     def pod_state(self, obj: dict[str, Any]) -> PodState | None:
         """OOM kills and disruptions as the workload's pod statuses show them; None when pods cannot be

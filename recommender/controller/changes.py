@@ -285,16 +285,27 @@ def to_patch(cs: ChangeSet, resource_version: str | None = None,
     return ops + [dict(o) for o in extra]
 
 
-def inverse(cs: ChangeSet) -> ChangeSet:
-    """The change set that undoes ``cs``, guarded by the values ``cs`` wrote (nobody changed them since)."""
+def inverse(cs: ChangeSet, removed_parents: Sequence[tuple[str, Any]] = ()) -> ChangeSet:
+    """The change set that undoes ``cs``, guarded by the values ``cs`` wrote (nobody changed them since):
+    each value it set, and for each entry it removed, the parent as ``cs`` left it (:func:`removed_parents`),
+    so no undo op runs unguarded."""
     back = tuple(Change(c.path, c.what, c.new, c.old) for c in reversed(cs.changes))
-    guards = tuple((c.path, c.new) for c in cs.changes if c.new is not None)
+    guards = tuple((c.path, c.new) for c in cs.changes if c.new is not None) + tuple(removed_parents)
     return ChangeSet(cs.target, back, guards)
 
 
+def removed_parents(obj: Mapping[str, Any], cs: ChangeSet) -> list[tuple[str, Any]]:
+    """For each entry ``cs`` removes from ``obj``: (its parent's path, the parent once ``cs`` is applied)."""
+    gone = sorted({c.path.rsplit("/", 1)[0] for c in cs.changes if c.new is None})
+    if not gone:
+        return []
+    after = apply_local(obj, cs)
+    return [(p, copy.deepcopy(_get(after, p))) for p in gone]
+
+
 def apply_local(obj: Mapping[str, Any], cs: ChangeSet) -> dict[str, Any]:
-    """``obj`` with ``cs`` applied in memory (for tests and for showing the result of a dry run)."""
-    import jsonpatch  # a kmock/kubernetes dependency; only needed here
+    """``obj`` with ``cs`` applied in memory (what an undo must find, a dry run's result)."""
+    import jsonpatch
 
     result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(dict(obj)), to_patch(cs))
     return result

@@ -33,6 +33,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("", "v1", "nodes", "Node", namespaced=False),
     Kind("", "v1", "events", "Event"),
     Kind("", "v1", "configmaps", "ConfigMap"),
+    Kind("", "v1", "secrets", "Secret"),
     Kind("coordination.k8s.io", "v1", "leases", "Lease"),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
     Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),

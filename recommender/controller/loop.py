@@ -23,6 +23,7 @@ from recommender.controller.kube import Kube, KubeFailure, NotFound
 from recommender.controller.leader import LeaderElector
 from recommender.controller.mig import STATE_ANNOTATION, MigSettings, advance
 from recommender.controller.policy import MODE_ANNOTATION, Mode, Policy, annotation_policy, parse_policy
+from recommender.controller.signing import KeySource, SecretKeys, SigningKeyError
 from recommender.errors import RightsizerError
 from recommender.model import Plan, Recommendation, Snapshot
 from recommender.planstore import PlanStore
@@ -32,6 +33,7 @@ log = logging.getLogger("rightsizer.controller")
 PlanFn = Callable[[datetime], tuple[Plan, Snapshot]]
 MAX_ACTIONS = 10  # lastActions kept in a policy's status
 BASELINE_S = 3600.0  # health before a change: the last hour of the snapshot
+DEFAULT_NAMESPACE = "gpu-rightsizer"  # the controller's own (deploy/base/namespace.yaml)
 
 
 @dataclass
@@ -49,14 +51,20 @@ class Controller:
     def __init__(self, kube: Kube, plan_fn: PlanFn, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  elector: LeaderElector | None = None, store: PlanStore | None = None, dry_run: bool = False,
                  namespaces: tuple[str, ...] = (), mig: MigSettings | None = None,
-                 max_mode: Mode = Mode.AUTO, exclusive_nodes: Mapping[str, str] | None = None) -> None:
+                 max_mode: Mode = Mode.AUTO, exclusive_nodes: Mapping[str, str] | None = None,
+                 keys: KeySource | None = None, annotation_mode: Mode = Mode.RECOMMEND) -> None:
         self.kube, self.plan_fn, self.clock, self.elector = kube, plan_fn, clock, elector
         self.store, self.namespaces, self.mig = store, namespaces, mig or MigSettings()
-        self.actuator = Actuator(kube, dry_run=dry_run)
         self.max_mode = max_mode  # the most any policy may ask for (controller ConfigMap ``mode``)
+        # the most a workload's own rightsizer.io/mode annotation may ask for (ConfigMap ``annotation_mode``):
+        # whoever may edit a workload may write it, so Auto through it is the platform team's decision
+        self.annotation_mode = annotation_mode
         # nodes with unshared GPUs (mechanisms.exclusive_node_selector): where whole GPUs off MPS/time-slicing go
         self.exclusive_nodes = dict(MechanismSettings().exclusive_node_selector if exclusive_nodes is None
                                     else exclusive_nodes)
+        # the change records' signing keys; by default a Secret in the controller's namespace, made on first use
+        self.keys = keys or SecretKeys(kube, DEFAULT_NAMESPACE, create=not dry_run)
+        self.actuator = Actuator(kube, dry_run=dry_run, selector_keys=tuple(sorted(self.exclusive_nodes)))
         self.last: Report | None = None
         self._shown: dict[str, Any] = {}  # workload key → the last recommendation shown (annotation opt-ins)
         self._warned: set[tuple[str, str]] = set()  # (workload key, invalid mode value) already sent as an Event
@@ -70,10 +78,14 @@ class Controller:
                 report.errors.append(self.elector.last_error)
             return report
         report.leader = True
+        self._load_keys(report)
         try:
             plan, snap = self.plan_fn(report.at)
         except RightsizerError as exc:
             report.errors.append(f"no plan this cycle: {exc}")
+            self._mig(None, [], report)  # MIG changes in flight still finish or revert by their deadline
+            for line in report.errors:
+                log.warning("%s", line)
             return report
         if self.store is not None:
             self.store.publish(plan)
@@ -91,6 +103,18 @@ class Controller:
         for line in report.errors:
             log.warning("%s", line)
         return report
+
+    def _load_keys(self, report: Report) -> None:
+        """The signing keys for this cycle (re-read, so a rotated Secret counts from the next cycle). Only an
+        install that may act needs them: without them Auto writes nothing and no record is trusted."""
+        self.actuator.signer = None
+        if self.max_mode != Mode.AUTO:
+            return
+        try:
+            self.actuator.signer = self.keys.load()
+        except SigningKeyError as exc:
+            self.actuator.no_signer = str(exc)
+            report.errors.append(f"Auto changes and rollbacks are off this cycle: {exc}")
 
     def _policies(self, report: Report) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -144,6 +168,12 @@ class Controller:
             if policy.spec is None:
                 self._invalid_annotation(r, value, uid, policy.problem or "", report)
                 continue
+            if _capped(policy.spec.mode, self.annotation_mode) != policy.spec.mode:
+                self._invalid_annotation(r, value, uid, f"annotation {MODE_ANNOTATION}={value} asks for more than a "
+                                         f"workload's own annotation may ({self.annotation_mode.value}: the "
+                                         "controller config's annotation_mode); refused, nothing written", report,
+                                         reason="RightsizerOptInRefused")
+                continue
             mode = _capped(policy.spec.mode, self.max_mode)
             if mode == Mode.OFF:
                 continue
@@ -170,12 +200,12 @@ class Controller:
         return out
 
     def _invalid_annotation(self, r: Recommendation, value: str, uid: str | None, problem: str,
-                            report: Report) -> None:
+                            report: Report, reason: str = "RightsizerInvalidMode") -> None:
         """A log line every cycle, a Warning Event once per value (this process), no action."""
         report.errors.append(f"{r.ref.key}: {problem}")
         if (r.ref.key, value) not in self._warned:
             self._warned.add((r.ref.key, value))
-            rec.emit_event(self.kube, ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name), "RightsizerInvalidMode",
+            rec.emit_event(self.kube, ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name), reason,
                            problem, report.at, warning=True, uid=uid)
 
     def _act(self, policy: Policy, mode: Mode, r: Recommendation, snap: Snapshot, now: datetime,
@@ -231,9 +261,13 @@ class Controller:
         assert policy.spec is not None
         spec, ref = policy.spec, ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name)
         try:  # read once: the regression check, the apply and the recommendation annotation all start from it
-            obj, record = self.actuator.read(ref)
-        except (KubeFailure, rec.RecordError) as exc:
+            obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+        except KubeFailure as exc:
             return Outcome(ref.key, "failed", str(exc))
+        try:
+            record = self.actuator.read_record(obj)
+        except rec.RecordError as exc:  # forged, edited or unsigned: act on nothing of this workload
+            return self.actuator.refuse(ref, obj, str(exc), now)
         back = self._regression(spec.latency_objectives.ttft_seconds, ref, obj, record, snap, now)
         if back is not None:
             return back
@@ -266,15 +300,16 @@ class Controller:
         why = regressions(before, after, ttft_objective_s=objective_s) if before is not None else ()
         return self.actuator.rollback(ref, now, "regression after the change: " + "; ".join(why)) if why else None
 
-    def _mig(self, plan: Plan, policies: list[Policy], report: Report) -> None:
-        """Advance node MIG changes in flight; start new ones only for Auto policies allowing mig-node."""
+    def _mig(self, plan: Plan | None, policies: list[Policy], report: Report) -> None:
+        """Advance node MIG changes in flight; start new ones only for Auto policies allowing mig-node (never
+        without a plan)."""
         try:
             nodes = {n["metadata"]["name"]: n for n in self.kube.list("Node")}
         except KubeFailure as exc:
             report.errors.append(str(exc))
             return
         wanted: dict[str, tuple[str, bool]] = {}
-        for m in plan.mig_nodes:
+        for m in plan.mig_nodes if plan is not None else ():
             owners = [p for p in policies if p.spec is not None and _capped(p.spec.mode, self.max_mode) == Mode.AUTO
                       and "mig-node" in p.spec.allowed_mechanisms and p.spec.maintenance_windows
                       and any(w.split("/")[0] == p.namespace for w in m.workloads)]
@@ -285,7 +320,8 @@ class Controller:
                                                                          or {})]
         for name in sorted(set(in_flight) | set(wanted)):
             target, open_ = wanted.get(name, (None, False))
-            out = advance(self.kube, name, target, report.at, open_, self.mig, plan.mig_parted_config or None)
+            layout = plan.mig_parted_config or None if plan is not None else None
+            out = advance(self.kube, name, target, report.at, open_, self.mig, layout)
             report.mig.append(f"{out.node}: {out.phase}: {out.message}")
             if out.phase in ("failed", "conflict", "reverted"):
                 report.errors.append(f"node {out.node}: {out.phase}: {out.message}")

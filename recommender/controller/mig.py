@@ -6,7 +6,10 @@ means wait), then the ``nvidia.com/mig.config`` label set for the GPU Operator's
 ``nvidia.com/mig.config.state`` awaited (``success`` → uncordon; ``failed`` or the deadline → revert the
 label and uncordon). The phase and its deadline live in the node annotation ``rightsizer.io/mig-change``,
 written in the same patch as each step, so a restarted controller resumes where it was, and a deadline
-guarantees no node stays cordoned forever. One :func:`advance` call makes at most one step.
+guarantees no node stays cordoned forever: the loop advances changes in flight every cycle, planned or not,
+and a state that cannot be read whole (not JSON, a field missing or mistyped) is reverted at once as far
+as it can be (uncordoned, the previous label back where it is named). One :func:`advance` call makes at
+most one step and never raises.
 """
 
 from __future__ import annotations
@@ -75,14 +78,40 @@ def advance(kube: Kube, node_name: str, target: str | None, now: datetime, windo
         text = (meta.get("annotations") or {}).get(STATE_ANNOTATION)
         if text is None:
             return _start(kube, node, target, now, window_open, settings)
-        state = json.loads(text)
-        if state.get("phase") == "draining":
+        state, problem = read_state(text)
+        if problem is not None:
+            return _revert(kube, node, state, now, f"the {STATE_ANNOTATION} state {problem}")
+        if state["phase"] == "draining":
             return _drain(kube, node, state, now, settings, mig_parted)
         return _await(kube, node, state, now)
     except Conflict as exc:
         return MigOutcome(node_name, "conflict", f"node changed while we worked on it; retried next cycle ({exc})")
-    except (KubeFailure, ValueError) as exc:
+    except KubeFailure as exc:
         return MigOutcome(node_name, "failed", str(exc))
+    except Exception as exc:  # a bug must not stop the loop from reaching the other nodes' deadlines
+        return MigOutcome(node_name, "failed", f"unexpected {type(exc).__name__}: {exc}")
+
+
+def read_state(text: Any) -> tuple[dict[str, Any], str | None]:
+    """The state annotation as a dict and None, or what could be read of it and why it is not whole."""
+    try:
+        state = json.loads(str(text))
+    except ValueError:
+        return {}, "is not JSON"
+    if not isinstance(state, dict):
+        return {}, "is not a JSON object"
+    if state.get("phase") not in ("draining", "configuring"):
+        return state, f"has no known phase ({state.get('phase')!r})"
+    for key, kind in (("target", str), ("deadline", str), ("was_unschedulable", bool)):
+        if not isinstance(state.get(key), kind):
+            return state, f"has no valid {key}"
+    if "previous" not in state or not isinstance(state["previous"], str | None):
+        return state, "has no valid previous"
+    try:
+        _when(state["deadline"])
+    except ValueError:
+        return state, f"has a deadline that is not a time ({state['deadline']!r})"
+    return state, None
 
 
 def _start(kube: Kube, node: dict[str, Any], target: str | None, now: datetime, window_open: bool,
@@ -119,6 +148,8 @@ def _drain(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetim
     if pods:
         why = f"; a PodDisruptionBudget holds {', '.join(blocked)}" if blocked else ""
         return MigOutcome(name, "draining", f"evicting {len(pods)} GPU pod(s){why}")
+    if settings.configmap is not None and mig_parted is None:  # no plan this cycle: its layout is unknown
+        return MigOutcome(name, "draining", "drained; waiting for a plan that carries the MIG layout")
     if mig_parted is not None and settings.configmap is not None:
         _merge_config(kube, settings.configmap, mig_parted)
     new = {**state, "phase": "configuring", "deadline": _ts(now + timedelta(seconds=settings.config_timeout_s))}
@@ -147,17 +178,22 @@ def _await(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetim
 
 
 def _revert(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetime, why: str) -> MigOutcome:
-    """Previous label back, node as schedulable as before, state annotation gone: one patch."""
+    """Previous label back, node as schedulable as before, state annotation gone: one patch. From a partial
+    state: uncordoned unless it says the node was cordoned before, the label restored only where the state
+    names the previous one (a string, or null for none, beside a known phase)."""
     name = node["metadata"]["name"]
     labels = node["metadata"].get("labels") or {}
     ops = [*_guard(node), *_uncordon(state), _drop_state()]
-    if labels.get(MIG_CONFIG) != state.get("previous"):
-        ops += (_set_label(node, MIG_CONFIG, state["previous"]) if state.get("previous") is not None
+    previous = state.get("previous")
+    known = isinstance(previous, str) or (previous is None and "previous" in state and "phase" in state)
+    if known and labels.get(MIG_CONFIG) != previous:
+        ops += (_set_label(node, MIG_CONFIG, previous) if isinstance(previous, str)
                 else [{"op": "remove", "path": f"/metadata/labels/{_esc(MIG_CONFIG)}"}])
     kube.patch("Node", None, name, ops)
+    target = state.get("target") if isinstance(state.get("target"), str) else "an unknown config"
     emit_event(kube, ObjectRef("Node", "", name), "RightsizerMigReverted",
-               f"MIG change to {state['target']} reverted: {why}", now, warning=True, api_version="v1")
-    return MigOutcome(name, "reverted", f"reverted to {state.get('previous')}: {why}")
+               f"MIG change to {target} reverted: {why}", now, warning=True, api_version="v1")
+    return MigOutcome(name, "reverted", f"reverted to {previous if known else labels.get(MIG_CONFIG)}: {why}")
 
 
 def _guard(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -173,7 +209,7 @@ def _drop_state() -> dict[str, Any]:
 
 
 def _uncordon(state: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"op": "add", "path": "/spec/unschedulable", "value": bool(state.get("was_unschedulable"))}]
+    return [{"op": "add", "path": "/spec/unschedulable", "value": state.get("was_unschedulable") is True}]
 
 
 def _set_annotation(node: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]]:

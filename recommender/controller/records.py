@@ -2,13 +2,17 @@
 
 A :class:`ChangeRecord` (every change with its previous value, the health before it, earlier change
 times for the rate limits) lives in the workload's ``rightsizer.io/last-change`` annotation, written in
-the same JSON patch as the change itself, so a change is never applied without its record. Events and
-the policy's status say the same to ``kubectl describe``.
+the same JSON patch as the change itself, so a change is never applied without its record. Whoever may
+edit the workload may edit that annotation too, so the record is trusted only with its HMAC
+(``rightsizer.io/last-change-signature``, :mod:`recommender.controller.signing`) and only while every
+change in it is one the controller manages (:mod:`recommender.controller.managed`). Events and the
+policy's status say the same to ``kubectl describe``.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -17,9 +21,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from recommender.controller.changes import Change, ChangeSet, ObjectRef
 from recommender.controller.guardrails import Health
 from recommender.controller.kube import Kube, KubeFailure
+from recommender.controller.managed import unmanaged
+from recommender.controller.signing import Signer, subject_of
 from recommender.shape import RECOMMENDATION_ANNOTATION
 
 LAST_CHANGE = "rightsizer.io/last-change"
+SIGNATURE = "rightsizer.io/last-change-signature"
+MAX_RECORD_CHARS = 64 * 1024  # a record is a few KiB; anything larger was not written by us
 RECOMMENDATION = RECOMMENDATION_ANNOTATION
 COMPONENT = "gpu-rightsizer"
 MAX_HISTORY = 20  # change times kept for the per-window limit
@@ -32,15 +40,21 @@ class RecordedSet(BaseModel):
     namespace: str
     name: str
     changes: list[tuple[str, str, Any, Any]]  # (path, what, old, new)
+    # (parent path, its value as the change left it) for each entry the change removed: an undo that
+    # adds the entry back tests these first (JSON patch cannot test that a key is absent)
+    after: list[tuple[str, Any]] = []
 
     @classmethod
-    def of(cls, cs: ChangeSet) -> RecordedSet:
+    def of(cls, cs: ChangeSet, after: list[tuple[str, Any]] | None = None) -> RecordedSet:
         return cls(kind=cs.target.kind, namespace=cs.target.namespace, name=cs.target.name,
-                   changes=[(c.path, c.what, c.old, c.new) for c in cs.changes])
+                   changes=[(c.path, c.what, c.old, c.new) for c in cs.changes], after=after or [])
+
+    @property
+    def target(self) -> ObjectRef:
+        return ObjectRef(self.kind, self.namespace, self.name)
 
     def change_set(self) -> ChangeSet:
-        return ChangeSet(ObjectRef(self.kind, self.namespace, self.name),
-                         tuple(Change(p, w, o, n) for p, w, o, n in self.changes))
+        return ChangeSet(self.target, tuple(Change(p, w, o, n) for p, w, o, n in self.changes))
 
 
 class PodMarks(BaseModel):
@@ -78,25 +92,69 @@ class ChangeRecord(BaseModel):
 
 
 class RecordError(ValueError):
-    """The annotation exists but cannot be read (edited by hand?)."""
+    """The annotation exists but is not a record the controller may act on (edited, forged, unsigned)."""
 
 
-def read_record(obj: dict[str, Any]) -> ChangeRecord | None:
-    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(LAST_CHANGE)
+def read_record(obj: dict[str, Any], signer: Signer | None, selector_keys: Collection[str] = ()
+                ) -> ChangeRecord | None:
+    """The workload's change record when the controller wrote it, None when there is none; RecordError
+    (one line) when there is one the controller must not act on: too large, unsigned, signed with another
+    key or for another object, not a record, naming another workload, or changing a field it does not
+    manage. ``signer`` None: no key to check with, so no record is trusted."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(LAST_CHANGE)
     if text is None:
         return None
-    try:
-        return ChangeRecord.model_validate_json(text)
-    except ValidationError as exc:
-        raise RecordError(f"annotation {LAST_CHANGE} is not a change record: {exc.errors()[0]['msg']}") from None
+    why = _untrusted(obj, str(text), annotations.get(SIGNATURE), signer)
+    if why is None:
+        try:
+            record = ChangeRecord.model_validate_json(text)
+        except ValidationError as exc:
+            raise RecordError(f"annotation {LAST_CHANGE} is not a change record: {exc.errors()[0]['msg']}") from None
+        why = _foreign(record, obj, selector_keys)
+        if why is None:
+            return record
+    raise RecordError(f"annotation {LAST_CHANGE} is not acted on: {why}")
 
 
-def annotation_ops(obj: dict[str, Any], key: str, value: str) -> list[dict[str, Any]]:
-    """JSON-patch ops that set one annotation (``add`` replaces an existing key)."""
+def _untrusted(obj: dict[str, Any], text: str, signature: Any, signer: Signer | None) -> str | None:
+    if len(text) > MAX_RECORD_CHARS:
+        return f"it is {len(text)} characters, over the {MAX_RECORD_CHARS} a record can be"
+    if signer is None:
+        return "no signing key to check it with"
+    return signer.verify(subject_of(obj), text, signature if isinstance(signature, str) else None)
+
+
+def _foreign(record: ChangeRecord, obj: dict[str, Any], selector_keys: Collection[str]) -> str | None:
+    """Why a signed record still must not be acted on: it names another object, or a field not ours."""
+    meta = obj.get("metadata") or {}
+    here = ObjectRef(str(obj.get("kind")), str(meta.get("namespace", "")), str(meta.get("name", "")))
+    if record.workload != here.key:
+        return f"it records a change of {record.workload}, not of {here.key}"
+    for s in record.sets:
+        if s.target != here and (s.namespace != here.namespace or s.kind not in AUTOSCALER_KINDS):
+            return f"it names {s.target.key}: only the workload and its autoscaler in its namespace are ever changed"
+        why = unmanaged(s.kind, s.change_set().changes, obj if s.target == here else {}, selector_keys)
+        if why is not None:
+            return why
+    return None
+
+
+AUTOSCALER_KINDS = frozenset({"ScaledObject", "HorizontalPodAutoscaler"})
+
+
+def record_annotations(obj: dict[str, Any], record: ChangeRecord, signer: Signer) -> dict[str, str]:
+    """The record annotation and its signature, bound to ``obj``'s identity."""
+    text = record_json(record)
+    return {LAST_CHANGE: text, SIGNATURE: signer.sign(subject_of(obj), text)}
+
+
+def annotation_ops(obj: dict[str, Any], values: Mapping[str, str]) -> list[dict[str, Any]]:
+    """JSON-patch ops that set annotations (``add`` replaces an existing key)."""
     if (obj.get("metadata") or {}).get("annotations") is None:
-        return [{"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(values)}]
     return [{"op": "add", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
-             "value": value}]
+             "value": value} for key, value in values.items()]
 
 
 def record_json(record: ChangeRecord) -> str:
