@@ -17,6 +17,8 @@ HPA = "HorizontalPodAutoscaler"
 SCALED_OBJECT = "ScaledObject"
 KEDA_GROUP = "keda.sh"
 WORKLOAD_GROUP = "apps"  # the scaleTargetRef group of a Deployment or StatefulSet
+OTHER_GROUPS = {"LeaderWorkerSet": "leaderworkerset.x-k8s.io"}  # scalable workloads outside apps
+Target = tuple[str, str, str]  # (namespace, kind, name) a scaleTargetRef names
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,9 @@ def targets(obj: Mapping[str, Any], namespace: str, kind: str, name: str) -> boo
     ref = spec.get("scaleTargetRef")
     if not isinstance(ref, Mapping) or meta.get("namespace", namespace) != namespace:
         return False
-    group = str(ref.get("apiVersion") or f"{WORKLOAD_GROUP}/v1").split("/")[0]
-    return ref.get("name") == name and ref.get("kind", "Deployment") == kind and group == WORKLOAD_GROUP
+    want = OTHER_GROUPS.get(kind, WORKLOAD_GROUP)
+    group = str(ref.get("apiVersion") or want).split("/")[0]
+    return ref.get("name") == name and ref.get("kind", "Deployment") == kind and group == want
 
 
 def owners(namespace: str, kind: str, name: str, hpas: Iterable[Mapping[str, Any]],
@@ -58,6 +61,19 @@ def owners(namespace: str, kind: str, name: str, hpas: Iterable[Mapping[str, Any
     return tuple(found)
 
 
+def by_target(hpas: Sequence[Mapping[str, Any]],
+              scaled_objects: Sequence[Mapping[str, Any]]) -> dict[Target, tuple[Autoscaler, ...]]:
+    """:func:`owners` of every workload some autoscaler names, from one list of each: what the report shows
+    without asking per workload. Targets that do not exist are simply never looked up."""
+    groups: dict[Target, tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]] = {}
+    for i, items in enumerate((hpas, scaled_objects)):
+        for obj in items:
+            if (key := _target(obj)) is not None:
+                groups.setdefault(key, ([], []))[i].append(obj)
+    found = {key: owners(*key, h, k) for key, (h, k) in groups.items()}
+    return {key: o for key, o in found.items() if o}
+
+
 def keda_owner(hpa: Mapping[str, Any]) -> str | None:
     """The ScaledObject named as an owner of this HPA (KEDA's own HPA), or None."""
     refs = (hpa.get("metadata") or {}).get("ownerReferences") or []
@@ -68,6 +84,14 @@ def keda_owner(hpa: Mapping[str, Any]) -> str | None:
 def describe(found: Sequence[Autoscaler]) -> str | None:
     """``ScaledObject/llama`` (or several, comma-separated: a conflict), None when there is none."""
     return ", ".join(a.label for a in found) or None
+
+
+def _target(obj: Mapping[str, Any]) -> Target | None:
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    ref = spec.get("scaleTargetRef") if isinstance(spec, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(ref, Mapping):
+        return None
+    return str(meta.get("namespace", "")), str(ref.get("kind", "Deployment")), str(ref.get("name", ""))
 
 
 def _name(obj: Mapping[str, Any]) -> str:
