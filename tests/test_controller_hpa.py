@@ -220,3 +220,17 @@ def test_owners_fold_kedas_hpa_into_its_scaledobject_and_keep_an_orphaned_one() 
     assert [a.kind for a in owners(NS, "Deployment", NAME, [keda_hpa], [])] == [HPA]  # its ScaledObject is gone
     assert owners("elsewhere", "Deployment", NAME, [hpa()], []) == ()
     assert owners(NS, "Deployment", NAME, [{"metadata": {"name": "x"}, "spec": "junk"}], []) == ()
+
+
+@pytest.mark.parametrize("overlay", ["recommend", "auto", "external-metrics"])
+def test_every_overlay_reads_the_autoscalers_and_auto_patches_only_their_bounds(overlay: str) -> None:
+    from tests.test_deploy import _grants, _render
+
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for _, rule in _grants(_render(overlay)):
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                verbs.setdefault((group, res), set()).update(rule["verbs"])
+    for key in (("autoscaling", "horizontalpodautoscalers"), ("keda.sh", "scaledobjects")):
+        assert {"list", "watch"} <= verbs.get(key, set()), key
+        assert ("patch" in verbs[key]) == (overlay == "auto"), key
