@@ -152,8 +152,9 @@ class Actuator:
             log.warning("%s: %s", req.ref.key, found)
             return replace(desired, replicas=None, keda_min=None, keda_max=None), None, found
         if len(found) > 1:
-            return Outcome(req.ref.key, "blocked", f"not applied: {len(found)} autoscalers target {req.ref.key} "
-                           f"({describe(found)}) and fight over its replicas; leave one")
+            why = f"{len(found)} autoscalers target {req.ref.key} ({describe(found)}) and fight over its replicas"
+            log.warning("not applied: %s", why)
+            return Outcome(req.ref.key, "blocked", f"not applied: {why}; leave one")
         return (replace(desired, replicas=None), found[0], None) if found else (desired, None, None)
 
     def _write(self, obj: dict, sets: list[ChangeSet], record: rec.ChangeRecord) -> dict[str, Any]:
