@@ -4,8 +4,9 @@ Why a directory of plain files: a snapshot taken from a live cluster can be repl
 laptop, a bug report), and users can bring metrics from anywhere as a CSV. Layout, format version 1:
 
 - ``snapshot.json``: the window (``start``, ``end``, ``step_s``), ``source``, ``warnings`` and every
-  workload with its full allocation, vLLM arguments, labels, annotations, notes and KV capacity,
-  and the GPU nodes (model, device count, MIG state) when known.
+  workload with its full allocation, vLLM arguments, labels, annotations, notes, KV capacity and the
+  autoscaler that owns its replicas (only when there is one), and the GPU nodes (model, device count,
+  MIG state) when known.
 - ``usage.parquet``: the usage series in LONG form, one row per (metric, workload, timestamp):
   ``metric`` (a canonical name from recommender.model), ``workload`` (``WorkloadRef.key``),
   ``timestamp`` (UTC), ``value`` (float32: 7 significant digits are plenty for metrics and halve the
@@ -25,6 +26,7 @@ import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -73,7 +75,7 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
                            end=snapshot.end.isoformat(), step_s=snapshot.step_s, source=snapshot.source,
                            warnings=snapshot.warnings, workloads=snapshot.workloads,
                            nodes=snapshot.nodes)
-        text = json.dumps(doc.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+        text = json.dumps(_without_absent(doc.model_dump(mode="json")), indent=2, ensure_ascii=False) + "\n"
         (directory / SNAPSHOT_FILE).write_text(text, encoding="utf-8")
         pq.write_table(_long_table(snapshot.usage), directory / PARQUET_FILE, compression="zstd",
                        compression_level=19, use_byte_stream_split=["value"])
@@ -81,6 +83,19 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
         raise SourceError(f"{exc.filename or directory}: cannot write the snapshot: {exc.strerror}") from None
     except ValidationError as exc:  # a workload whose fields do not have their declared types
         raise SourceError(f"{directory}: cannot write the snapshot: {_first_error(exc)}") from None
+
+
+_OPTIONAL_KEYS = ("autoscaler",)  # workload fields added after format 1 was written: left out when absent
+
+
+def _without_absent(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document less the newer workload fields that are None, so a snapshot written without them reads
+    (and writes) byte for byte as before; reading fills in their defaults."""
+    for w in doc.get("workloads") or []:
+        for key in _OPTIONAL_KEYS:
+            if w.get(key) is None:
+                w.pop(key, None)
+    return doc
 
 
 def _long_table(usage: Mapping[str, pd.DataFrame]) -> pa.Table:

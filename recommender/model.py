@@ -104,6 +104,9 @@ class Workload:
     # a Deployment's ReplicaSets or a StatefulSet's or LeaderWorkerSet's ControllerRevisions); None: unknown, or no
     # other shape among what the API keeps. Capacity measured before it was another shape's.
     shape_since: datetime | None = None
+    # what owns its replica count besides people: "HorizontalPodAutoscaler/<name>", "ScaledObject/<name>" (several,
+    # comma-separated: autoscalers that fight); None: none found, or not read (no Kubernetes API, not allowed)
+    autoscaler: str | None = None
 
 
 @dataclass(frozen=True)

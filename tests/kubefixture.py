@@ -39,9 +39,11 @@ BUILTIN: dict[str, tuple[str, bool]] = {
     "Pod": ("v1/pods", True),
     "Node": ("v1/nodes", False),
     "Namespace": ("v1/namespaces", False),
+    "HorizontalPodAutoscaler": ("autoscaling/v2/horizontalpodautoscalers", True),
 }
 CRDS: dict[str, tuple[str, bool]] = {
     "LeaderWorkerSet": ("leaderworkerset.x-k8s.io/v1/leaderworkersets", True),
+    "ScaledObject": ("keda.sh/v1alpha1/scaledobjects", True),  # KEDA
 }
 VERSION = {
     "major": "1", "minor": "30", "gitVersion": "v1.30.4", "gitCommit": "0" * 40, "gitTreeState": "clean",

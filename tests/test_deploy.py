@@ -42,6 +42,7 @@ WRITES_AUTO = WRITES_RECOMMEND | {
     ("apps", "deployments"): {"patch"},
     ("apps", "statefulsets"): {"patch"},
     ("keda.sh", "scaledobjects"): {"patch"},
+    ("autoscaling", "horizontalpodautoscalers"): {"patch"},
     ("", "nodes"): {"patch"},
     ("", "pods/eviction"): {"create"},
     ("", "configmaps"): {"patch"},

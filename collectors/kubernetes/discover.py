@@ -31,6 +31,7 @@ from collectors.kubernetes.client import (
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from policies.catalogue import Catalogue
+from recommender.autoscalers import HPA, SCALED_OBJECT, by_target, describe
 from recommender.model import Allocation, GpuNode, Sharing, Workload, WorkloadRef
 from recommender.progress import Progress
 from recommender.settings import Settings
@@ -47,6 +48,10 @@ NAMESPACED = (
     Resource("", "v1", "pods", "Pod"),
 )
 LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
+# who owns a workload's replicas (listed once per scope, not per workload; KEDA not installed: no ScaledObjects)
+AUTOSCALERS = (Resource("autoscaling", "v2", "horizontalpodautoscalers", HPA),
+               Resource("keda.sh", "v1alpha1", "scaledobjects", SCALED_OBJECT))
+OPTIONAL = (LEADER_WORKER_SETS, *AUTOSCALERS)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 LISTED_KINDS = frozenset(r.kind for r in (*NAMESPACED, LEADER_WORKER_SETS))
 LIST_TASK = "kubernetes: list objects"
@@ -63,6 +68,7 @@ class Listing:
     objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     nodes_listed: bool = True
+    autoscalers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # kind → HPAs, ScaledObjects
 
     def add(self, kind: str, items: Sequence[Mapping[str, Any]]) -> None:
         """Index by the kind we listed: items of a list response carry no ``kind`` of their own."""
@@ -97,16 +103,21 @@ def list_cluster(
 ) -> Listing:
     """One list call per resource and namespace (one across all namespaces when none are given)."""
     scopes: list[str | None] = list(dict.fromkeys(namespaces)) or [None]
-    progress.start(LIST_TASK, total=len(scopes) * (len(NAMESPACED) + 1) + 1)
+    progress.start(LIST_TASK, total=len(scopes) * (len(NAMESPACED) + len(OPTIONAL)) + 1)
     listing = Listing()
-    lws_served = True
+    served = {r.kind: True for r in OPTIONAL}
     for namespace in scopes:
         for resource in NAMESPACED:
             listing.add(resource.kind, list_objects(api, resource, namespace, timeout_s))
             progress.advance(LIST_TASK)
-        if lws_served:
-            lws_served = _list_optional(api, LEADER_WORKER_SETS, namespace, timeout_s, listing, progress)
-        progress.advance(LIST_TASK)
+        for res in OPTIONAL:
+            items = _list_optional(api, res, namespace, timeout_s, progress) if served[res.kind] else None
+            served[res.kind] = items is not None
+            if res in AUTOSCALERS:
+                listing.autoscalers.setdefault(res.kind, []).extend(items or [])
+            else:
+                listing.add(res.kind, items or [])
+            progress.advance(LIST_TASK)
     try:
         nodes = list_objects(api, NODES, None, timeout_s)
         listing.node_labels = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}) for n in nodes}
@@ -118,22 +129,21 @@ def list_cluster(
 
 
 def _list_optional(
-    api: client.ApiClient, res: Resource, namespace: str | None, timeout_s: float, listing: Listing,
-    progress: Progress,
-) -> bool:
-    """List a CRD that may not be installed; False (stop asking) when it is not served or not allowed."""
+    api: client.ApiClient, res: Resource, namespace: str | None, timeout_s: float, progress: Progress,
+) -> list[dict[str, Any]] | None:
+    """List a CRD that may not be installed; None (stop asking) when it is not served or not allowed."""
     try:
-        listing.add(res.kind, list_objects(api, res, namespace, timeout_s))
+        return list_objects(api, res, namespace, timeout_s)
     except KubernetesNotServed:
-        return False  # the CRD is not installed: nothing to say
+        return None  # the CRD is not installed: nothing to say
     except KubernetesDenied as exc:
         progress.log(f"skipping {res.kind}s: {exc}")
-        return False
-    return True
+        return None
 
 
 def build_workloads(listing: Listing) -> tuple[Workload, ...]:
-    """Group pods under their top-level owners and keep the workloads that hold a GPU."""
+    """Group pods under their top-level owners, keep the workloads that hold a GPU, and name the autoscaler
+    that owns each one's replicas (``recommender.autoscalers``)."""
     pods: dict[Key, list[dict[str, Any]]] = {}
     notes: dict[Key, list[str]] = {}
     revisions: dict[Key, list[Revision]] = {}
@@ -149,7 +159,9 @@ def build_workloads(listing: Listing) -> tuple[Workload, ...]:
             revisions.setdefault((key[0], str(ref.get("kind", "")), str(ref.get("name", ""))), []).append(rev)
     found = (_workload(k, listing, pods.get(k, []), notes.get(k, []), revisions.get(k, []))
              for k in sorted(tops | set(pods)))
-    return tuple(w for w in found if w is not None)
+    scalers = by_target(listing.autoscalers.get(HPA, []), listing.autoscalers.get(SCALED_OBJECT, []))
+    return tuple(replace(w, autoscaler=describe(scalers.get((w.ref.namespace, w.ref.kind, w.ref.name), ())))
+                 for w in found if w is not None)
 
 
 def top_owner(key: Key, obj: Mapping[str, Any], objects: Mapping[Key, Mapping[str, Any]]) -> tuple[Key, list[str]]:

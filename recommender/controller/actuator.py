@@ -1,10 +1,12 @@
 """Applies a :class:`Desired` state to one workload through its guardrails, records it, rolls it back.
 
-Order of one apply: read → plan (pure) → guardrails (pure) → where the change moves the pods to other
-nodes, whether a node can take one (pure, over the nodes and pods listed) → log the dry-run diff → the KEDA
-ScaledObject patch if KEDA owns the replicas → one guarded JSON patch on the workload that also writes
-the change record. A failed second write undoes the first, so a workload is never left half-changed.
-Every failure comes back as an :class:`Outcome` with one line; nothing here raises to the loop.
+Order of one apply: read → which autoscaler owns the replicas (where the policy allows replicas) → plan
+(pure) → guardrails (pure) → where the change moves the pods to other nodes, whether a node can take one
+(pure, over the nodes and pods listed) → log the dry-run diff → the patch of the HPA's or KEDA ScaledObject's
+min/max if one owns the replicas → one guarded JSON patch on the workload that also writes the change record.
+``spec.replicas`` is never written under an autoscaler, nor when the autoscalers cannot be read. A failed
+second write undoes the first, so a workload is never left half-changed. Every failure comes back as an
+:class:`Outcome` with one line; nothing here raises to the loop.
 """
 
 from __future__ import annotations
@@ -14,17 +16,20 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from recommender.autoscalers import HPA, SCALED_OBJECT, Autoscaler, describe, owners
 from recommender.controller import records as rec
 from recommender.controller.changes import (
+    REPLICAS,
     ChangeSet,
     Desired,
     ObjectRef,
+    hpa_changes,
     inverse,
-    keda_owner,
     plan_changes,
     removed_parents,
     scaledobject_changes,
     to_patch,
+    without_replicas,
 )
 from recommender.controller.guardrails import (
     Health,
@@ -119,24 +124,22 @@ class Actuator:
         ref, key = req.ref, req.ref.key
         obj = req.obj if req.obj is not None else self.kube.get(ref.kind, ref.namespace, ref.name)
         previous = self.read_record(obj)
-        so = self._scaled_object(ref) if req.desired.keda_min is not None else None
-        desired, step = req.desired, req.limits.max_replica_change_per_step
-        current = int((obj.get("spec") or {}).get("replicas", 1))
-        if desired.replicas is not None and so is None:
-            desired = replace(desired, replicas=step_replicas(current, desired.replicas, step))
-        if so is not None and desired.keda_min is not None and desired.keda_max is not None:
-            lo, hi = step_keda(current, desired.keda_min, desired.keda_max, step)
-            desired = replace(desired, keda_min=lo, keda_max=hi)
-        sets = [plan_changes(obj, desired, replicas_owned_by_keda=so is not None)]
-        if so is not None and desired.keda_min is not None and desired.keda_max is not None:
-            sets.insert(0, scaledobject_changes(so, desired.keda_min, desired.keda_max, desired.keda_thresholds,
-                                                lambda old, new: step_threshold(current, old, new, step)))
+        owned = self._owner(req)
+        if isinstance(owned, Outcome):
+            return replace(owned, obj=obj)
+        desired, scaler, unknown = owned
+        sets = _plan(obj, desired, scaler, req.limits.max_replica_change_per_step)
         if all(s.empty for s in sets):
+            if unknown:
+                return Outcome(key, "blocked", f"not applied ({unknown})", obj=obj)
             skipped = "; ".join(x for s in sets for x in s.skipped)
             return Outcome(key, "no-change", "already as recommended" + (f" ({skipped})" if skipped else ""), obj=obj)
+        hpa_notes = sets[0].skipped if scaler is not None and scaler.kind == HPA else ()
+        notes = [*([unknown] if unknown else []), *hpa_notes]
+        note = f" ({'; '.join(notes)})" if notes else ""
         past = previous.change_times() if previous else []
         verdict = may_act(req.limits, req.history_s, past, req.now, req.window_open)
-        diff = "; ".join(s.diff() for s in sets if not s.empty)
+        diff = "; ".join(s.diff() for s in sets if not s.empty) + note
         if not verdict.allowed:
             return Outcome(key, "blocked", f"not applied ({'; '.join(verdict.reasons)}): {diff}", obj=obj)
         if desired.node_selector and desired.whole_gpus:
@@ -159,13 +162,31 @@ class Actuator:
             marks = rec.PodMarks(terminations=dict(state.terminations), disrupted=sorted(state.disrupted))
         record = rec.ChangeRecord(
             workload=key, at=req.now, policy=req.policy, reason=req.reason,
-            sets=[rec.RecordedSet.of(s, removed_parents(so if s.target.kind == "ScaledObject" and so else obj, s))
+            sets=[rec.RecordedSet.of(s, removed_parents(scaler.obj if scaler and s.target.kind == scaler.kind else obj,
+                                                        s))
                   for s in sets if not s.empty], baseline=rec.health_dict(baseline),
             watch_until=req.now + timedelta(seconds=req.limits.watch_seconds),
             history=past[-rec.MAX_HISTORY:], pods=marks)
         after = self._write(obj, sets, record)
         rec.emit_event(self.kube, ref, "RightsizerApplied", diff, req.now, uid=rec.uid_of(obj))
         return Outcome(key, "applied", diff, record, obj=after if after.get("metadata") else None)
+
+    def _owner(self, req: Request) -> tuple[Desired, Autoscaler | None, str | None] | Outcome:
+        """What may be done to the replicas: ``desired`` without ``spec.replicas`` where an autoscaler owns them
+        (its bounds instead), without either where that cannot be told (and why), or a blocked outcome where two
+        autoscalers own them. Only asked where the policy allows replicas: otherwise none of this is touched."""
+        desired = req.desired
+        if desired.replicas is None and desired.keda_min is None:
+            return desired, None, None
+        found = self.autoscalers(req.ref)
+        if isinstance(found, str):  # fail closed: nothing an autoscaler may own is written
+            log.warning("%s: %s", req.ref.key, found)
+            return replace(desired, replicas=None, keda_min=None, keda_max=None), None, found
+        if len(found) > 1:
+            why = f"{len(found)} autoscalers target {req.ref.key} ({describe(found)}) and fight over its replicas"
+            log.warning("not applied: %s", why)
+            return Outcome(req.ref.key, "blocked", f"not applied: {why}; leave one")
+        return (replace(desired, replicas=None), found[0], None) if found else (desired, None, None)
 
     def _write(self, obj: dict, sets: list[ChangeSet], record: rec.ChangeRecord) -> dict[str, Any]:
         """Other objects first (guarded), then the workload with its record; undo the others on failure. The
@@ -207,11 +228,13 @@ class Actuator:
             if record is None or record.status != "applied":
                 why = "no change recorded" if record is None else f"the last change is already {record.status}"
                 return Outcome(ref.key, "failed", f"nothing to roll back on {ref.key}: {why}")
-            undo = [inverse(s.change_set(), s.after) for s in record.sets]
+            sets, left = self._unowned_replicas(ref, [s.change_set() for s in record.sets])
+            undo = [inverse(cs, s.after) for cs, s in zip(sets, record.sets, strict=True)]
             foreign = self._not_its_autoscaler(ref, [s.target for s in undo if s.target != ref])
             if foreign is not None:
                 return self.refuse(ref, obj, f"annotation {rec.LAST_CHANGE} is not acted on: {foreign}", now)
             own = [s for s in undo if s.target == ref] or [ChangeSet(ref)]
+            reason += left
             done = record.model_copy(update={"status": "rolled-back", "reason": f"rolled back: {reason}"})
             if self.dry_run:
                 return Outcome(ref.key, "dry-run", "rollback: " + "; ".join(s.diff() for s in undo))
@@ -248,9 +271,47 @@ class Actuator:
             log.warning("no pod evidence for %s/%s: %s", ns, (obj.get("metadata") or {}).get("name"), exc)
             return None
 
-    def _scaled_object(self, ref: ObjectRef) -> dict | None:
-        """The KEDA ScaledObject that owns this workload's replicas; None when KEDA is not installed."""
+    def autoscalers(self, ref: ObjectRef) -> tuple[Autoscaler, ...] | str:
+        """The HPAs and ScaledObjects that own this workload's replicas (one list of each in its namespace), or
+        one line saying why that cannot be told (a list refused or failed). No ScaledObject resource (404) is
+        KEDA not installed: none; no HPA resource is an API we cannot read, not an absence."""
         try:
-            return dict(keda_owner(self.kube.list("ScaledObject", ref.namespace), ref) or {}) or None
-        except NotFound:
-            return None
+            hpas = self.kube.list(HPA, ref.namespace)
+            try:
+                keda = self.kube.list(SCALED_OBJECT, ref.namespace)
+            except NotFound:
+                keda = []
+        except KubeFailure as exc:
+            return f"replicas left alone: cannot tell which autoscaler owns them ({exc})"
+        return owners(ref.namespace, ref.kind, ref.name, hpas, keda)
+
+    def _unowned_replicas(self, ref: ObjectRef, sets: list[ChangeSet]) -> tuple[list[ChangeSet], str]:
+        """A rollback's sets less the workload's replicas where an autoscaler owns them now (it sets them itself,
+        and the guard on the value we wrote would fail the whole rollback), and what was left out. The rest is
+        undone: the autoscaler resizes for the restored shape, so no half-state remains. Raises
+        :class:`KubeFailure` when that cannot be told: the replicas belong with the rest then."""
+        if not any(c.path == REPLICAS for s in sets if s.target == ref for c in s.changes):
+            return sets, ""
+        found = self.autoscalers(ref)
+        if isinstance(found, str):
+            raise KubeFailure(f"not rolled back: {found}; the change includes replicas, retried next cycle")
+        if not found:
+            return sets, ""
+        return [without_replicas(s) if s.target == ref else s for s in sets], \
+            f" (replicas left to {describe(found)}, which owns them now)"
+
+
+def _plan(obj: dict[str, Any], desired: Desired, scaler: Autoscaler | None, step: int) -> list[ChangeSet]:
+    """The autoscaler's set (where one owns the replicas and the policy allows them), then the workload's;
+    replicas, an autoscaler's min/max and trigger thresholds each within one step of today's count."""
+    current = int((obj.get("spec") or {}).get("replicas", 1))
+    if desired.replicas is not None and scaler is None:
+        desired = replace(desired, replicas=step_replicas(current, desired.replicas, step))
+    sets = [plan_changes(obj, desired, replicas_owned_by_keda=scaler is not None)]
+    if scaler is None or desired.keda_min is None or desired.keda_max is None:
+        return sets
+    lo, hi = step_keda(current, desired.keda_min, desired.keda_max, step)
+    if scaler.kind == HPA:
+        return [hpa_changes(scaler.obj, lo, hi), *sets]
+    return [scaledobject_changes(scaler.obj, lo, hi, desired.keda_thresholds,
+                                 lambda old, new: step_threshold(current, old, new, step)), *sets]

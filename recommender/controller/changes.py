@@ -13,11 +13,12 @@ import copy
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.replicas import positive_number, trigger_thresholds
 from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, hami_whole_resources, kai_annotations, mps_env
+from recommender.autoscalers import HPA
 from recommender.model import Recommendation, Sharing
 
 GPU = "nvidia.com/gpu"
@@ -30,6 +31,7 @@ HAMI_MEM, HAMI_MEM_PCT = "nvidia.com/gpumem", "nvidia.com/gpumem-percentage"  # 
 KAI_FRACTION, KAI_MEMORY = "gpu-fraction", "gpu-memory"  # reference.md §7: alternatives, one at a time
 KAI_DEVICES, KAI_CONTAINER = "gpu-fraction-num-devices", "gpu-fraction-container-name"  # default: container 0
 ACTUATED_KINDS = frozenset({"Deployment", "StatefulSet"})
+REPLICAS = "/spec/replicas"
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,8 @@ class Desired:
     mig_profile: str | None = None
     mig_count: int = 1
     whole_gpus: int | None = None  # nvidia.com/gpu per pod, in place of its MIG slices
-    keda_min: int | None = None  # ScaledObject minReplicaCount/maxReplicaCount where KEDA owns replicas
+    # the autoscaler's bounds where one owns replicas: ScaledObject minReplicaCount/maxReplicaCount, HPA min/maxReplicas
+    keda_min: int | None = None
     keda_max: int | None = None
     keda_thresholds: tuple[tuple[str, str], ...] = ()  # (metric a Prometheus trigger's query reads, threshold)
     hami_limits: tuple[tuple[str, str], ...] = ()  # container limits, as policies.shares.hami_resources
@@ -165,7 +168,7 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
         return ChangeSet(ref, skipped=(f"{ref.kind} is not actuated (only {', '.join(sorted(ACTUATED_KINDS))})",))
     b = _Builder(obj)
     if desired.replicas is not None and not replicas_owned_by_keda:
-        b.replace("/spec/replicas", "replicas", (obj.get("spec") or {}).get("replicas", 1), desired.replicas)
+        b.replace(REPLICAS, "replicas", (obj.get("spec") or {}).get("replicas", 1), desired.replicas)
     template = (obj.get("spec") or {}).get("template") or {}
     containers = template.get("spec", {}).get("containers") or []
     gpu_i = next((i for i, c in enumerate(containers) if _gpu_resources(c)), None)
@@ -259,13 +262,31 @@ def scaledobject_changes(so: Mapping[str, Any], min_replicas: int, max_replicas:
     return b.build(ObjectRef("ScaledObject", str(meta.get("namespace", "")), str(meta.get("name", ""))))
 
 
-def keda_owner(scaled_objects: Sequence[Mapping[str, Any]], ref: ObjectRef) -> Mapping[str, Any] | None:
-    """The ScaledObject whose scaleTargetRef names this workload (kind defaults to Deployment)."""
-    for so in scaled_objects:
-        t = (so.get("spec") or {}).get("scaleTargetRef") or {}
-        if t.get("name") == ref.name and t.get("kind", "Deployment") == ref.kind:
-            return so
-    return None
+def hpa_changes(hpa: Mapping[str, Any], min_replicas: int, max_replicas: int) -> ChangeSet:
+    """A HorizontalPodAutoscaler owns the replica count: change its ``minReplicas``/``maxReplicas`` instead of
+    ``spec.replicas``. ``minReplicas`` stays at least 1 (0 needs the alpha ``HPAScaleToZero`` gate and an
+    Object/External metric, reference.md §12) unless the HPA is at 0 already; an absent one is 1 (the API's
+    default) and is not written as such. Guarded by its scaleTargetRef too: a retargeted HPA fails the patch.
+    """
+    meta, spec = hpa.get("metadata") or {}, hpa.get("spec") or {}
+    b = _Builder(hpa)
+    have = spec.get("minReplicas")
+    lo = max(min_replicas, 0 if have == 0 else 1)
+    if lo > min_replicas:
+        b.skipped.append(f"hpa minReplicas {lo}, not {min_replicas}: an HPA scales to zero only where the "
+                         "cluster enables HPAScaleToZero")
+    if not (have is None and lo == 1):
+        b.set_key("/spec", spec, "minReplicas", "hpa minReplicas", lo)
+    b.set_key("/spec", spec, "maxReplicas", "hpa maxReplicas", max(max_replicas, lo, 1))
+    if b.changes:
+        b.guards["/spec/scaleTargetRef"] = spec.get("scaleTargetRef")
+    return b.build(ObjectRef(HPA, str(meta.get("namespace", "")), str(meta.get("name", ""))))
+
+
+def without_replicas(cs: ChangeSet) -> ChangeSet:
+    """``cs`` less its ``spec.replicas`` change: what an autoscaler owns now is not written back."""
+    return replace(cs, changes=tuple(c for c in cs.changes if c.path != REPLICAS),
+                   guards=tuple(g for g in cs.guards if g[0] != REPLICAS))
 
 
 def to_patch(cs: ChangeSet, resource_version: str | None = None,

@@ -36,6 +36,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("", "v1", "secrets", "Secret"),
     Kind("coordination.k8s.io", "v1", "leases", "Lease"),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+    Kind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
     Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
     Kind("rightsizer.io", "v1alpha1", "gpurightsizingpolicies", "GPURightsizingPolicy"),
 )}

@@ -41,6 +41,7 @@ COLUMNS = (
     "class", "class_confidence", "class_source",
     "forecast_metric", "forecast_model", "forecast_mean", "forecast_peak", "forecast_peak_upper",
     *(f"scaling_{n}" for n in _SCALING),
+    "autoscaler",
     "reasons",
 )
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -72,6 +73,7 @@ def row(rec: Recommendation) -> dict[str, Any]:
                                "history_s")},
         **_demand(doc),
         **{f"scaling_{n}": (doc["scaling"][n] if doc["scaling"] else None) for n in _SCALING},
+        "autoscaler": _text(rec.workload.autoscaler) if rec.workload.autoscaler else None,
         "reasons": _text("; ".join(rec.reasons)),
     }
 

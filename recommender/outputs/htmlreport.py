@@ -114,6 +114,7 @@ def _row(rec: Recommendation, snapshot: Snapshot | None, anchor: str | None) -> 
     name = f'<a href="#{anchor}">{name}</a>' if anchor else name
     recommended = (e(t.recommended_text(rec)) if rec.actionable
                    else f'<span class="none">{e(t.recommended_text(rec))}</span>')
+    recommended += _autoscaler(rec)
     why = "".join(f"<li>{e(x)}</li>" for x in rec.reasons)
     cells = (
         f"<td>{e(ref.namespace)}</td>", f'<td class="name">{name}</td>', f"<td>{e(t.class_text(rec))}</td>",
@@ -127,6 +128,12 @@ def _row(rec: Recommendation, snapshot: Snapshot | None, anchor: str | None) -> 
         f"<td><details><summary>{_count(len(rec.reasons), 'reason')}</summary><ul>{why}</ul></details></td>",
     )
     return "<tr>" + "".join(cells) + "</tr>"
+
+
+def _autoscaler(rec: Recommendation) -> str:
+    """A line naming the autoscaler that owns the replicas, or '' where none does."""
+    owner = t.autoscaler_text(rec)
+    return f'<br><span class="autoscaler">{e(owner)}</span>' if owner else ""
 
 
 def _count(n: int, noun: str) -> str:
@@ -154,7 +161,7 @@ def _section(rec: Recommendation, anchor: str, snapshot: Snapshot | None) -> str
     """Current vs recommended, the facts, the reasons, and the usage chart of one workload."""
     ref = rec.ref
     current = e(t.alloc_text(rec.workload.allocation, vllm=True))
-    recommended = e(t.recommended_text(rec))
+    recommended = e(t.recommended_text(rec)) + _autoscaler(rec)
     chart = usage_chart(rec, snapshot, f"gpu-rightsizer-{anchor}")
     figure = (f'<figure aria-label="usage over time">{chart.svg}</figure>' if chart.svg
               else f'<p class="none">{e(chart.notes[0])}</p>')

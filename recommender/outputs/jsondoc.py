@@ -36,11 +36,11 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.6"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+SCHEMA_VERSION = "1.7"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
 # 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled);
 # 1.4: a second trigger on requests waiting (scaling.waiting_per_replica); 1.5: replicas and GPU-hours on the
 # recommended shape (scaling.mean_replicas_right_sized, summary.gpu_hours_right_sized_autoscaled); 1.6: what the
-# bounds were sized on (scaling.demand_source)
+# bounds were sized on (scaling.demand_source); 1.7: the autoscaler that owns the replicas (autoscaler)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -156,6 +156,7 @@ def workload(rec: Recommendation) -> dict[str, Any]:
         "mechanism": rec.mechanism,
         "apply": how_to_apply(rec.recommended) if rec.recommended is not None else None,
         "scaling": scaling(rec.scaling, rec.ref.namespace, rec.ref.name),
+        "autoscaler": rec.workload.autoscaler,
     }
 
 

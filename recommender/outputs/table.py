@@ -42,7 +42,7 @@ MIN_RECOMMENDED = 24
 
 def _wide_rows(plan: Plan, snapshot: Snapshot | None) -> list[tuple[str, ...]]:
     return [(r.ref.namespace, f"{r.ref.kind}/{r.ref.name}\n{t.class_text(r)}", t.alloc_text(r.workload.allocation),
-             t.used_text(r, snapshot), t.recommended_text(r), t.gpus_text(r), t.money(r.monthly_savings_usd, ""),
+             t.used_text(r, snapshot), _recommended(r), t.gpus_text(r), t.money(r.monthly_savings_usd, ""),
              _confidence(r)) for r in plan.recommendations]
 
 
@@ -75,9 +75,14 @@ def _narrow(plan: Plan, snapshot: Snapshot | None, table: Table) -> list[tuple[s
     table.add_column("GPUs", justify="right", no_wrap=True, width=12)
     table.add_column("$/mo", justify="right", no_wrap=True, width=8)
     return [(f"{r.ref.key}\n{t.class_text(r)}",
-             f"{t.alloc_text(r.workload.allocation)}\nused {t.used_text(r, snapshot)}", t.recommended_text(r),
+             f"{t.alloc_text(r.workload.allocation)}\nused {t.used_text(r, snapshot)}", _recommended(r),
              t.gpus_text(r), f"{t.money(r.monthly_savings_usd, '')}\n{_confidence(r)}")
             for r in plan.recommendations]
+
+
+def _recommended(rec: Recommendation) -> str:
+    """The recommendation, over the autoscaler that owns the replicas where one does."""
+    return "\n".join(x for x in (t.recommended_text(rec), t.autoscaler_text(rec)) if x)
 
 
 def _confidence(rec: Recommendation) -> str:

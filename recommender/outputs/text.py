@@ -102,6 +102,13 @@ def recommended_text(rec: Recommendation) -> str:
     return alloc_text(rec.recommended, vllm=True)
 
 
+def autoscaler_text(rec: Recommendation) -> str:
+    """``replicas: HPA/llama`` or ``replicas: ScaledObject/llama`` where an autoscaler owns the replica count (its
+    min/max are the place for replica advice, not ``spec.replicas``), else ''."""
+    owner = rec.workload.autoscaler
+    return f"replicas: {owner.replace('HorizontalPodAutoscaler/', 'HPA/')}" if owner else ""
+
+
 def observed_p95(snapshot: Snapshot | None, rec: Recommendation, metric: str = FB_USED_MIB) -> float | None:
     """p95 of a workload's series in the snapshot: what it used when no need was estimated."""
     series = snapshot.series(metric, rec.ref) if snapshot is not None else None
