@@ -5,6 +5,9 @@ Each replica's lease renewal ticks every ``retry_period_s`` (as its thread would
 does each write (``Ledger.write_s``). The invariant, asserted at every write any replica sends (a spy in
 its ApiClient, below the fence): the Lease on the server names that replica as holder and does not
 expire within the API timeout. Timing is the shipped one (deploy/overlays/auto/controller-config.yaml).
+The Lease lives on an in-process fake (two replicas renewing every 5 s make thousands of Lease calls per
+scenario; tests/leasesim.py says how it keeps the API's semantics, and tests/test_controller_leader.py
+runs the elector on it and on kmock alike); the workloads, and so every fenced write, on kmock.
 """
 
 from __future__ import annotations
