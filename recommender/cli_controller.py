@@ -53,6 +53,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
                identity: str | None, mig_configmap: str | None, no_serve: bool, config_file: str | None,
                max_mode: str | None, **opts: Any) -> None:
     """Run in the cluster: plan on a schedule, write recommendations, act on Auto policies."""
+    from recommender.controller.kube import Kube
     from recommender.controller.leader import LeaderElector
     from recommender.controller.loop import Controller
     from recommender.controller.mig import MigSettings
@@ -74,6 +75,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     election = cfg.get("leader_election") or {"enabled": True}
     lease_name = election.get("lease_name", lease_name)
     lease_namespace = election.get("lease_namespace", lease_namespace)
+    timing = _lease_timing(election)
     cap = Mode(max_mode or cfg.get("mode") or "Auto")
     annotation_cap = Mode(cfg.get("annotation_mode") or "Recommend")
     logging.basicConfig(level=logging.INFO, format='{"time":"%(asctime)s","level":"%(levelname)s",'
@@ -93,8 +95,9 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
 
     store = PlanStore()
     plan_fn = Cycle(source, opts.get("snapshot_dir"), settings, store)
-    elector = LeaderElector(kube, lease_namespace, lease_name,
-                            identity or socket.gethostname() or str(os.getpid())) if election.get("enabled") else None
+    elector = LeaderElector(Kube(kube.api, timing.api_timeout_s), lease_namespace, lease_name,
+                            identity or socket.gethostname() or str(os.getpid()),
+                            timing) if election.get("enabled") else None
     # the change records' signing key: a Secret in the controller's own namespace, made on first use
     keys = SecretKeys(kube, lease_namespace, cfg.get("signing_secret") or SIGNING_SECRET, create=not dry_run)
     ctl = Controller(kube, plan_fn, elector=elector, store=store, dry_run=dry_run, namespaces=settings.namespaces,
@@ -102,7 +105,13 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
                      exclusive_nodes=settings.mechanisms.exclusive_node_selector, keys=keys,
                      annotation_mode=annotation_cap)
     if once:
-        report = ctl.reconcile()
+        if elector is not None:
+            elector.start()  # renewed while the pass runs, released after it
+        try:
+            report = ctl.reconcile()
+        finally:
+            if elector is not None:
+                elector.stop()
         for o in report.outcomes:
             click.echo(f"{o.workload}: {o.status}: {o.message}")
         for line in report.errors:
@@ -159,6 +168,23 @@ def _read_config(path: str) -> dict[str, Any]:
     if bad:
         fail(f"--config {path}: {bad[0]} must be a mapping of settings, not {type(data[bad[0]]).__name__}")
     return data
+
+
+def _lease_timing(election: dict[str, Any]) -> Any:
+    """The ``leader_election`` section's timing (recommender.controller.lease.LeaseTiming); a bad value or
+    one that breaks ``renew_deadline_s + api_timeout_s < lease_duration_s`` ends with one line."""
+    from pydantic import ValidationError
+
+    from recommender.controller.lease import LeaseTiming
+
+    try:
+        return LeaseTiming.model_validate({k: v for k, v in election.items()
+                                           if k not in ("enabled", "lease_name", "lease_namespace")})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        fail(f"invalid leader_election setting{' ' + where if where else ''}: {err['msg']}")
+        raise AssertionError from exc
 
 
 def _serve(store: Any, serve_cfg: dict[str, Any], kube_api: Any = None) -> Any:

@@ -18,37 +18,31 @@ from tests.kubewrite import WriteCluster
 NOW = pf.END
 
 
-def test_only_one_of_two_electors_leads_and_the_other_takes_over_after_expiry() -> None:
-    at = [NOW]
-    with WriteCluster() as cluster:
-        a = LeaderElector(cluster.kube(), "gpu-rightsizer", "leader", "a", lease_duration_s=30, clock=lambda: at[0])
-        b = LeaderElector(cluster.kube(), "gpu-rightsizer", "leader", "b", lease_duration_s=30, clock=lambda: at[0])
-        assert (a.is_leader(), b.is_leader()) == (True, False)
-        at[0] += timedelta(seconds=20)
-        assert (a.is_leader(), b.is_leader()) == (True, False)  # a renewed at +20 s
-        at[0] += timedelta(seconds=29)
-        assert b.is_leader() is False  # 29 s since a's renewal: not expired
-        at[0] += timedelta(seconds=2)
-        assert b.is_leader() is True and a.is_leader() is False  # 31 s: b takes over, a steps down
-        lease = cluster.obj("Lease", "gpu-rightsizer", "leader")["spec"]
-        assert lease["holderIdentity"] == "b" and lease["leaseTransitions"] == 1
-        b.release()
-        assert a.is_leader() is True  # released: no need to wait for expiry
-
-
 def test_a_follower_controller_does_not_act() -> None:
+    """The follower reconciles 1 s, 31 s, 150 s and 299 s after the leader (past the 30 s lease, as at the
+    shipped 300 s interval) while both electors tick every retry period: it never leads, never writes."""
     at = [NOW]
     with WriteCluster([deployment(), policy("auto", auto_spec())]) as cluster:
+        electors: dict[str, LeaderElector] = {}
+
         def make(identity: str) -> Controller:
-            el = LeaderElector(cluster.kube(), NS, "leader", identity, clock=lambda: at[0])
+            electors[identity] = LeaderElector(cluster.kube(), NS, "leader", identity, clock=lambda: at[0])
             return Controller(cluster.kube(), lambda now: (plan(now=now), snapshot(now, 0.3, 0.3)),
-                              clock=lambda: at[0], elector=el)
+                              clock=lambda: at[0], elector=electors[identity])
         first, second = make("a"), make("b")
+        assert electors["a"].tick() is True and electors["b"].tick() is False
         assert first.reconcile().leader is True
-        at[0] += timedelta(seconds=1)
         cluster.edit("Deployment", NS, NAME, {"metadata": {"annotations": None}})  # forget the record: no cooldown
-        follower = second.reconcile()
-        assert follower.leader is False and follower.outcomes == []
+        writes = len([r for r in cluster.requests() if not r.startswith("GET")])
+        for second_s in range(1, 300):
+            at[0] = NOW + timedelta(seconds=second_s)
+            if second_s % electors["a"].timing.retry_period_s == 0:  # the renewal threads
+                electors["a"].tick()
+                electors["b"].tick()
+            if second_s in (1, 31, 150, 299):
+                follower = second.reconcile()
+                assert follower.leader is False and follower.outcomes == [] and follower.errors == []
+        assert len([r for r in cluster.requests() if not r.startswith("GET")]) == writes + 59  # a's renewals
         assert cluster.obj("Deployment", NS, NAME)["spec"]["replicas"] == 3  # one step, by the leader only
 
 

@@ -1,5 +1,6 @@
-"""The run loop: reconcile on the configured interval, survive an exception inside reconcile, and on stop
-let the running pass finish before the Lease is released. Bounded waits on Events, no fixed sleeps."""
+"""The run loop: take the Lease before the first pass, reconcile on the configured interval, survive an
+exception inside reconcile, and on stop let the running pass finish before the Lease is released. Bounded
+waits on Events, no fixed sleeps."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ class Elector:
     def __init__(self, log: list[str]) -> None:
         self.log = log
 
-    def release(self) -> None:
+    def start(self) -> None:
+        self.log.append("elect")
+
+    def stop(self) -> None:
         self.log.append("release")
 
 
@@ -62,7 +66,8 @@ def test_reconciles_on_the_interval_survives_an_exception_and_stops_gracefully(
     assert not runner.is_alive()
     # k-th pass no earlier than (k − 1) intervals after the first (apscheduler never fires early)
     assert ctl.times[3] - ctl.times[0] >= 3 * INTERVAL_S * 0.9
-    assert ctl.log[:7] == ["start 1", "end 1", "start 2", "start 3", "end 3", "start 4", "end 4"]
+    # the lease first (acquired, then renewed on the elector's own thread), before any pass
+    assert ctl.log[:8] == ["elect", "start 1", "end 1", "start 2", "start 3", "end 3", "start 4", "end 4"]
     # the lease goes last, after every pass that started has ended (a pass may slip in before shutdown)
     assert ctl.log[-1] == "release" and ctl.log.count("release") == 1
     started = {e.split()[1] for e in ctl.log if e.startswith("start")} - {"2"}

@@ -4,12 +4,15 @@ One generic REST helper instead of a dozen typed API classes: objects stay the A
 ``collectors.kubernetes``), every path is built the same way for core, built-in and custom groups, and
 every failure becomes one :class:`KubeFailure` subclass with one line that says what failed. A failed
 JSON-patch ``test`` op is a :class:`Conflict` (a real API server answers 422, kmock 500, an optimistic
-``resourceVersion`` mismatch 409).
+``resourceVersion`` mismatch 409). A client made by :meth:`Kube.fenced` calls its fence before every
+write it sends (create, patch, delete, evict), so no call site can forget to check the leader's lease.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -62,12 +65,25 @@ class TooManyRequests(KubeFailure):
     """429: e.g. an eviction a PodDisruptionBudget does not allow now."""
 
 
+class NotLeader(KubeFailure):
+    """A write refused before it was sent: this replica does not hold the leader's Lease with margin."""
+
+
 class Kube:
     """JSON in, JSON out over one ``ApiClient``; ``timeout_s`` bounds every call."""
 
     def __init__(self, api: client.ApiClient, timeout_s: float = 10.0) -> None:
         self.api = api
         self.timeout_s = timeout_s
+        self.fence: Callable[[str], None] | None = None  # called with the action before each write
+        self.write_timeout_s = timeout_s
+
+    def fenced(self, fence: Callable[[str], None], write_timeout_s: float) -> Kube:
+        """A copy whose every write first calls ``fence(action)`` (which raises :class:`NotLeader` to stop it)
+        and is bounded by ``write_timeout_s``, so a write sent while the lease is held lands before it expires."""
+        out = copy.copy(self)
+        out.fence, out.write_timeout_s = fence, min(self.timeout_s, write_timeout_s)
+        return out
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
         return self._call("GET", kind, namespace, name, action=f"read {kind} {_key(namespace, name)}")
@@ -100,19 +116,22 @@ class Kube:
               body: Any = None, subresource: str = "", content_type: str = "application/json") -> dict[str, Any]:
         path = _path(KINDS[kind], namespace, name, subresource)
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        timeout_s = self.timeout_s if method == "GET" else self.write_timeout_s
+        if method != "GET" and self.fence is not None:
+            self.fence(action)  # raises NotLeader: nothing is sent
         try:
             req = self.api.param_serialize(method=method, resource_path=path, header_params=headers, body=body,
                                            auth_settings=["BearerToken"])
-            resp = self.api.call_api(*req, _request_timeout=self.timeout_s)
+            resp = self.api.call_api(*req, _request_timeout=timeout_s)
             data = resp.read()
             if not 200 <= resp.status < 300:
                 raise ApiException(http_resp=resp)
             out: dict[str, Any] = json.loads(data) if data else {}
             return out
         except ApiException as exc:
-            raise _failure(exc, self.api.configuration.host, action, self.timeout_s) from None
+            raise _failure(exc, self.api.configuration.host, action, timeout_s) from None
         except (HTTPError, ValueError) as exc:
-            raise KubeFailure(str(to_error(exc, self.api.configuration.host, action, self.timeout_s))) from None
+            raise KubeFailure(str(to_error(exc, self.api.configuration.host, action, timeout_s))) from None
 
 
 def _key(namespace: str | None, name: str) -> str:

@@ -2,8 +2,9 @@
 Event; Auto: regression check of the last change, then guardrails → dry-run diff → guarded patch. Next,
 workloads no policy targets but annotated ``rightsizer.io/mode`` are handled as if one did. Then MIG node
 changes in flight are advanced (so a restart resumes them). ``schedule.run_scheduled`` calls
-:meth:`Controller.reconcile` every interval; only the Lease holder acts. A failure in one policy (RBAC
-denial, timeout, conflict) is reported on that policy and the loop goes on.
+:meth:`Controller.reconcile` every interval; only the Lease holder acts, and each write is fenced (sent
+only while the lease is held, else :class:`~recommender.controller.kube.NotLeader`). A failure in one
+policy (RBAC denial, timeout, conflict, a lost lease) is reported on that policy and the loop goes on.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class Controller:
                  namespaces: tuple[str, ...] = (), mig: MigSettings | None = None,
                  max_mode: Mode = Mode.AUTO, exclusive_nodes: Mapping[str, str] | None = None,
                  keys: KeySource | None = None, annotation_mode: Mode = Mode.RECOMMEND) -> None:
-        self.kube, self.plan_fn, self.clock, self.elector = kube, plan_fn, clock, elector
+        self.plan_fn, self.clock, self.elector = plan_fn, clock, elector
+        # every write checks the lease first (the elector keeps the raw client for the Lease itself)
+        self.kube = kube if elector is None else kube.fenced(elector.fence, elector.timing.api_timeout_s)
         self.store, self.namespaces, self.mig = store, namespaces, mig or MigSettings()
         self.max_mode = max_mode  # the most any policy may ask for (controller ConfigMap ``mode``)
         # the most a workload's own rightsizer.io/mode annotation may ask for (ConfigMap ``annotation_mode``):
@@ -63,8 +66,8 @@ class Controller:
         self.exclusive_nodes = dict(MechanismSettings().exclusive_node_selector if exclusive_nodes is None
                                     else exclusive_nodes)
         # the change records' signing keys; by default a Secret in the controller's namespace, made on first use
-        self.keys = keys or SecretKeys(kube, DEFAULT_NAMESPACE, create=not dry_run)
-        self.actuator = Actuator(kube, dry_run=dry_run, selector_keys=tuple(sorted(self.exclusive_nodes)))
+        self.keys = keys or SecretKeys(self.kube, DEFAULT_NAMESPACE, create=not dry_run)
+        self.actuator = Actuator(self.kube, dry_run=dry_run, selector_keys=tuple(sorted(self.exclusive_nodes)))
         self.last: Report | None = None
         self._shown: dict[str, Any] = {}  # workload key → the last recommendation shown (annotation opt-ins)
         self._warned: set[tuple[str, str]] = set()  # (workload key, invalid mode value) already sent as an Event
@@ -73,7 +76,7 @@ class Controller:
         """One pass; never raises for an expected failure (each ends up in ``Report.errors``)."""
         report = Report(self.clock())
         self.last = report
-        if self.elector is not None and not self.elector.is_leader():
+        if self.elector is not None and not self.elector.holds():  # renewed on its own thread (elector.start)
             if self.elector.last_error:
                 report.errors.append(self.elector.last_error)
             return report

@@ -1,5 +1,6 @@
 """The run loop: an apscheduler BackgroundScheduler calls :meth:`Controller.reconcile` every interval until
-asked to stop, then lets the running pass finish and hands the Lease over at once.
+asked to stop, then lets the running pass finish and hands the Lease over at once (the elector renews it
+on its own thread meanwhile).
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ def run_scheduled(controller: Controller, interval_s: float, stop: threading.Eve
                   scheduler: BaseScheduler | None = None) -> None:
     """Reconcile every ``interval_s`` until ``stop`` is set; then finish the running pass and release the lease.
 
+    The lease is acquired first and renewed on the elector's own thread, independent of ``interval_s``.
     ``scheduler`` (not started) is for tests; by default a BackgroundScheduler in UTC.
     """
     scheduler = scheduler or BackgroundScheduler(timezone="UTC")
     scheduler.add_job(_tick, "interval", args=[controller], seconds=interval_s, max_instances=1, coalesce=True,
                       next_run_time=datetime.now(UTC), id="reconcile")
-    scheduler.start()
     try:
+        if controller.elector is not None:
+            controller.elector.start()
+        scheduler.start()
         stop.wait()
     finally:
-        scheduler.shutdown(wait=True)
+        if scheduler.running:
+            scheduler.shutdown(wait=True)
         if controller.elector is not None:
-            controller.elector.release()
+            controller.elector.stop()  # stops renewing, then releases
 
 
 def _tick(controller: Controller) -> None:
