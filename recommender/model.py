@@ -205,14 +205,37 @@ class WorkloadClass(StrEnum):
 class Classification:
     """A workload's class with how sure we are and why, in words.
 
-    ``source`` is ``annotation`` (the user said so: always wins), ``rule`` (strong evidence such as
-    a Job or CronJob owner) or ``model`` (the scikit-learn classifier over the demand shape).
+    ``source`` is ``policy`` (a GPURightsizingPolicy's ``classOverride``: wins over everything),
+    ``annotation`` (the user said so on the workload), ``rule`` (strong evidence such as a Job or CronJob
+    owner) or ``model`` (the scikit-learn classifier over the demand shape).
     """
 
     workload_class: WorkloadClass
     confidence: float  # 0-1
     evidence: tuple[str, ...]
     source: str
+
+
+@dataclass(frozen=True)
+class WorkloadConstraints:
+    """What a policy object fixes for one workload before it is sized: its class, and the MIG profiles it
+    may get (names as the policy wrote them, possibly another GPU model's). ``source`` names the policy
+    (``policy ns/name``) in every reason the constraint produces. The report has none: all fields None.
+    """
+
+    class_override: WorkloadClass | None = None
+    smallest_profile: str | None = None
+    largest_profile: str | None = None
+    source: str = "policy"
+
+    @property
+    def empty(self) -> bool:
+        return self.class_override is None and self.smallest_profile is None and self.largest_profile is None
+
+    def same_as(self, other: WorkloadConstraints) -> bool:
+        """Equal constraints, whoever set them."""
+        return (self.class_override, self.smallest_profile, self.largest_profile) == \
+            (other.class_override, other.smallest_profile, other.largest_profile)
 
 
 @dataclass(frozen=True)

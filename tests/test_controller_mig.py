@@ -36,7 +36,7 @@ def test_restarted_controllers_carry_a_mig_change_through_to_success() -> None:
             "allowedMechanisms": ["mig-node"], "maintenanceWindows": WINDOW}
     with WriteCluster([*cluster_objects(), policy("mig", spec)]) as cluster:
         def fresh(at: datetime) -> Controller:  # a new controller process each time: state only on the node
-            return Controller(cluster.kube(), lambda now: (plan(now=now, mig_nodes=(nplan,)), snapshot(now, .3, .3)),
+            return Controller(cluster.kube(), lambda now, _: (plan(now=now, mig_nodes=(nplan,)), snapshot(now, .3, .3)),
                               clock=lambda: at, mig=FAST)
         assert fresh(T0 - timedelta(hours=1)).reconcile().mig == [f"{NODE}: waiting-window: MIG config all-disabled"
                                                                    " → custom-a waits for a maintenance window"]

@@ -1,0 +1,164 @@
+"""A policy's classOverride and MIG profile bounds, as the plan applies them (no cluster): how a bound's
+name is read on each GPU model, how bounds raise or refuse a profile, and run_once with constraints."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.catalogue import load_catalogue
+from policies.mig import bounded_profile, resolve_bound
+from recommender import model as m
+from recommender.controller.constraints import resolve_constraints
+from recommender.controller.policy import parse_policy
+from recommender.model import Sharing, WorkloadClass, WorkloadConstraints
+from recommender.pipeline import run_once
+from recommender.settings import Settings
+from tests.builders import END, snapshot, whole_gpu, workload
+
+CAT = load_catalogue()
+BY = "policy ml/p"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "name", "read_as", "note"),
+    [
+        ("A100-80GB", "1g.10gb", "1g.10gb", ""),  # the model's own name: itself, nothing to say
+        ("A100-40GB", "1g.10gb", "1g.10gb", ""),  # also an A100-40GB name (2 memory slices there): itself
+        ("A100-80GB", "1g.5gb", "1g.10gb", "read as 1g.10gb"),  # 1g: |10-5|=5 < |20-5|=15
+        ("A100-80GB", "1g.24gb", "1g.20gb", "read as 1g.20gb"),  # 1g: |20-24|=4 < |10-24|=14
+        ("A100-40GB", "2g.20gb", "2g.10gb", "read as 2g.10gb"),  # the only 2g profile of an A100-40GB
+        ("H100-94GB", "3g.40gb", "3g.47gb", "read as 3g.47gb"),  # the only 3g profile of an H100-94GB
+        ("A30", "3g.40gb", None, "no A30 counterpart (no 3-compute-slice profile)"),  # A30: 1g, 2g, 4g
+        ("A30", "7g.80gb", None, "no A30 counterpart"),
+    ],
+)
+def test_a_bound_is_read_as_the_gpu_models_profile_of_the_same_compute_slices(
+        gpu: str, name: str, read_as: str | None, note: str) -> None:
+    g = CAT.get(gpu)
+    assert g is not None
+    found = resolve_bound(g, name, "bounds.smallestProfile")
+    assert (found.profile.name if found.profile else None) == read_as
+    assert note in found.note and bool(found.note) == bool(note)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "mem_mib", "compute", "smallest", "largest", "profile", "says"),
+    [
+        # 8,000 MiB, 0.10 GPU fits 1g.10gb (9,728 usable, 1/7 = 0.14 of the SMs); raised to the bound
+        ("A100-80GB", 8000, 0.10, "2g.20gb", None, "2g.20gb", "raised from 1g.10gb to 2g.20gb by bounds.smallest"),
+        # raised by memory at the same compute: 1g.20gb ranks (1 SM, 2 memory slices) above 1g.10gb (1, 1)
+        ("A100-80GB", 8000, 0.10, "1g.20gb", None, "1g.20gb", "raised from 1g.10gb to 1g.20gb"),
+        # already above the bound: 0.30 > 2/7 = 0.29 needs 3 SM slices, so 3g.40gb, not raised
+        ("A100-80GB", 8000, 0.30, "1g.10gb", None, "3g.40gb", "within the bounds 1g.10gb..any"),
+        # another model's name: 1g.5gb reads as this model's 1g.10gb; the need fits it
+        ("A100-80GB", 8000, 0.10, "1g.5gb", None, "1g.10gb", "read as 1g.10gb"),
+        # A100-40GB: 4,000 MiB fits 1g.5gb (4,864); its own 1g.10gb is (1 SM, 2 memory slices): raised
+        ("A100-40GB", 4000, 0.10, "1g.10gb", None, "1g.10gb", "raised from 1g.5gb to 1g.10gb"),
+        # 30,000 MiB > 19,968 (2g.20gb) takes 3g.40gb (40,192): above the largest bound, no slice
+        ("A100-80GB", 30000, 0.10, None, "2g.20gb", None, "3g.40gb, above bounds.largestProfile 2g.20gb"),
+        ("A100-80GB", 30000, 0.10, None, "3g.40gb", "3g.40gb", "within the bounds any..3g.40gb"),
+        # both bounds on another model's names: 2g.10gb and 4g.20gb read as 2g.20gb and 4g.40gb
+        ("A100-80GB", 8000, 0.10, "2g.10gb", "4g.20gb", "2g.20gb", "raised from 1g.10gb to 2g.20gb"),
+        # a bound with no counterpart is not guessed: no slice at all
+        ("A30", 5000, 0.20, "3g.40gb", None, None, "no A30 counterpart"),
+    ],
+)
+def test_bounds_raise_to_the_smallest_and_refuse_above_the_largest(
+        gpu: str, mem_mib: float, compute: float, smallest: str | None, largest: str | None,
+        profile: str | None, says: str) -> None:
+    g = CAT.get(gpu)
+    assert g is not None
+    choice = bounded_profile(g, mem_mib, compute, WorkloadConstraints(None, smallest, largest, BY))
+    assert (choice.profile.name if choice.profile else None) == profile
+    assert any(says in r and BY in r for r in choice.reasons), choice.reasons
+
+
+def test_without_bounds_the_smallest_fitting_profile_and_no_reason() -> None:
+    g = CAT.get("A100-80GB")
+    assert g is not None
+    for bounds in (None, WorkloadConstraints(WorkloadClass.BATCH, source=BY)):
+        choice = bounded_profile(g, 8000, 0.10, bounds)
+        assert choice.profile is not None and choice.profile.name == "1g.10gb" and choice.reasons == ()
+
+
+# --- run_once with constraints -----------------------------------------------------------------
+
+def _small() -> m.Snapshot:
+    """Real-time by annotation; 7,000 MiB × 1.15 = 8,050 MiB and 5% of the SMs: a 1g.10gb slice."""
+    w = workload("s", whole_gpu(), annotations={"rightsizer.io/class": "real-time"})
+    return snapshot([w], {m.FB_USED_MIB: {"s": 7000.0}, m.GR_ENGINE_ACTIVE_FRAC: {"s": 0.05}})
+
+
+def _plan(snap: m.Snapshot, c: WorkloadConstraints | None) -> m.Recommendation:
+    fixed = {snap.workloads[0].ref.key: c} if c else None
+    return run_once(snap, Settings(), END, constraints=fixed).recommendations[0]
+
+
+def test_class_override_wins_over_the_annotation_and_the_sizing_follows_it() -> None:
+    before, after = _plan(_small(), None), _plan(_small(), WorkloadConstraints(WorkloadClass.BATCH, source=BY))
+    assert before.classification is not None and before.classification.source == "annotation"
+    assert before.recommended is not None and before.recommended.sharing is Sharing.MIG  # real-time: mig → exclusive
+    c = after.classification
+    assert c is not None and (c.workload_class, c.confidence, c.source) == (WorkloadClass.BATCH, 1.0, "policy")
+    assert any(BY in e and "classOverride batch" in e for e in c.evidence)
+    # batch tries the fraction backend first: an MPS share of 0.05 × 1.2 margin → 10% of the SMs
+    assert after.recommended is not None and after.recommended.sharing is Sharing.MPS
+    assert after.recommended.mps_active_thread_pct == 10.0
+    assert any(r.startswith("batch: tries mps") for r in after.reasons)
+
+
+def test_smallest_profile_raises_the_slice_in_the_plan() -> None:
+    rec = _plan(_small(), WorkloadConstraints(smallest_profile="2g.20gb", source=BY))
+    assert rec.recommended is not None and rec.recommended.mig_profile == "2g.20gb"
+    assert rec.gpus_needed == pytest.approx(2 / 7)  # 2g.20gb = max(2/8, 2/7) of an A100
+    assert any("raised from 1g.10gb to 2g.20gb" in r and BY in r for r in rec.reasons), rec.reasons
+
+
+def test_a_need_above_largest_profile_gets_no_slice_but_what_the_class_falls_back_to() -> None:
+    w = workload("s", whole_gpu(), annotations={"rightsizer.io/class": "real-time"})
+    snap = snapshot([w], {m.FB_USED_MIB: {"s": 30000.0}, m.GR_ENGINE_ACTIVE_FRAC: {"s": 0.05}})
+    assert _plan(snap, None).recommended.mig_profile == "3g.40gb"  # type: ignore[union-attr]  # 34,500 MiB
+    rec = _plan(snap, WorkloadConstraints(largest_profile="2g.20gb", source=BY))
+    # real-time tries mig → exclusive: MIG refused by the bound, so the whole GPU it holds
+    assert rec.recommended is not None and rec.recommended.sharing is Sharing.EXCLUSIVE
+    assert rec.recommended.mig_profile is None
+    assert any("above bounds.largestProfile 2g.20gb" in r and BY in r for r in rec.reasons), rec.reasons
+
+
+# --- which policy's constraints a workload gets ------------------------------------------------
+
+def _policy(name: str, **spec: object) -> dict[str, object]:
+    return {"metadata": {"namespace": "ml", "name": name},
+            "spec": {"target": {"selector": {"matchLabels": {"app": "s"}}}, **spec}}
+
+
+def test_two_policies_with_different_constraints_the_first_by_name_wins_and_the_other_is_told() -> None:
+    w = workload("s", whole_gpu(), labels={"app": "s"})
+    policies = [parse_policy(_policy(n, **s)) for n, s in (
+        ("zeta", {"classOverride": "batch"}), ("alpha", {"classOverride": "real-time"}),
+        ("same", {"classOverride": "real-time"}),  # agrees with alpha: no conflict
+        ("off", {"classOverride": "near-real-time", "mode": "Off"}),  # Off does nothing
+        ("none", {}))]  # sets nothing: no conflict
+    got = resolve_constraints(policies, [w])
+    c = got.constraints[w.ref.key]
+    assert (c.class_override, c.source) == (WorkloadClass.REAL_TIME, "policy ml/alpha")
+    assert set(got.conflicts) == {"ml/zeta"}
+    assert w.ref.key in got.conflicts["ml/zeta"] and "policy ml/alpha" in got.conflicts["ml/zeta"]
+
+
+def test_a_policy_class_is_in_the_json_contract() -> None:
+    """The controller serves its plans as the report's JSON: ``source: policy`` must validate."""
+    import json
+    from pathlib import Path
+
+    from jsonschema import Draft202012Validator
+
+    from recommender.outputs import get_formatter
+
+    snap = _small()
+    plan = run_once(snap, Settings(), END, constraints={snap.workloads[0].ref.key: WorkloadConstraints(
+        WorkloadClass.BATCH, source=BY)})
+    doc = json.loads(get_formatter("json")(plan, snap))
+    schema = json.loads((Path(__file__).parents[1] / "recommender" / "outputs" / "schema.json").read_text())
+    Draft202012Validator(schema).validate(doc)
+    assert doc["workloads"][0]["class"]["source"] == "policy"

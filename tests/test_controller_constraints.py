@@ -1,0 +1,98 @@
+"""A policy's classOverride and bounds.smallestProfile / largestProfile change what the controller plans,
+shows and applies (kmock over HTTP, the real pipeline on a hand-made snapshot, fake clock)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from recommender import model as m
+from recommender.controller.constraints import Constrain
+from recommender.controller.loop import Controller
+from recommender.controller.records import RECOMMENDATION
+from recommender.pipeline import run_once
+from recommender.settings import Settings
+from tests.builders import END, snapshot, whole_gpu, workload
+from tests.controllerfixture import KEY, NAME, NS, deployment, policy
+from tests.kubewrite import WriteCluster
+
+SELECT = {"selector": {"matchLabels": {"app": NAME}}}
+
+
+def _snapshot(fb_mib: float = 7000.0) -> m.Snapshot:
+    """The deployment's workload, real-time by annotation, using ``fb_mib`` and 5% of the SMs: at 7,000 MiB
+    × 1.15 = 8,050 MiB a 1g.10gb slice of its A100-80GB when nothing constrains it."""
+    w = workload(NAME, whole_gpu(), ns=NS, labels={"app": NAME}, annotations={"rightsizer.io/class": "real-time"})
+    return snapshot([w], {m.FB_USED_MIB: {NAME: fb_mib}, m.GR_ENGINE_ACTIVE_FRAC: {NAME: 0.05}})
+
+
+def _cycle(cluster: WriteCluster, fb_mib: float = 7000.0) -> Any:
+    def planner(now: datetime, constrain: Constrain) -> tuple[m.Plan, m.Snapshot]:
+        """What ``Cycle`` does after collecting: plan with the constraints of the workloads collected."""
+        snap = _snapshot(fb_mib)
+        return run_once(snap, Settings(), now, constraints=constrain(snap.workloads)), snap
+
+    return Controller(cluster.kube(), planner, clock=lambda: END).reconcile()
+
+
+def _shown(cluster: WriteCluster, name: str) -> dict[str, Any]:
+    (found,) = cluster.obj("GPURightsizingPolicy", NS, name)["status"]["recommendations"]
+    return dict(found)
+
+
+def test_smallest_profile_raises_the_recommended_slice_in_status_and_annotation() -> None:
+    plain = {"target": SELECT, "mode": "Recommend"}
+    bounded = plain | {"bounds": {"smallestProfile": "2g.20gb"}}
+    with WriteCluster([deployment(), policy("plain", plain)]) as cluster:
+        assert _cycle(cluster).errors == []
+        assert _shown(cluster, "plain")["migProfile"] == "1g.10gb"  # what the bound changes
+    with WriteCluster([deployment(), policy("bounded", bounded)]) as cluster:
+        assert _cycle(cluster).errors == []
+        shown = _shown(cluster, "bounded")
+        assert shown["migProfile"] == "2g.20gb"
+        assert any("bounds.smallestProfile 2g.20gb" in r and f"policy {NS}/bounded" in r for r in shown["reasons"])
+        annotation = json.loads(cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"][RECOMMENDATION])
+        assert annotation["migProfile"] == "2g.20gb"
+
+
+def test_auto_applies_the_raised_slice_and_a_class_override_changes_the_mechanism() -> None:
+    spec = {"target": SELECT, "mode": "Auto", "allowedMechanisms": ["mig", "mps"],
+            "bounds": {"smallestProfile": "2g.20gb"}}
+    with WriteCluster([deployment(), policy("auto", spec)]) as cluster:
+        report = _cycle(cluster)
+        assert [o.status for o in report.outcomes] == ["applied"], report
+        limits = cluster.obj("Deployment", NS, NAME)["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert limits == {"nvidia.com/mig-2g.20gb": "1"}
+    batch = {"target": SELECT, "mode": "Recommend", "classOverride": "batch"}
+    with WriteCluster([deployment(), policy("batch", batch)]) as cluster:
+        assert _cycle(cluster).errors == []
+        shown = _shown(cluster, "batch")
+        # batch tries an MPS share first; the annotation said real-time (mig → exclusive)
+        assert shown["sharing"] == "mps" and "migProfile" not in shown
+
+
+def test_largest_profile_below_the_need_leaves_the_whole_gpu() -> None:
+    spec = {"target": SELECT, "mode": "Recommend", "bounds": {"largestProfile": "1g.5gb"}}  # read as 1g.10gb
+    with WriteCluster([deployment(), policy("capped", spec)]) as cluster:
+        assert _cycle(cluster).errors == []
+        assert _shown(cluster, "capped")["migProfile"] == "1g.10gb"  # 8,050 MiB fits under the bound
+    with WriteCluster([deployment(), policy("capped", spec)]) as cluster:
+        assert _cycle(cluster, fb_mib=15000.0).errors == []
+        shown = _shown(cluster, "capped")
+        # 15,000 × 1.15 = 17,250 MiB > 9,728 (1g.10gb) needs 1g.20gb, above the bound: real-time falls back
+        # to the whole GPU it holds
+        assert shown["sharing"] == "exclusive" and "migProfile" not in shown
+        assert any("above bounds.largestProfile 1g.10gb" in r for r in shown["reasons"]), shown["reasons"]
+
+
+def test_conflicting_policies_the_first_by_name_wins_and_the_other_says_so() -> None:
+    first = {"target": SELECT, "mode": "Recommend", "bounds": {"smallestProfile": "2g.20gb"}}
+    second = {"target": SELECT, "mode": "Recommend", "bounds": {"smallestProfile": "3g.40gb"}}
+    with WriteCluster([deployment(), policy("b-second", second), policy("a-first", first)]) as cluster:
+        report = _cycle(cluster)
+        assert len(report.errors) == 1 and f"policy {NS}/b-second:" in report.errors[0]
+        assert KEY in report.errors[0] and f"policy {NS}/a-first" in report.errors[0]
+        assert _shown(cluster, "a-first")["migProfile"] == _shown(cluster, "b-second")["migProfile"] == "2g.20gb"
+        (cond,) = cluster.obj("GPURightsizingPolicy", NS, "b-second")["status"]["conditions"]
+        assert "not applied" in cond["message"] and f"policy {NS}/a-first" in cond["message"]
