@@ -193,7 +193,7 @@ def _missed_objective(ctx: Context, cls: WorkloadClass | None) -> str | None:
     collected against the fleet's TTFT objective, so a service annotated with another objective is not judged
     on it."""
     s = ctx.settings.scaling
-    objective, _ = ttft_objective(ctx.workload, s)
+    objective, _ = ttft_objective(ctx.workload, s, ctx.constraints)
     if cls is WorkloadClass.BATCH or objective != s.ttft_objective_s or s.whole_gpu_over_budget is None:
         return None
     bar = (f"over the {objective:g} s TTFT objective", f"over {s.whole_gpu_over_budget:g}× the error budget "

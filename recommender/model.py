@@ -218,24 +218,26 @@ class Classification:
 
 @dataclass(frozen=True)
 class WorkloadConstraints:
-    """What a policy object fixes for one workload before it is sized: its class, and the MIG profiles it
-    may get (names as the policy wrote them, possibly another GPU model's). ``source`` names the policy
-    (``policy ns/name``) in every reason the constraint produces. The report has none: all fields None.
+    """What a policy object fixes for one workload before it is sized: its class, the MIG profiles it
+    may get (names as the policy wrote them, possibly another GPU model's) and its TTFT objective (p95,
+    seconds). ``source`` names the policy (``policy ns/name``) in every reason the constraint produces.
+    The report has none.
     """
 
     class_override: WorkloadClass | None = None
     smallest_profile: str | None = None
     largest_profile: str | None = None
+    ttft_objective_s: float | None = None
     source: str = "policy"
 
     @property
     def empty(self) -> bool:
-        return self.class_override is None and self.smallest_profile is None and self.largest_profile is None
+        return self.same_as(WorkloadConstraints())
 
     def same_as(self, other: WorkloadConstraints) -> bool:
         """Equal constraints, whoever set them."""
-        return (self.class_override, self.smallest_profile, self.largest_profile) == \
-            (other.class_override, other.smallest_profile, other.largest_profile)
+        return (self.class_override, self.smallest_profile, self.largest_profile, self.ttft_objective_s) == \
+            (other.class_override, other.smallest_profile, other.largest_profile, other.ttft_objective_s)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
             history = history_from_snapshot(snapshot, w)
             rec = with_scaling(rec, scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
-                                                 _carried(before, w, previous)))
+                                                 _carried(before, w, previous), fixed.get(w.ref.key)))
             recs.append(with_right_sized_mean(rec, history, catalogue))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
@@ -106,8 +106,9 @@ def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints]) -> di
     out = {}
     for w in snapshot.workloads:
         c = fixed.get(w.ref.key)
-        out[w.ref.key] = (classify(w, demand_shape(snapshot, w), model) if c is None or c.class_override is None
-                          else overridden(c.class_override, c.source))
+        objective_s = c.ttft_objective_s if c else None
+        out[w.ref.key] = (classify(w, demand_shape(snapshot, w, objective_s), model)
+                          if c is None or c.class_override is None else overridden(c.class_override, c.source))
     return out
 
 

@@ -68,7 +68,8 @@ def test_bounds_raise_to_the_smallest_and_refuse_above_the_largest(
         profile: str | None, says: str) -> None:
     g = CAT.get(gpu)
     assert g is not None
-    choice = bounded_profile(g, mem_mib, compute, WorkloadConstraints(None, smallest, largest, BY))
+    bounds = WorkloadConstraints(smallest_profile=smallest, largest_profile=largest, source=BY)
+    choice = bounded_profile(g, mem_mib, compute, bounds)
     assert (choice.profile.name if choice.profile else None) == profile
     assert any(says in r and BY in r for r in choice.reasons), choice.reasons
 
@@ -138,11 +139,14 @@ def test_two_policies_with_different_constraints_the_first_by_name_wins_and_the_
         ("zeta", {"classOverride": "batch"}), ("alpha", {"classOverride": "real-time"}),
         ("same", {"classOverride": "real-time"}),  # agrees with alpha: no conflict
         ("off", {"classOverride": "near-real-time", "mode": "Off"}),  # Off does nothing
-        ("none", {}))]  # sets nothing: no conflict
+        ("none", {}),  # sets nothing: no conflict
+        ("objective", {"latencyObjectives": {"ttftSeconds": 0.5}}))]  # differs from alpha's (none)
     got = resolve_constraints(policies, [w])
     c = got.constraints[w.ref.key]
-    assert (c.class_override, c.source) == (WorkloadClass.REAL_TIME, "policy ml/alpha")
-    assert set(got.conflicts) == {"ml/zeta"}
+    assert (c.class_override, c.ttft_objective_s, c.source) == (WorkloadClass.REAL_TIME, None, "policy ml/alpha")
+    assert set(got.conflicts) == {"ml/zeta", "ml/objective"}
+    alone = resolve_constraints(policies[-1:], [w]).constraints[w.ref.key]
+    assert (alone.ttft_objective_s, alone.source) == (0.5, "policy ml/objective")
     assert w.ref.key in got.conflicts["ml/zeta"] and "policy ml/alpha" in got.conflicts["ml/zeta"]
 
 
@@ -162,3 +166,35 @@ def test_a_policy_class_is_in_the_json_contract() -> None:
     schema = json.loads((Path(__file__).parents[1] / "recommender" / "outputs" / "schema.json").read_text())
     Draft202012Validator(schema).validate(doc)
     assert doc["workloads"][0]["class"]["source"] == "policy"
+
+
+# --- latencyObjectives.ttftSeconds: the objective the plan sizes for -------------------------------
+
+def test_a_policy_objective_is_what_the_headroom_is_judged_against() -> None:
+    from policies.replicas import ReplicaHistory, scaling_plan
+    from recommender.settings import ScalingSettings
+    from tests.test_replicas import DAY_ONLY, FC, series, with_capacity
+
+    # one replica at its configured 10 req/s; 4 of 100 steps at TTFT 3 s, the rest at 1 s
+    h = ReplicaHistory(60.0, series([10.0] * 100), series([3.0] * 4 + [1.0] * 96))
+    rt = m.Classification(WorkloadClass.REAL_TIME, 1.0, ("test",), "annotation")
+    assert ScalingSettings().ttft_objective_s < 3.0
+    default = scaling_plan(with_capacity(), h, rt, (FC,), DAY_ONLY)
+    policy = scaling_plan(with_capacity(), h, rt, (FC,), DAY_ONLY, constraints=WorkloadConstraints(
+        ttft_objective_s=5.0, source=BY))
+    assert isinstance(default, m.ScalingPlan) and isinstance(policy, m.ScalingPlan)
+    # default objective: 4 misses of 100 = 4x the 1% budget → 30% + 2 doublings x 10 points = 50%
+    assert default.headroom_frac == pytest.approx(0.50)
+    # 5 s: no step missed it → the class's 30%; target 10 x 0.7 = 7 → ceil(35 / 7) = 5 replicas
+    assert policy.headroom_frac == pytest.approx(0.30) and policy.recommended_replicas == 5
+    assert any(f"TTFT objective 5 s from latencyObjectives.ttftSeconds ({BY})" in r for r in policy.reasons)
+
+
+def test_a_policy_objective_classifies_over_the_annotation() -> None:
+    w = workload("s", whole_gpu(), annotations={"rightsizer.io/ttft-slo-seconds": "2"})
+    snap = snapshot([w], {m.FB_USED_MIB: {"s": 7000.0}, m.GR_ENGINE_ACTIVE_FRAC: {"s": 0.05}})
+    before = _plan(snap, None).classification
+    after = _plan(snap, WorkloadConstraints(ttft_objective_s=30.0, source=BY)).classification
+    assert before is not None and before.workload_class is WorkloadClass.REAL_TIME  # 2 s ≤ 10 s: real-time
+    assert after is not None and after.workload_class is WorkloadClass.NEAR_REAL_TIME  # 30 s > 10 s
+    assert any("TTFT p95 <= 30 s" in e for e in after.evidence)

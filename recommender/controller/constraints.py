@@ -1,5 +1,6 @@
 """What policy objects fix for the workloads they select (``classOverride``, ``bounds.smallestProfile`` /
-``largestProfile``), resolved before planning so the plan honours them (``run_once(constraints=)``).
+``largestProfile``, ``latencyObjectives.ttftSeconds``), resolved before planning so the plan honours them
+(``run_once(constraints=)``).
 
 Pure: policies and workloads in, constraints and one-line conflicts out. Two policies that select one
 workload with different constraints: the first by namespace/name wins, the other is told so.
@@ -31,7 +32,7 @@ def constraints_of(policy: Policy) -> WorkloadConstraints:
     spec = policy.spec
     cls = WorkloadClass(spec.class_override) if spec.class_override else None
     return WorkloadConstraints(cls, spec.bounds.smallest_profile, spec.bounds.largest_profile,
-                               f"policy {policy.key}")
+                               spec.latency_objectives.ttft_seconds, f"policy {policy.key}")
 
 
 def resolve_constraints(policies: Sequence[Policy], workloads: Iterable[Workload]) -> Resolved:
@@ -54,5 +55,5 @@ def resolve_constraints(policies: Sequence[Policy], workloads: Iterable[Workload
 def _lost(workloads: list[tuple[str, str]]) -> str:
     key, winner = workloads[0]
     more = f" (and {len(workloads) - 1} more)" if len(workloads) > 1 else ""
-    return (f"classOverride/bounds not applied to {key}{more}: {winner} also selects it with other "
+    return (f"classOverride/bounds/latencyObjectives not applied to {key}{more}: {winner} also selects it with other "
             "constraints and comes first by namespace/name")
