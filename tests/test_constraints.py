@@ -198,3 +198,19 @@ def test_a_policy_objective_classifies_over_the_annotation() -> None:
     assert before is not None and before.workload_class is WorkloadClass.REAL_TIME  # 2 s ≤ 10 s: real-time
     assert after is not None and after.workload_class is WorkloadClass.NEAR_REAL_TIME  # 30 s > 10 s
     assert any("TTFT p95 <= 30 s" in e for e in after.evidence)
+
+
+@pytest.mark.parametrize(("kind", "api_version", "problem"), [
+    ("Deployment", "apps/v1", None),
+    ("Job", None, None),  # optional: kind and name select
+    ("Job", "batch/v1", None),
+    ("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", None),
+    ("Job", "apps/v1", "apiVersion apps/v1 does not serve Job (its group is batch)"),
+    ("Deployment", "v1", "apiVersion v1 does not serve Deployment (its group is apps)"),  # the core group
+])
+def test_a_workload_refs_api_version_must_serve_its_kind(kind: str, api_version: str | None,
+                                                         problem: str | None) -> None:
+    ref = {"kind": kind, "name": "w"} | ({"apiVersion": api_version} if api_version else {})
+    p = parse_policy({"metadata": {"namespace": "ml", "name": "p"}, "spec": {"target": {"workloadRef": ref}}})
+    assert (p.spec is None) == (problem is not None)
+    assert problem is None or (p.problem is not None and problem in p.problem), p.problem
