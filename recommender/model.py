@@ -8,7 +8,7 @@ render a :class:`Plan`. Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -219,15 +219,17 @@ class Classification:
 @dataclass(frozen=True)
 class WorkloadConstraints:
     """What a policy object fixes for one workload before it is sized: its class, the MIG profiles it
-    may get (names as the policy wrote them, possibly another GPU model's) and its TTFT objective (p95,
-    seconds). ``source`` names the policy (``policy ns/name``) in every reason the constraint produces.
-    The report has none.
+    may get (names as the policy wrote them, possibly another GPU model's), its TTFT objective (p95,
+    seconds) and the replica counts its scaling advice stays within. ``source`` names the policy
+    (``policy ns/name``) in every reason the constraint produces. The report has none.
     """
 
     class_override: WorkloadClass | None = None
     smallest_profile: str | None = None
     largest_profile: str | None = None
     ttft_objective_s: float | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
     source: str = "policy"
 
     @property
@@ -236,8 +238,7 @@ class WorkloadConstraints:
 
     def same_as(self, other: WorkloadConstraints) -> bool:
         """Equal constraints, whoever set them."""
-        return (self.class_override, self.smallest_profile, self.largest_profile, self.ttft_objective_s) == \
-            (other.class_override, other.smallest_profile, other.largest_profile, other.ttft_objective_s)
+        return replace(self, source="") == replace(other, source="")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
+from policies.bounds import within_replica_bounds
 from policies.catalogue import Catalogue, load_catalogue
 from policies.modelcards import ModelCards, load_model_cards
 from policies.nodeplan import mig_demands, plan_nodes
@@ -72,12 +73,14 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
         recs = []
         for w in snapshot.workloads:
             found, notes = forecasts.get(w.ref.key, ((), ()))
-            ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found,
-                          fixed.get(w.ref.key))
+            c = fixed.get(w.ref.key)
+            ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found, c)
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
             history = history_from_snapshot(snapshot, w)
-            rec = with_scaling(rec, scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
-                                                 _carried(before, w, previous), fixed.get(w.ref.key)))
+            planned = scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
+                                   _carried(before, w, previous), c)
+            rec = with_scaling(rec, within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan)
+                               else planned)
             recs.append(with_right_sized_mean(rec, history, catalogue))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]

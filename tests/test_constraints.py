@@ -3,8 +3,11 @@ name is read on each GPU model, how bounds raise or refuse a profile, and run_on
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from policies.bounds import within_replica_bounds
 from policies.catalogue import load_catalogue
 from policies.mig import bounded_profile, resolve_bound
 from recommender import model as m
@@ -214,3 +217,25 @@ def test_a_workload_refs_api_version_must_serve_its_kind(kind: str, api_version:
     p = parse_policy({"metadata": {"namespace": "ml", "name": "p"}, "spec": {"target": {"workloadRef": ref}}})
     assert (p.spec is None) == (problem is not None)
     assert problem is None or (p.problem is not None and problem in p.problem), p.problem
+
+
+# --- bounds.minReplicas / maxReplicas: what the scaling advice stays within ------------------------
+
+PLAN = m.ScalingPlan("request_rate_per_s", 10.0, 7.0, 1, 6, 4, 0.0, 300, False, 0.3, None)  # min 1, max 6, 4
+TO_ZERO = replace(PLAN, min_replicas=0, scale_to_zero=True)
+
+
+@pytest.mark.parametrize(("plan", "lo", "hi", "expect", "says"), [
+    (PLAN, None, 3, (1, 3, 3, False), "recommended 4 → 3, max 6 → 3"),  # clamp(4) = 3; max(1, 1, clamp(6)) = 3
+    (PLAN, 2, None, (2, 4, 6, False), "min 1 → 2"),  # only the minimum moves
+    (PLAN, 5, 8, (5, 5, 6, False), "recommended 4 → 5, min 1 → 5"),  # max: max(5, 1, clamp(6) = 6) = 6
+    (PLAN, 0, 10, (1, 4, 6, False), "within bounds.minReplicas/maxReplicas 0..10"),
+    (TO_ZERO, 1, None, (1, 4, 6, False), "min 0 → 1, no scale to zero"),  # minReplicas ≥ 1 rules zero out
+    (TO_ZERO, 0, 2, (0, 2, 2, True), "recommended 4 → 2, max 6 → 2"),  # 0 allows scale-to-zero
+])
+def test_replica_bounds_clamp_the_scaling_advice(plan: m.ScalingPlan, lo: int | None, hi: int | None,
+                                                 expect: tuple[int, int, int, bool], says: str) -> None:
+    got = within_replica_bounds(plan, WorkloadConstraints(min_replicas=lo, max_replicas=hi, source=BY))
+    assert (got.min_replicas, got.recommended_replicas, got.max_replicas, got.scale_to_zero) == expect
+    assert got.reasons[-1].startswith("replicas ") and says in got.reasons[-1] and BY in got.reasons[-1]
+    assert within_replica_bounds(plan, WorkloadConstraints(class_override=WorkloadClass.BATCH)) == plan

@@ -7,31 +7,41 @@ import json
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from recommender import model as m
 from recommender.controller.constraints import Constrain
 from recommender.controller.loop import Controller
 from recommender.controller.records import RECOMMENDATION
 from recommender.pipeline import run_once
-from recommender.settings import Settings
-from tests.builders import END, snapshot, whole_gpu, workload
+from recommender.settings import ForecastSettings, Settings
+from tests.builders import END, index, snapshot, whole_gpu, workload
 from tests.controllerfixture import KEY, NAME, NS, deployment, policy
 from tests.kubewrite import WriteCluster
 
 SELECT = {"selector": {"matchLabels": {"app": NAME}}}
+SETTINGS = Settings(forecast=ForecastSettings(enabled=False))
 
 
-def _snapshot(fb_mib: float = 7000.0) -> m.Snapshot:
+def _snapshot(fb_mib: float = 7000.0, rate: bool = False) -> m.Snapshot:
     """The deployment's workload, real-time by annotation, using ``fb_mib`` and 5% of the SMs: at 7,000 MiB
-    × 1.15 = 8,050 MiB a 1g.10gb slice of its A100-80GB when nothing constrains it."""
-    w = workload(NAME, whole_gpu(), ns=NS, labels={"app": NAME}, annotations={"rightsizer.io/class": "real-time"})
-    return snapshot([w], {m.FB_USED_MIB: {NAME: fb_mib}, m.GR_ENGINE_ACTIVE_FRAC: {NAME: 0.05}})
+    × 1.15 = 8,050 MiB a 1g.10gb slice of its A100-80GB when nothing constrains it. With ``rate``, 4 days of
+    a daily wave of 2-8 requests/s, all within the objective: a scaling plan (3 replicas, min 2)."""
+    w = workload(NAME, whole_gpu(replicas=2), ns=NS, labels={"app": NAME},
+                 annotations={"rightsizer.io/class": "real-time"})
+    series: dict[str, dict[str, Any]] = {m.FB_USED_MIB: {NAME: fb_mib}, m.GR_ENGINE_ACTIVE_FRAC: {NAME: 0.05}}
+    if not rate:
+        return snapshot([w], series)
+    t = np.arange(len(index(4)), dtype=float)
+    series |= {m.REQUEST_RATE: {NAME: 5 + 3 * np.sin(2 * np.pi * t * 600 / 86_400)}, m.TTFT_P95_S: {NAME: 0.5}}
+    return snapshot([w], series, days=4)
 
 
-def _cycle(cluster: WriteCluster, fb_mib: float = 7000.0) -> Any:
+def _cycle(cluster: WriteCluster, fb_mib: float = 7000.0, rate: bool = False) -> Any:
     def planner(now: datetime, constrain: Constrain) -> tuple[m.Plan, m.Snapshot]:
         """What ``Cycle`` does after collecting: plan with the constraints of the workloads collected."""
-        snap = _snapshot(fb_mib)
-        return run_once(snap, Settings(), now, constraints=constrain(snap.workloads)), snap
+        snap = _snapshot(fb_mib, rate)
+        return run_once(snap, SETTINGS, now, constraints=constrain(snap.workloads)), snap
 
     return Controller(cluster.kube(), planner, clock=lambda: END).reconcile()
 
@@ -84,6 +94,19 @@ def test_largest_profile_below_the_need_leaves_the_whole_gpu() -> None:
         # to the whole GPU it holds
         assert shown["sharing"] == "exclusive" and "migProfile" not in shown
         assert any("above bounds.largestProfile 1g.10gb" in r for r in shown["reasons"]), shown["reasons"]
+
+
+def test_replica_bounds_hold_in_what_recommend_shows() -> None:
+    with WriteCluster([deployment(), policy("plain", {"target": SELECT, "mode": "Recommend"})]) as cluster:
+        assert _cycle(cluster, rate=True).errors == []
+        assert _shown(cluster, "plain")["replicas"] == 3  # the plan's own advice, over maxReplicas 2 below
+    spec = {"target": SELECT, "mode": "Recommend", "bounds": {"maxReplicas": 2}}
+    with WriteCluster([deployment(), policy("capped", spec)]) as cluster:
+        assert _cycle(cluster, rate=True).errors == []
+        shown = _shown(cluster, "capped")
+        assert shown["replicas"] == 2
+        annotation = json.loads(cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"][RECOMMENDATION])
+        assert annotation["replicas"] == 2
 
 
 def test_conflicting_policies_the_first_by_name_wins_and_the_other_says_so() -> None:

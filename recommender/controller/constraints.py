@@ -1,6 +1,5 @@
-"""What policy objects fix for the workloads they select (``classOverride``, ``bounds.smallestProfile`` /
-``largestProfile``, ``latencyObjectives.ttftSeconds``), resolved before planning so the plan honours them
-(``run_once(constraints=)``).
+"""What policy objects fix for the workloads they select (``classOverride``, ``latencyObjectives.ttftSeconds``
+and the ``bounds``), resolved before planning so the plan honours them (``run_once(constraints=)``).
 
 Pure: policies and workloads in, constraints and one-line conflicts out. Two policies that select one
 workload with different constraints: the first by namespace/name wins, the other is told so.
@@ -31,8 +30,9 @@ def constraints_of(policy: Policy) -> WorkloadConstraints:
     assert policy.spec is not None
     spec = policy.spec
     cls = WorkloadClass(spec.class_override) if spec.class_override else None
-    return WorkloadConstraints(cls, spec.bounds.smallest_profile, spec.bounds.largest_profile,
-                               spec.latency_objectives.ttft_seconds, f"policy {policy.key}")
+    b = spec.bounds
+    return WorkloadConstraints(cls, b.smallest_profile, b.largest_profile, spec.latency_objectives.ttft_seconds,
+                               b.min_replicas, b.max_replicas, f"policy {policy.key}")
 
 
 def resolve_constraints(policies: Sequence[Policy], workloads: Iterable[Workload]) -> Resolved:
@@ -55,5 +55,5 @@ def resolve_constraints(policies: Sequence[Policy], workloads: Iterable[Workload
 def _lost(workloads: list[tuple[str, str]]) -> str:
     key, winner = workloads[0]
     more = f" (and {len(workloads) - 1} more)" if len(workloads) > 1 else ""
-    return (f"classOverride/bounds/latencyObjectives not applied to {key}{more}: {winner} also selects it with other "
+    return (f"classOverride/latencyObjectives/bounds not applied to {key}{more}: {winner} also selects it with other "
             "constraints and comes first by namespace/name")
