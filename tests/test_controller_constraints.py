@@ -119,3 +119,23 @@ def test_conflicting_policies_the_first_by_name_wins_and_the_other_says_so() -> 
         assert _shown(cluster, "a-first")["migProfile"] == _shown(cluster, "b-second")["migProfile"] == "2g.20gb"
         (cond,) = cluster.obj("GPURightsizingPolicy", NS, "b-second")["status"]["conditions"]
         assert "not applied" in cond["message"] and f"policy {NS}/a-first" in cond["message"]
+
+
+def test_the_cycle_plans_with_the_constraints_of_the_workloads_it_collected() -> None:
+    """``rightsizer controller``'s plan function: collect (the bundled demo here), then constrain and plan."""
+    import recommender.cli  # noqa: F401  (cli_controller needs main's helpers loaded first)
+    from recommender.cli_controller import Cycle
+    from recommender.planstore import PlanStore
+
+    seen: list[str] = []
+
+    def constrain(workloads: Any) -> dict[str, m.WorkloadConstraints]:
+        seen.extend(w.ref.key for w in workloads)
+        return {seen[0]: m.WorkloadConstraints(m.WorkloadClass.BATCH, source="policy demo/p")}
+
+    plan, snap = Cycle("demo", None, SETTINGS, PlanStore())(END, constrain)
+    assert seen == [w.ref.key for w in snap.workloads] and len(seen) > 1
+    classes = {r.ref.key: r.classification for r in plan.recommendations}
+    first = classes[seen[0]]
+    assert first is not None and (first.workload_class, first.source) == (m.WorkloadClass.BATCH, "policy")
+    assert all(c is not None and c.source != "policy" for k, c in classes.items() if k != seen[0])
