@@ -71,7 +71,7 @@ class Controller:
                 report.errors.append(self.elector.last_error)
             return report
         report.leader = True
-        objs = self._policies(report)  # before planning: their classOverride and profile bounds shape the plan
+        objs = self._policies(report)  # before planning: their class, objective and bounds shape the plan
         policies = [parse_policy(o) for o in objs]
         try:
             plan, snap = self.plan_fn(report.at, lambda ws: resolve_constraints(policies, ws).constraints)
@@ -126,7 +126,7 @@ class Controller:
         for r in targets:
             self._note(self._act(policy, mode, r, snap, now, shown.get(r.ref.key)), report, actions)
         found = "no workload matches the target" if not targets else f"{len(targets)} workload(s) targeted"
-        if lost:  # another policy's classOverride/bounds won for a workload both select
+        if lost:  # another policy's constraints won for a workload both select
             found += f"; {lost}"
             report.errors.append(f"policy {policy.key}: {lost}")
         status["conditions"] = [rec.condition("Valid", True, "Accepted", found, now)]
