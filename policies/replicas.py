@@ -34,7 +34,15 @@ from sklearn.isotonic import IsotonicRegression
 from recommender import model as m
 from recommender.features import after_zero, last_window, split_at
 from recommender.forecast import upper_band
-from recommender.model import Classification, Forecast, ScalingPlan, Snapshot, Workload, WorkloadClass
+from recommender.model import (
+    Classification,
+    Forecast,
+    ScalingPlan,
+    Snapshot,
+    Workload,
+    WorkloadClass,
+    WorkloadConstraints,
+)
 from recommender.settings import ScalingSettings
 from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION, ttft_objective_from
 from recommender.timestamps import parse_time
@@ -103,8 +111,8 @@ def _shape_note(workload: Workload, history: ReplicaHistory, min_steps: int) -> 
 
 
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
-                 forecasts: Sequence[Forecast], settings: ScalingSettings, previous: ScalingPlan | None = None
-                 ) -> ScalingPlan | NoScalingPlan:
+                 forecasts: Sequence[Forecast], settings: ScalingSettings, previous: ScalingPlan | None = None,
+                 constraints: WorkloadConstraints | None = None) -> ScalingPlan | NoScalingPlan:
     """Replica bounds and autoscaler parameters for one workload, or why there are none.
 
     ``previous`` is this workload's plan from the last cycle, where a loop keeps one: a capacity that is
@@ -112,7 +120,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     first cycle after a restart) the capacity the controller recorded on the workload stands in for it."""
     cls = classification.workload_class if classification else WorkloadClass.REAL_TIME
     why = [] if classification else ["no class: sized as real-time (the most headroom)"]
-    objective_s, note = ttft_objective(workload, settings)
+    objective_s, note = ttft_objective(workload, settings, constraints)
     carried = (previous.per_replica_capacity, f"the previous plan's ({previous.capacity_source})") if previous \
         else recorded_capacity(workload)
     why += _shape_note(workload, history, settings.min_capacity_steps)
@@ -221,8 +229,13 @@ def replicas_for(demand: float, target_per_replica: float) -> int:
     return max(1, math.ceil(demand / target_per_replica - 1e-9))
 
 
-def ttft_objective(workload: Workload, settings: ScalingSettings) -> tuple[float, str]:
-    """The TTFT objective (seconds) from the annotation, else the settings' default, and where it came from."""
+def ttft_objective(workload: Workload, settings: ScalingSettings, constraints: WorkloadConstraints | None = None
+                   ) -> tuple[float, str]:
+    """The TTFT objective (seconds) from a policy's ``latencyObjectives``, else the annotation, else the
+    settings' default, and where it came from."""
+    if constraints is not None and constraints.ttft_objective_s is not None:
+        return constraints.ttft_objective_s, (f"TTFT objective {constraints.ttft_objective_s:g} s from "
+                                              f"latencyObjectives.ttftSeconds ({constraints.source})")
     value, notes = ttft_objective_from(workload.annotations)
     if value is not None:
         return value, f"TTFT objective {value:g} s from {TTFT_OBJECTIVE_ANNOTATION}"

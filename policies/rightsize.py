@@ -13,7 +13,7 @@ from policies.compute import compute_need
 from policies.estimators import confidence
 from policies.mechanism import mechanisms
 from policies.memory import MemoryNeed, memory_need
-from policies.mig import missed_too_often, smallest_profile
+from policies.mig import bounded_profile, missed_too_often
 from policies.modelcards import ModelCards
 from policies.registry import register_policy
 from policies.replicas import ttft_objective
@@ -29,6 +29,7 @@ from recommender.model import (
     VllmArgs,
     Workload,
     WorkloadClass,
+    WorkloadConstraints,
 )
 from recommender.settings import Settings
 
@@ -46,6 +47,7 @@ class Context:
     cards: ModelCards
     classification: Classification | None = None
     forecasts: tuple[Forecast, ...] = ()
+    constraints: WorkloadConstraints | None = None  # a policy object's, in the controller
 
 
 def _none(ctx: Context, *reasons: str, risk: str = "low") -> Recommendation:
@@ -130,14 +132,18 @@ def _mig(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None, base: Allo
     if not gpu.supports_mig or not ctx.settings.policy.allow_mig:
         return f"{gpu.key} has no MIG" if not gpu.supports_mig else "MIG not allowed by settings"
     need_frac = comp.target if comp else 1.0
-    prof = smallest_profile(gpu, mem.target, need_frac)
+    choice = bounded_profile(gpu, mem.target, need_frac, ctx.constraints)
+    prof, bounds = choice.profile, "".join(f"; {r}" for r in choice.reasons)
+    if prof is None and choice.reasons:
+        return "; ".join(choice.reasons)
     if prof is None or gpu.share(prof) >= 1.0:
-        return "no MIG slice smaller than the GPU holds the need"
+        return "no MIG slice smaller than the GPU holds the need" + bounds
     mig = replace(base, sharing=Sharing.MIG, gpus=0, mig_profile=prof.name, mig_count=1,
                   device_memory_mib=prof.usable_mib, gpu_equivalents=gpu.share(prof))
     est = "" if prof.usable_verified else " (usable memory estimated from the name: unverified)"
-    return mig, (f"MIG {prof.name}: smallest {gpu.key} slice with ≥ {mem.target:,.0f} MiB "
-                 f"({prof.usable_mib:,.0f} usable{est}) and ≥ {need_frac:.2f} GPU of compute"), prof
+    which = f"{gpu.key} slice" if choice.raised_from else f"smallest {gpu.key} slice"
+    return mig, (f"MIG {prof.name}: {which} with ≥ {mem.target:,.0f} MiB "
+                 f"({prof.usable_mib:,.0f} usable{est}) and ≥ {need_frac:.2f} GPU of compute{bounds}"), prof
 
 
 def _fraction(ctx: Context, mech: str, gpu: GpuModel, mem: Bound, comp: Bound | None, base: Allocation
@@ -187,7 +193,7 @@ def _missed_objective(ctx: Context, cls: WorkloadClass | None) -> str | None:
     collected against the fleet's TTFT objective, so a service annotated with another objective is not judged
     on it."""
     s = ctx.settings.scaling
-    objective, _ = ttft_objective(ctx.workload, s)
+    objective, _ = ttft_objective(ctx.workload, s, ctx.constraints)
     if cls is WorkloadClass.BATCH or objective != s.ttft_objective_s or s.whole_gpu_over_budget is None:
         return None
     bar = (f"over the {objective:g} s TTFT objective", f"over {s.whole_gpu_over_budget:g}× the error budget "

@@ -2,6 +2,7 @@
 
 Order of precedence (the first that applies decides; see recommender/CLASSES.md for users):
 
+0. ``policy``: a GPURightsizingPolicy's ``classOverride`` (controller only; :func:`overridden`, confidence 1.0).
 1. ``annotation``: ``rightsizer.io/class`` on the workload, always (confidence 1.0).
 2. ``rule``: strong evidence that needs no statistics: a latency objective, a Job or CronJob owner,
    requests left waiting for an hour, a GPU run flat out at the same time every day and idle between.
@@ -226,6 +227,12 @@ def _too_little(shape: DemandShape) -> str | None:
     if (s.idle_frac or 0) >= 1:
         return f"no demand in {s.points} points of {shape.demand_metric}"
     return None
+
+
+def overridden(cls: WorkloadClass, source: str) -> Classification:
+    """A policy's ``classOverride`` (``source``: ``policy ns/name``): certain, and it wins over the
+    ``rightsizer.io/class`` annotation, so the classifier is not asked."""
+    return Classification(cls, 1.0, (f"classOverride {cls.value} in {source}: not classified",), "policy")
 
 
 def classify(workload: Workload, shape: DemandShape, model: ClassModel | None = None) -> Classification:

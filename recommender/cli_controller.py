@@ -21,6 +21,7 @@ from recommender.errors import RightsizerError
 from recommender.settings import KubernetesSettings, MechanismSettings, Settings
 
 if TYPE_CHECKING:
+    from recommender.controller.constraints import Constrain
     from recommender.planstore import PlanStore
 
 
@@ -140,7 +141,8 @@ class Cycle:
         self.cache = UsageCache()
         self.said: frozenset[str] = frozenset()
 
-    def __call__(self, now: datetime) -> Any:
+    def __call__(self, now: datetime, constrain: Constrain) -> Any:
+        """Collect, then plan with the policies' constraints on the workloads collected."""
         from recommender.app import RichProgress, collect
         from recommender.pipeline import run_once
 
@@ -148,7 +150,8 @@ class Cycle:
             snap = collect(self.source, self.path, self.settings, now, self.cache, progress)
         self.said = frozenset(progress.said)
         last = self.store.latest()
-        return run_once(snap, self.settings, now, previous=last.plan if last else None), snap
+        return run_once(snap, self.settings, now, previous=last.plan if last else None,
+                        constraints=constrain(snap.workloads)), snap
 
 
 def _read_config(path: str) -> dict[str, Any]:

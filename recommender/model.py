@@ -8,7 +8,7 @@ render a :class:`Plan`. Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -208,14 +208,40 @@ class WorkloadClass(StrEnum):
 class Classification:
     """A workload's class with how sure we are and why, in words.
 
-    ``source`` is ``annotation`` (the user said so: always wins), ``rule`` (strong evidence such as
-    a Job or CronJob owner) or ``model`` (the scikit-learn classifier over the demand shape).
+    ``source`` is ``policy`` (a GPURightsizingPolicy's ``classOverride``: wins over everything),
+    ``annotation`` (the user said so on the workload), ``rule`` (strong evidence such as a Job or CronJob
+    owner) or ``model`` (the scikit-learn classifier over the demand shape).
     """
 
     workload_class: WorkloadClass
     confidence: float  # 0-1
     evidence: tuple[str, ...]
     source: str
+
+
+@dataclass(frozen=True)
+class WorkloadConstraints:
+    """What a policy object fixes for one workload before it is sized: its class, the MIG profiles it
+    may get (names as the policy wrote them, possibly another GPU model's), its TTFT objective (p95,
+    seconds) and the replica counts its scaling advice stays within. ``source`` names the policy
+    (``policy ns/name``) in every reason the constraint produces. The report has none.
+    """
+
+    class_override: WorkloadClass | None = None
+    smallest_profile: str | None = None
+    largest_profile: str | None = None
+    ttft_objective_s: float | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    source: str = "policy"
+
+    @property
+    def empty(self) -> bool:
+        return self.same_as(WorkloadConstraints())
+
+    def same_as(self, other: WorkloadConstraints) -> bool:
+        """Equal constraints, whoever set them."""
+        return replace(self, source="") == replace(other, source="")
 
 
 @dataclass(frozen=True)

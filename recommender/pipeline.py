@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
+from policies.bounds import within_replica_bounds
 from policies.catalogue import Catalogue, load_catalogue
 from policies.modelcards import ModelCards, load_model_cards
 from policies.nodeplan import mig_demands, plan_nodes
@@ -15,12 +16,21 @@ from policies.registry import get_policy
 from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
 from policies.rightsize import Context
 from policies.savings import summarize, with_money, with_right_sized_mean
-from recommender.classify import classify, load_class_model
+from recommender.classify import classify, load_class_model, overridden
 from recommender.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.errors import NoWorkloadsError
 from recommender.features import WorkloadFeatures, workload_features
 from recommender.forecast import NotEnoughHistory, forecast_series
-from recommender.model import Classification, Forecast, Plan, Recommendation, ScalingPlan, Snapshot, Workload
+from recommender.model import (
+    Classification,
+    Forecast,
+    Plan,
+    Recommendation,
+    ScalingPlan,
+    Snapshot,
+    Workload,
+    WorkloadConstraints,
+)
 from recommender.settings import ForecastSettings, Settings
 from recommender.shape import demand_shape
 
@@ -33,10 +43,12 @@ def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
 
 
 def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
-             catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None
-             ) -> Plan:
+             catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
+             constraints: Mapping[str, WorkloadConstraints] | None = None) -> Plan:
     """One pass of the pipeline over a snapshot. ``now`` is the plan's timestamp (no clock inside).
-    ``previous`` is the last cycle's plan in a loop: its scaling plans carry capacity forward."""
+    ``previous`` is the last cycle's plan in a loop: its scaling plans carry capacity forward.
+    ``constraints`` (workload key → a policy object's class and MIG bounds) come from the controller; the
+    report has none."""
     if not snapshot.workloads:
         scope = ", ".join(settings.namespaces) or "all namespaces"
         raise NoWorkloadsError(f"no GPU workloads found in {scope}")
@@ -52,7 +64,8 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
             for w in snapshot.workloads
         }
     with _timed(timings, "classify"):
-        classes = _classes(snapshot)
+        fixed = constraints or {}
+        classes = _classes(snapshot, fixed)
     with _timed(timings, "forecast"):
         forecasts = _forecasts(snapshot, settings)
     before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
@@ -60,11 +73,14 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
         recs = []
         for w in snapshot.workloads:
             found, notes = forecasts.get(w.ref.key, ((), ()))
-            ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found)
+            c = fixed.get(w.ref.key)
+            ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found, c)
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
             history = history_from_snapshot(snapshot, w)
-            rec = with_scaling(rec, scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
-                                                 _carried(before, w, previous)))
+            planned = scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
+                                   _carried(before, w, previous), c)
+            rec = with_scaling(rec, within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan)
+                               else planned)
             recs.append(with_right_sized_mean(rec, history, catalogue))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
@@ -87,9 +103,16 @@ def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous
     return before.get(workload.ref.key)
 
 
-def _classes(snapshot: Snapshot) -> dict[str, Classification]:
+def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints]) -> dict[str, Classification]:
+    """Each workload's class: a policy's ``classOverride`` where one is set, else the classifier's."""
     model = load_class_model()
-    return {w.ref.key: classify(w, demand_shape(snapshot, w), model) for w in snapshot.workloads}
+    out = {}
+    for w in snapshot.workloads:
+        c = fixed.get(w.ref.key)
+        objective_s = c.ttft_objective_s if c else None
+        out[w.ref.key] = (classify(w, demand_shape(snapshot, w, objective_s), model)
+                          if c is None or c.class_override is None else overridden(c.class_override, c.source))
+    return out
 
 
 def _forecasts(snapshot: Snapshot, settings: Settings) -> dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]]:

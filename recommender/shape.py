@@ -272,12 +272,13 @@ def ttft_objective_from(annotations: Mapping[str, str]) -> tuple[float | None, t
     return value, ()
 
 
-def demand_shape(snapshot: Snapshot, workload: Workload) -> DemandShape:
-    """The demand shape of one workload from its preferred demand series, its queue and its metadata."""
+def demand_shape(snapshot: Snapshot, workload: Workload, objective_s: float | None = None) -> DemandShape:
+    """The demand shape of one workload from its preferred demand series, its queue and its metadata.
+    ``objective_s``: a policy's TTFT objective, over the annotation's."""
     metric, series = next(((mt, s) for mt in DEMAND_METRICS
                            if (s := snapshot.series(mt, workload.ref)) is not None), (None, None))
     annotations = workload.annotations
-    objective_s, notes = ttft_objective_from(annotations)
+    objective_s, notes = (objective_s, ()) if objective_s is not None else ttft_objective_from(annotations)
     queue = queue_shape(snapshot.series(m.REQUESTS_WAITING, workload.ref),
                         snapshot.series(m.TTFT_P95_S, workload.ref), objective_s, snapshot.step_s)
     share, prompt_rate, gen_rate = _token_mix(snapshot, workload)

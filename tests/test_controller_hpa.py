@@ -48,7 +48,7 @@ def scaled_object(name: str = f"{NAME}-so") -> dict[str, Any]:
 
 
 def run(cluster: WriteCluster, r: Any = None, kube: Kube | None = None) -> Report:
-    return Controller(kube or cluster.kube(), lambda now: (plan(r or recommendation(), now=now),
+    return Controller(kube or cluster.kube(), lambda now, _: (plan(r or recommendation(), now=now),
                                                            snapshot(now, .3, .3)), clock=lambda: NOW).reconcile()
 
 

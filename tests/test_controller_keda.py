@@ -36,7 +36,7 @@ def scaled_object(name: str = NAME, kind: str | None = None, lo: int | None = 1,
 
 
 def run(cluster: WriteCluster, kube: Kube | None = None) -> Any:
-    return Controller(kube or cluster.kube(), lambda now: (plan(now=now), snapshot(now, .3, .3)),
+    return Controller(kube or cluster.kube(), lambda now, _: (plan(now=now), snapshot(now, .3, .3)),
                       clock=lambda: NOW).reconcile()
 
 
@@ -88,7 +88,7 @@ def test_keda_min_max_force_at_most_one_step_of_replicas(replicas: int, rec_min:
     r = replace(r, scaling=replace(r.scaling, min_replicas=rec_min, max_replicas=rec_max))
     with WriteCluster([deployment(replicas=replicas), scaled_object(), policy("auto", auto_spec())],
                       crds=["ScaledObject"]) as cluster:
-        report = Controller(cluster.kube(), lambda now: (plan(r, now=now), snapshot(now, .3, .3)),
+        report = Controller(cluster.kube(), lambda now, _: (plan(r, now=now), snapshot(now, .3, .3)),
                             clock=lambda: NOW).reconcile()
         assert [o.status for o in report.outcomes] == ["applied"], report
         so = cluster.obj("ScaledObject", NS, f"{NAME}-so")["spec"]
@@ -145,7 +145,7 @@ def report_triggers(rate: str, waiting: str) -> list[dict[str, Any]]:
 def test_the_report_triggers_thresholds_follow_the_plan_and_roll_back() -> None:
     so = scaled_object(triggers=report_triggers("5", "10"))
     with WriteCluster([deployment(), so, policy("auto", auto_spec())], crds=["ScaledObject"]) as cluster:
-        report = Controller(cluster.kube(), lambda now: (plan(with_queue_trigger(), now=now), snapshot(now, .3, .3)),
+        report = Controller(cluster.kube(), lambda now, _: (plan(with_queue_trigger(), now=now), snapshot(now, .3, .3)),
                             clock=lambda: NOW).reconcile()
         assert [o.status for o in report.outcomes] == ["applied"], report
         assert "keda threshold (vllm:request_success_total): 5 → 7" in report.outcomes[0].message
@@ -187,7 +187,7 @@ def test_a_threshold_moves_the_hpa_by_at_most_one_step_of_replicas_at_todays_loa
         rate: str, waiting: str, expect: list[str]) -> None:
     so = scaled_object(triggers=report_triggers(rate, waiting))
     with WriteCluster([deployment(), so, policy("auto", auto_spec())], crds=["ScaledObject"]) as cluster:
-        report = Controller(cluster.kube(), lambda now: (plan(with_queue_trigger(), now=now), snapshot(now, .3, .3)),
+        report = Controller(cluster.kube(), lambda now, _: (plan(with_queue_trigger(), now=now), snapshot(now, .3, .3)),
                             clock=lambda: NOW).reconcile()
         assert [o.status for o in report.outcomes] == ["applied"], report
         live = cluster.obj("ScaledObject", NS, f"{NAME}-so")["spec"]["triggers"]

@@ -258,7 +258,7 @@ def test_a_lease_lost_mid_cycle_ends_the_cycles_writes_as_one_line_errors() -> N
     with WriteCluster([deployment(), policy("auto", auto_spec())]) as cluster:
         elector = LeaderElector(cluster.kube(), LEASE_NS, LEASE, "a", TIMING, clock=lambda: at[0])
 
-        def slow_plan(now: datetime) -> Any:
+        def slow_plan(now: datetime, _: object) -> Any:
             at[0] += timedelta(seconds=TIMING.renew_deadline_s)  # planning outlasts the fence, no renewal
             return plan(now=now), snapshot(now, 0.3, 0.3)
 

@@ -27,7 +27,7 @@ def test_a_follower_controller_does_not_act() -> None:
 
         def make(identity: str) -> Controller:
             electors[identity] = LeaderElector(cluster.kube(), NS, "leader", identity, clock=lambda: at[0])
-            return Controller(cluster.kube(), lambda now: (plan(now=now), snapshot(now, 0.3, 0.3)),
+            return Controller(cluster.kube(), lambda now, _: (plan(now=now), snapshot(now, 0.3, 0.3)),
                               clock=lambda: at[0], elector=electors[identity])
         first, second = make("a"), make("b")
         assert electors["a"].tick() is True and electors["b"].tick() is False
@@ -55,7 +55,7 @@ def test_rollback_after_a_ttft_regression(after_s: float, rolled_back: bool) -> 
         snaps = {NOW: snapshot(NOW, 0.3, 0.3)}
         later = NOW + timedelta(minutes=5)
         snaps[later] = snapshot(later, 0.3, after_s, change_at=change_at)
-        ctl = Controller(cluster.kube(), lambda now: (plan(now=now), snaps[now]), clock=lambda: at[0])
+        ctl = Controller(cluster.kube(), lambda now, _: (plan(now=now), snaps[now]), clock=lambda: at[0])
         assert [o.status for o in ctl.reconcile().outcomes] == ["applied"]
         at[0] = later
         report = ctl.reconcile()

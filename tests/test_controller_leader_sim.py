@@ -84,7 +84,7 @@ class Replica:
             # kmock keeps every request and gets slower with each one kept; these tests never read them
             self.sim.cluster.call(lambda km: km._requests.clear())
 
-    def _plan_fn(self, now: datetime) -> tuple[m.Plan, m.Snapshot]:
+    def _plan_fn(self, now: datetime, _: object) -> tuple[m.Plan, m.Snapshot]:
         event = self.during_plan.get(len(self.reports))
         if event is not None:
             event(self)

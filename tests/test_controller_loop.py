@@ -22,7 +22,7 @@ NOW = pf.END
 
 
 def controller(kube: Kube, at: list[datetime], p: Any = None, snap: Any = None, **kw: Any) -> Controller:
-    return Controller(kube, lambda now: (p or plan(now=now), snap or snapshot(now, 0.3, 0.3)),
+    return Controller(kube, lambda now, _: (p or plan(now=now), snap or snapshot(now, 0.3, 0.3)),
                       clock=lambda: at[0], **kw)
 
 

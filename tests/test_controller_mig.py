@@ -38,7 +38,7 @@ def test_restarted_controllers_carry_a_mig_change_through_to_success() -> None:
             "allowedMechanisms": ["mig-node"], "maintenanceWindows": WINDOW}
     with WriteCluster([*cluster_objects(), policy("mig", spec)]) as cluster:
         def fresh(at: datetime) -> Controller:  # a new controller process each time: state only on the node
-            return Controller(cluster.kube(), lambda now: (plan(now=now, mig_nodes=(nplan,)), snapshot(now, .3, .3)),
+            return Controller(cluster.kube(), lambda now, _: (plan(now=now, mig_nodes=(nplan,)), snapshot(now, .3, .3)),
                               clock=lambda: at, mig=FAST)
         assert fresh(T0 - timedelta(hours=1)).reconcile().mig == [f"{NODE}: waiting-window: MIG config all-disabled"
                                                                    " → custom-a waits for a maintenance window"]
@@ -105,7 +105,7 @@ def test_planning_failing_for_hours_does_not_keep_a_node_cordoned_past_its_deadl
     """Prometheus goes down mid-drain: no plan for hours, yet the node is reverted at its deadline."""
     from recommender.errors import PrometheusError
 
-    def no_plan(now: datetime) -> tuple[m.Plan, m.Snapshot]:
+    def no_plan(now: datetime, _: object) -> tuple[m.Plan, m.Snapshot]:
         raise PrometheusError("Prometheus at http://prom:9090 did not answer")
 
     with WriteCluster(cluster_objects()) as cluster:

@@ -29,7 +29,7 @@ def opted(mode: str, name: str = NAME) -> dict[str, Any]:
 def controller(cluster: WriteCluster, at: list[datetime], recs: list[m.Recommendation] | None = None,
                **kw: Any) -> Controller:
     chosen = recs or [recommendation(), recommendation(OTHER)]
-    return Controller(cluster.kube(), lambda now: (plan(*chosen, now=now), snapshot(now, .3, .3)),
+    return Controller(cluster.kube(), lambda now, _: (plan(*chosen, now=now), snapshot(now, .3, .3)),
                       clock=lambda: at[0], **kw)
 
 

@@ -94,7 +94,7 @@ def test_an_oom_kill_or_preemption_after_an_auto_change_rolls_it_back(status: di
     dep = deployment()
     other = pods_of(deployment("mistral-7b"), 1)[0]  # another workload's pod: never counted
     with WriteCluster([dep, *pods_of(dep), other, policy("auto", auto_spec())]) as cluster:
-        ctl = Controller(cluster.kube(), lambda now: (plan(now=now), snapshot(now, .3, .3)), clock=lambda: at[0])
+        ctl = Controller(cluster.kube(), lambda now, _: (plan(now=now), snapshot(now, .3, .3)), clock=lambda: at[0])
         assert [o.status for o in ctl.reconcile().outcomes] == ["applied"]
         record = json.loads(cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"][LAST_CHANGE])
         assert record["pods"]["terminations"] == {f"{NAME}-0/vllm": 0, f"{NAME}-1/vllm": 0}
@@ -115,7 +115,7 @@ def test_an_oom_kill_from_before_the_change_or_elsewhere_does_not_roll_back(wher
     if where == "before the change":
         pods[1]["status"]["containerStatuses"] = [oomed(2, NOW - timedelta(minutes=30))]
     with WriteCluster([dep, *pods, other, policy("auto", auto_spec())]) as cluster:
-        ctl = Controller(cluster.kube(), lambda now: (plan(now=now), snapshot(now, .3, .3)), clock=lambda: at[0])
+        ctl = Controller(cluster.kube(), lambda now, _: (plan(now=now), snapshot(now, .3, .3)), clock=lambda: at[0])
         assert [o.status for o in ctl.reconcile().outcomes] == ["applied"]
         if where == "in another workload":
             cluster.edit("Pod", NS, "mistral-7b-0", {"status": {"containerStatuses": [oomed(1, LATER)]}})

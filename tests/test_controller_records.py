@@ -47,7 +47,7 @@ IMAGE_SWAP = {"kind": "Deployment", "namespace": "kube-system", "name": "coredns
 
 
 def controller(cluster: WriteCluster, at: list[Any], **kw: Any) -> Controller:
-    return Controller(cluster.kube(), lambda now: (plan(now=now), snapshot(now, 0.3, 0.3)), clock=lambda: at[0],
+    return Controller(cluster.kube(), lambda now, _: (plan(now=now), snapshot(now, 0.3, 0.3)), clock=lambda: at[0],
                       keys=StaticKeys(SIGNER), **kw)
 
 
@@ -159,7 +159,7 @@ def test_a_rotated_key_refuses_old_records_until_the_old_key_is_kept_beside_it()
 def test_without_a_signing_key_auto_writes_nothing_and_says_so_once_a_cycle() -> None:
     with WriteCluster([deployment(), policy("auto", auto_spec())]) as c:
         c.fail("POST", "/secrets$", 403)
-        ctl = Controller(c.kube(), lambda now: (plan(now=now), snapshot(now, 0.3, 0.3)), clock=lambda: NOW)
+        ctl = Controller(c.kube(), lambda now, _: (plan(now=now), snapshot(now, 0.3, 0.3)), clock=lambda: NOW)
         report = ctl.reconcile()
         assert [o.status for o in report.outcomes] == ["failed"] and "never written without its signed record" \
             in report.outcomes[0].message
@@ -170,7 +170,7 @@ def test_without_a_signing_key_auto_writes_nothing_and_says_so_once_a_cycle() ->
 
 def test_the_controller_makes_its_key_once_and_never_echoes_it() -> None:
     with WriteCluster([deployment(), policy("auto", auto_spec())]) as c:
-        report = Controller(c.kube(), lambda now: (plan(now=now), snapshot(now, 0.3, 0.3)),
+        report = Controller(c.kube(), lambda now, _: (plan(now=now), snapshot(now, 0.3, 0.3)),
                             clock=lambda: NOW).reconcile()
         assert [o.status for o in report.outcomes] == ["applied"]
         data = c.obj("Secret", "gpu-rightsizer", SIGNING_SECRET)["data"]

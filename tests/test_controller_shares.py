@@ -58,7 +58,7 @@ def container_of(obj: dict[str, Any]) -> dict[str, Any]:
 
 def reconcile_applied(cluster: WriteCluster, rec: Any) -> Any:
     """One Auto cycle planning ``rec`` against the cluster, which must apply it; its report."""
-    report = Controller(cluster.kube(), lambda now: (plan(rec, now=now), snapshot(now, .3, .3)),
+    report = Controller(cluster.kube(), lambda now, _: (plan(rec, now=now), snapshot(now, .3, .3)),
                         clock=lambda: NOW).reconcile()
     assert [o.status for o in report.outcomes] == ["applied"], report
     return report
@@ -154,7 +154,7 @@ def _their_limits() -> dict[str, Any]:
 def test_a_concurrent_edit_of_the_hami_limits_fails_the_patch_and_keeps_theirs() -> None:
     with WriteCluster([deployment(limits=HAMI_NOW), policy("hami", spec_for("hami", "replicas"))]) as cluster:
         kube = EditedMidway(cluster, "Deployment", NS, NAME, _their_limits())
-        report = Controller(kube, lambda now: (plan(hami_rec(), now=now), snapshot(now, .3, .3)),
+        report = Controller(kube, lambda now, _: (plan(hami_rec(), now=now), snapshot(now, .3, .3)),
                             clock=lambda: NOW).reconcile()
         assert [o.status for o in report.outcomes] == ["conflict"]
         obj = cluster.obj("Deployment", NS, NAME)
@@ -333,7 +333,7 @@ def _cluster_objects(unshared_free: int | None, before: dict[str, Any]) -> list[
 
 
 def _mps_cycle(cluster: WriteCluster) -> Any:
-    return Controller(cluster.kube(), lambda now: (plan(whole_rec(Sharing.MPS), now=now), snapshot(now, .3, .3)),
+    return Controller(cluster.kube(), lambda now, _: (plan(whole_rec(Sharing.MPS), now=now), snapshot(now, .3, .3)),
                       clock=lambda: NOW, exclusive_nodes=UNSHARED).reconcile()
 
 

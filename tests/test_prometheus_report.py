@@ -196,9 +196,9 @@ def test_controller_cycles_after_the_first_read_only_new_steps_and_plan_as_a_fre
     s = Settings(history_s=2 * 86_400, prometheus=PrometheusSettings(url=cluster.url),
                  kubernetes=KubernetesSettings(enabled=False))
     cycle = Cycle("prometheus", None, s, PlanStore())
-    cycle(cluster.end - timedelta(hours=3))
+    cycle(cluster.end - timedelta(hours=3), lambda _: {})
     full_at = cycle.cache.full_s
-    plan, snap = cycle(cluster.end)
+    plan, snap = cycle(cluster.end, lambda _: {})
     assert cycle.cache.full_s == full_at < cycle.cache.last_s  # the second cycle joined new steps to kept ones
     fresh = collect("prometheus", None, s, cluster.end)
     assert set(snap.usage) == set(fresh.usage)
@@ -212,9 +212,9 @@ def test_controller_cycles_log_a_standing_note_once_and_the_query_counts_every_c
     s = Settings(history_s=86_400, prometheus=PrometheusSettings(url=cluster.url),
                  kubernetes=KubernetesSettings(enabled=False))
     cycle = Cycle("prometheus", None, s, PlanStore())
-    cycle(cluster.end - timedelta(hours=1))
+    cycle(cluster.end - timedelta(hours=1), lambda _: {})
     first = capsys.readouterr().err
-    cycle(cluster.end)
+    cycle(cluster.end, lambda _: {})
     second = capsys.readouterr().err
     note = "no replica counts"  # the shared cluster has owners but no kube-state-metrics replica counts
     assert note in first and note not in second

@@ -19,6 +19,7 @@ from typing import Any
 from recommender.controller import records as rec
 from recommender.controller.actuator import Actuator, Outcome, Request
 from recommender.controller.changes import ACTUATED_KINDS, ObjectRef, desired_from
+from recommender.controller.constraints import Constrain, resolve_constraints
 from recommender.controller.guardrails import health_from, pod_counts_since, regressions
 from recommender.controller.kube import Kube, KubeFailure, NotFound
 from recommender.controller.leader import LeaderElector
@@ -31,7 +32,7 @@ from recommender.planstore import PlanStore
 from recommender.settings import MechanismSettings
 
 log = logging.getLogger("rightsizer.controller")
-PlanFn = Callable[[datetime], tuple[Plan, Snapshot]]
+PlanFn = Callable[[datetime, Constrain], tuple[Plan, Snapshot]]  # now, the policies' constraints → plan
 MAX_ACTIONS = 10  # lastActions kept in a policy's status
 BASELINE_S = 3600.0  # health before a change: the last hour of the snapshot
 DEFAULT_NAMESPACE = "gpu-rightsizer"  # the controller's own (deploy/base/namespace.yaml)
@@ -82,8 +83,10 @@ class Controller:
             return report
         report.leader = True
         self._load_keys(report)
+        objs = self._policies(report)  # before planning: their class, objective and bounds shape the plan
+        policies = [parse_policy(o) for o in objs]
         try:
-            plan, snap = self.plan_fn(report.at)
+            plan, snap = self.plan_fn(report.at, lambda ws: resolve_constraints(policies, ws).constraints)
         except RightsizerError as exc:
             report.errors.append(f"no plan this cycle: {exc}")
             self._mig(None, [], report)  # MIG changes in flight still finish or revert by their deadline
@@ -93,11 +96,10 @@ class Controller:
         if self.store is not None:
             self.store.publish(plan)
         recs = list(plan.recommendations)
-        objs = self._policies(report)
-        policies = [parse_policy(o) for o in objs]
+        lost = resolve_constraints(policies, [r.workload for r in recs]).conflicts
         for obj, policy in zip(objs, policies, strict=True):
             try:
-                self._policy(obj, policy, recs, snap, report)
+                self._policy(obj, policy, recs, snap, report, lost.get(policy.key))
             except KubeFailure as exc:
                 report.errors.append(f"policy {_key(obj)}: {exc}")
         untargeted = [r for r in recs if not any(p.selects(r.ref, r.workload.labels) for p in policies)]
@@ -132,7 +134,7 @@ class Controller:
         return out
 
     def _policy(self, obj: dict[str, Any], policy: Policy, recs: list[Recommendation], snap: Snapshot,
-                report: Report) -> None:
+                report: Report, lost: str | None = None) -> None:
         now = report.at
         status: dict[str, Any] = {"observedGeneration": policy.generation}
         if policy.spec is None:
@@ -151,6 +153,9 @@ class Controller:
         for r in targets:
             self._note(self._act(policy, mode, r, snap, now, shown.get(r.ref.key)), report, actions)
         found = "no workload matches the target" if not targets else f"{len(targets)} workload(s) targeted"
+        if lost:  # another policy's constraints won for a workload both select
+            found += f"; {lost}"
+            report.errors.append(f"policy {policy.key}: {lost}")
         status["conditions"] = [rec.condition("Valid", True, "Accepted", found, now)]
         status["lastActions"] = actions[-MAX_ACTIONS:]
         rec.write_policy_status(self.kube, policy.namespace, policy.name, status)

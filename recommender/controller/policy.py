@@ -21,6 +21,8 @@ GROUP, VERSION, KIND = "rightsizer.io", "v1alpha1", "GPURightsizingPolicy"
 MODE_ANNOTATION = "rightsizer.io/mode"  # opt-in on a Deployment/StatefulSet without a policy object
 MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node"}
 _PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
+KIND_GROUPS = {"Deployment": "apps", "StatefulSet": "apps", "Job": "batch", "CronJob": "batch",
+               "LeaderWorkerSet": "leaderworkerset.x-k8s.io"}  # the API group that serves each workload kind
 
 
 class Mode(StrEnum):
@@ -34,9 +36,17 @@ class _Model(BaseModel):
 
 
 class WorkloadRefSpec(_Model):
-    api_version: str = Field("apps/v1", alias="apiVersion")
+    api_version: str | None = Field(None, alias="apiVersion")
     kind: str
     name: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _group(self) -> WorkloadRefSpec:
+        """Workloads are selected by kind and name; an apiVersion given must be of the group serving that kind."""
+        want = KIND_GROUPS.get(self.kind)
+        if self.api_version is not None and want is not None and self.api_version.rpartition("/")[0] != want:
+            raise ValueError(f"apiVersion {self.api_version} does not serve {self.kind} (its group is {want})")
+        return self
 
 
 class LabelSelector(_Model):
