@@ -166,3 +166,35 @@ def test_advance_turns_any_unexpected_failure_into_an_outcome() -> None:
 
     out = advance(Broken(), NODE, "custom-a", T0, True, FAST)  # type: ignore[arg-type]
     assert out.phase == "failed" and "a bug" in out.message
+
+
+def test_a_lease_lost_mid_drain_leaves_the_revert_to_the_next_leader_by_the_deadline() -> None:
+    """Leader a cordons, then stops renewing (a network partition): its writes are fenced off; b takes the
+    lease after it expires and, planning or not, reverts the node at the change's deadline."""
+    from recommender.controller.leader import LeaderElector
+
+    at = [T0]
+    with WriteCluster(cluster_objects()) as cluster:
+        cluster.block_eviction("llama-0")
+        electors = {i: LeaderElector(cluster.kube(), NS, "leader", i, clock=lambda: at[0]) for i in "ab"}
+        nplan = m.NodeMigPlan(NODE, "A100-80GB", 8, ({"3g.40gb": 2},), (f"{NS}/Deployment/x",), "custom-a", 1)
+        spec = {"target": {"selector": {"matchLabels": {"app": "x"}}}, "mode": "Auto",
+                "allowedMechanisms": ["mig-node"], "maintenanceWindows": WINDOW}
+        cluster.add(policy("mig", spec))
+        wants = {"a": (nplan,), "b": ()}  # b's plan no longer asks for the change: it only finishes or reverts it
+        ctl = {i: Controller(cluster.kube(), lambda now, _, i=i: (plan(now=now, mig_nodes=wants[i]),
+                                                                  snapshot(now, .3, .3)),
+                             clock=lambda: at[0], mig=FAST, elector=electors[i]) for i in "ab"}
+        assert electors["a"].tick() and not electors["b"].tick()
+        ctl["a"].reconcile()
+        assert node_state(cluster) == ("all-disabled", True, True)  # cordoned by a
+        for s in range(30, 700, 30):  # a never renews again; b keeps trying
+            at[0] = T0 + timedelta(seconds=s)
+            electors["b"].tick()
+            for i in "ab":
+                report = ctl[i].reconcile()
+                if i == "a" and report.leader:
+                    assert all("not sent" in e for e in report.errors if "node" in e or "patch" in e)
+        assert node_state(cluster) == ("all-disabled", False, False)  # reverted by b by the 600 s deadline
+        lease = cluster.obj("Lease", NS, "leader")["spec"]
+        assert lease["holderIdentity"] == "b"
