@@ -361,3 +361,15 @@ def test_no_unshared_node_to_take_the_pods_blocks_the_move_and_writes_nothing(fr
         assert [o.status for o in report.outcomes] == ["blocked"] and why in report.outcomes[0].message, report
         obj = cluster.obj("Deployment", NS, NAME)
         assert obj["spec"] == before["spec"] and LAST_CHANGE not in (obj["metadata"].get("annotations") or {})
+
+
+def test_a_mechanism_the_controller_cannot_apply_says_so_in_the_outcome() -> None:
+    """``allowedMechanisms: [time-slicing]`` is accepted, but time-slicing is node-wide device-plugin config: the
+    outcome says it was recommended only, instead of the field silently doing nothing."""
+    ts = with_allocation(recommendation(), sharing=Sharing.TIME_SLICING, mig_profile=None)
+    with WriteCluster([deployment(), policy("ts", spec_for("time-slicing"))]) as cluster:
+        report = Controller(cluster.kube(), lambda now, _: (plan(ts, now=now), snapshot(now, .3, .3)),
+                            clock=lambda: NOW).reconcile()
+        (out,) = report.outcomes
+        assert out.status == "no-change" and "time-slicing: set in the node's device-plugin config" in out.message
+        assert cluster.obj("Deployment", NS, NAME)["spec"] == deployment()["spec"]

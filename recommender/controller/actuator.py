@@ -132,10 +132,10 @@ class Actuator:
         if all(s.empty for s in sets):
             if unknown:
                 return Outcome(key, "blocked", f"not applied ({unknown})", obj=obj)
-            skipped = "; ".join(x for s in sets for x in s.skipped)
+            skipped = "; ".join([*(x for s in sets for x in s.skipped), *desired.reasons])
             return Outcome(key, "no-change", "already as recommended" + (f" ({skipped})" if skipped else ""), obj=obj)
         hpa_notes = sets[0].skipped if scaler is not None and scaler.kind == HPA else ()
-        notes = [*([unknown] if unknown else []), *hpa_notes]
+        notes = [*([unknown] if unknown else []), *hpa_notes, *desired.reasons]
         note = f" ({'; '.join(notes)})" if notes else ""
         past = previous.change_times() if previous else []
         verdict = may_act(req.limits, req.history_s, past, req.now, req.window_open)

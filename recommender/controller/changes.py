@@ -118,7 +118,7 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         why.append("replicas: no scaling recommendation")
     if alloc is None:
         return Desired(replicas=replicas, keda_min=keda_min, keda_max=keda_max, keda_thresholds=thresholds,
-                       reasons=(*why, *rec.reasons))
+                       reasons=tuple(why))
     vllm = alloc.vllm if "vllm" in allowed else None
     mps = alloc.sharing == Sharing.MPS and "mps" in allowed
     mig = alloc.sharing == Sharing.MIG and "mig" in allowed and alloc.mig_profile is not None
@@ -132,6 +132,9 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     elif whole and held is Sharing.NONE:
         why.append(f"exclusive: whole GPUs in place of {held.value} are not applied")
         whole = False
+    if alloc.sharing == Sharing.TIME_SLICING and "time-slicing" in allowed:
+        why.append("time-slicing: set in the node's device-plugin config, which the controller does not change: "
+                   "recommended only")
     hami = alloc.sharing == Sharing.HAMI and "hami" in allowed
     if hami and alloc.hami_gpumem_mib is None and alloc.hami_gpucores_pct is None:
         why.append("hami: the recommendation sizes neither gpumem nor gpucores")
