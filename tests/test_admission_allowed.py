@@ -207,3 +207,16 @@ def test_the_kinds_the_controller_writes_are_the_kinds_the_policies_cover() -> N
     covered = {(r["apiGroups"][0], res) for p in vap.shipped() for r in p.rules for res in r["resources"]}
     patched = {"Deployment", "StatefulSet", "ScaledObject", "Node", "ConfigMap"}
     assert {(KINDS[k].group, KINDS[k].plural) for k in patched} <= covered
+
+
+def test_kustomize_renders_the_policies_exactly_as_written() -> None:
+    """kubectl kustomize (v2.0.3 and v5 alike) must not reflow an expression: the tests run the rendered ones."""
+    import yaml
+
+    from tests.test_deploy import DEPLOY, _render
+
+    source = list(yaml.safe_load_all((DEPLOY / "overlays" / "auto" / "admission-policy.yaml").read_text()))
+    rendered = [d for d in _render("auto") if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert sorted(rendered, key=str) == sorted(source, key=str)
+    assert {p.name for p in vap.shipped()} == {d["metadata"]["name"] for d in source
+                                                if d["kind"] == "ValidatingAdmissionPolicy"}
