@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+import yaml
 
 from recommender import model as m
 from recommender.controller import records as rec
@@ -31,6 +32,7 @@ from tests.controllerfixture import with_allocation as alloc
 from tests.kubefixture import container, gpu_node, pod_from, template
 from tests.kubewrite import WriteCluster
 from tests.test_controller_keda import report_triggers, scaled_object, with_queue_trigger
+from tests.test_deploy import DEPLOY, _render
 
 NOW = pf.END
 UNSHARED = {"nvidia.com/gpu.sharing-strategy": "none"}
@@ -218,10 +220,6 @@ def test_every_kind_the_controller_can_write_is_covered_by_a_policy() -> None:
 
 def test_kustomize_renders_the_policies_exactly_as_written() -> None:
     """kubectl kustomize (v2.0.3 and v5 alike) must not reflow an expression: the tests run the rendered ones."""
-    import yaml
-
-    from tests.test_deploy import DEPLOY, _render
-
     source = list(yaml.safe_load_all((DEPLOY / "overlays" / "auto" / "admission-policy.yaml").read_text()))
     rendered = [d for d in _render("auto") if d["kind"].startswith("ValidatingAdmissionPolicy")]
     assert sorted(rendered, key=str) == sorted(source, key=str)
