@@ -158,12 +158,19 @@ def shipped() -> tuple[Policy, ...]:
     return tuple(load(_render("auto")))
 
 
+def write(operation: str, kind: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+          username: str = CONTROLLER) -> Verdict:
+    """The verdict on a write of ``kind`` by ``username``: CREATE (``old`` None), UPDATE (what a PATCH is) or
+    DELETE (``new`` None)."""
+    group, version, resource = RESOURCES[kind]
+    meta = (new or old or {}).get("metadata") or {}
+    req = Request(operation, group, resource, kind, meta.get("name", ""), meta.get("namespace", ""), username, version)
+    return review(shipped(), req, new, old)
+
+
 def update(kind: str, old: Mapping[str, Any], new: Mapping[str, Any], username: str = CONTROLLER) -> Verdict:
     """The verdict on a PATCH of ``old`` into ``new`` (an UPDATE for admission) by ``username``."""
-    group, version, resource = RESOURCES[kind]
-    meta = new.get("metadata") or {}
-    req = Request("UPDATE", group, resource, kind, meta.get("name", ""), meta.get("namespace", ""), username, version)
-    return review(shipped(), req, new, old)
+    return write("UPDATE", kind, old, new, username)
 
 
 def served(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
