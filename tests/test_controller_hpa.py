@@ -222,15 +222,20 @@ def test_owners_fold_kedas_hpa_into_its_scaledobject_and_keep_an_orphaned_one() 
     assert owners(NS, "Deployment", NAME, [{"metadata": {"name": "x"}, "spec": "junk"}], []) == ()
 
 
-@pytest.mark.parametrize("overlay", ["recommend", "auto", "external-metrics"])
-def test_every_overlay_reads_the_autoscalers_and_auto_patches_only_their_bounds(overlay: str) -> None:
-    from tests.test_deploy import _grants, _render
+@pytest.mark.parametrize(("overlay", "patches"), [
+    ("recommend", False), ("auto", False), ("auto+opt-in", True), ("auto-cluster-wide", True),
+    ("external-metrics", False)])
+def test_every_overlay_reads_the_autoscalers_and_auto_patches_only_their_bounds(overlay: str, patches: bool) -> None:
+    from tests.test_deploy import DEPLOY, _grants, _load, _render
 
+    docs = _render(overlay.removesuffix("+opt-in"))
+    if overlay.endswith("+opt-in"):  # Auto patches only in the namespaces opted in with this RoleBinding
+        docs = (*docs, _load(DEPLOY / "overlays" / "auto" / "opt-in" / "namespace-rolebinding.yaml"))
     verbs: dict[tuple[str, str], set[str]] = {}
-    for _, rule in _grants(_render(overlay)):
+    for _, rule in _grants(docs):
         for group in rule["apiGroups"]:
             for res in rule["resources"]:
                 verbs.setdefault((group, res), set()).update(rule["verbs"])
     for key in (("autoscaling", "horizontalpodautoscalers"), ("keda.sh", "scaledobjects")):
         assert {"list", "watch"} <= verbs.get(key, set()), key
-        assert ("patch" in verbs[key]) == (overlay == "auto"), key
+        assert ("patch" in verbs[key]) is patches, key

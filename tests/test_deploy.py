@@ -26,7 +26,7 @@ from recommender import model as m
 from recommender.outputs.jsondoc import scaling
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-OVERLAYS = ("recommend", "auto", "external-metrics")
+OVERLAYS = ("recommend", "auto", "auto-cluster-wide", "external-metrics")
 K8S_VERSION = "1.30.0"
 NS = "gpu-rightsizer"
 EXAMPLE_PLAN = m.ScalingPlan(m.REQUEST_RATE, 1.0, 1.0, 0, 1, 1, 0.0, 300, False, 0.0, None, waiting_per_replica=1.0)
@@ -38,15 +38,19 @@ WRITES_RECOMMEND = {
     ("rightsizer.io", "gpurightsizingpolicies/status"): {"patch"},
     ("coordination.k8s.io", "leases"): {"create", "patch"},
 }
-WRITES_AUTO = WRITES_RECOMMEND | {
+WORKLOAD_WRITES = {
     ("apps", "deployments"): {"patch"},
     ("apps", "statefulsets"): {"patch"},
     ("keda.sh", "scaledobjects"): {"patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"patch"},
-    ("", "nodes"): {"patch"},
-    ("", "pods/eviction"): {"create"},
-    ("", "configmaps"): {"patch"},
 }
+NODE_WRITES = {("", "nodes"): {"patch"}, ("", "pods/eviction"): {"create"}}
+WRITES_AUTO = WRITES_RECOMMEND | WORKLOAD_WRITES | NODE_WRITES | {
+    ("", "configmaps"): {"patch"},
+    ("", "secrets"): {"create"},  # its signing key: admission-policy.yaml allows that one Secret only
+}
+SIGNING_KEY = "gpu-rightsizer-signing-key"
+OPT_IN = sorted((DEPLOY / "overlays" / "auto" / "opt-in").glob("*.yaml"))
 BUILTIN_ROLES = {"system:auth-delegator", "extension-apiserver-authentication-reader"}
 
 
@@ -109,6 +113,7 @@ def test_validation_is_not_vacuous() -> None:
 @pytest.mark.parametrize(("overlay", "replicas", "mode", "election", "external"), [
     ("recommend", 1, "Recommend", False, False),
     ("auto", 2, "Auto", True, False),  # two replicas are only safe with leader election
+    ("auto-cluster-wide", 2, "Auto", True, False),
     ("external-metrics", 1, "Recommend", False, True),
 ])
 def test_overlay_settings(overlay: str, replicas: int, mode: str, election: bool, external: bool) -> None:
@@ -194,15 +199,17 @@ def _grants(docs: tuple[dict[str, Any], ...]) -> list[tuple[dict[str, Any], dict
 
 
 @pytest.mark.parametrize(("overlay", "allowed"), [
-    ("recommend", WRITES_RECOMMEND), ("auto", WRITES_AUTO), ("external-metrics", WRITES_RECOMMEND)])
+    ("recommend", WRITES_RECOMMEND), ("auto", WRITES_AUTO), ("auto-cluster-wide", WRITES_AUTO),
+    ("external-metrics", WRITES_RECOMMEND)])
 def test_rbac_is_least_privilege(overlay: str, allowed: dict[tuple[str, str], set[str]]) -> None:
     docs = _render(overlay)
     grants = _grants(docs)
     assert grants, "no rule is bound to the controller's ServiceAccount"
     for role, rule in grants:
         where = f"{role['kind']}/{role['metadata']['name']}"
-        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
-        assert "secrets" not in rule["resources"], where
+        if "secrets" in rule["resources"]:  # only its signing key, in its own namespace
+            assert (role["kind"], role["metadata"]["namespace"]) == ("Role", NS), where
+            assert rule.get("resourceNames") == [SIGNING_KEY] or rule["verbs"] == ["create"], where
         assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"]), where
         for group in rule["apiGroups"]:
             for res in rule["resources"]:
@@ -212,12 +219,45 @@ def test_rbac_is_least_privilege(overlay: str, allowed: dict[tuple[str, str], se
                     assert (role["kind"], role["metadata"]["namespace"]) == ("Role", NS), where
                 if res == "configmaps":  # the mig-parted config, in the GPU Operator's namespace only
                     assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "gpu-operator"), where
-    # Wildcards appear once: the HPA's read of external metrics (metric names are the resources).
-    for d in docs:
-        if d["kind"] in ("Role", "ClusterRole"):
-            for rule in d["rules"]:
-                if "*" in rule["resources"]:
-                    assert rule["apiGroups"] == ["external.metrics.k8s.io"] and set(rule["verbs"]) <= READ
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_rbac_rule_uses_a_wildcard(overlay: str) -> None:
+    """Not in any overlay nor opt-in file, for anyone (the HPA's read of external metrics included: the
+    built-in system:controller:horizontal-pod-autoscaler role already grants it)."""
+    docs = [*_render(overlay), *(d for p in OPT_IN for d in yaml.safe_load_all(p.read_text()) if d)]
+    rules = [(d["metadata"]["name"], r) for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    assert rules
+    for name, rule in rules:
+        for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+            assert not any("*" in v for v in rule.get(key, [])), f"{name}: {key} {rule[key]}"
+
+
+def _bound_writes(docs: tuple[dict[str, Any], ...], binding: str) -> set[tuple[str, str]]:
+    """(apiGroup, resource) that ``binding``-kind bindings of our ServiceAccount grant a write on."""
+    only = tuple(d for d in docs if d["kind"] not in ("RoleBinding", "ClusterRoleBinding") or d["kind"] == binding)
+    return {(g, r) for _, rule in _grants(only) if set(rule["verbs"]) - READ
+            for g in rule["apiGroups"] for r in rule["resources"]}
+
+
+def test_auto_changes_workloads_only_in_namespaces_opted_in() -> None:
+    """The default Auto render grants no workload or node write cluster-wide; the opt-in RoleBinding and the
+    MIG ClusterRoleBinding bind roles that render has; the cluster-wide variant is a separate overlay."""
+    docs = _render("auto")
+    assert not _bound_writes(docs, "ClusterRoleBinding") & (WORKLOAD_WRITES.keys() | NODE_WRITES.keys())
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    for path in OPT_IN:
+        kubernetes_validate.validate(_load(path), K8S_VERSION, strict=True)
+    namespaced = _load(DEPLOY / "overlays" / "auto" / "opt-in" / "namespace-rolebinding.yaml")
+    assert namespaced["kind"] == "RoleBinding" and namespaced["metadata"]["namespace"] not in (NS, None)
+    granted = _bound_writes((*docs, namespaced), "RoleBinding")
+    assert WORKLOAD_WRITES.keys() <= granted and not granted & NODE_WRITES.keys()
+    assert roles[namespaced["roleRef"]["name"]]
+    mig = _load(DEPLOY / "overlays" / "auto" / "opt-in" / "mig-nodes-clusterrolebinding.yaml")
+    assert _bound_writes((*docs, mig), "ClusterRoleBinding") & NODE_WRITES.keys() == NODE_WRITES.keys()
+    assert not _bound_writes((*docs, mig), "ClusterRoleBinding") & WORKLOAD_WRITES.keys()
+    wide = _bound_writes(_render("auto-cluster-wide"), "ClusterRoleBinding")
+    assert WORKLOAD_WRITES.keys() <= wide and not wide & NODE_WRITES.keys()
 
 
 def test_recommend_writes_nothing_auto_needs() -> None:
@@ -248,10 +288,12 @@ def test_apiservice_points_at_our_https_port() -> None:
     assert (api["group"], api["version"], api["service"]["namespace"]) == ("external.metrics.k8s.io", "v1beta1", NS)
     port = next(p for p in svc["spec"]["ports"] if p["port"] == api["service"].get("port", 443))
     assert port["targetPort"] == "https"
+    # The HPA controller reads external metrics through its built-in role (system:controller:horizontal-pod-
+    # autoscaler: get/list on external.metrics.k8s.io *); a grant of ours would only repeat it as a wildcard.
     hpa = [b for b in docs if b["kind"] == "ClusterRoleBinding"
            and {"name": "horizontal-pod-autoscaler", "namespace": "kube-system"} in
            [{k: s.get(k) for k in ("name", "namespace")} for s in b["subjects"]]]
-    assert len(hpa) == 1
+    assert hpa == []
     reader = _one(docs, "RoleBinding", "gpu-rightsizer-auth-reader")
     assert reader["metadata"]["namespace"] == "kube-system"  # kustomize's namespace must not move it
     assert _names(docs, "apiservices") == {("", _one(docs, "APIService")["metadata"]["name"])}
