@@ -132,11 +132,14 @@ def test_what_the_image_writes_lands_on_an_emptydir(overlay: str) -> None:
     assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
     empty = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
     writable = [PurePosixPath(m["mountPath"]) for m in ctr["volumeMounts"] if m["name"] in empty]
-    env = RUNTIME.env() | {e["name"]: e["value"] for e in ctr.get("env", []) if "value" in e}
-    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
-    for key in WRITABLE_ENV:
-        path = PurePosixPath(env[key])
-        assert any(path == w or w in path.parents for w in writable), f"{key}={path} is on the read-only root"
+    image = RUNTIME.env()
+    pod_env = image | {e["name"]: e["value"] for e in ctr.get("env", []) if "value" in e}
+    # The image's own ENV too: it is what runs where the manifests set nothing (docker run --read-only).
+    for env in (image, pod_env):
+        assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+        for key in WRITABLE_ENV:
+            path = PurePosixPath(env[key])
+            assert any(path == w or w in path.parents for w in writable), f"{key}={path} is on the read-only root"
 
 
 # --- the build context ---------------------------------------------------------------------------------
