@@ -53,8 +53,11 @@ def test_readme_and_dockerfile_name_that_image() -> None:
     for path in (df.ROOT / "README.md", df.DOCKERFILE):
         built = re.findall(r"docker build (?:.* )?-t (\S+) \.", path.read_text())
         assert built and set(built) == {IMAGE}, f"{path.name}: docker build -t {built}, deploy/ runs {IMAGE}"
-    loaded = re.findall(r"kind load docker-image (\S+)", (df.ROOT / "README.md").read_text())
+    readme = (df.ROOT / "README.md").read_text()
+    loaded = re.findall(r"kind load docker-image (\S+)", readme)
     assert loaded and set(loaded) == {IMAGE}
+    tags = re.findall(re.escape(KUSTOMIZE_IMAGE["name"]) + r":([\w.-]+)", readme)
+    assert len(tags) >= 3 and set(tags) == {VERSION}, "the README names another tag (docker run, an override)"
 
 
 def test_labels_say_where_the_image_comes_from() -> None:
