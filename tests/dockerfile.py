@@ -76,7 +76,7 @@ def stages(text: str) -> list[Stage]:
     for ins in instructions(text):
         if ins.keyword == "FROM":
             words = ins.args.split()
-            assert words[0].startswith("--") is False, f"FROM flags are not read here: {ins.args}"
+            assert not words[0].startswith("--"), f"FROM flags are not read here: {ins.args}"
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
             found.append(Stage(words[0], name, ()))
         else:
