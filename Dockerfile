@@ -1,8 +1,8 @@
 # The controller's image, the one deploy/ runs (README, "An image to run"):
 #   docker build -t ghcr.io/gpu-rightsizer/gpu-rightsizer:0.1.0 .
 # Two stages on the same Python: the builder makes the project's wheel and installs it with its
-# dependencies into /opt/venv (deploy/image/install.sh, which tests/test_image.py runs too); the runtime
-# stage copies only that venv: no compiler, no source, no wheel. It runs as uid/gid 65532, as
+# dependencies into /opt/venv (deploy/image/install.sh, which tests/test_image_install.py runs too);
+# the runtime stage copies only that venv: no compiler, no source, no wheel. It runs as uid/gid 65532, as
 # deploy/base/deployment.yaml does, and writes only under /tmp (the Deployment's emptyDir), so the
 # root filesystem can be read-only. tests/test_image.py keeps these facts and the manifests equal.
 
