@@ -27,9 +27,11 @@ def cluster_objects() -> list[dict]:
 
 
 def node_state(cluster: WriteCluster) -> tuple[str | None, bool, bool]:
+    """(MIG label, cordoned, a change in flight); a reverted change's backoff is no change in flight."""
     node = cluster.obj("Node", None, NODE)
-    return (node["metadata"]["labels"].get(MIG_CONFIG), bool(node["spec"].get("unschedulable")),
-            STATE_ANNOTATION in (node["metadata"].get("annotations") or {}))
+    text = (node["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
+    in_flight = text is not None and '"phase": "reverted"' not in text
+    return node["metadata"]["labels"].get(MIG_CONFIG), bool(node["spec"].get("unschedulable")), in_flight
 
 
 def test_restarted_controllers_carry_a_mig_change_through_to_success() -> None:
@@ -198,3 +200,30 @@ def test_a_lease_lost_mid_drain_leaves_the_revert_to_the_next_leader_by_the_dead
         assert node_state(cluster) == ("all-disabled", False, False)  # reverted by b by the 600 s deadline
         lease = cluster.obj("Lease", NS, "leader")["spec"]
         assert lease["holderIdentity"] == "b"
+
+
+def test_a_reverted_change_is_not_started_again_until_its_backoff_is_over() -> None:
+    """A PodDisruptionBudget that never allows the drain: after the revert the node stays schedulable for the
+    rest of the window instead of being cordoned again every cycle; the next day it is tried again."""
+    with WriteCluster(cluster_objects()) as cluster:
+        cluster.block_eviction("llama-0")
+        kube = cluster.kube()
+        draining(cluster, T0)
+        assert advance(kube, NODE, "custom-a", T0 + timedelta(minutes=11), True, FAST).phase == "reverted"
+        for minutes in (12, 30, 90):  # the window (02:00-04:00) is still open
+            out = advance(kube, NODE, "custom-a", T0 + timedelta(minutes=minutes), True, FAST)
+            assert out.phase == "backoff" and "not tried again before" in out.message
+            assert node_state(cluster) == ("all-disabled", False, False)
+        other = advance(kube, NODE, "custom-b", T0 + timedelta(minutes=95), True, FAST)  # another layout may start
+        assert other.phase == "draining"
+
+
+def test_after_the_backoff_the_same_change_may_start_again() -> None:
+    with WriteCluster(cluster_objects()) as cluster:
+        cluster.block_eviction("llama-0")
+        kube = cluster.kube()
+        draining(cluster, T0)
+        advance(kube, NODE, "custom-a", T0 + timedelta(minutes=11), True, FAST)
+        assert advance(kube, NODE, None, T0 + timedelta(days=1, minutes=12), False, FAST).phase == "idle"
+        assert STATE_ANNOTATION not in (cluster.obj("Node", None, NODE)["metadata"].get("annotations") or {})
+        assert advance(kube, NODE, "custom-a", T0 + timedelta(days=1, minutes=13), True, FAST).phase == "draining"

@@ -36,12 +36,15 @@ class MigSettings:
     drain_timeout_s: float = 1800.0
     config_timeout_s: float = 1800.0
     configmap: tuple[str, str] | None = None  # (namespace, name) of the mig-parted config, key config.yaml
+    # a reverted change is not started again on that node for this long (by default: not in the same window),
+    # so a drain that a PodDisruptionBudget never allows does not cordon the node again every cycle
+    retry_after_revert_s: float = 86_400.0
 
 
 @dataclass(frozen=True)
 class MigOutcome:
     node: str
-    phase: str  # idle, waiting-window, draining, configuring, done, reverted, failed
+    phase: str  # idle, waiting-window, backoff, draining, configuring, done, reverted, failed
     message: str
 
 
@@ -80,10 +83,12 @@ def advance(kube: Kube, node_name: str, target: str | None, now: datetime, windo
             return _start(kube, node, target, now, window_open, settings)
         state, problem = read_state(text)
         if problem is not None:
-            return _revert(kube, node, state, now, f"the {STATE_ANNOTATION} state {problem}")
+            return _revert(kube, node, state, now, f"the {STATE_ANNOTATION} state {problem}", settings)
+        if state["phase"] == "reverted":
+            return _after_revert(kube, node, state, target, now, window_open, settings)
         if state["phase"] == "draining":
             return _drain(kube, node, state, now, settings, mig_parted)
-        return _await(kube, node, state, now)
+        return _await(kube, node, state, now, settings)
     except Conflict as exc:
         return MigOutcome(node_name, "conflict", f"node changed while we worked on it; retried next cycle ({exc})")
     except KubeFailure as exc:
@@ -100,18 +105,33 @@ def read_state(text: Any) -> tuple[dict[str, Any], str | None]:
         return {}, "is not JSON"
     if not isinstance(state, dict):
         return {}, "is not a JSON object"
-    if state.get("phase") not in ("draining", "configuring"):
+    if state.get("phase") not in ("draining", "configuring", "reverted"):
         return state, f"has no known phase ({state.get('phase')!r})"
-    for key, kind in (("target", str), ("deadline", str), ("was_unschedulable", bool)):
+    when = "retry_after" if state["phase"] == "reverted" else "deadline"
+    needs = (("target", str), (when, str)) if when == "retry_after" else \
+        (("target", str), (when, str), ("was_unschedulable", bool))
+    for key, kind in needs:
         if not isinstance(state.get(key), kind):
             return state, f"has no valid {key}"
-    if "previous" not in state or not isinstance(state["previous"], str | None):
+    if when == "deadline" and ("previous" not in state or not isinstance(state["previous"], str | None)):
         return state, "has no valid previous"
     try:
-        _when(state["deadline"])
+        _when(state[when])
     except ValueError:
-        return state, f"has a deadline that is not a time ({state['deadline']!r})"
+        return state, f"has a {when} that is not a time ({state[when]!r})"
     return state, None
+
+
+def _after_revert(kube: Kube, node: dict[str, Any], state: dict[str, Any], target: str | None, now: datetime,
+                  window_open: bool, settings: MigSettings) -> MigOutcome:
+    """A change reverted here is not started again before its ``retry_after``; another target may start."""
+    name, until = node["metadata"]["name"], _when(state["retry_after"])
+    if target == state["target"] and now < until:
+        return MigOutcome(name, "backoff", f"MIG config {target} was reverted here ({state.get('why', 'no reason')}); "
+                          f"not tried again before {state['retry_after']}")
+    if now >= until and (target is None or target == state["target"]):  # the backoff is over: forget it
+        kube.patch("Node", None, name, [*_guard(node), _drop_state()])
+    return _start(kube, node, target, now, window_open, settings)
 
 
 def _start(kube: Kube, node: dict[str, Any], target: str | None, now: datetime, window_open: bool,
@@ -136,7 +156,7 @@ def _drain(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetim
            mig_parted: Mapping[str, Any] | None) -> MigOutcome:
     name = node["metadata"]["name"]
     if now >= _when(state["deadline"]):
-        return _revert(kube, node, state, now, "drain did not finish before its deadline")
+        return _revert(kube, node, state, now, "drain did not finish before its deadline", settings)
     pods = gpu_pods_on(kube.list("Pod"), name)
     blocked = []
     for p in pods:
@@ -161,7 +181,8 @@ def _drain(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetim
     return MigOutcome(name, "configuring", f"drained; {MIG_CONFIG}={state['target']} set, waiting for the MIG manager")
 
 
-def _await(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetime) -> MigOutcome:
+def _await(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetime,
+           settings: MigSettings) -> MigOutcome:
     name = node["metadata"]["name"]
     result = (node["metadata"].get("labels") or {}).get(MIG_STATE)
     if result == "success":
@@ -171,19 +192,25 @@ def _await(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetim
                    f"MIG config {state['target']} applied; node uncordoned", now, api_version="v1")
         return MigOutcome(name, "done", f"MIG config {state['target']} applied; uncordoned")
     if result == "failed":
-        return _revert(kube, node, state, now, "the MIG manager reported failed")
+        return _revert(kube, node, state, now, "the MIG manager reported failed", settings)
     if now >= _when(state["deadline"]):
-        return _revert(kube, node, state, now, f"{MIG_STATE} not success before the deadline (now {result})")
+        return _revert(kube, node, state, now, f"{MIG_STATE} not success before the deadline (now {result})",
+                       settings)
     return MigOutcome(name, "configuring", f"waiting for {MIG_STATE}=success (now {result or 'unset'})")
 
 
-def _revert(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetime, why: str) -> MigOutcome:
-    """Previous label back, node as schedulable as before, state annotation gone: one patch. From a partial
-    state: uncordoned unless it says the node was cordoned before, the label restored only where the state
-    names the previous one (a string, or null for none, beside a known phase)."""
+def _revert(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetime, why: str,
+            settings: MigSettings) -> MigOutcome:
+    """Previous label back, node as schedulable as before, and the state annotation left as ``reverted`` with
+    its ``retry_after`` (gone where the target is unknown): one patch. From a partial state: uncordoned
+    unless it says the node was cordoned before, the label restored only where the state names the previous
+    one (a string, or null for none, beside a known phase)."""
     name = node["metadata"]["name"]
     labels = node["metadata"].get("labels") or {}
-    ops = [*_guard(node), *_uncordon(state), _drop_state()]
+    after = {"phase": "reverted", "target": state.get("target"), "why": why[:200],
+             "retry_after": _ts(now + timedelta(seconds=settings.retry_after_revert_s))}
+    ops = [*_guard(node), *_uncordon(state),
+           *(_set_annotation(node, after) if isinstance(state.get("target"), str) else [_drop_state()])]
     previous = state.get("previous")
     known = isinstance(previous, str) or (previous is None and "previous" in state and "phase" in state)
     if known and labels.get(MIG_CONFIG) != previous:
