@@ -87,8 +87,10 @@ def make_report(source: str, path: str | None, settings: Settings, end: datetime
 
 def save_snapshot(source: str, path: str | None, settings: Settings, end: datetime, out: Path) -> None:
     from collectors.files import write_snapshot
+    from recommender.writes import replace_dir
 
-    write_snapshot(collect(source, path, settings, end), out)
+    snap = collect(source, path, settings, end)
+    replace_dir(out, lambda folder: write_snapshot(snap, folder))  # the previous snapshot stays whole on failure
 
 
 if __name__ == "__main__":  # pragma: no cover

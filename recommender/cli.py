@@ -20,6 +20,7 @@ from recommender.settings import ForecastSettings, KubernetesSettings, PolicySet
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 FORMATS = ("table", "json", "csv", "markdown", "html")
+MAX_HORIZON_STEPS = 20_000  # forecast steps per series (139 days at 10-minute steps): memory grows with it
 
 
 def parse_duration(text: str) -> float:
@@ -176,16 +177,20 @@ def pick_source(opts: dict[str, Any]) -> tuple[str, str | None]:
 def report(fmt: str, output: str | None, **opts: Any) -> None:
     """Dry-run report: what each GPU workload holds, uses, and should get."""
     from recommender.app import make_report
+    from recommender.writes import check_file, write_file
 
     settings = build_settings(opts)
     name, path = pick_source(opts)
     try:
+        if output:
+            check_file(output)  # before the run, not after it
         text = make_report(name, path, settings, parse_time(opts.get("end_time")), fmt)
+        if output:
+            write_file(output, text)
     except RightsizerError as exc:
         fail(str(exc))
         return
     if output:
-        Path(output).write_text(text, encoding="utf-8")
         click.echo(f"wrote {fmt} report to {output}", err=True)
     else:
         click.echo(text, nl=not text.endswith("\n"))
@@ -197,10 +202,12 @@ def report(fmt: str, output: str | None, **opts: Any) -> None:
 def snapshot(output: str, **opts: Any) -> None:
     """Save the collected snapshot to a directory, for offline analysis or a later --snapshot."""
     from recommender.app import save_snapshot
+    from recommender.writes import check_dir
 
     settings = build_settings(opts)
     name, path = pick_source(opts)
     try:
+        check_dir(output)  # before the run, not after it
         save_snapshot(name, path, settings, parse_time(opts.get("end_time")), Path(output))
     except RightsizerError as exc:
         fail(str(exc))
@@ -210,8 +217,9 @@ def snapshot(output: str, **opts: Any) -> None:
 
 @main.command()
 @click.argument("input_csv", metavar="CSV", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--horizon", type=click.IntRange(min=1), required=True,
-              help="Steps to forecast, in each series' own step (144 at 10-minute steps = 1 day).")
+@click.option("--horizon", type=click.IntRange(min=1, max=MAX_HORIZON_STEPS), required=True,
+              help=f"Steps to forecast, in each series' own step (144 at 10-minute steps = 1 day; at most "
+                   f"{MAX_HORIZON_STEPS:,}).")
 @click.option("--level", "levels", type=click.IntRange(1, 99), multiple=True, default=(80, 95), show_default=True,
               help="Prediction-interval level in percent (repeatable).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the forecasts here (default stdout).")
@@ -224,8 +232,11 @@ def forecast(input_csv: str, horizon: int, levels: tuple[int, ...], output: str 
     from recommender.app import RichProgress
     from recommender.forecast.batch import forecast_many
     from recommender.forecast.csvio import forecasts_frame, read_series_csv, write_forecasts_csv
+    from recommender.writes import check_file, write_with
 
     try:
+        if output:
+            check_file(output)  # before the work, not after it
         series = read_series_csv(sys.stdin if input_csv == "-" else input_csv)
     except (RightsizerError, OSError) as exc:
         fail(f"{input_csv}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
@@ -238,7 +249,10 @@ def forecast(input_csv: str, horizon: int, levels: tuple[int, ...], output: str 
         fail(f"{input_csv}: none of its {len(series)} series could be forecast")
     frame = forecasts_frame(results, sorted(set(levels)))
     if output:
-        write_forecasts_csv(frame, output)
+        try:
+            write_with(output, lambda tmp: write_forecasts_csv(frame, tmp))
+        except RightsizerError as exc:
+            fail(str(exc))
         click.echo(f"wrote {len(frame)} rows for {len(results)} series to {output}", err=True)
     else:
         write_forecasts_csv(frame, sys.stdout)

@@ -5,7 +5,10 @@ Field descriptions double as CLI help and as the settings page in the README.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DAY_S = 86_400.0
 MECHANISMS = ("mig", "mps", "time-slicing", "exclusive", "hami", "kai")
@@ -18,9 +21,9 @@ class PrometheusSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     url: str | None = Field(None, description="Base URL of Prometheus, Thanos, Mimir or VictoriaMetrics.")
-    bearer_token: str | None = Field(None, description="Bearer token sent as Authorization header.")
+    bearer_token: str | None = Field(None, repr=False, description="Bearer token sent as Authorization header.")
     username: str | None = Field(None, description="Basic-auth user.")
-    password: str | None = Field(None, description="Basic-auth password.")
+    password: str | None = Field(None, repr=False, description="Basic-auth password (or user:pass@ in the URL).")
     ca_file: str | None = Field(None, description="CA bundle to verify the server's TLS certificate.")
     client_cert: str | None = Field(None, description="Client certificate (PEM) for mutual TLS.")
     client_key: str | None = Field(None, description="Client key (PEM) for mutual TLS.")
@@ -43,6 +46,24 @@ class PrometheusSettings(BaseModel):
     )
     min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
     namespace_label: str = Field("namespace", description="Label that holds the pod's namespace.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_out_of_the_url(cls, data: Any) -> Any:
+        """``http://user:pass@host`` → ``url`` without them, ``username``/``password`` set (where not given): the
+        URL is shown in errors, logs, reports and snapshots, the credentials never are."""
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            return data
+        parts = urlsplit(data["url"])
+        if "@" not in parts.netloc:
+            return data
+        user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+        out = {**data, "url": urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))}
+        if user and not data.get("username"):
+            out["username"] = unquote(user)
+        if password and not data.get("password"):
+            out["password"] = unquote(password)
+        return out
     pod_label: str = Field("pod", description="Label that holds the pod name.")
     node_labels: tuple[str, ...] = Field(
         ("Hostname", "hostname"),
