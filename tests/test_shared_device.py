@@ -56,8 +56,7 @@ def test_demo_query_expander_is_not_moved_to_a_whole_gpu_from_the_device_figure(
     assert "--gpu-memory-utilization 0.2 × 81,920 MiB = 16,384 MiB" in said and "4 pods" in said
     assert "upper bound" in said and "keeps its current allocation" in said
     assert qe["risk"] != "low"
-    unshared = [w for w in demo_json().values() if w["current"]["sharing"] == "exclusive"]
-    assert all(w["confidence"] > qe["confidence"] for w in unshared if w["recommended"])
+    assert qe["confidence"] <= 0.5  # halved where kept for want of per-pod evidence
 
 
 def test_docs_qa_on_mps_gets_the_device_plugin_replicas_that_fit() -> None:
