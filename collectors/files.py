@@ -85,7 +85,8 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
         raise SourceError(f"{directory}: cannot write the snapshot: {_first_error(exc)}") from None
 
 
-_OPTIONAL_KEYS = ("autoscaler",)  # workload fields added after format 1 was written: left out when absent
+# workload fields added after format 1 was written: left out when absent
+_OPTIONAL_KEYS = ("autoscaler", "device_shared_with")
 
 
 def _without_absent(doc: dict[str, Any]) -> dict[str, Any]:

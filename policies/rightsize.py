@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from policies.attribution import grows, keep_current, pod_features, shared_device, shared_reasons
 from policies.catalogue import Catalogue, GpuModel, MigProfile
 from policies.compute import compute_need
 from policies.estimators import confidence
@@ -278,11 +279,13 @@ def rightsize(ctx: Context) -> Recommendation:
     idle = _idle(ctx)
     if idle is not None:
         return idle
-    mem = memory_need(w, f, ctx.cards, ctx.settings.policy)
+    shared = shared_device(w, ctx.settings.mechanisms)  # per-device figures held to what the pod can hold
+    mem = memory_need(w, pod_features(f, shared), ctx.cards, ctx.settings.policy)
     comp = compute_need(w.allocation, f, ctx.catalogue, ctx.settings.policy)
     if mem.bound is None:
         return _none(ctx, *(f"no recommendation: {r}" for r in mem.reasons))
     alloc, where, prof = _placement(ctx, gpu, _placement_memory(ctx, mem.bound), comp.bound)
+    attributed = shared_reasons(shared, f.fb_used_mib, mem.kv_bytes_per_token is not None) if shared else ()
     device_mib = alloc.device_memory_mib or gpu.memory_mib
     vllm, vllm_why = _vllm_args(ctx, mem, device_mib, gpu.key)
     alloc = replace(alloc, vllm=vllm)
@@ -291,7 +294,11 @@ def rightsize(ctx: Context) -> Recommendation:
     conf = confidence(f.history_s, f.coverage_frac, ctx.settings.policy.full_confidence_history_s)
     if comp.bound is None:
         conf = round(conf * 0.5, 3)
-    reasons = (*where, *mem.reasons, *comp.reasons, *vllm_why, *w.notes)
+    if shared and grows(alloc, w.allocation):  # from upper bounds: shrink, never grow
+        risk = _risk(ctx, mem.bound, w.allocation.device_memory_mib or gpu.memory_mib, conf, None)
+        return keep_current(w, alloc, (*attributed, *mem.reasons, *comp.reasons, *w.notes), conf, risk, mem.bound,
+                            comp.bound, f.history_s)
+    reasons = (*where, *attributed, *mem.reasons, *comp.reasons, *vllm_why, *w.notes)
     return Recommendation(
         w, alloc, reasons, conf, memory_need_mib=mem.bound, compute_need_frac=comp.bound,
         gpus_held=w.allocation.total_gpu_equivalents, gpus_needed=alloc.total_gpu_equivalents,

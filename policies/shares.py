@@ -67,12 +67,15 @@ def mps_env(alloc: Allocation) -> dict[str, str]:
 
 
 def device_plugin_mps_replicas(alloc: Allocation) -> int | None:
-    """The NVIDIA device plugin splits MPS equally: ``replicas`` clients of 100/replicas % and 1/replicas
-    of memory each (reference.md §3). The most replicas that still give this share."""
-    if alloc.mps_active_thread_pct is None or not alloc.device_memory_mib:
+    """The NVIDIA device plugin splits MPS equally: R replicas per GPU give each client ``100 // R`` % of the SMs
+    and 1/R of the device's memory (reference.md §3). The most R that still gives this share: how many of it fit
+    one physical GPU by compute and by memory, floor(1 / the larger fraction). ``gpu_equivalents`` is that larger
+    fraction of the physical GPU; ``device_memory_mib`` is not, being the memory the process sees (the pinned
+    limit itself where ``mechanisms.memory_seen`` says so). None when the share is unknown."""
+    if alloc.mps_active_thread_pct is None or alloc.gpu_equivalents <= 0:
         return None
-    mem_frac = (alloc.mps_pinned_mem_mib or 0.0) / alloc.device_memory_mib
-    return max(1, math.floor(min(100 / alloc.mps_active_thread_pct, 1 / max(mem_frac, 1e-6))))
+    frac = max(alloc.mps_active_thread_pct / 100, alloc.gpu_equivalents / max(alloc.gpus, 1))
+    return max(1, math.floor(1 / frac + 1e-9))
 
 
 def dra_gpu_config(alloc: Allocation) -> dict[str, Any]:

@@ -107,6 +107,9 @@ class Workload:
     # what owns its replica count besides people: "HorizontalPodAutoscaler/<name>", "ScaledObject/<name>" (several,
     # comma-separated: autoscalers that fight); None: none found, or not read (no Kubernetes API, not allowed)
     autoscaler: str | None = None
+    # pods dcgm-exporter attributes its GPU to at once (>1: time-slicing or MPS, whatever the spec says); None:
+    # unknown or one. Its per-device figures are then every tenant's (policies.attribution)
+    device_shared_with: int | None = None
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,8 @@ def enrich(workload: Workload, index: FactIndex) -> Workload:
             alloc = replace(alloc, gpu_equivalents=max(alloc.gpus, 1) / dev.shared_with)
             wl = replace(wl, notes=(*wl.notes, f"time-sliced: dcgm-exporter saw {dev.shared_with} pods on its GPU "
                                     f"at once, so it holds 1/{dev.shared_with} of it"))
+        if dev.shared_with > 1:
+            wl = replace(wl, device_shared_with=dev.shared_with)
         if dev.shared_with > 1 and alloc.sharing is Sharing.EXCLUSIVE:
             wl = replace(wl, notes=(*wl.notes, f"dcgm-exporter attributes its GPU to {dev.shared_with} pods: "
                                     "usage is per device, not per pod (time-slicing or MPS)"))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from collectors.files import read_snapshot, write_snapshot
 from policies.catalogue import load_catalogue
 from recommender import model as m
 from recommender.inventory import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
@@ -159,3 +162,22 @@ def test_assemble_with_cluster_warns_about_deleted_workloads() -> None:
     assert [w.ref.name for w in snap.workloads] == ["chat"]
     assert any("not in the cluster now" in w and "gone" in w for w in snap.warnings)
     assert list(snap.usage[m.FB_USED_MIB].columns) == ["ml/Deployment/chat"]
+
+
+def test_a_gpu_dcgm_attributes_to_several_pods_is_marked_shared_and_round_trips(tmp_path: Path) -> None:
+    """The API says a whole GPU, DCGM saw 3 pods on it: the workload carries that, so the policy reads its figures
+    as the device's (policies.attribution); a snapshot file keeps it, and leaves it out where there is none."""
+    idx = index(1)
+    fb = pd.DataFrame({"ml/chat-5c4d6f7b8-x2k4p": 70000.0, "ml/solo-5c4d6f7b8-x2k4p": 1.0}, index=idx)
+    spec = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_product="NVIDIA A100-SXM4-80GB")
+    chat = Workload(WorkloadRef("ml", "Deployment", "chat"), spec, pods=("chat-5c4d6f7b8-x2k4p",))
+    solo = Workload(WorkloadRef("ml", "Deployment", "solo"), spec, pods=("solo-5c4d6f7b8-x2k4p",))
+    devices = (PodDevices("ml", "chat-5c4d6f7b8-x2k4p", "NVIDIA A100-SXM4-80GB", 1, None, 81920.0, shared_with=3),
+               PodDevices("ml", "solo-5c4d6f7b8-x2k4p", "NVIDIA A100-SXM4-80GB", 1, None, 81920.0))
+    snap = assemble(PodUsage({m.FB_USED_MIB: fb}, devices=devices), [chat, solo], idx[0].to_pydatetime(), END,
+                    600.0, CAT, "t")
+    by = {w.ref.name: w for w in snap.workloads}
+    assert (by["chat"].device_shared_with, by["solo"].device_shared_with) == (3, None)
+    write_snapshot(snap, tmp_path)
+    assert [w.device_shared_with for w in read_snapshot(tmp_path).workloads] == [3, None]
+    assert (tmp_path / "snapshot.json").read_text().count("device_shared_with") == 1
