@@ -11,14 +11,16 @@ from dataclasses import dataclass, replace
 from policies.attribution import grows, keep_current, pod_features, shared_device, shared_reasons
 from policies.catalogue import Catalogue, GpuModel, MigProfile
 from policies.compute import compute_need
-from policies.estimators import confidence
+from policies.estimators import confidence, confidence_multiplier
 from policies.mechanism import mechanisms
-from policies.memory import MemoryNeed, memory_need
+from policies.memory import memory_need
 from policies.mig import bounded_profile, missed_too_often
 from policies.modelcards import ModelCards
+from policies.nogain import held, share_gain
 from policies.registry import register_policy
 from policies.replicas import ttft_objective
 from policies.shares import size_share, time_slices
+from policies.vllmargs import vllm_args
 from recommender.features import WorkloadFeatures
 from recommender.model import (
     Allocation,
@@ -27,7 +29,6 @@ from recommender.model import (
     Forecast,
     Recommendation,
     Sharing,
-    VllmArgs,
     Workload,
     WorkloadClass,
     WorkloadConstraints,
@@ -35,6 +36,7 @@ from recommender.model import (
 from recommender.settings import Settings
 
 HOUR_S = 3600.0
+PROVISIONAL_MAX_CONFIDENCE = 0.25  # a provisional recommendation's confidence: low, under _risk's 0.5 bar
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,11 @@ def _precheck(ctx: Context) -> tuple[str, ...] | GpuModel:
     w, f, p = ctx.workload, ctx.features, ctx.settings.policy
     if w.allocation.sharing is Sharing.NONE:
         return ("no recommendation: no GPU resource found in its spec",)
-    if f.history_s < p.min_history_s:
-        return (f"no recommendation: not enough history ({f.history_s / HOUR_S:.1f} h of usage, "
-                f"need {p.min_history_s / HOUR_S:.0f} h)",)
+    floor_s = min(p.provisional_min_history_s, p.min_history_s)
+    if f.history_s < floor_s:
+        need = (f"{floor_s / HOUR_S:g} h for a provisional recommendation, {p.min_history_s / HOUR_S:g} h for a firm "
+                "one" if floor_s < p.min_history_s else f"{p.min_history_s / HOUR_S:g} h")
+        return (f"no recommendation: not enough history ({f.history_s / HOUR_S:.1f} h of usage, need {need})",)
     gpu = ctx.catalogue.get(w.allocation.gpu_model)
     if gpu is None:
         product = w.allocation.gpu_product or "not reported"
@@ -74,40 +78,7 @@ def _precheck(ctx: Context) -> tuple[str, ...] | GpuModel:
     return gpu
 
 
-MIB = 1024 * 1024
 FRACTION_MECHANISMS = {"mps": Sharing.MPS, "hami": Sharing.HAMI, "kai": Sharing.KAI}
-
-
-def default_max_num_seqs(device_mib: float, gpu_key: str) -> int:
-    """vLLM's own default when --max-num-seqs is unset (reference.md §9.2): 1024 on ≥ 70 GiB non-A100
-    devices, else 256 (so a MIG slice of an H100 gets 256)."""
-    return 1024 if device_mib >= 70 * 1024 and "a100" not in gpu_key.lower() else 256
-
-
-def _vllm_args(ctx: Context, mem: MemoryNeed, device_mib: float, gpu_key: str) -> tuple[VllmArgs | None, list[str]]:
-    """``--gpu-memory-utilization`` for the memory the process sees, and ``--max-num-seqs`` where the
-    KV pool, not the scheduler, limits how many sequences can run at once."""
-    vllm = ctx.workload.allocation.vllm
-    if vllm is None or mem.bound is None:
-        return None, []
-    p = ctx.settings.policy
-    frac = min(max(mem.bound.target / device_mib, p.vllm_min_gpu_memory_utilization), p.vllm_max_gpu_memory_utilization)
-    frac = math.ceil(frac * 100 - 1e-9) / 100
-    was = f"{vllm.gpu_memory_utilization:g}" if vllm.gpu_memory_utilization else "default"
-    why = [f"vLLM --gpu-memory-utilization {was} → {frac:.2f} of {device_mib:,.0f} MiB"]
-    out = replace(vllm, gpu_memory_utilization=frac)
-    per_seq = ctx.features.tokens_per_request
-    if mem.non_kv_mib is not None and mem.kv_bytes_per_token and per_seq:
-        tp = max(1, vllm.tensor_parallel_size)
-        pool_tokens = max(0.0, frac * device_mib - mem.non_kv_mib) * MIB / mem.kv_bytes_per_token * tp
-        fits = max(1, math.floor(pool_tokens / per_seq))
-        limit = vllm.max_num_seqs or default_max_num_seqs(device_mib, gpu_key)
-        if fits < limit:
-            out = replace(out, max_num_seqs=fits)
-            why.append(f"vLLM --max-num-seqs {vllm.max_num_seqs or f'default {limit}'} → {fits}: the KV pool "
-                       f"({pool_tokens:,.0f} tokens) holds {fits} sequences of the mean {per_seq:,.0f} tokens, so "
-                       "more would be preempted rather than served")
-    return out, why
 
 
 def _whole(ctx: Context, gpu: GpuModel) -> Allocation:
@@ -287,21 +258,37 @@ def rightsize(ctx: Context) -> Recommendation:
     alloc, where, prof = _placement(ctx, gpu, _placement_memory(ctx, mem.bound), comp.bound)
     attributed = shared_reasons(shared, f.fb_used_mib, mem.kv_bytes_per_token is not None) if shared else ()
     device_mib = alloc.device_memory_mib or gpu.memory_mib
-    vllm, vllm_why = _vllm_args(ctx, mem, device_mib, gpu.key)
+    engine = vllm_args(w.allocation.vllm, mem, device_mib, gpu.key, ctx.settings.policy, f,
+                       held(w.allocation, alloc, ctx.settings.mechanisms))
+    vllm = engine.vllm
     alloc = replace(alloc, vllm=vllm)
     if alloc.sharing is Sharing.KAI and vllm and vllm.gpu_memory_utilization:  # KAI: vLLM must self-limit
         alloc = replace(alloc, kai_gpu_fraction=max(alloc.kai_gpu_fraction or 0.0, vllm.gpu_memory_utilization))
     conf = confidence(f.history_s, f.coverage_frac, ctx.settings.policy.full_confidence_history_s)
     if comp.bound is None:
         conf = round(conf * 0.5, 3)
+    provisional = _provisional(ctx)
+    conf = min(conf, PROVISIONAL_MAX_CONFIDENCE) if provisional else conf
     if shared and grows(alloc, w.allocation):  # from upper bounds: shrink, never grow
         risk = _risk(ctx, mem.bound, w.allocation.device_memory_mib or gpu.memory_mib, conf, None)
-        return keep_current(w, alloc, (*attributed, *mem.reasons, *comp.reasons, *w.notes), conf, risk, mem.bound,
+        kept = keep_current(w, alloc, (*attributed, *mem.reasons, *comp.reasons, *w.notes), conf, risk, mem.bound,
                             comp.bound, f.history_s)
-    reasons = (*where, *attributed, *mem.reasons, *comp.reasons, *vllm_why, *w.notes)
+        return replace(kept, reasons=(*provisional, *kept.reasons), provisional=bool(provisional))
+    heads = (*provisional, *(x for x in (engine.unchanged, share_gain(w.allocation, alloc)) if x))
+    reasons = (*heads, *where, *attributed, *mem.reasons, *comp.reasons, *engine.reasons, *w.notes)
     return Recommendation(
         w, alloc, reasons, conf, memory_need_mib=mem.bound, compute_need_frac=comp.bound,
         gpus_held=w.allocation.total_gpu_equivalents, gpus_needed=alloc.total_gpu_equivalents,
         risk=_risk(ctx, mem.bound, device_mib, conf, prof), history_s=f.history_s,
-        mechanism=alloc.sharing.value,
+        mechanism=alloc.sharing.value, provisional=bool(provisional),
     )
+
+
+def _provisional(ctx: Context) -> tuple[str, ...]:
+    """Why the recommendation is provisional (history between the floor and ``min_history_s``), or nothing."""
+    h, p = ctx.features.history_s, ctx.settings.policy
+    if h >= p.min_history_s:
+        return ()
+    return (f"provisional: {h / HOUR_S:.1f} h of history, under the {p.min_history_s / HOUR_S:g} h a firm "
+            f"recommendation needs: upper bounds widened x{confidence_multiplier(h):.1f}, confidence low, not "
+            "applied by the controller's Auto mode",)

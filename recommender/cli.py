@@ -140,7 +140,9 @@ def source_options(fn: Any) -> Any:
         click.option("-n", "--namespace", multiple=True, help="Namespace to analyse (repeatable; default all)."),
         click.option("--history", default="14d", show_default=True, help="How far back to read usage."),
         click.option("--end", "end_time", help="End of the window (ISO-8601 or unix s; default now)."),
-        click.option("--min-history", default="24h", show_default=True, help="Less history: no recommendation."),
+        click.option("--min-history", default="24h", show_default=True,
+                     help="History a firm recommendation needs; with less, down to policy.provisional_min_history_s "
+                          "(6h), it is provisional: wider bounds, low confidence, never applied by Auto."),
         click.option("--kubeconfig", type=click.Path(), help="kubeconfig for the workload inventory."),
         click.option("--context", help="kubeconfig context."),
         click.option("--no-kubernetes", is_flag=True, help="Do not call the Kubernetes API (use KSM metrics)."),

@@ -340,6 +340,8 @@ class Recommendation:
     forecasts: tuple[Forecast, ...] = ()
     scaling: ScalingPlan | None = None
     mechanism: str | None = None  # chosen sharing mechanism (a Sharing value), with why in reasons
+    # made on less history than policy.min_history_s (down to provisional_min_history_s): shown, never applied by Auto
+    provisional: bool = False
 
     @property
     def ref(self) -> WorkloadRef:

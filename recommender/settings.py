@@ -95,7 +95,16 @@ class PolicySettings(BaseModel):
     memory_margin_frac: float = Field(0.15, ge=0, le=1, description="Safety margin added to memory need.")
     compute_percentile: float = Field(0.95, gt=0, le=1, description="Percentile of engine activity sized for.")
     compute_margin_frac: float = Field(0.20, ge=0, le=2, description="Safety margin added to compute need.")
-    min_history_s: float = Field(DAY_S, ge=0, description="Less usable history than this: no recommendation.")
+    min_history_s: float = Field(
+        DAY_S, ge=0, description="Usable history a firm recommendation needs. With less, down to "
+        "provisional_min_history_s, the recommendation is provisional; the idle rule (scale to zero) needs all of it."
+    )
+    provisional_min_history_s: float = Field(
+        6 * 3600, ge=0, description="Usable history below which there is no recommendation. From here to "
+        "min_history_s one is made and marked provisional: upper bounds widened for the short history (x5 at 6 h, "
+        "the widening of policies.estimators.confidence_multiplier), confidence low, never applied by the "
+        "controller's Auto mode. Under a quarter of a day even that bound says little of a daily pattern."
+    )
     full_confidence_history_s: float = Field(7 * DAY_S, gt=0, description="History that earns full confidence.")
     vllm_max_gpu_memory_utilization: float = Field(
         0.95, gt=0, le=1, description="Never recommend a vLLM memory fraction above this."

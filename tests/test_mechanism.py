@@ -7,7 +7,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.mechanism import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION, mechanisms
-from policies.rightsize import default_max_num_seqs
 from policies.shares import (
     device_plugin_mps_replicas,
     dra_gpu_config,
@@ -18,6 +17,7 @@ from policies.shares import (
     size_share,
     time_slices,
 )
+from policies.vllmargs import default_max_num_seqs
 from recommender import model as m
 from recommender.model import Allocation, Sharing, VllmArgs, WorkloadClass
 from recommender.pipeline import run_once

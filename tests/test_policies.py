@@ -162,7 +162,7 @@ def test_unknown_model_falls_back_to_framebuffer_and_says_so() -> None:
 @pytest.mark.parametrize(
     ("alloc", "days", "series", "reason"),
     [
-        (whole_gpu(), 0.5, {m.FB_USED_MIB: 1000.0}, "not enough history"),
+        (whole_gpu(), 0.2, {m.FB_USED_MIB: 1000.0}, "not enough history"),  # 4.8 h: under the 6 h floor
         (whole_gpu(product="NVIDIA Foo-9000", model=None), 14, {m.FB_USED_MIB: 1000.0}, "unknown GPU model"),
         (whole_gpu(), 14, {m.GR_ENGINE_ACTIVE_FRAC: 0.5}, "no DCGM_FI_DEV_FB_USED"),
     ],

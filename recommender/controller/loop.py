@@ -279,6 +279,9 @@ class Controller:
         back = self._regression(spec.latency_objectives.ttft_seconds, ref, obj, record, snap, now)
         if back is not None:
             return back
+        if r.provisional:  # whatever changeLimits.minHistorySeconds says: shown in status, never applied
+            return Outcome(ref.key, "blocked", f"not applied (provisional: {r.history_s / 3600:.1f} h of history, "
+                           "under the policy.min_history_s of the recommender's settings)", obj=obj)
         desired = desired_from(r, spec.allowed_mechanisms, spec.bounds.min_replicas, spec.bounds.max_replicas,
                                self.exclusive_nodes)
         baseline = health_from(snap, r.ref.key, now - timedelta(seconds=BASELINE_S), now)
@@ -350,6 +353,8 @@ def _summary(r: Recommendation) -> dict[str, Any]:
     a = r.recommended
     out: dict[str, Any] = {"workload": r.ref.key, "actionable": r.actionable, "confidence": round(r.confidence, 3),
                            "reasons": list(r.reasons[:4])}
+    if r.provisional:
+        out["provisional"] = True
     if a is not None:
         out |= {"sharing": a.sharing.value, "gpuEquivalents": round(a.gpu_equivalents, 4)}
         if a.mig_profile:

@@ -38,6 +38,7 @@ COLUMNS = (
     *(f"memory_need_{b}_mib" for b in _BOUND),
     *(f"compute_need_{b}_frac" for b in _BOUND),
     "gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk", "history_s",
+    "provisional",
     "class", "class_confidence", "class_source",
     "forecast_metric", "forecast_model", "forecast_mean", "forecast_peak", "forecast_peak_upper",
     *(f"scaling_{n}" for n in _SCALING),
@@ -71,6 +72,7 @@ def row(rec: Recommendation) -> dict[str, Any]:
         **_bound("compute_need", "frac", doc["compute_need_frac"]),
         **{k: doc[k] for k in ("gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk",
                                "history_s")},
+        "provisional": "true" if rec.provisional else "false",  # as JSON writes it
         **_demand(doc),
         **{f"scaling_{n}": (doc["scaling"][n] if doc["scaling"] else None) for n in _SCALING},
         "autoscaler": _text(rec.workload.autoscaler) if rec.workload.autoscaler else None,

@@ -123,7 +123,7 @@ def _row(rec: Recommendation, snapshot: Snapshot | None, anchor: str | None) -> 
         f"<td>{recommended}</td>", f"<td>{e(t.forecast_text(rec))}</td>",
         f'<td class="num">{e(t.gpus_text(rec))}</td>',
         f'<td class="num {_savings_class(rec.monthly_savings_usd)}">{e(t.money(rec.monthly_savings_usd, ""))}</td>',
-        f'<td class="num">{e(t.percent(rec.confidence) if rec.actionable else t.DASH)}</td>',
+        f'<td class="num">{e(t.confidence_text(rec))}</td>',
         f'<td class="risk-{e(rec.risk)}">{e(rec.risk)}</td>',
         f"<td><details><summary>{_count(len(rec.reasons), 'reason')}</summary><ul>{why}</ul></details></td>",
     )
@@ -151,7 +151,7 @@ def _table(plan: Plan, snapshot: Snapshot | None, anchors: dict[str, str]) -> st
 def _facts(rec: Recommendation) -> str:
     facts = (("GPUs held → needed", t.gpus_text(rec), ""),
              ("savings / month", t.money(rec.monthly_savings_usd, ""), _savings_class(rec.monthly_savings_usd)),
-             ("confidence", t.percent(rec.confidence) if rec.actionable else t.DASH, ""),
+             ("confidence", t.confidence_text(rec), ""),
              ("risk", rec.risk, f"risk-{rec.risk}"), ("history", t.duration(rec.history_s), ""))
     return '<dl class="facts">' + "".join(
         f'<div><dt>{e(k)}</dt><dd class="{e(c)}">{e(v)}</dd></div>' for k, v, c in facts) + "</dl>"

@@ -36,11 +36,12 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.7"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+SCHEMA_VERSION = "1.8"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
 # 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled);
 # 1.4: a second trigger on requests waiting (scaling.waiting_per_replica); 1.5: replicas and GPU-hours on the
 # recommended shape (scaling.mean_replicas_right_sized, summary.gpu_hours_right_sized_autoscaled); 1.6: what the
-# bounds were sized on (scaling.demand_source); 1.7: the autoscaler that owns the replicas (autoscaler)
+# bounds were sized on (scaling.demand_source); 1.7: the autoscaler that owns the replicas (autoscaler); 1.8: a
+# recommendation made on short history (provisional)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -144,6 +145,7 @@ def workload(rec: Recommendation) -> dict[str, Any]:
         "recommended": allocation(rec.recommended),
         "reasons": list(rec.reasons),
         "confidence": frac(rec.confidence),
+        "provisional": rec.provisional,
         "memory_need_mib": _bound(rec.memory_need_mib, mib),
         "compute_need_frac": _bound(rec.compute_need_frac, frac),
         "gpus_held": frac(rec.gpus_held),

@@ -55,7 +55,7 @@ def _row(rec: Recommendation, snapshot: Snapshot | None) -> str:
     cells = (ref.namespace, f"{ref.kind}/{ref.name}", t.class_text(rec), t.alloc_text(rec.workload.allocation),
              t.used_text(rec, snapshot), "; ".join(x for x in (t.recommended_text(rec), t.autoscaler_text(rec)) if x),
              t.forecast_text(rec), t.gpus_text(rec),
-             t.money(rec.monthly_savings_usd, ""), t.percent(rec.confidence) if rec.actionable else t.DASH)
+             t.money(rec.monthly_savings_usd, ""), t.confidence_text(rec))
     return "| " + " | ".join(md(c) for c in cells) + " |"
 
 

@@ -23,6 +23,8 @@ from recommender.outputs.registry import register_formatter
 DEFAULT_WIDTH = 160
 NARROW_WIDTH = 100  # below this (or when the wide columns do not fit): compact, ASCII
 CAPTION = "used: memory need (target) / device memory per replica, compute need as a share of one GPU"
+PROVISIONAL_MARK = "\nprov."  # under the confidence, in its 5-column cell
+PROVISIONAL_CAPTION = "; prov.: provisional, on less history than --min-history"
 _ASCII = str.maketrans({"×": "x", "→": "->", "–": "-", "·": "|", "≥": ">=", "≤": "<=", "…": "...", "−": "-"})
 
 
@@ -86,7 +88,7 @@ def _recommended(rec: Recommendation) -> str:
 
 
 def _confidence(rec: Recommendation) -> str:
-    return t.percent(rec.confidence) if rec.actionable else t.DASH
+    return t.confidence_text(rec, PROVISIONAL_MARK)
 
 
 def _table(plan: Plan, snapshot: Snapshot | None, width: int) -> tuple[Table, bool]:
@@ -96,6 +98,7 @@ def _table(plan: Plan, snapshot: Snapshot | None, width: int) -> tuple[Table, bo
     narrow = widths is None
     title = f"GPU right-sizing · {t.window_line(plan)}"
     caption = CAPTION + ("; $/mo over confidence" if narrow else "")
+    caption += PROVISIONAL_CAPTION if any(r.provisional for r in plan.recommendations) else ""
     table = Table(title=title.translate(_ASCII) if narrow else title, caption=caption, safe_box=True,
                   box=box.ASCII if narrow else box.SIMPLE_HEAD, expand=narrow, highlight=False)
     if widths is None:

@@ -155,6 +155,13 @@ def percent(frac: float | None) -> str:
     return DASH if value is None else f"{value:.0%}"
 
 
+def confidence_text(rec: Recommendation, mark: str = " (provisional)") -> str:
+    """The confidence, followed by ``mark`` where the recommendation is provisional; a dash without one."""
+    if not rec.actionable:
+        return DASH
+    return percent(rec.confidence) + (mark if rec.provisional else "")
+
+
 def fleet_line(plan: Plan) -> str:
     """One sentence with the fleet totals: held vs needed, packed whole GPUs, money per month."""
     s = plan.summary
