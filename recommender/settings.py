@@ -76,6 +76,10 @@ class PolicySettings(BaseModel):
     compute_margin_frac: float = Field(0.20, ge=0, le=2, description="Safety margin added to compute need.")
     min_history_s: float = Field(DAY_S, ge=0, description="Less usable history than this: no recommendation.")
     full_confidence_history_s: float = Field(7 * DAY_S, gt=0, description="History that earns full confidence.")
+    min_usable_frac: float = Field(
+        0.5, ge=0, le=1, description="Less than this share of a sizing metric's samples within physical bounds "
+        "(recommender/data/bounds.yaml): no recommendation."
+    )
     vllm_max_gpu_memory_utilization: float = Field(
         0.95, gt=0, le=1, description="Never recommend a vLLM memory fraction above this."
     )
