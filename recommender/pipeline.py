@@ -32,7 +32,7 @@ from recommender.model import (
     Workload,
     WorkloadConstraints,
 )
-from recommender.quality import clean
+from recommender.quality import clean, fleet_warning
 from recommender.quality_data import load_bounds
 from recommender.settings import ForecastSettings, Settings
 from recommender.shape import demand_shape
@@ -95,7 +95,7 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     with _timed(timings, "mig_nodes"):
         nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
     return Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
-                (*snapshot.warnings, *nodes.warnings), timings, snapshot.source, nodes.nodes,
+                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings), timings, snapshot.source, nodes.nodes,
                 nodes.mig_parted_config)
 
 

@@ -175,6 +175,16 @@ def clean(snapshot: Snapshot, catalogue: Catalogue, table: BoundsTable, min_usab
     return replace(snapshot, workloads=workloads, usage=usage), facts
 
 
+def fleet_warning(facts: Mapping[str, DataQuality]) -> tuple[str, ...]:
+    """One plan-level line naming the workloads with impossible values dropped (their reasons say which)."""
+    hit = sorted(key for key, q in facts.items() if q.dropped)
+    if not hit:
+        return ()
+    more = f" and {len(hit) - 5} more" if len(hit) > 5 else ""
+    return (f"impossible values (outside recommender/data/bounds.yaml) dropped in {len(hit)} workload(s), counted "
+            f"in their reasons: {', '.join(hit[:5])}{more}",)
+
+
 def _quality(dropped: tuple[Dropped, ...], sizing: tuple[str, ...], min_usable_frac: float) -> DataQuality:
     """Usable share of the sizing metrics, and why none can be made: a sizing metric below the minimum usable
     share, or any series with nothing possible in it."""

@@ -106,3 +106,9 @@ def test_partly_impossible_memory_is_dropped_counted_and_lowers_confidence(doc: 
     assert spiky["memory_need_mib"]["target"] == pytest.approx(clean["memory_need_mib"]["target"], rel=0.05)
     assert spiky["confidence"] < clean["confidence"]
 
+
+def test_the_plan_warns_once_about_the_workloads_with_values_dropped(doc: dict[str, Any]) -> None:
+    (line,) = [x for x in doc["warnings"] if x.startswith("impossible values")]
+    assert line.endswith("dropped in 2 workload(s), counted in their reasons: odd/Deployment/negative, "
+                         "odd/Deployment/spiky")
+

@@ -11,7 +11,7 @@ from policies.catalogue import load_catalogue
 from recommender import model as m
 from recommender.model import Allocation, Sharing, Workload
 from recommender.pipeline import run_once
-from recommender.quality import DataQuality, Dropped, clean, parse_bounds
+from recommender.quality import DataQuality, Dropped, clean, fleet_warning, parse_bounds
 from recommender.quality_data import load_bounds
 from recommender.settings import Settings
 from tests.builders import END, snapshot, whole_gpu, workload
@@ -178,3 +178,13 @@ def test_an_unknown_gpu_model_is_a_reason_in_every_format_never_a_traceback(allo
                               "(--gpu-catalogue FILE)")
     for fmt in BUILTIN_MODULES:
         assert "unknown GPU model" in get_formatter(fmt)(plan, snap)
+
+
+def test_the_fleet_warning_names_five_workloads_and_counts_the_rest() -> None:
+    bad = DataQuality((Dropped(m.POWER_W, "power", "negative", 1, 10),), 1.0)
+    facts = {f"ns/Deployment/w{i}": bad for i in range(7)} | {"ns/Deployment/ok": DataQuality()}
+    (line,) = fleet_warning(facts)
+    # 7 with drops: the first five by name, then "and 2 more"; the clean one is not named
+    assert line.endswith("in 7 workload(s), counted in their reasons: ns/Deployment/w0, ns/Deployment/w1, "
+                         "ns/Deployment/w2, ns/Deployment/w3, ns/Deployment/w4 and 2 more")
+    assert fleet_warning({"ns/Deployment/ok": DataQuality()}) == ()
