@@ -61,6 +61,40 @@ def with_confidence(history_s: float, inner: Estimator) -> Estimator:
     return estimate
 
 
-def confidence(history_s: float, coverage_frac: float, full_history_s: float) -> float:
-    """0-1: grows linearly with history up to ``full_history_s``, scaled by series coverage."""
-    return round(min(1.0, history_s / full_history_s) * max(0.0, min(1.0, coverage_frac)), 3)
+def _unit(x: float) -> float:
+    return max(0.0, min(1.0, x))
+
+
+def history_factor(history_s: float, full_history_s: float) -> float:
+    """Linear in history up to ``full_history_s`` (a week by default), then 1: monotone, and a day of a week's
+    worth earns 1/7."""
+    return _unit(history_s / full_history_s)
+
+
+def coverage_factor(coverage_frac: float) -> float:
+    """The share of steps in the history that have data: gaps are evidence not seen."""
+    return _unit(coverage_frac)
+
+
+def quality_factor(usable_frac: float) -> float:
+    """The share of the sizing metrics' samples the data-quality stage kept (recommender.quality): data thrown
+    away as impossible says the rest may be wrong too."""
+    return _unit(usable_frac)
+
+
+def band_factor(band: Bound | None) -> float:
+    """target / upper: an upper bound twice the target halves the confidence (a need that may be double what
+    it was sized for); 1 without a band or with none above the target, 0 for a zero target under a positive
+    upper bound."""
+    if band is None or band.upper <= band.target:
+        return 1.0
+    return _unit(band.target / band.upper) if band.target > 0 else 0.0
+
+
+def confidence(history_s: float, coverage_frac: float, full_history_s: float, usable_frac: float = 1.0,
+               band: Bound | None = None) -> float:
+    """0-1, the product of :func:`history_factor`, :func:`coverage_factor`, :func:`quality_factor` and
+    :func:`band_factor` (of the memory need, what the placement is sized on), to three decimals."""
+    product = (history_factor(history_s, full_history_s) * coverage_factor(coverage_frac)
+               * quality_factor(usable_frac) * band_factor(band))
+    return round(product, 3)

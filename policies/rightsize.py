@@ -65,6 +65,8 @@ def _precheck(ctx: Context) -> tuple[str, ...] | GpuModel:
     w, f, p = ctx.workload, ctx.features, ctx.settings.policy
     if w.allocation.sharing is Sharing.NONE:
         return ("no recommendation: no GPU resource found in its spec",)
+    if f.unusable:  # the data-quality stage dropped too much (recommender.quality)
+        return (f.unusable,)
     floor_s = min(p.provisional_min_history_s, p.min_history_s)
     if f.history_s < floor_s:
         need = (f"{floor_s / HOUR_S:g} h for a provisional recommendation, {p.min_history_s / HOUR_S:g} h for a firm "
@@ -232,7 +234,7 @@ def _idle(ctx: Context) -> Recommendation | None:
     if f.idle_frac is None or f.idle_frac < 0.999 or f.history_s < ctx.settings.policy.min_history_s:
         return None
     w = ctx.workload
-    conf = confidence(f.history_s, f.coverage_frac, ctx.settings.policy.full_confidence_history_s)
+    conf = confidence(f.history_s, f.coverage_frac, ctx.settings.policy.full_confidence_history_s, f.usable_frac)
     rec = replace(w.allocation, replicas=0)
     why = (f"idle for the whole window ({f.history_s / HOUR_S:.0f} h: engine activity ≤ "
            f"{ctx.settings.policy.idle_compute_frac:.0%}, no requests): scale to zero (e.g. KEDA minReplicaCount 0)")
@@ -264,7 +266,8 @@ def rightsize(ctx: Context) -> Recommendation:
     alloc = replace(alloc, vllm=vllm)
     if alloc.sharing is Sharing.KAI and vllm and vllm.gpu_memory_utilization:  # KAI: vLLM must self-limit
         alloc = replace(alloc, kai_gpu_fraction=max(alloc.kai_gpu_fraction or 0.0, vllm.gpu_memory_utilization))
-    conf = confidence(f.history_s, f.coverage_frac, ctx.settings.policy.full_confidence_history_s)
+    conf = confidence(f.history_s, f.coverage_frac, ctx.settings.policy.full_confidence_history_s, f.usable_frac,
+                      mem.bound)
     if comp.bound is None:
         conf = round(conf * 0.5, 3)
     provisional = _provisional(ctx)

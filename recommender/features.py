@@ -72,6 +72,10 @@ class WorkloadFeatures:
     # the last such window on the replicas' shape before their current one, where the window still holds it
     ttft_over_objective_frac: float | None = None
     shape_before_over_objective_frac: float | None = None
+    # the data-quality stage's verdict (recommender.quality): the usable share of the metrics the sizing reads, and
+    # why no recommendation can be made from what is left (None: enough is)
+    usable_frac: float = 1.0
+    unusable: str | None = None
 
 
 def tokens_per_request(snapshot: Snapshot, workload: Workload) -> float | None:

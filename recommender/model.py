@@ -328,7 +328,7 @@ class Recommendation:
     workload: Workload
     recommended: Allocation | None
     reasons: tuple[str, ...]
-    confidence: float  # 0-1: grows with history length and series coverage
+    confidence: float  # 0-1: history length x coverage x usable data x memory band (policies.estimators.confidence)
     memory_need_mib: Bound | None = None  # per device
     compute_need_frac: Bound | None = None  # share of one whole GPU's SMs
     gpus_held: float = 0.0  # gpu-equivalents held today (all replicas)

@@ -1,4 +1,5 @@
-"""``run_once``: snapshot → features → policy → plan, timing each step. Reads like a table of contents."""
+"""``run_once``: snapshot → data quality → features → policy → plan, timing each step. Reads like a table of
+contents."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from recommender.model import (
     Workload,
     WorkloadConstraints,
 )
+from recommender.quality import clean, fleet_warning
+from recommender.quality_data import load_bounds
 from recommender.settings import ForecastSettings, Settings
 from recommender.shape import demand_shape
 
@@ -56,11 +59,14 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     catalogue = catalogue or load_catalogue(settings.policy.catalogue_override)
     cards = cards or load_model_cards(settings.policy.models_override)
     decide: Callable[[Context], Recommendation] = get_policy(policy)
+    with _timed(timings, "quality"):
+        snapshot, quality = clean(snapshot, catalogue, load_bounds(), settings.policy.min_usable_frac)
     with _timed(timings, "features"):
         feats: dict[str, WorkloadFeatures] = {
-            w.ref.key: workload_features(snapshot, w, settings.policy.idle_compute_frac,
-                                         settings.scaling.error_budget_window_s,
-                                         settings.scaling.wake_s(w.cold_start_s))
+            w.ref.key: replace(workload_features(snapshot, w, settings.policy.idle_compute_frac,
+                                                 settings.scaling.error_budget_window_s,
+                                                 settings.scaling.wake_s(w.cold_start_s)),
+                               usable_frac=quality[w.ref.key].usable_frac, unusable=quality[w.ref.key].unusable)
             for w in snapshot.workloads
         }
     with _timed(timings, "classify"):
@@ -89,7 +95,7 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     with _timed(timings, "mig_nodes"):
         nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
     return Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
-                (*snapshot.warnings, *nodes.warnings), timings, snapshot.source, nodes.nodes,
+                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings), timings, snapshot.source, nodes.nodes,
                 nodes.mig_parted_config)
 
 

@@ -106,6 +106,10 @@ class PolicySettings(BaseModel):
         "controller's Auto mode. Under a quarter of a day even that bound says little of a daily pattern."
     )
     full_confidence_history_s: float = Field(7 * DAY_S, gt=0, description="History that earns full confidence.")
+    min_usable_frac: float = Field(
+        0.5, ge=0, le=1, description="Less than this share of a sizing metric's samples within physical bounds "
+        "(recommender/data/bounds.yaml): no recommendation."
+    )
     vllm_max_gpu_memory_utilization: float = Field(
         0.95, gt=0, le=1, description="Never recommend a vLLM memory fraction above this."
     )

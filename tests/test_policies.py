@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 
 from policies.catalogue import load_catalogue, parse_catalogue
-from policies.estimators import confidence, confidence_multiplier, percentile, with_margin, with_min
+from policies.estimators import (
+    band_factor,
+    confidence,
+    confidence_multiplier,
+    coverage_factor,
+    history_factor,
+    percentile,
+    quality_factor,
+    with_margin,
+    with_min,
+)
 from policies.mig import smallest_profile
 from policies.modelcards import load_model_cards
 from recommender import model as m
@@ -56,6 +66,67 @@ def test_confidence_grows_with_history_and_coverage() -> None:
     assert confidence(week / 2, 1.0, week) == 0.5
     assert confidence(2 * week, 0.8, week) == 0.8
     assert confidence(0.0, 1.0, week) == 0.0
+
+
+WEEK = 7 * 86_400.0
+
+
+@pytest.mark.parametrize(("history_d", "factor"), [
+    (0.0, 0.0), (0.5, 0.071), (1.0, 0.143),  # linear: 0.5/7 = 0.0714, 1/7 = 0.1429: low below a day
+    (3.5, 0.5), (7.0, 1.0), (14.0, 1.0),  # full at a week, capped after
+])
+def test_history_factor_is_monotone_and_low_below_a_day(history_d: float, factor: float) -> None:
+    assert history_factor(history_d * 86_400, WEEK) == pytest.approx(factor, abs=5e-4)
+
+
+@pytest.mark.parametrize(("band", "factor"), [
+    (None, 1.0),  # no memory need: no band to judge
+    (m.Bound(10.0, 20.0, 20.0), 1.0),  # upper = target: no width
+    (m.Bound(10.0, 20.0, 25.0), 0.8),  # 20 / 25
+    (m.Bound(10.0, 20.0, 40.0), 0.5),  # upper twice the target: halved
+    (m.Bound(0.0, 0.0, 5.0), 0.0),  # a zero target under a positive upper: no telling
+])
+def test_band_factor_is_target_over_upper(band: m.Bound | None, factor: float) -> None:
+    assert band_factor(band) == pytest.approx(factor)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    # history 14 d of 7 (1.0) x coverage 0.96 x usable 1.0 x band 20/25 (0.8) = 0.768
+    ((14 * 86_400, 0.96, WEEK, 1.0, m.Bound(10.0, 20.0, 25.0)), 0.768),
+    # the same with 60% of the sizing samples kept: x 0.6 = 0.4608
+    ((14 * 86_400, 0.96, WEEK, 0.6, m.Bound(10.0, 20.0, 25.0)), 0.461),
+    # 1 day: 1/7 x 1.0 x 1.0 x 1.0 = 0.1429: low enough to be provisional
+    ((86_400, 1.0, WEEK, 1.0, None), 0.143),
+    # out-of-range inputs are clamped to [0, 1]: 1.0 x 1.0 x 1.0 x 1.0
+    ((2 * WEEK, 1.5, WEEK, 2.0, None), 1.0),
+    ((WEEK, -0.5, WEEK, 1.0, None), 0.0),
+])
+def test_confidence_is_the_product_of_its_factors(args: tuple[float, float, float, float, m.Bound | None],
+                                                  expected: float) -> None:
+    got = confidence(*args)
+    assert got == expected and 0.0 <= got <= 1.0
+    history_s, coverage, full, usable, band = args
+    assert got == round(history_factor(history_s, full) * coverage_factor(coverage) * quality_factor(usable)
+                        * band_factor(band), 3)
+
+
+def test_demo_rows_differ_in_confidence_as_their_evidence_does() -> None:
+    """On the demo every workload has the same 14 days and coverage; their memory bands differ, so must their
+    confidence. The widest band (upper / target) gets the lowest confidence among the recommended ones."""
+    from collectors.files import read_snapshot
+    from recommender.demo import demo_path
+    from recommender.settings import ForecastSettings
+
+    demo = read_snapshot(demo_path())
+    recs = [r for r in run_once(demo, Settings(forecast=ForecastSettings(enabled=False)), demo.end).recommendations
+            if r.recommended is not None and r.memory_need_mib is not None]
+    assert len({r.confidence for r in recs}) > len(recs) // 2, [(r.ref.name, r.confidence) for r in recs]
+    width = {r.ref.name: r.memory_need_mib.upper / r.memory_need_mib.target for r in recs
+             if r.memory_need_mib is not None}
+    conf = {r.ref.name: r.confidence for r in recs}
+    widest, narrowest = max(width, key=width.__getitem__), min(width, key=width.__getitem__)
+    assert conf[widest] < conf[narrowest], (widest, narrowest, conf)
+    assert all(0.0 <= c <= 1.0 for c in conf.values())
 
 
 def test_quantiles_ignore_nan_and_inf() -> None:
@@ -253,10 +324,14 @@ def _missing_objective(over_per_s: np.ndarray | float, annotations: dict[str, st
                        replicas: np.ndarray | None = None, **scaling: object) -> m.Recommendation:
     """The slice-sized service above, serving 2 requests/s, of which ``over_per_s`` missed the 2 s objective;
     ``replicas``: the serving replicas per step (none collected: None)."""
-    w = workload("chat", alloc or whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model,
+    # 16,000 MiB of weights beside a KV pool of 300,000 tokens x 131,072 B = 37,500 MiB on a whole GPU; on a slice a
+    # pool of 160,000 tokens = 20,000 MiB, so that the framebuffer stays within the slice's 40,192 MiB
+    kv_tokens = 300_000.0 if alloc is None else 160_000.0
+    w = workload("chat", alloc or whole_gpu(vllm=VLLM), kv_capacity_tokens=kv_tokens, served_model=VLLM.model,
                  annotations={"rightsizer.io/class": "real-time", **(annotations or {})}, shape_since=shape_since)
     more = {} if replicas is None else {m.SERVING_REPLICAS: {"chat": replicas}}
-    snap = snapshot([w], {m.FB_USED_MIB: {"chat": 16_000 + 37_500.0}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": 0.10},
+    fb_mib = 16_000 + kv_tokens * 131_072 / 2**20
+    snap = snapshot([w], {m.FB_USED_MIB: {"chat": fb_mib}, m.GR_ENGINE_ACTIVE_FRAC: {"chat": 0.10},
                           m.KV_USAGE_FRAC: {"chat": 0.20}, m.REQUEST_RATE: {"chat": 2.0},
                           m.TTFT_OVER_OBJECTIVE_RATE: {"chat": over_per_s}, **more})
     settings = Settings.model_validate({"scaling": scaling}) if scaling else Settings()
