@@ -54,7 +54,7 @@ def _none(ctx: Context, *reasons: str, risk: str = "low") -> Recommendation:
     alloc = ctx.workload.allocation
     return Recommendation(ctx.workload, None, (*reasons, *ctx.workload.notes), 0.0,
                           gpus_held=alloc.total_gpu_equivalents, gpus_needed=alloc.total_gpu_equivalents,
-                          risk=risk, history_s=ctx.features.history_s)
+                          risk=risk, history_s=ctx.features.history_s, risk_reasons=("nothing to apply",))
 
 
 def _precheck(ctx: Context) -> tuple[str, ...] | GpuModel:
@@ -244,14 +244,35 @@ def _placement(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None
     return base, [f"whole GPU: no allowed mechanism fits ({'; '.join(skipped)})", *choice.reasons], None
 
 
-def _risk(ctx: Context, mem: Bound, device_mib: float, conf: float, prof: MigProfile | None) -> str:
-    f = ctx.features
-    queueing = f.requests_waiting is not None and f.requests_waiting.p95 > 0
-    if mem.upper > device_mib or queueing:
-        return "high"
-    if conf < 0.5 or (prof is not None and not prof.usable_verified):
-        return "medium"
-    return "low"
+Risk = tuple[str, tuple[str, ...]]  # level (low | medium | high) and why, in words
+
+
+def _risk(ctx: Context, mem: Bound, alloc: Allocation, device_mib: float, conf: float, prof: MigProfile | None
+          ) -> Risk:
+    """What could go wrong if the recommendation is applied, and why: high when the memory upper bound
+    (MiB) exceeds what one replica sees or requests were already waiting; medium on low confidence or a
+    MIG profile whose usable memory is unverified. Every finding is a reason; none found says so."""
+    waiting = ctx.features.requests_waiting.p95 if ctx.features.requests_waiting is not None else 0.0
+    seen = f"the {device_mib:,.0f} MiB one replica sees on {_held_text(alloc)}"
+    high = ([f"memory upper bound {mem.upper:,.0f} MiB exceeds {seen}: a peak above the target could run out of "
+             "memory"] if mem.upper > device_mib else [])
+    high += [f"requests waiting p95 {waiting:,.3g}: the service already queues"] if waiting > 0 else []
+    medium = [f"confidence {conf:.0%} is below 50%"] if conf < 0.5 else []
+    medium += ([f"MIG {prof.name}'s usable memory is estimated from its name (unverified)"]
+               if prof is not None and not prof.usable_verified else [])
+    if high or medium:
+        return ("high" if high else "medium"), (*high, *medium)
+    return "low", (f"memory upper bound {mem.upper:,.0f} MiB fits {seen}; no requests waiting; confidence "
+                   f"{conf:.0%}",)
+
+
+def _held_text(a: Allocation) -> str:
+    """``MIG 3g.40gb``, ``one A100-80GB``, ``an mps share of one H100-80GB``: the device (memory is per device)."""
+    if a.sharing is Sharing.MIG:
+        return f"MIG {a.mig_profile}"
+    if a.sharing is Sharing.EXCLUSIVE:
+        return f"one {a.gpu_model}"
+    return f"a {a.sharing.value} share of one {a.gpu_model}"
 
 
 def _idle(ctx: Context) -> Recommendation | None:
@@ -264,8 +285,10 @@ def _idle(ctx: Context) -> Recommendation | None:
     rec = replace(w.allocation, replicas=0)
     why = (f"idle for the whole window ({f.history_s / HOUR_S:.0f} h: engine activity ≤ "
            f"{ctx.settings.policy.idle_compute_frac:.0%}, no requests): scale to zero (e.g. KEDA minReplicaCount 0)")
+    cold = f" ({w.cold_start_s:,.0f} s)" if w.cold_start_s is not None else ""
     return Recommendation(w, rec, (why, *w.notes), conf, gpus_held=w.allocation.total_gpu_equivalents,
-                          gpus_needed=0.0, risk="medium", history_s=f.history_s)
+                          gpus_needed=0.0, risk="medium", history_s=f.history_s,
+                          risk_reasons=(f"scale to zero: the first request after idle waits a cold start{cold}",))
 
 
 @register_policy("gpu-rightsize")
@@ -292,9 +315,9 @@ def rightsize(ctx: Context) -> Recommendation:
     if comp.bound is None:
         conf = round(conf * 0.5, 3)
     reasons = (*where, *mem.reasons, *comp.reasons, *vllm_why, *w.notes)
+    level, why = _risk(ctx, mem.bound, alloc, device_mib, conf, prof)
     return Recommendation(
         w, alloc, reasons, conf, memory_need_mib=mem.bound, compute_need_frac=comp.bound,
         gpus_held=w.allocation.total_gpu_equivalents, gpus_needed=alloc.total_gpu_equivalents,
-        risk=_risk(ctx, mem.bound, device_mib, conf, prof), history_s=f.history_s,
-        mechanism=alloc.sharing.value,
+        risk=level, history_s=f.history_s, mechanism=alloc.sharing.value, risk_reasons=why,
     )

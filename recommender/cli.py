@@ -175,20 +175,33 @@ def pick_source(opts: dict[str, Any]) -> tuple[str, str | None]:
 @click.option("--no-forecast", is_flag=True, help="Classify workloads but do not forecast their demand.")
 def report(fmt: str, output: str | None, **opts: Any) -> None:
     """Dry-run report: what each GPU workload holds, uses, and should get."""
-    from recommender.app import make_report
+    from recommender.app import make_report_files
 
     settings = build_settings(opts)
     name, path = pick_source(opts)
     try:
-        text = make_report(name, path, settings, parse_time(opts.get("end_time")), fmt)
+        text, beside = make_report_files(name, path, settings, parse_time(opts.get("end_time")), fmt)
     except RightsizerError as exc:
         fail(str(exc))
         return
     if output:
         Path(output).write_text(text, encoding="utf-8")
         click.echo(f"wrote {fmt} report to {output}", err=True)
+        write_beside(Path(output), fmt, beside)
     else:
         click.echo(text, nl=not text.endswith("\n"))
+        if beside:
+            click.echo(f"note: the {fmt} report leaves out {', '.join(s.lstrip('.') for s in beside)}: give -o FILE "
+                       "to write them beside it", err=True)
+
+
+def write_beside(output: Path, fmt: str, files: dict[str, str]) -> None:
+    """Files a format writes beside its report: ``report.csv`` → ``report.mig-nodes.csv``, ...; each named on stderr."""
+    stem = output.name.removesuffix(f".{fmt}")
+    for suffix, text in files.items():
+        path = output.with_name(stem + suffix)
+        path.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {path}", err=True)
 
 
 @main.command()

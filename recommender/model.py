@@ -337,6 +337,7 @@ class Recommendation:
     forecasts: tuple[Forecast, ...] = ()
     scaling: ScalingPlan | None = None
     mechanism: str | None = None  # chosen sharing mechanism (a Sharing value), with why in reasons
+    risk_reasons: tuple[str, ...] = ()  # why ``risk`` is what it is, in words (set where risk is decided)
 
     @property
     def ref(self) -> WorkloadRef:
