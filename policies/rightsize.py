@@ -247,12 +247,12 @@ def _placement(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None
 Risk = tuple[str, tuple[str, ...]]  # level (low | medium | high) and why, in words
 
 
-def _risk(ctx: Context, mem: Bound, alloc: Allocation, device_mib: float, conf: float, prof: MigProfile | None
-          ) -> Risk:
-    """What could go wrong if the recommendation is applied, and why: high when the memory upper bound
-    (MiB) exceeds what one replica sees or requests were already waiting; medium on low confidence or a
-    MIG profile whose usable memory is unverified. Every finding is a reason; none found says so."""
-    waiting = ctx.features.requests_waiting.p95 if ctx.features.requests_waiting is not None else 0.0
+def assess_risk(mem: Bound, alloc: Allocation, device_mib: float, waiting: float, conf: float,
+                prof: MigProfile | None) -> Risk:
+    """What could go wrong if ``alloc`` is applied, and why: high when the memory upper bound (MiB) exceeds
+    ``device_mib``, what one replica sees, or requests were already waiting (``waiting``: p95 of requests
+    waiting); medium on confidence below 0.5 or a MIG profile whose usable memory is unverified. Every
+    finding is a reason; none found says what was checked."""
     seen = f"the {device_mib:,.0f} MiB one replica sees on {_held_text(alloc)}"
     high = ([f"memory upper bound {mem.upper:,.0f} MiB exceeds {seen}: a peak above the target could run out of "
              "memory"] if mem.upper > device_mib else [])
@@ -267,12 +267,12 @@ def _risk(ctx: Context, mem: Bound, alloc: Allocation, device_mib: float, conf: 
 
 
 def _held_text(a: Allocation) -> str:
-    """``MIG 3g.40gb``, ``one A100-80GB``, ``an mps share of one H100-80GB``: the device (memory is per device)."""
+    """``MIG 3g.40gb``, ``one A100-80GB``, ``its mps share of one H100-80GB``: the device (memory is per device)."""
     if a.sharing is Sharing.MIG:
         return f"MIG {a.mig_profile}"
     if a.sharing is Sharing.EXCLUSIVE:
         return f"one {a.gpu_model}"
-    return f"a {a.sharing.value} share of one {a.gpu_model}"
+    return f"its {a.sharing.value} share of one {a.gpu_model}"
 
 
 def _idle(ctx: Context) -> Recommendation | None:
@@ -315,7 +315,8 @@ def rightsize(ctx: Context) -> Recommendation:
     if comp.bound is None:
         conf = round(conf * 0.5, 3)
     reasons = (*where, *mem.reasons, *comp.reasons, *vllm_why, *w.notes)
-    level, why = _risk(ctx, mem.bound, alloc, device_mib, conf, prof)
+    waiting = f.requests_waiting.p95 if f.requests_waiting is not None else 0.0
+    level, why = assess_risk(mem.bound, alloc, device_mib, waiting, conf, prof)
     return Recommendation(
         w, alloc, reasons, conf, memory_need_mib=mem.bound, compute_need_frac=comp.bound,
         gpus_held=w.allocation.total_gpu_equivalents, gpus_needed=alloc.total_gpu_equivalents,

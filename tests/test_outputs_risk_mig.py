@@ -14,6 +14,8 @@ import io
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -23,9 +25,11 @@ import yaml
 from click.testing import CliRunner
 
 from collectors.files import read_snapshot
+from policies.catalogue import load_catalogue
+from policies.rightsize import assess_risk
 from recommender.cli import main
 from recommender.demo import demo_path
-from recommender.model import NodeMigPlan, Plan, Snapshot
+from recommender.model import Allocation, Bound, NodeMigPlan, Plan, Sharing, Snapshot
 from recommender.outputs import get_formatter
 from recommender.outputs.csvfmt import mig_files
 from recommender.outputs.table import render_table
@@ -75,6 +79,30 @@ def test_demo_has_a_mig_node_plan(demo: tuple[Plan, Snapshot]) -> None:
 def test_fixture_has_a_mig_node_plan_with_a_pseudo_node() -> None:
     names = [n.node for n in pf.plan().mig_nodes]
     assert any(n.startswith("<") for n in names) and any(not n.startswith("<") for n in names)
+
+
+A100 = Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB", device_memory_mib=40_192)
+PROFILE = load_catalogue().get("A100-80GB").profile("3g.40gb")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("upper_mib", "waiting", "conf", "verified", "level", "says"),
+    [
+        (36_800, 0.0, 0.86, True, "low", ["36,800 MiB fits the 40,192 MiB one replica sees on MIG 3g.40gb",
+                                          "confidence 86%"]),
+        (40_193, 0.0, 0.86, True, "high", ["40,193 MiB exceeds the 40,192 MiB"]),  # 1 MiB over the slice
+        (36_800, 2.0, 0.86, True, "high", ["requests waiting p95 2"]),
+        (36_800, 0.0, 0.49, True, "medium", ["confidence 49% is below 50%"]),
+        (36_800, 0.0, 0.86, False, "medium", ["3g.40gb's usable memory is estimated from its name"]),
+        (40_193, 0.0, 0.49, False, "high", ["exceeds", "below 50%", "estimated from its name"]),  # every finding
+    ],
+)
+def test_assess_risk(upper_mib: float, waiting: float, conf: float, verified: bool, level: str,
+                     says: list[str]) -> None:
+    prof = replace(PROFILE, usable_verified=verified)
+    got, why = assess_risk(Bound(20_000, 30_000, upper_mib), A100, 40_192, waiting, conf, prof)
+    assert got == level
+    assert all(any(s in w for w in why) for s in says), why
 
 
 # -- parsers: each format read back by its stable labels -------------------------------------------
@@ -356,8 +384,6 @@ def test_html_has_the_label_and_the_mig_parted_config(case: tuple[Plan, Snapshot
     for n in plan.mig_nodes:
         assert f"<code>nvidia.com/mig.config={n.config_name}</code>" in text
     block = re.search(r'<pre class="config"><code>(.*?)</code></pre>', text, re.S)
-    from html import unescape
-
     assert block and yaml.safe_load(unescape(block.group(1))) == json.loads(json.dumps(plan.mig_parted_config))
 
 
@@ -381,8 +407,6 @@ def test_narrow_table_keeps_risk_and_the_mig_plan_in_ascii(case: tuple[Plan, Sna
 
 
 def test_a_plan_without_mig_nodes_has_no_mig_section(case: tuple[Plan, Snapshot]) -> None:
-    from dataclasses import replace
-
     plan, snap = case
     bare = replace(plan, mig_nodes=(), mig_parted_config={})
     assert "MIG plan per node" not in render_table(bare, snap)

@@ -168,6 +168,7 @@ def render_table(plan: Plan, snapshot: Snapshot | None = None, *, width: int = D
     if plan.mig_nodes:
         console.print()
         console.print(_mig_table(plan, narrow))
+        console.print()
     lines = [t.fleet_line(plan), *(f"warning: {w}" for w in plan.warnings)]
     for line in lines:
         console.print(line.translate(_ASCII) if narrow else line)
