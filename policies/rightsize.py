@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from policies.attribution import grows, keep_current, pod_features, shared_device, shared_reasons
+from policies.attribution import KEPT_CONFIDENCE, grows, keep_current, pod_features, shared_device, shared_reasons
 from policies.catalogue import Catalogue, GpuModel, MigProfile
-from policies.compute import compute_need
+from policies.compute import ComputeNeed, compute_need
 from policies.estimators import confidence, confidence_multiplier
 from policies.mechanism import mechanisms
-from policies.memory import memory_need
+from policies.memory import MemoryNeed, memory_need
 from policies.mig import bounded_profile, missed_too_often
 from policies.modelcards import ModelCards
 from policies.nogain import held, share_gain
@@ -57,7 +57,7 @@ def _none(ctx: Context, *reasons: str, risk: str = "low") -> Recommendation:
     alloc = ctx.workload.allocation
     return Recommendation(ctx.workload, None, (*reasons, *ctx.workload.notes), 0.0,
                           gpus_held=alloc.total_gpu_equivalents, gpus_needed=alloc.total_gpu_equivalents,
-                          risk=risk, history_s=ctx.features.history_s)
+                          risk=risk, history_s=ctx.features.history_s, risk_reasons=("nothing to apply",))
 
 
 def _precheck(ctx: Context) -> tuple[str, ...] | GpuModel:
@@ -218,14 +218,35 @@ def _placement(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None
     return base, [f"whole GPU: no allowed mechanism fits ({'; '.join(skipped)})", *choice.reasons], None
 
 
-def _risk(ctx: Context, mem: Bound, device_mib: float, conf: float, prof: MigProfile | None) -> str:
-    f = ctx.features
-    queueing = f.requests_waiting is not None and f.requests_waiting.p95 > 0
-    if mem.upper > device_mib or queueing:
-        return "high"
-    if conf < 0.5 or (prof is not None and not prof.usable_verified):
-        return "medium"
-    return "low"
+Risk = tuple[str, tuple[str, ...]]  # level (low | medium | high) and why, in words
+
+
+def assess_risk(mem: Bound, alloc: Allocation, device_mib: float, waiting: float, conf: float,
+                prof: MigProfile | None) -> Risk:
+    """What could go wrong if ``alloc`` is applied, and why: high when the memory upper bound (MiB) exceeds
+    ``device_mib``, what one replica sees, or requests were already waiting (``waiting``: p95 of requests
+    waiting); medium on confidence below 0.5 or a MIG profile whose usable memory is unverified. Every
+    finding is a reason; none found says what was checked."""
+    seen = f"the {device_mib:,.0f} MiB one replica sees on {_held_text(alloc)}"
+    high = ([f"memory upper bound {mem.upper:,.0f} MiB exceeds {seen}: a peak above the target could run out of "
+             "memory"] if mem.upper > device_mib else [])
+    high += [f"requests waiting p95 {waiting:,.3g}: the service already queues"] if waiting > 0 else []
+    medium = [f"confidence {conf:.0%} is below 50%"] if conf < 0.5 else []
+    medium += ([f"MIG {prof.name}'s usable memory is estimated from its name (unverified)"]
+               if prof is not None and not prof.usable_verified else [])
+    if high or medium:
+        return ("high" if high else "medium"), (*high, *medium)
+    return "low", (f"memory upper bound {mem.upper:,.0f} MiB fits {seen}; no requests waiting; confidence "
+                   f"{conf:.0%}",)
+
+
+def _held_text(a: Allocation) -> str:
+    """``MIG 3g.40gb``, ``one A100-80GB``, ``its mps share of one H100-80GB``: the device (memory is per device)."""
+    if a.sharing is Sharing.MIG:
+        return f"MIG {a.mig_profile}"
+    if a.sharing is Sharing.EXCLUSIVE:
+        return f"one {a.gpu_model}"
+    return f"its {a.sharing.value} share of one {a.gpu_model}"
 
 
 def _idle(ctx: Context) -> Recommendation | None:
@@ -238,8 +259,10 @@ def _idle(ctx: Context) -> Recommendation | None:
     rec = replace(w.allocation, replicas=0)
     why = (f"idle for the whole window ({f.history_s / HOUR_S:.0f} h: engine activity ≤ "
            f"{ctx.settings.policy.idle_compute_frac:.0%}, no requests): scale to zero (e.g. KEDA minReplicaCount 0)")
+    cold = f" ({w.cold_start_s:,.0f} s)" if w.cold_start_s is not None else ""
     return Recommendation(w, rec, (why, *w.notes), conf, gpus_held=w.allocation.total_gpu_equivalents,
-                          gpus_needed=0.0, risk="medium", history_s=f.history_s)
+                          gpus_needed=0.0, risk="medium", history_s=f.history_s,
+                          risk_reasons=(f"scale to zero: the first request after idle waits a cold start{cold}",))
 
 
 @register_policy("gpu-rightsize")
@@ -272,19 +295,33 @@ def rightsize(ctx: Context) -> Recommendation:
         conf = round(conf * 0.5, 3)
     provisional = _provisional(ctx)
     conf = min(conf, PROVISIONAL_MAX_CONFIDENCE) if provisional else conf
+    waiting = f.requests_waiting.p95 if f.requests_waiting is not None else 0.0
     if shared and grows(alloc, w.allocation):  # from upper bounds: shrink, never grow
-        risk = _risk(ctx, mem.bound, w.allocation.device_memory_mib or gpu.memory_mib, conf, None)
-        kept = keep_current(w, alloc, (*attributed, *mem.reasons, *comp.reasons, *w.notes), conf, risk, mem.bound,
-                            comp.bound, f.history_s)
-        return replace(kept, reasons=(*provisional, *kept.reasons), provisional=bool(provisional))
+        return _kept(ctx, gpu, alloc, mem, comp, conf, waiting, provisional,
+                     (*attributed, *mem.reasons, *comp.reasons, *w.notes))
     heads = (*provisional, *(x for x in (engine.unchanged, share_gain(w.allocation, alloc)) if x))
     reasons = (*heads, *where, *attributed, *mem.reasons, *comp.reasons, *engine.reasons, *w.notes)
+    level, why = assess_risk(mem.bound, alloc, device_mib, waiting, conf, prof)
     return Recommendation(
         w, alloc, reasons, conf, memory_need_mib=mem.bound, compute_need_frac=comp.bound,
         gpus_held=w.allocation.total_gpu_equivalents, gpus_needed=alloc.total_gpu_equivalents,
-        risk=_risk(ctx, mem.bound, device_mib, conf, prof), history_s=f.history_s,
-        mechanism=alloc.sharing.value, provisional=bool(provisional),
+        risk=level, history_s=f.history_s, mechanism=alloc.sharing.value, risk_reasons=why,
+        provisional=bool(provisional),
     )
+
+
+def _kept(ctx: Context, gpu: GpuModel, placed: Allocation, mem: MemoryNeed, comp: ComputeNeed, conf: float,
+          waiting: float, provisional: tuple[str, ...], reasons: tuple[str, ...]) -> Recommendation:
+    """The current allocation kept on a shared GPU (policies.attribution.keep_current), with its risk and why."""
+    w = ctx.workload
+    assert mem.bound is not None
+    level, why = assess_risk(mem.bound, w.allocation, w.allocation.device_memory_mib or gpu.memory_mib, waiting,
+                             round(conf * KEPT_CONFIDENCE, 3), None)
+    kept = keep_current(w, placed, reasons, conf, level, mem.bound, comp.bound, ctx.features.history_s)
+    if kept.risk != level:  # raised: its need comes from figures that include the other pods
+        why = (*(why if level != "low" else ()), "its need is read from per-device figures that include the other "
+               "pods on the GPU: at least medium")
+    return replace(kept, reasons=(*provisional, *kept.reasons), provisional=bool(provisional), risk_reasons=why)
 
 
 def _provisional(ctx: Context) -> tuple[str, ...]:

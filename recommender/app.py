@@ -77,12 +77,18 @@ def collect(source: str, path: str | None, settings: Settings, end: datetime, ca
 
 def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:
     """Collect, plan and render one report; the plan's clock is the window's end for reproducibility."""
-    from recommender.outputs import get_formatter
+    return make_report_files(source, path, settings, end, fmt)[0]
 
-    formatter = get_formatter(fmt)
+
+def make_report_files(source: str, path: str | None, settings: Settings, end: datetime, fmt: str
+                      ) -> tuple[str, dict[str, str]]:
+    """The report and the files its format writes beside it when it goes to a file (suffix -> text)."""
+    from recommender.outputs import get_companions, get_formatter
+
+    formatter, companions = get_formatter(fmt), get_companions(fmt)
     snap = collect(source, path, settings, end)
     plan = run_once(snap, settings, snap.end)
-    return formatter(plan, snap)
+    return formatter(plan, snap), (companions(plan) if companions else {})
 
 
 def save_snapshot(source: str, path: str | None, settings: Settings, end: datetime, out: Path) -> None:

@@ -178,7 +178,7 @@ def pick_source(opts: dict[str, Any]) -> tuple[str, str | None]:
 @click.option("--no-forecast", is_flag=True, help="Classify workloads but do not forecast their demand.")
 def report(fmt: str, output: str | None, **opts: Any) -> None:
     """Dry-run report: what each GPU workload holds, uses, and should get."""
-    from recommender.app import make_report
+    from recommender.app import make_report_files
     from recommender.writes import check_file, write_file
 
     settings = build_settings(opts)
@@ -186,16 +186,37 @@ def report(fmt: str, output: str | None, **opts: Any) -> None:
     try:
         if output:
             check_file(output)  # before the run, not after it
-        text = make_report(name, path, settings, parse_time(opts.get("end_time")), fmt)
+        text, beside = make_report_files(name, path, settings, parse_time(opts.get("end_time")), fmt)
         if output:
             write_file(output, text)
+            write_beside(Path(output), fmt, beside)
     except RightsizerError as exc:
         fail(str(exc))
         return
     if output:
         click.echo(f"wrote {fmt} report to {output}", err=True)
+        for suffix in beside:
+            click.echo(f"wrote {beside_path(Path(output), fmt, suffix)}", err=True)
     else:
         click.echo(text, nl=not text.endswith("\n"))
+        if beside:
+            click.echo(f"note: the {fmt} report leaves out {', '.join(s.lstrip('.') for s in beside)}: give -o FILE "
+                       "to write them beside it", err=True)
+
+
+def beside_path(output: Path, fmt: str, suffix: str) -> Path:
+    """``report.csv`` → ``report.mig-nodes.csv``: where a file a format writes beside its report goes."""
+    return output.with_name(output.name.removesuffix(f".{fmt}") + suffix)
+
+
+def write_beside(output: Path, fmt: str, files: dict[str, str]) -> None:
+    """Files a format writes beside its report, each whole or not at all (checked first, then written)."""
+    from recommender.writes import check_file, write_file
+
+    for suffix in files:
+        check_file(beside_path(output, fmt, suffix))
+    for suffix, text in files.items():
+        write_file(beside_path(output, fmt, suffix), text)
 
 
 @main.command()

@@ -342,6 +342,7 @@ class Recommendation:
     mechanism: str | None = None  # chosen sharing mechanism (a Sharing value), with why in reasons
     # made on less history than policy.min_history_s (down to provisional_min_history_s): shown, never applied by Auto
     provisional: bool = False
+    risk_reasons: tuple[str, ...] = ()  # why ``risk`` is what it is, in words (set where risk is decided)
 
     @property
     def ref(self) -> WorkloadRef:

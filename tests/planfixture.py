@@ -10,6 +10,9 @@ Five workloads, each exercising one path of the formatters:
 - ``ml/Deployment/legacy-cuda-svc``: an unknown GPU model (Tesla K80), no engine-activity series.
 - ``research/Deployment/a<b>&"c"``: a name that must be escaped in HTML, Markdown and CSV.
 
+Its MIG node plan (:func:`mig_nodes`) has one real node whose last two GPUs keep MIG disabled (one run of
+GPUs in the reports) and a pseudo node whose name (``<A100-80GB, node unknown 1>``) must be escaped.
+
 The numbers are hand-set (not run through the policies) so that the golden files change only when
 a formatter does. Usage is built from sines, not random numbers, so it is the same everywhere.
 """
@@ -63,7 +66,9 @@ def llama() -> Recommendation:
                            "model")
     return Recommendation(_wl("llm", "Deployment", "llama-3-8b-chat", now, served_model="llama-3-8b"), rec,
                           reasons, 0.86, Bound(27_400, 32_900, 36_800), Bound(0.16, 0.22, 0.29), 2.0, 1.0,
-                          1606.0, "low", HISTORY_S, cls, (rate_forecast(),))
+                          1606.0, "low", HISTORY_S, cls, (rate_forecast(),),
+                          risk_reasons=("memory upper bound 36,800 MiB fits the 40,192 MiB one replica sees on "
+                                        "MIG 3g.40gb; no requests waiting; confidence 86%",))
 
 
 def rate_forecast() -> m.Forecast:
@@ -83,7 +88,9 @@ def nasty() -> Recommendation:
                "engine active p95 62% of a 1.00-GPU share = 0.62 GPU, +10% margin")
     # upper bound 83,900 MiB > 81,559 on the device: risk high
     return Recommendation(_wl("research", "Deployment", NASTY, now), now, reasons, 0.81,
-                          Bound(70_100, 76_800, 83_900), Bound(0.55, 0.68, 0.80), 1.0, 1.0, 0.0, "high", HISTORY_S)
+                          Bound(70_100, 76_800, 83_900), Bound(0.55, 0.68, 0.80), 1.0, 1.0, 0.0, "high", HISTORY_S,
+                          risk_reasons=("memory upper bound 83,900 MiB exceeds the 81,559 MiB one replica sees "
+                                        "on one H100-80GB: a peak above the target could run out of memory",))
 
 
 def nightly() -> Recommendation:
@@ -171,9 +178,35 @@ def snapshot() -> Snapshot:
     return Snapshot(tuple(r.workload for r in recs), _frames(recs), START, END, STEP_S, WARNINGS, "prometheus")
 
 
+EVICTS = ("each reconfiguration evicts every GPU pod on that GPU and the MIG manager pauses the node's GPU clients: "
+          "node-level maintenance, plan it for a window")
+
+
+def mig_nodes() -> tuple[m.NodeMigPlan, ...]:
+    """llama's two 3g.40gb slices (one replica's node unknown) and detector's 1g.10gb, hand-placed."""
+    llama_key, detector_key = "llm/Deployment/llama-3-8b-chat", "vision/StatefulSet/detector-mig"
+    node = m.NodeMigPlan("gpu-a100-7", "A100-80GB", 3, ({"3g.40gb": 1, "1g.10gb": 1}, {}, {}),
+                         (llama_key, detector_key), "rightsizer-5f0c2a91", 1,
+                         ("2 MIG slices of 2 workload(s) need 1 A100-80GB GPU(s) (fewest possible); the node has 3 "
+                          "for MIG", "GPU 0: 1×1g.10gb → 1×1g.10gb + 1×3g.40gb", f"1 GPU(s) reconfigured: {EVICTS}"))
+    pseudo = m.NodeMigPlan("<A100-80GB, node unknown 1>", "A100-80GB", 1, ({"3g.40gb": 1},), (llama_key,),
+                           "rightsizer-9d3e4b10", 1,
+                           ("node unknown for 1 workload(s): their 1 slices packed on 1 A100-80GB GPU(s) of their own",
+                            "1 GPU(s) to set up with MIG before the workloads move there"))
+    return node, pseudo
+
+
+MIG_PARTED_CONFIG = {"version": "v1", "mig-configs": {
+    "rightsizer-5f0c2a91": [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 1, "3g.40gb": 1}},
+                            {"devices": [1, 2], "mig-enabled": False}],
+    "rightsizer-9d3e4b10": [{"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 1}}],
+}}
+
+
 def plan() -> Plan:
     recs = recommendations()
-    return Plan(END, START, END, STEP_S, recs, summary(recs), WARNINGS, {"features": 0.01}, "prometheus")
+    return Plan(END, START, END, STEP_S, recs, summary(recs), WARNINGS, {"features": 0.01}, "prometheus",
+                mig_nodes(), MIG_PARTED_CONFIG)
 
 
 def fleet(n: int, days: float = 14, step_s: float = 60.0) -> tuple[Plan, Snapshot]:

@@ -3,6 +3,10 @@
 Columns hold one value each with the unit in the name, in the same rounding as the JSON contract;
 absent values are empty cells. Text cells that a spreadsheet would run as a formula (starting with
 ``=``, ``+``, ``-``, ``@``, tab or CR) get a leading ``'``: names and reasons are user data.
+
+The CSV stays one table (``csv.DictReader`` reads every row as a workload), so the per-node MIG plan goes
+in files beside it (:func:`mig_files`): ``<out>.mig-nodes.csv``, one row per node and GPU, and
+``<out>.mig-parted.yaml``, the mig-parted config; the CLI writes them when ``-o`` is given.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ from collections.abc import Callable
 from io import StringIO
 from typing import Any
 
-from recommender.model import Allocation, Plan, Recommendation, Snapshot
+from recommender.model import Allocation, NodeMigPlan, Plan, Recommendation, Snapshot
 from recommender.outputs import jsondoc as j
-from recommender.outputs.registry import register_formatter
+from recommender.outputs import text as t
+from recommender.outputs.registry import register_companions, register_formatter
 
 _ALLOC_FIELDS: tuple[tuple[str, Callable[[Allocation], Any]], ...] = (
     ("sharing", lambda a: a.sharing.value),
@@ -37,7 +42,7 @@ COLUMNS = (
     *(f"recommended_{n}" for n, _ in _ALLOC_FIELDS),
     *(f"memory_need_{b}_mib" for b in _BOUND),
     *(f"compute_need_{b}_frac" for b in _BOUND),
-    "gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk", "history_s",
+    "gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk", "risk_reasons", "history_s",
     "provisional",
     "class", "class_confidence", "class_source",
     "forecast_metric", "forecast_model", "forecast_mean", "forecast_peak", "forecast_peak_upper",
@@ -72,6 +77,7 @@ def row(rec: Recommendation) -> dict[str, Any]:
         **_bound("compute_need", "frac", doc["compute_need_frac"]),
         **{k: doc[k] for k in ("gpus_held", "gpus_needed", "monthly_savings_usd", "confidence", "risk",
                                "history_s")},
+        "risk_reasons": _text("; ".join(rec.risk_reasons)),
         "provisional": "true" if rec.provisional else "false",  # as JSON writes it
         **_demand(doc),
         **{f"scaling_{n}": (doc["scaling"][n] if doc["scaling"] else None) for n in _SCALING},
@@ -96,9 +102,36 @@ def render_csv(plan: Plan, snapshot: Snapshot | None = None) -> str:
     Lines end in ``\\n`` rather than RFC 4180's ``\\r\\n``: the file is read by shell tools as often as
     by spreadsheets, and every CSV reader accepts both.
     """
+    return _write(COLUMNS, [row(rec) for rec in plan.recommendations])
+
+
+
+MIG_COLUMNS = ("node", "gpu_model", "gpus_total", "gpu", "mig_enabled", "mig_devices", "config_name", "label",
+               "reconfigured_gpus", "workloads")
+
+
+def _mig_rows(n: NodeMigPlan) -> list[dict[str, Any]]:
+    """One row per GPU of the node; ``mig_devices`` is ``profile:count`` pairs joined by ``;``."""
+    return [{"node": _text(n.node), "gpu_model": n.gpu_model, "gpus_total": n.gpus_total, "gpu": i,
+             "mig_enabled": "true" if devices else "false",
+             "mig_devices": ";".join(f"{name}:{count}" for name, count in devices.items()),
+             "config_name": n.config_name, "label": t.mig_label(n), "reconfigured_gpus": n.reconfigured_gpus,
+             "workloads": _text(" ".join(n.workloads))} for i, devices in enumerate(n.layouts)]
+
+
+def _write(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
     buf = StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for rec in plan.recommendations:
-        writer.writerow({k: ("" if v is None else v) for k, v in row(rec).items()})
+    for r in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
     return buf.getvalue()
+
+
+@register_companions("csv")
+def mig_files(plan: Plan) -> dict[str, str]:
+    """The MIG plan as files beside the CSV, by suffix: ``.mig-nodes.csv`` and ``.mig-parted.yaml``; {} without one."""
+    if not plan.mig_nodes:
+        return {}
+    nodes = _write(MIG_COLUMNS, [r for n in plan.mig_nodes for r in _mig_rows(n)])
+    return {".mig-nodes.csv": nodes, ".mig-parted.yaml": t.mig_parted_yaml(plan)}

@@ -1,9 +1,10 @@
 """``html``: one self-contained page that opens offline and that a person can read top to bottom.
 
 Header (window, source) → fleet cards (GPUs held vs needed, packed whole GPUs, savings) → warnings →
-a bar chart of GPUs held vs needed per namespace → a table of every workload → a section per
-workload, with its usage chart, for the top ``top_n`` by GPUs saved (charts are what make a page
-heavy; the table still lists everyone).
+a bar chart of GPUs held vs needed per namespace → a table of every workload (risk and why) → the MIG
+plan per node (layout per GPU, the node label, the mig-parted config) → a section per workload, with
+its usage chart, for the top ``top_n`` by GPUs saved (charts are what make a page heavy; the table
+still lists everyone).
 
 Self-contained means: CSS inlined, charts as inline SVG, no JavaScript, no fonts or images fetched; a
 Content-Security-Policy meta tag makes the browser refuse anything external should it ever creep in.
@@ -16,8 +17,9 @@ from collections import defaultdict
 from html import escape
 from importlib.resources import files
 
+from policies.miglayout import MIG_CONFIG_LABEL
 from policies.savings import right_sized_autoscaled_or_needed
-from recommender.model import Plan, Recommendation, Snapshot
+from recommender.model import NodeMigPlan, Plan, Recommendation, Snapshot
 from recommender.outputs import charts
 from recommender.outputs import text as t
 from recommender.outputs.forecastchart import forecast_chart
@@ -103,8 +105,9 @@ def _fleet(plan: Plan) -> str:
     return f'<figure class="panel" aria-label="GPUs held vs needed per namespace">{svg}{note}</figure>'
 
 
-_COLUMNS = ("namespace", "kind/name", "class", "current", "used", "recommended", "demand forecast",
-            "GPUs held→needed", "$/month", "confidence", "risk", "why")
+# risk right after what it is the risk of: columns past the page's width scroll out of sight
+_COLUMNS = ("namespace", "kind/name", "class", "current", "used", "recommended", "risk", "demand forecast",
+            "GPUs held→needed", "$/month", "confidence", "why")
 _NUMERIC = {"GPUs held→needed", "$/month", "confidence"}
 
 
@@ -115,19 +118,25 @@ def _row(rec: Recommendation, snapshot: Snapshot | None, anchor: str | None) -> 
     recommended = (e(t.recommended_text(rec)) if rec.actionable
                    else f'<span class="none">{e(t.recommended_text(rec))}</span>')
     recommended += _autoscaler(rec)
-    why = "".join(f"<li>{e(x)}</li>" for x in rec.reasons)
+    why = "".join(f"<li>{e(x)}</li>" for x in (f"risk {t.risk_text(rec)}", *rec.reasons))
     cells = (
         f"<td>{e(ref.namespace)}</td>", f'<td class="name">{name}</td>', f"<td>{e(t.class_text(rec))}</td>",
         f'<td class="alloc">{e(t.alloc_text(rec.workload.allocation))}</td>',
         f"<td>{e(t.used_text(rec, snapshot))}</td>",
-        f"<td>{recommended}</td>", f"<td>{e(t.forecast_text(rec))}</td>",
+        f"<td>{recommended}</td>", f'<td class="risk">{_risk(rec)}</td>', f"<td>{e(t.forecast_text(rec))}</td>",
         f'<td class="num">{e(t.gpus_text(rec))}</td>',
         f'<td class="num {_savings_class(rec.monthly_savings_usd)}">{e(t.money(rec.monthly_savings_usd, ""))}</td>',
         f'<td class="num">{e(t.confidence_text(rec))}</td>',
-        f'<td class="risk-{e(rec.risk)}">{e(rec.risk)}</td>',
-        f"<td><details><summary>{_count(len(rec.reasons), 'reason')}</summary><ul>{why}</ul></details></td>",
+        f"<td><details><summary>{_count(len(rec.reasons) + 1, 'reason')}</summary><ul>{why}</ul></details></td>",
     )
-    return "<tr>" + "".join(cells) + "</tr>"
+    return f'<tr data-workload="{e(ref.key)}">' + "".join(cells) + "</tr>"
+
+
+def _risk(rec: Recommendation) -> str:
+    """The risk level, coloured, over why when it is medium or high (a low risk says why in the row's reasons)."""
+    why = "; ".join(rec.risk_reasons) if rec.risk != "low" else ""
+    return (f'<span class="level risk-{e(rec.risk)}">{e(rec.risk)}</span>'
+            + (f'<div class="risk-why">{e(why)}</div>' if why else ""))
 
 
 def _autoscaler(rec: Recommendation) -> str:
@@ -152,7 +161,7 @@ def _facts(rec: Recommendation) -> str:
     facts = (("GPUs held → needed", t.gpus_text(rec), ""),
              ("savings / month", t.money(rec.monthly_savings_usd, ""), _savings_class(rec.monthly_savings_usd)),
              ("confidence", t.confidence_text(rec), ""),
-             ("risk", rec.risk, f"risk-{rec.risk}"), ("history", t.duration(rec.history_s), ""))
+             ("risk", t.risk_text(rec), f"risk-{rec.risk}"), ("history", t.duration(rec.history_s), ""))
     return '<dl class="facts">' + "".join(
         f'<div><dt>{e(k)}</dt><dd class="{e(c)}">{e(v)}</dd></div>' for k, v, c in facts) + "</dl>"
 
@@ -196,6 +205,33 @@ def _sections(plan: Plan, snapshot: Snapshot | None, chosen: list[Recommendation
     return note + "".join(_section(r, anchors[r.ref.key], snapshot) for r in chosen)
 
 
+def _mig_node(node: NodeMigPlan) -> str:
+    rows = "".join(f'<tr data-gpus="{e(gpus)}"><td class="num">{e(gpus)}</td><td>{e(devices)}</td></tr>'
+                   for gpus, devices in t.gpu_runs(node))
+    workloads = ", ".join(e(w) for w in node.workloads) or e(t.DASH)
+    reasons = "".join(f"<li>{e(r)}</li>" for r in node.reasons)
+    return (f'<article class="node" data-node="{e(node.node)}"><h3>{e(node.node)}</h3>'
+            f'<p class="meta">{node.gpus_total}× {e(node.gpu_model)} · reconfigured {e(t.reconfigured_text(node))}</p>'
+            f'<p>Node label to set:<br><code>{e(t.mig_label(node))}</code></p>'
+            f'<table class="gpus"><thead><tr><th class="num">GPU</th><th>MIG devices</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table><p>Workloads: {workloads}</p>"
+            f'<details><summary>{_count(len(node.reasons), "reason")}</summary><ul>{reasons}</ul></details></article>')
+
+
+def _mig(plan: Plan) -> str:
+    """The per-node MIG plan and the mig-parted config; '' when no workload gets a MIG slice."""
+    if not plan.mig_nodes:
+        return ""
+    intro = (f'<p class="note">Set each node\'s <code>{e(MIG_CONFIG_LABEL)}</code> label to its config: the GPU '
+             "Operator's MIG manager then applies the layout from the mig-parted config below (each reconfigured GPU "
+             "evicts its pods).</p>")
+    config = (f'<h3 class="config">mig-parted config</h3><pre class="config"><code>{e(t.mig_parted_yaml(plan))}'
+              "</code></pre>" if plan.mig_parted_config else "")
+    nodes = "".join(_mig_node(n) for n in plan.mig_nodes)
+    return (f'<h2>MIG plan per node</h2>\n<section class="mig-nodes">{intro}<div class="nodes">{nodes}</div>{config}'
+            "</section>\n")
+
+
 def _head(plan: Plan) -> str:
     css = files("recommender.outputs").joinpath("report.css").read_text(encoding="utf-8")
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -214,7 +250,7 @@ def render_html(plan: Plan, snapshot: Snapshot | None = None, *, top_n: int = TO
         f'<p class="meta">generated {e(t.human_utc(plan.generated_at))}</p></header>\n'
         f'<p class="summary">{e(t.fleet_line(plan))}</p>\n{_cards(plan)}\n{_warnings(plan)}\n'
         f"<h2>GPUs held vs needed by namespace</h2>\n{_fleet(plan)}\n"
-        f"<h2>Workloads</h2>\n{_table(plan, snapshot, anchors)}\n"
+        f"<h2>Workloads</h2>\n{_table(plan, snapshot, anchors)}\n{_mig(plan)}"
         f"<h2>Per workload</h2>\n{_sections(plan, snapshot, chosen, anchors)}\n"
         f"<footer>gpu-rightsizer report · JSON schema {e(SCHEMA_VERSION)} · window step {plan.step_s:g} s</footer>\n"
     )

@@ -36,12 +36,12 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.8"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+SCHEMA_VERSION = "1.9"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
 # 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled);
 # 1.4: a second trigger on requests waiting (scaling.waiting_per_replica); 1.5: replicas and GPU-hours on the
 # recommended shape (scaling.mean_replicas_right_sized, summary.gpu_hours_right_sized_autoscaled); 1.6: what the
 # bounds were sized on (scaling.demand_source); 1.7: the autoscaler that owns the replicas (autoscaler); 1.8: a
-# recommendation made on short history (provisional)
+# recommendation made on short history (provisional); 1.9: why the risk is what it is (risk_reasons)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -152,6 +152,7 @@ def workload(rec: Recommendation) -> dict[str, Any]:
         "gpus_needed": frac(rec.gpus_needed),
         "monthly_savings_usd": usd(rec.monthly_savings_usd),
         "risk": rec.risk,
+        "risk_reasons": list(rec.risk_reasons),
         "history_s": secs(rec.history_s),
         "class": _class(rec.classification),
         "forecasts": [forecast(f) for f in rec.forecasts],

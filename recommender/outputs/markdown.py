@@ -1,6 +1,7 @@
 """``markdown``: a report for pull requests, issues and wikis (GitHub-flavoured Markdown).
 
-A summary, one table row per workload, the reasons per workload, then warnings. Workload names and
+A summary, one table row per workload (risk included), the reasons per workload with why its risk, the
+per-node MIG plan (layout per GPU, the node label, the mig-parted config as YAML), then warnings. Workload names and
 reasons are user data: every Markdown and HTML special character in them is escaped, so a name like
 ``a<b>|c`` neither opens a tag nor splits a table cell.
 """
@@ -9,14 +10,15 @@ from __future__ import annotations
 
 import re
 
-from recommender.model import Plan, Recommendation, Snapshot
+from policies.miglayout import MIG_CONFIG_LABEL
+from recommender.model import NodeMigPlan, Plan, Recommendation, Snapshot
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
 _INLINE = re.compile(r"([\\`*_\[\]|~$])")  # emphasis, code, links, cells, strikethrough, GitHub math
 _BLOCK_START = re.compile(r"^(\d*)([#+=.)-])")  # a heading, list or ordered list at the line's start
 _HEADER = ("namespace", "kind/name", "class", "current", "used", "recommended", "demand forecast",
-           "GPUs held→needed", "$/month", "confidence")
+           "GPUs held→needed", "$/month", "confidence", "risk")
 
 
 def md(value: str) -> str:
@@ -55,12 +57,12 @@ def _row(rec: Recommendation, snapshot: Snapshot | None) -> str:
     cells = (ref.namespace, f"{ref.kind}/{ref.name}", t.class_text(rec), t.alloc_text(rec.workload.allocation),
              t.used_text(rec, snapshot), "; ".join(x for x in (t.recommended_text(rec), t.autoscaler_text(rec)) if x),
              t.forecast_text(rec), t.gpus_text(rec),
-             t.money(rec.monthly_savings_usd, ""), t.confidence_text(rec))
+             t.money(rec.monthly_savings_usd, ""), t.confidence_text(rec), rec.risk)
     return "| " + " | ".join(md(c) for c in cells) + " |"
 
 
 def _table(plan: Plan, snapshot: Snapshot | None) -> list[str]:
-    align = ["---"] * 7 + ["---:"] * 3
+    align = ["---"] * 7 + ["---:"] * 3 + ["---"]
     return ["| " + " | ".join(_HEADER) + " |", "| " + " | ".join(align) + " |",
             *(_row(r, snapshot) for r in plan.recommendations)]
 
@@ -68,9 +70,42 @@ def _table(plan: Plan, snapshot: Snapshot | None) -> list[str]:
 def _reasons(plan: Plan) -> list[str]:
     lines: list[str] = []
     for rec in plan.recommendations:
-        lines.append(f"- **{md(rec.ref.key)}** (risk {md(rec.risk)})")
+        lines.append(f"- **{md(rec.ref.key)}** (risk {md(t.risk_text(rec))})")
         lines.extend(f"  - {md(reason)}" for reason in rec.reasons)
     return lines
+
+
+def code(value: str) -> str:
+    """``value`` as an inline code span (to copy as is), or escaped text when it holds a backtick or newline."""
+    return f"`{value}`" if "`" not in value and "\n" not in value else md(value)
+
+
+def fenced(info: str, body: str) -> list[str]:
+    """A fenced code block, its fence longer than any run of backticks in ``body``."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", body)), default=0))
+    return [f"{fence}{info}", body.rstrip("\n"), fence]
+
+
+def _mig_node(node: NodeMigPlan) -> list[str]:
+    return [
+        f"### Node {md(node.node)}", "",
+        f"- **Node label to set**: {code(t.mig_label(node))}",
+        f"- **GPUs**: {node.gpus_total}× {md(node.gpu_model)}; reconfigured: {md(t.reconfigured_text(node))}",
+        f"- **Workloads**: {', '.join(md(w) for w in node.workloads) or t.DASH}", "",
+        "| GPU | MIG devices |", "| ---: | --- |",
+        *(f"| {gpus} | {md(devices)} |" for gpus, devices in t.gpu_runs(node)), "",
+        *(f"- {md(reason)}" for reason in node.reasons),
+    ]
+
+
+def _mig(plan: Plan) -> list[list[str]]:
+    """The per-node MIG plan and the mig-parted config; nothing when no workload gets a MIG slice."""
+    if not plan.mig_nodes:
+        return []
+    intro = [f"Set each node's {code(MIG_CONFIG_LABEL)} label to its config: the GPU Operator's MIG manager then "
+             "applies the layout below from the mig-parted config (each reconfigured GPU evicts its pods)."]
+    config = ["### mig-parted config", "", *fenced("yaml", t.mig_parted_yaml(plan))] if plan.mig_parted_config else []
+    return [["## MIG plan per node"], intro, *(_mig_node(n) for n in plan.mig_nodes), *([config] if config else [])]
 
 
 @register_formatter("markdown")
@@ -84,6 +119,7 @@ def render_markdown(plan: Plan, snapshot: Snapshot | None = None) -> str:
         ["_used_: memory need (target) / device memory per replica, compute need as a share of one GPU."],
         ["## Why"],
         _reasons(plan) or ["No workloads."],
+        *_mig(plan),
     ]
     if plan.warnings:
         parts += [["## Warnings"], [f"- {md(w)}" for w in plan.warnings]]

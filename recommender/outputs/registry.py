@@ -26,9 +26,12 @@ from recommender.errors import ConfigError
 from recommender.model import Plan, Snapshot
 
 Formatter: TypeAlias = Callable[[Plan, Snapshot | None], str]
+# files a format writes beside its report when it goes to a file: suffix -> text (CSV's MIG plan)
+Companions: TypeAlias = Callable[[Plan], dict[str, str]]
 ENTRY_POINT_GROUP = "gpu_rightsizer.formatters"
 
 _FORMATTERS: dict[str, Formatter] = {}
+_COMPANIONS: dict[str, Companions] = {}
 BUILTIN_MODULES = {  # name -> module that registers it on import
     "table": "recommender.outputs.table",
     "json": "recommender.outputs.jsondoc",
@@ -66,6 +69,27 @@ def register_formatter(name: str) -> Callable[[Formatter], Formatter]:
         return fn
 
     return wrap
+
+
+def register_companions(name: str) -> Callable[[Companions], Companions]:
+    """Decorator: ``fn(plan)`` gives the files the format ``name`` writes beside its report (suffix -> text),
+    for what one file of that format cannot hold. A second, different function for one format raises."""
+
+    def wrap(fn: Companions) -> Companions:
+        taken = _COMPANIONS.get(name)
+        if taken is not None and taken is not fn:
+            raise DuplicateFormatterError(f"companion files of {name!r} are already registered ({_qualname(taken)})")
+        _COMPANIONS[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_companions(name: str) -> Companions | None:
+    """The companion files of format ``name``, or None when it writes none."""
+    if name in BUILTIN_MODULES:
+        import_module(BUILTIN_MODULES[name])
+    return _COMPANIONS.get(name)
 
 
 def unregister_formatter(name: str) -> None:
@@ -113,5 +137,5 @@ def _load_plugin(ep: EntryPoint) -> Formatter:
     return register_formatter(ep.name)(fn)
 
 
-def _qualname(fn: Formatter) -> str:
+def _qualname(fn: object) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

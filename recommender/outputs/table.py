@@ -1,5 +1,6 @@
 """``table``: a terminal table rendered by rich into a plain string (no colour codes, so it pipes,
-diffs and golden-tests cleanly), one row per workload, then the fleet line and warnings.
+diffs and golden-tests cleanly), one row per workload, why each medium or high risk, the per-node MIG
+plan, then the fleet line and warnings.
 
 Narrow terminals (below :data:`NARROW_WIDTH` columns) get a compact layout with an ASCII box and
 ASCII arrows, so the report survives an 80-column CI log or a terminal without UTF-8.
@@ -16,6 +17,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
+from policies.miglayout import MIG_CONFIG_LABEL
 from recommender.model import Plan, Recommendation, Snapshot
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
@@ -37,6 +39,7 @@ _WIDE = (  # header, natural-width cap (None: takes what is left), justify
     ("held→needed", 11, "right"),
     ("$/month", 9, "right"),
     ("conf.", 5, "right"),
+    ("risk", 6, "left"),
 )
 _OVERHEAD = 3 * len(_WIDE) + 1  # a space of padding each side of a cell, a separator between, two edges
 MIN_RECOMMENDED = 24
@@ -45,7 +48,7 @@ MIN_RECOMMENDED = 24
 def _wide_rows(plan: Plan, snapshot: Snapshot | None) -> list[tuple[str, ...]]:
     return [(r.ref.namespace, f"{r.ref.kind}/{r.ref.name}\n{t.class_text(r)}", t.alloc_text(r.workload.allocation),
              t.used_text(r, snapshot), _recommended(r), t.gpus_text(r), t.money(r.monthly_savings_usd, ""),
-             _confidence(r)) for r in plan.recommendations]
+             _confidence(r), r.risk) for r in plan.recommendations]
 
 
 def _lines_len(cell: str) -> int:
@@ -69,7 +72,7 @@ def _wide_widths(rows: list[tuple[str, ...]], width: int) -> list[int] | None:
 def _narrow(plan: Plan, snapshot: Snapshot | None, table: Table) -> list[tuple[str, ...]]:
     """Five columns, the workload and what it holds/uses stacked, so 80 columns stay readable.
 
-    GPUs held -> needed and $/month over confidence sit in fixed-width columns that never wrap.
+    GPUs held -> needed and $/month over confidence over risk sit in fixed-width columns that never wrap.
     """
     table.add_column("workload", overflow="fold", ratio=4)
     table.add_column("current / used", overflow="fold", ratio=4)
@@ -78,7 +81,7 @@ def _narrow(plan: Plan, snapshot: Snapshot | None, table: Table) -> list[tuple[s
     table.add_column("$/mo", justify="right", no_wrap=True, width=8)
     return [(f"{r.ref.key}\n{t.class_text(r)}",
              f"{t.alloc_text(r.workload.allocation)}\nused {t.used_text(r, snapshot)}", _recommended(r),
-             t.gpus_text(r), f"{t.money(r.monthly_savings_usd, '')}\n{_confidence(r)}")
+             t.gpus_text(r), f"{t.money(r.monthly_savings_usd, '')}\n{_confidence(r)}\n{r.risk}")
             for r in plan.recommendations]
 
 
@@ -97,7 +100,7 @@ def _table(plan: Plan, snapshot: Snapshot | None, width: int) -> tuple[Table, bo
     widths = _wide_widths(rows, width) if width >= NARROW_WIDTH else None
     narrow = widths is None
     title = f"GPU right-sizing · {t.window_line(plan)}"
-    caption = CAPTION + ("; $/mo over confidence" if narrow else "")
+    caption = CAPTION + ("; $/mo over confidence over risk" if narrow else "")
     caption += PROVISIONAL_CAPTION if any(r.provisional for r in plan.recommendations) else ""
     table = Table(title=title.translate(_ASCII) if narrow else title, caption=caption, safe_box=True,
                   box=box.ASCII if narrow else box.SIMPLE_HEAD, expand=narrow, highlight=False)
@@ -111,6 +114,48 @@ def _table(plan: Plan, snapshot: Snapshot | None, width: int) -> tuple[Table, bo
     return table, narrow
 
 
+def _risks(plan: Plan, narrow: bool) -> Table | None:
+    """Why each medium or high risk, one workload a row (low risks say why in the other formats)."""
+    risky = [r for r in plan.recommendations if r.risk != "low"]
+    if not risky:
+        return None
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_column(overflow="fold")
+    for r in risky:
+        grid.add_row("", r.ref.key, t.risk_text(r).translate(_ASCII) if narrow else t.risk_text(r))
+    return grid
+
+
+MIG_TITLE = "MIG plan per node"
+MIG_CAPTION = (f"label each node {MIG_CONFIG_LABEL}=<value>: the GPU Operator's MIG manager applies its layout, "
+               "evicting the pods of each reconfigured GPU; the mig-parted config: -f markdown, html or json "
+               "(or -f csv -o FILE)")
+
+
+def _mig_table(plan: Plan, narrow: bool) -> Table:
+    """One row per node: its GPUs' layouts (runs of equal GPUs on one line), the label value, what changes.
+    Narrow: the model and the reconfigured GPUs under the node's name, no workloads column."""
+    table = Table(title=MIG_TITLE, caption=MIG_CAPTION, safe_box=True, box=box.ASCII if narrow else box.SIMPLE_HEAD,
+                  expand=narrow, highlight=False)
+    label_width = max(len(MIG_CONFIG_LABEL), *(len(n.config_name) for n in plan.mig_nodes))
+    table.add_column("node", overflow="fold")
+    if not narrow:
+        table.add_column("GPU model", overflow="fold")
+    table.add_column("MIG devices per GPU", overflow="fold")
+    table.add_column(MIG_CONFIG_LABEL, overflow="fold", min_width=min(label_width, 40))
+    if not narrow:
+        table.add_column("reconfigured", overflow="fold")
+        table.add_column("workloads", overflow="fold")
+    for n in plan.mig_nodes:
+        gpus = "\n".join(t.gpu_lines(n))
+        cells = ([f"{n.node}\n{n.gpu_model}\n{t.reconfigured_text(n)} reconfigured", gpus, n.config_name] if narrow
+                 else [n.node, n.gpu_model, gpus, n.config_name, t.reconfigured_text(n), "\n".join(n.workloads)])
+        table.add_row(*(c.translate(_ASCII) if narrow else c for c in cells))
+    return table
+
+
 def render_table(plan: Plan, snapshot: Snapshot | None = None, *, width: int = DEFAULT_WIDTH) -> str:
     """The report as terminal text ``width`` columns wide; compact and ASCII below :data:`NARROW_WIDTH`."""
     buf = StringIO()
@@ -119,6 +164,14 @@ def render_table(plan: Plan, snapshot: Snapshot | None = None, *, width: int = D
                       markup=False, emoji=False, highlight=False, legacy_windows=False)
     table, narrow = _table(plan, snapshot, width)
     console.print(table)
+    risks = _risks(plan, narrow)
+    if risks is not None:
+        console.print("Risk, medium or high, and why:")
+        console.print(risks)
+    if plan.mig_nodes:
+        console.print()
+        console.print(_mig_table(plan, narrow))
+        console.print()
     lines = [t.fleet_line(plan), *(f"warning: {w}" for w in plan.warnings)]
     for line in lines:
         console.print(line.translate(_ASCII) if narrow else line)

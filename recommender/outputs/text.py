@@ -6,15 +6,29 @@ Each helper turns one typed value into a short string a platform engineer reads 
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
+from policies.miglayout import MIG_CONFIG_LABEL
 from recommender.demand import DEMAND_METRICS, LABELS
 from recommender.forecast import upper_band
-from recommender.model import FB_USED_MIB, Allocation, Forecast, Plan, Recommendation, Sharing, Snapshot, Summary
+from recommender.model import (
+    FB_USED_MIB,
+    Allocation,
+    Forecast,
+    NodeMigPlan,
+    Plan,
+    Recommendation,
+    Sharing,
+    Snapshot,
+    Summary,
+)
 
 DASH = "–"
 NO_REC = "no recommendation: "
@@ -211,3 +225,62 @@ def forecast_text(rec: Recommendation) -> str:
         return DASH
     peak, top = float(f.frame["mean"].max()), float(f.frame[upper_band(f.frame)].max())
     return f"peak {peak:,.3g} {LABELS.get(f.metric, f.metric)} (≤ {top:,.3g})"
+
+
+def risk_text(rec: Recommendation) -> str:
+    """``high: memory upper bound ... exceeds ...``: the level and why; the level alone when no reason was kept."""
+    return f"{rec.risk}: {'; '.join(rec.risk_reasons)}" if rec.risk_reasons else rec.risk
+
+
+MIG_DISABLED = "MIG disabled"
+
+
+def mig_devices_text(devices: Mapping[str, int]) -> str:
+    """One GPU's MIG devices as planned: ``1×4g.40gb + 1×2g.20gb``; ``MIG disabled`` when it has none."""
+    return " + ".join(f"{n}×{name}" for name, n in devices.items()) or MIG_DISABLED
+
+
+def gpu_runs(node: NodeMigPlan) -> list[tuple[str, str]]:
+    """(GPU indices, MIG devices) for each run of neighbouring GPUs with the same layout, in index order:
+    ``("0", "1×3g.40gb")``, ``("1–7", "MIG disabled")``, so an 8-GPU node reads in a few lines."""
+    runs: list[tuple[int, int, str]] = []
+    for i, devices in enumerate(node.layouts):
+        text = mig_devices_text(devices)
+        if runs and runs[-1][2] == text:
+            runs[-1] = (runs[-1][0], i, text)
+        else:
+            runs.append((i, i, text))
+    return [(str(a) if a == b else f"{a}–{b}", text) for a, b, text in runs]
+
+
+def gpu_lines(node: NodeMigPlan) -> list[str]:
+    """``GPU 0: 1×3g.40gb``, ``GPUs 1–7: MIG disabled``: :func:`gpu_runs` as lines."""
+    return [f"GPU{'s' if '–' in gpus else ''} {gpus}: {text}" for gpus, text in gpu_runs(node)]
+
+
+def mig_label(node: NodeMigPlan) -> str:
+    """The node label that selects the node's mig-parted config: ``nvidia.com/mig.config=<name>``."""
+    return f"{MIG_CONFIG_LABEL}={node.config_name}"
+
+
+def reconfigured_text(node: NodeMigPlan) -> str:
+    return f"{node.reconfigured_gpus} of {node.gpus_total} GPUs"
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and sequences as dicts and lists, so YAML writes them without Python tags."""
+    return json.loads(json.dumps(value))
+
+
+def mig_parted_yaml(plan: Plan) -> str:
+    """The plan's mig-parted config as YAML, after comments naming the label each node takes; '' without one."""
+    if not plan.mig_parted_config:
+        return ""
+    import yaml  # only the formats that show the config pay for it
+
+    labels = [f"#   {' '.join(n.node.split())}: {mig_label(n)}" for n in plan.mig_nodes]  # one line each
+    head = ["# mig-parted config (version v1) for the GPU Operator's MIG manager: add it to the manager's config,",
+            "# then label each node with the config it takes (a name not defined below is one it keeps):", *labels]
+    body = yaml.safe_dump(_plain(plan.mig_parted_config), sort_keys=False, default_flow_style=False,
+                          allow_unicode=True)
+    return "\n".join(head) + "\n" + body
