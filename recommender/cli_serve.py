@@ -23,6 +23,7 @@ from recommender.settings import Settings
 
 log = logging.getLogger("recommender.serve")
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+FIRST_RETRY_S = 60.0  # until the first plan exists, try at least this often (Prometheus starting with us)
 
 
 @click.command()
@@ -74,6 +75,7 @@ def serve(**opts: Any) -> None:
     source, path = pick_source(opts)
     if serve_settings.external_metrics:
         _check_apiservice(settings, serve_settings.service_name, serve_settings.service_namespace)
+    every = parse_duration(opts["every"]) if opts.get("every") else None
     store = PlanStore()
     try:
         kube_api = _kube_api(settings) if serve_settings.requestheader_from_cluster else None
@@ -83,12 +85,11 @@ def serve(**opts: Any) -> None:
         return
     stop = _stop_on_signals()
     try:
-        _plan(store, source, path, settings, opts)
+        _first_plan(store, source, path, settings, opts, every)
         if opts.get("ports_file"):  # before the "serving" line, which tells a watcher the ports are known
             opts["ports_file"].write_text(json.dumps(servers.ports), encoding="utf-8")
         click.echo("serving " + " ".join(f"{k}={v}" for k, v in sorted(servers.ports.items())), err=True)
-        every = parse_duration(opts["every"]) if opts.get("every") else None
-        while not stop.wait(every):
+        while not stop.wait(_next_run_s(store, every)):
             _replan(store, source, path, settings, opts)
     except RightsizerError as exc:
         fail(str(exc))
@@ -162,12 +163,35 @@ def _plan(store: Any, source: str, path: str | None, settings: Settings, opts: d
     log.info("published a plan: %d workloads, %d with a scaling plan", len(plan.recommendations), scaled)
 
 
+def _first_plan(store: Any, source: str, path: str | None, settings: Settings, opts: dict[str, Any],
+                every: float | None) -> None:
+    """Plan once before serving. With ``--every`` a failure (Prometheus not up yet) is a warning: the
+    servers answer not ready (/readyz and the scaler 503/UNAVAILABLE) until a later run makes a plan;
+    without it there is nothing to serve, so the failure ends the command."""
+    if every is None:
+        _plan(store, source, path, settings, opts)
+        return
+    try:
+        _plan(store, source, path, settings, opts)
+    except RightsizerError as exc:
+        log.warning("no plan yet, serving not ready (503/UNAVAILABLE); trying again in %g s: %s",
+                    _next_run_s(store, every), exc)
+
+
+def _next_run_s(store: Any, every: float | None) -> float | None:
+    """Seconds to the next run: ``every``, or sooner while no plan exists (at most FIRST_RETRY_S)."""
+    if every is None or store.latest() is not None:
+        return every
+    return min(every, FIRST_RETRY_S)
+
+
 def _replan(store: Any, source: str, path: str | None, settings: Settings, opts: dict[str, Any]) -> None:
     """A later run; a failure keeps the last plan (it goes stale, then falls back to safe values)."""
     try:
         _plan(store, source, path, settings, {**opts, "end_time": None} if source == "prometheus" else opts)
     except RightsizerError as exc:
-        log.warning("pipeline run failed, still serving the last plan: %s", exc)
+        kept = "still serving the last plan" if store.latest() is not None else "no plan yet, serving not ready"
+        log.warning("pipeline run failed, %s: %s", kept, exc)
 
 
 def _stop_on_signals() -> threading.Event:
