@@ -59,6 +59,8 @@ FIRST_RETRY_S = 60.0  # until the first plan exists, try at least this often (Pr
 @click.option("--burst", type=int, default=100, show_default=True, help="Requests a client may make at once.")
 @click.option("--rate-per-workload", type=float, default=0.5, show_default=True,
               help="Requests per second per client added for each workload the plan scales (KEDA asks for all).")
+@click.option("--metrics-max-age", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Reuse a rendered /metrics for this many seconds of plan age (0: render every scrape).")
 @click.option("--service", default=None,
               help="NAMESPACE/NAME of our Service (the APIService must point at it) "
                    "[default: $POD_NAMESPACE or gpu-rightsizer, /gpu-rightsizer].")
@@ -116,6 +118,7 @@ def _serve_settings(opts: dict[str, Any]) -> Any:
             requestheader_from_cluster=opts.get("requestheader_from_cluster", False),
             stale_after_s=parse_duration(opts["stale_after"]), fallback_after_s=parse_duration(opts["fallback_after"]),
             rate_per_s=opts["rate"], rate_burst=opts["burst"], rate_per_workload_s=opts["rate_per_workload"],
+            metrics_max_age_s=opts["metrics_max_age"],
             service_name=name, service_namespace=namespace)
     except ValidationError as exc:
         err = exc.errors()[0]
