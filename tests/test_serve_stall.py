@@ -7,6 +7,7 @@ nothing here asserts a duration: only what is answered, and what is closed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
@@ -23,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from recommender.planstore import PlanStore
 from recommender.serve import Servers, ServeSettings, start_servers
+from recommender.serve.metricspage import MetricsPage
 from recommender.serve.proto import externalscaler_pb2 as pb
 from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
 from tests import servefixture as sf
@@ -105,21 +107,53 @@ def test_every_endpoint_answers_while_metrics_render() -> None:
         r.servers.stop(0.5)
 
 
+def _page(collector: Collector, max_age_s: float) -> tuple[MetricsPage, PlanStore, sf.FakeClock]:
+    clock = sf.FakeClock()
+    store, registry = PlanStore(clock), CollectorRegistry()
+    store.publish(sf.plan())
+    registry.register(collector)
+    return MetricsPage(registry, store, max_age_s), store, clock
+
+
 def test_scrapes_in_flight_share_one_render() -> None:
     collector = Blocking(block=True)
-    r = Running(collector, metrics_max_age_s=0)
+    page, _, _ = _page(collector, 0.0)
+
+    async def four_scrapes() -> list[bytes]:
+        scrapes = [asyncio.create_task(page.body()) for _ in range(4)]
+        await asyncio.sleep(0)  # each has asked for the body and now waits on the render in flight
+        assert await asyncio.to_thread(collector.entered.wait, WAIT_S)
+        collector.release.set()
+        return await asyncio.gather(*scrapes)
+
     try:
-        with ThreadPoolExecutor(4) as pool:
-            first = pool.submit(r.get, "/metrics")
-            assert collector.entered.wait(WAIT_S)
-            others = [pool.submit(r.get, "/metrics") for _ in range(3)]
-            assert r.get("/healthz").status_code == 200  # the three reached the server meanwhile
-            collector.release.set()
-            assert all(f.result(WAIT_S).status_code == 200 for f in [first, *others])
-        assert 1 <= len(collector.threads) <= 2  # the one in flight, and at most one the late ones started
+        bodies = asyncio.run(four_scrapes())
     finally:
         collector.release.set()
-        r.servers.stop(0.5)
+        page.close()
+    assert len(collector.threads) == 1 and len(set(bodies)) == 1 and b"test_slow_render 1.0" in bodies[0]
+
+
+def test_a_body_is_reused_until_the_plan_ages_or_changes() -> None:
+    collector = Blocking()
+    page, store, clock = _page(collector, 5.0)
+
+    async def scrape() -> None:
+        await page.body()
+
+    try:
+        asyncio.run(scrape())
+        clock.t += 4.9  # plan age 4.9 s < 5 s: the same body
+        asyncio.run(scrape())
+        assert len(collector.threads) == 1
+        clock.t += 0.1  # 5 s: rendered again
+        asyncio.run(scrape())
+        assert len(collector.threads) == 2
+        store.publish(sf.plan())  # a new plan, at once
+        asyncio.run(scrape())
+        assert len(collector.threads) == 3
+    finally:
+        page.close()
 
 
 def test_a_new_plan_is_rendered_at_once() -> None:
