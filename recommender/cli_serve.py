@@ -31,7 +31,9 @@ FIRST_RETRY_S = 60.0  # until the first plan exists, try at least this often (Pr
 @click.option("--forecast-horizon", default="24h", show_default=True, help="How far ahead to forecast demand.")
 @click.option("--forecast-max", type=click.IntRange(min=0), default=100, show_default=True,
               help="Forecast at most this many workloads.")
-@click.option("--host", default="0.0.0.0", show_default=True, help="Address the servers bind.")
+@click.option("--host", default="0.0.0.0", show_default=True,
+              help="Address the servers bind (0.0.0.0: every interface; gRPC and HTTP are plain text unless "
+                   "--tls-cert).")
 @click.option("--grpc-port", type=click.IntRange(0, 65535), default=9090, show_default=True,
               help="KEDA external scaler (gRPC).")
 @click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
