@@ -50,7 +50,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks.build_class_training import held_out, pieces, windows  # noqa: E402
 from recommender import model as m  # noqa: E402
-from recommender.classify import MIN_POINTS, classify, load_class_model  # noqa: E402
+from recommender.classify import (  # noqa: E402
+    MIN_POINTS,
+    classify,
+    load_class_model,
+    load_training_table,
+    train_model,
+)
 from recommender.model import Allocation, Sharing, Snapshot, Workload, WorkloadClass, WorkloadRef  # noqa: E402
 from recommender.shape import demand_shape  # noqa: E402
 
@@ -194,11 +200,24 @@ def lifetime_ceiling(shared: Path) -> str:
     return f"  context: the best single threshold on pod lifetime separates LS from BE at {best:.0%} balanced accuracy"
 
 
+def training_time(repeats: int = 3) -> str:
+    """Seconds to train the model from the committed table (best of ``repeats``): the speed the tests no
+    longer assert, since a wall-clock bound fails on a loaded machine (goal: under 1 s)."""
+    table = load_training_table()
+    best_s = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        train_model(table)
+        best_s = min(best_s, time.perf_counter() - started)
+    return f"training on the committed table ({len(table)} rows): {best_s:.2f} s, best of {repeats} (goal < 1 s)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--shared", type=Path,
                     default=Path(os.environ.get("GPU_RIGHTSIZER_SHARED", REPO.parent / "shared" / "data")))
     args = ap.parse_args()
+    print(training_time())
     started = time.perf_counter()
     totals: dict[str, Counter[str]] = {}
     for title, folders, loader in SOURCES:

@@ -23,6 +23,7 @@ from recommender.settings import Settings
 
 log = logging.getLogger("recommender.serve")
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+FIRST_RETRY_S = 60.0  # until the first plan exists, try at least this often (Prometheus starting with us)
 
 
 @click.command()
@@ -30,7 +31,9 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--forecast-horizon", default="24h", show_default=True, help="How far ahead to forecast demand.")
 @click.option("--forecast-max", type=click.IntRange(min=0), default=100, show_default=True,
               help="Forecast at most this many workloads.")
-@click.option("--host", default="0.0.0.0", show_default=True, help="Address the servers bind.")
+@click.option("--host", default="0.0.0.0", show_default=True,
+              help="Address the servers bind (0.0.0.0: every interface; gRPC and HTTP are plain text unless "
+                   "--tls-cert).")
 @click.option("--grpc-port", type=click.IntRange(0, 65535), default=9090, show_default=True,
               help="KEDA external scaler (gRPC).")
 @click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
@@ -58,6 +61,8 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--burst", type=int, default=100, show_default=True, help="Requests a client may make at once.")
 @click.option("--rate-per-workload", type=float, default=0.5, show_default=True,
               help="Requests per second per client added for each workload the plan scales (KEDA asks for all).")
+@click.option("--metrics-max-age", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Reuse a rendered /metrics for this many seconds of plan age (0: render every scrape).")
 @click.option("--service", default=None,
               help="NAMESPACE/NAME of our Service (the APIService must point at it) "
                    "[default: $POD_NAMESPACE or gpu-rightsizer, /gpu-rightsizer].")
@@ -74,6 +79,7 @@ def serve(**opts: Any) -> None:
     source, path = pick_source(opts)
     if serve_settings.external_metrics:
         _check_apiservice(settings, serve_settings.service_name, serve_settings.service_namespace)
+    every = parse_duration(opts["every"]) if opts.get("every") else None
     store = PlanStore()
     try:
         kube_api = _kube_api(settings) if serve_settings.requestheader_from_cluster else None
@@ -83,12 +89,11 @@ def serve(**opts: Any) -> None:
         return
     stop = _stop_on_signals()
     try:
-        _plan(store, source, path, settings, opts)
+        _first_plan(store, source, path, settings, opts, every)
         if opts.get("ports_file"):  # before the "serving" line, which tells a watcher the ports are known
             opts["ports_file"].write_text(json.dumps(servers.ports), encoding="utf-8")
         click.echo("serving " + " ".join(f"{k}={v}" for k, v in sorted(servers.ports.items())), err=True)
-        every = parse_duration(opts["every"]) if opts.get("every") else None
-        while not stop.wait(every):
+        while not stop.wait(_next_run_s(store, every)):
             _replan(store, source, path, settings, opts)
     except RightsizerError as exc:
         fail(str(exc))
@@ -115,6 +120,7 @@ def _serve_settings(opts: dict[str, Any]) -> Any:
             requestheader_from_cluster=opts.get("requestheader_from_cluster", False),
             stale_after_s=parse_duration(opts["stale_after"]), fallback_after_s=parse_duration(opts["fallback_after"]),
             rate_per_s=opts["rate"], rate_burst=opts["burst"], rate_per_workload_s=opts["rate_per_workload"],
+            metrics_max_age_s=opts["metrics_max_age"],
             service_name=name, service_namespace=namespace)
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -162,12 +168,35 @@ def _plan(store: Any, source: str, path: str | None, settings: Settings, opts: d
     log.info("published a plan: %d workloads, %d with a scaling plan", len(plan.recommendations), scaled)
 
 
+def _first_plan(store: Any, source: str, path: str | None, settings: Settings, opts: dict[str, Any],
+                every: float | None) -> None:
+    """Plan once before serving. With ``--every`` a failure (Prometheus not up yet) is a warning: the
+    servers answer not ready (/readyz and the scaler 503/UNAVAILABLE) until a later run makes a plan;
+    without it there is nothing to serve, so the failure ends the command."""
+    if every is None:
+        _plan(store, source, path, settings, opts)
+        return
+    try:
+        _plan(store, source, path, settings, opts)
+    except RightsizerError as exc:
+        log.warning("no plan yet, serving not ready (503/UNAVAILABLE); trying again in %g s: %s",
+                    _next_run_s(store, every), exc)
+
+
+def _next_run_s(store: Any, every: float | None) -> float | None:
+    """Seconds to the next run: ``every``, or sooner while no plan exists (at most FIRST_RETRY_S)."""
+    if every is None or store.latest() is not None:
+        return every
+    return min(every, FIRST_RETRY_S)
+
+
 def _replan(store: Any, source: str, path: str | None, settings: Settings, opts: dict[str, Any]) -> None:
     """A later run; a failure keeps the last plan (it goes stale, then falls back to safe values)."""
     try:
         _plan(store, source, path, settings, {**opts, "end_time": None} if source == "prometheus" else opts)
     except RightsizerError as exc:
-        log.warning("pipeline run failed, still serving the last plan: %s", exc)
+        kept = "still serving the last plan" if store.latest() is not None else "no plan yet, serving not ready"
+        log.warning("pipeline run failed, %s: %s", kept, exc)
 
 
 def _stop_on_signals() -> threading.Event:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, fields
 
 import numpy as np
@@ -149,16 +148,13 @@ def test_table_rows_round_trip_to_the_shape_they_came_from() -> None:
     assert model_inputs(back) == pytest.approx(model_inputs(shape), nan_ok=True)
 
 
-def test_training_is_deterministic_and_fast() -> None:
+def test_training_is_deterministic() -> None:
     table = load_training_table()
-    started = time.perf_counter()
     first = train_model(table)
-    elapsed_s = time.perf_counter() - started
     second = train_model(table)
     x = np.array([model_inputs(series_shape(v, 600.0)) for v in (DIURNAL, NIGHTLY, JOBS)])
     assert np.array_equal(first.pipeline.predict_proba(x), second.pipeline.predict_proba(x))
     assert first.rows == second.rows == len(table)
-    assert elapsed_s < 1.0
 
 
 def test_the_loaded_model_is_cached() -> None:

@@ -15,6 +15,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -167,6 +168,69 @@ def test_deployment_service_and_config_agree(overlay: str) -> None:
     assert (servers["http_port"], servers["grpc_port"], servers["https_port"]) == (
         ports["http"], ports["grpc"], ports["https"])
 
+
+
+# --- the NetworkPolicy: only KEDA, the scraper and (external metrics) the API server get in --------
+
+def _policy_ports(rule: dict[str, Any], named: dict[str, int]) -> set[int]:
+    """A rule's ports as numbers: names resolve through the container's ports (an unknown name fails)."""
+    return {named[p["port"]] if isinstance(p["port"], str) else p["port"] for p in rule["ports"]}
+
+
+def _peers(rule: dict[str, Any], key: str) -> set[str]:
+    """``ns:<name>`` for a namespace peer (by its name label), ``cidr:<block>`` for an address block."""
+    found = set()
+    for peer in rule[key]:
+        if "ipBlock" in peer:
+            found.add(f"cidr:{peer['ipBlock']['cidr']}")
+        else:
+            assert set(peer) == {"namespaceSelector"}, peer  # no podSelector: any pod of that namespace
+            found.add(f"ns:{peer['namespaceSelector']['matchLabels']['kubernetes.io/metadata.name']}")
+    return found
+
+
+def _admitted(docs: tuple[dict[str, Any], ...], direction: str) -> set[tuple[str, int]]:
+    """(peer, port) pairs the overlay's NetworkPolicies allow for the controller pod."""
+    dep = _one(docs, "Deployment", "gpu-rightsizer")
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    named = {p["name"]: p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    pairs = set()
+    for policy in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        assert policy["metadata"]["namespace"] == NS
+        assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+        for rule in policy["spec"].get(direction, []):
+            peers = _peers(rule, "from" if direction == "ingress" else "to")
+            pairs |= {(peer, port) for peer in peers for port in _policy_ports(rule, named)}
+    return pairs
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policy_admits_only_keda_the_scraper_and_the_api_server(overlay: str) -> None:
+    docs = _render(overlay)
+    ports = {p["name"]: p["containerPort"]
+             for p in _one(docs, "Deployment", "gpu-rightsizer")["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    served = {p["targetPort"] for p in _one(docs, "Service", "gpu-rightsizer")["spec"]["ports"]}
+    expected = {("ns:keda", ports["grpc"]), ("ns:keda", ports["http"]), ("ns:monitoring", ports["http"])}
+    external = _config(docs)["serve"]["external_metrics"]
+    if external:  # the API server is no pod: an address block, and only to the external metrics API
+        expected.add(("cidr:0.0.0.0/0", ports["https"]))
+    assert _admitted(docs, "ingress") == expected
+    # every port the Service exposes is open to someone exactly when its server runs
+    assert {name for name in served if any(port == ports[name] for _, port in expected)} == (
+        served if external else served - {"https"})
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policy_lets_the_controller_reach_dns_the_api_and_prometheus(overlay: str) -> None:
+    docs = _render(overlay)
+    prometheus = urlsplit(_config(docs)["prometheus"]["url"])
+    host = prometheus.hostname or ""
+    namespace = host.split(".")[1]  # <service>.<namespace>.svc
+    assert _admitted(docs, "egress") == {("ns:kube-system", 53), ("cidr:0.0.0.0/0", 443), ("cidr:0.0.0.0/0", 6443),
+                                         (f"ns:{namespace}", prometheus.port or 80)}
+    policy = _one(docs, "NetworkPolicy", "gpu-rightsizer")
+    dns = next(r for r in policy["spec"]["egress"] if r["ports"][0]["port"] == 53)
+    assert {p["protocol"] for p in dns["ports"]} == {"UDP", "TCP"}
 
 def test_pod_is_locked_down() -> None:
     pod = _one(_render("recommend"), "Deployment")["spec"]["template"]["spec"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import kmock
 import pytest
 import requests
@@ -18,6 +20,8 @@ from click.testing import CliRunner
 
 from recommender.cli import main
 from recommender.serve.apiservice import APISERVICE_NAME, read_apiservice
+from recommender.serve.proto import externalscaler_pb2 as pb
+from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
 from tests import servefixture as sf
 from tests.kubefixture import KubeEmulator
 
@@ -105,6 +109,49 @@ def test_serve_demo_starts_answers_and_stops(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0 and "stopped" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens once the with-block ends
+
+
+def test_serve_every_starts_not_ready_while_prometheus_is_down(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"
+    cmd = [sys.executable, "-c", "from recommender.cli import main; main()", "serve", "--prometheus-url", dead,
+           "--no-kubernetes", "--every", "1h", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
+           "--ports-file", str(tmp_path / "ports.json")]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith("serving "):
+                break
+        else:
+            pytest.fail(f"serve exited ({proc.wait()}) instead of serving:\n" + "".join(seen[-15:]))
+        assert any("not ready" in line and dead in line for line in seen), seen
+        ports = json.loads((tmp_path / "ports.json").read_text())
+        base = f"http://127.0.0.1:{ports['http']}"
+        assert requests.get(base + "/healthz", timeout=5).status_code == 200
+        assert requests.get(base + "/readyz", timeout=5).status_code == 503
+        assert "rightsizer_plan_available 0.0" in requests.get(base + "/metrics", timeout=5).text
+        assert requests.get(base + "/api/v1/keda/llm/llama", timeout=5).status_code == 503
+        with grpc.insecure_channel(f"127.0.0.1:{ports['grpc']}") as channel, pytest.raises(grpc.RpcError) as err:
+            ref = pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={"workload": "llama"})
+            pb_grpc.ExternalScalerStub(channel).GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref,
+                                                                                metricName="x"), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        _, err_text = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "stopped" in err_text and "Traceback" not in err_text
     finally:
         if proc.poll() is None:
             proc.kill()

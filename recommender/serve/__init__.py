@@ -2,7 +2,9 @@
 Prometheus (``/metrics``).
 
 :func:`start_servers` runs every server on one asyncio loop in a background thread, so the CLI and
-the controller can keep their own main thread; ``Servers.stop`` shuts them down gracefully.
+the controller can keep their own main thread; ``Servers.stop`` shuts them down gracefully. Nothing
+slow runs on that loop: ``/metrics`` renders on a worker thread (metricspage.py), and connections that
+send nothing, or too much, are closed (listen.py and the gRPC options).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from recommender.errors import ConfigError
 from recommender.planstore import PlanStore, Published
-from recommender.serve import http
+from recommender.serve import http, listen
 from recommender.serve.exporter import PlanCollector
 from recommender.serve.lookup import Lookup, log
+from recommender.serve.metricspage import MetricsPage
 from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
 from recommender.serve.ratelimit import RateLimiter, budget
 from recommender.serve.scaler import PlanSignal, ScalerServicer
@@ -110,14 +113,15 @@ async def _start(servers: Servers, store: PlanStore, lookup: Lookup, checks: dic
         servers.ports["grpc"] = await _grpc(servers, ScalerServicer(lookup, signal, limiter), settings,
                                             tls.grpc_credentials())
     if settings.http_port is not None:
-        app = http.main_app(lookup, servers.registry, limiter, checks, settings.max_request_bytes)
+        page = MetricsPage(servers.registry, store, settings.metrics_max_age_s)
+        servers._stoppers.append(lambda _grace_s: _async(page.close))
+        app = http.main_app(lookup, page, limiter, checks, settings.max_request_bytes)
         context = tls.context(fronted=False) if settings.http_tls else None
-        servers.ports["http"] = await _site(servers, app, settings.host, settings.http_port, context)
+        servers.ports["http"] = await _site(servers, app, settings.http_port, context, settings)
     if settings.external_metrics:
         front = tls.front_proxy if tls.front is not None else None
         app = http.external_app(lookup, limiter, checks, settings.max_request_bytes, front)
-        servers.ports["https"] = await _site(servers, app, settings.host, settings.https_port,
-                                             tls.context(fronted=True))
+        servers.ports["https"] = await _site(servers, app, settings.https_port, tls.context(fronted=True), settings)
     if settings.tls:
         _every(servers, settings.tls_reload_s, tls.reload)
 
@@ -147,7 +151,7 @@ async def _grpc(servers: Servers, servicer: ScalerServicer, settings: ServeSetti
                 credentials: grpc.ServerCredentials | None) -> int:
     size = settings.max_request_bytes
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", size),
-                                      ("grpc.max_send_message_length", 4 * 1024 * 1024)])
+                                      ("grpc.max_send_message_length", 4 * 1024 * 1024), *_grpc_limits(settings)])
     pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)
     address = f"{settings.host}:{settings.grpc_port}"
     try:
@@ -159,18 +163,32 @@ async def _grpc(servers: Servers, servicer: ScalerServicer, settings: ServeSetti
     return port
 
 
-async def _site(servers: Servers, app: web.Application, host: str, port: int, tls: Any) -> int:
+async def _async(work: Callable[[], None]) -> None:
+    work()
+
+
+def _grpc_limits(settings: ServeSettings) -> list[tuple[str, int]]:
+    """Handshake and idle timeouts, and keepalive pings that find peers gone without a word (a stream
+    KEDA opened would otherwise be held for good)."""
+    return [("grpc.server_handshake_timeout_ms", round(settings.idle_timeout_s * 1000)),
+            ("grpc.max_connection_idle_ms", round(settings.grpc_idle_timeout_s * 1000)),
+            ("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.http2.max_pings_without_data", 0), ("grpc.keepalive_permit_without_calls", 1)]
+
+
+async def _site(servers: Servers, app: web.Application, port: int, tls: Any, settings: ServeSettings) -> int:
+    """Listen on ``settings.host:port`` with the timeouts and connection cap of listen.py."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=tls).start()
+        server = await listen.listen(runner, settings.host, port, tls, settings)
     except OSError as exc:
         await runner.cleanup()
-        raise ConfigError(f"HTTP cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise ConfigError(f"HTTP cannot listen on {settings.host}:{port}: {exc.strerror or exc}") from None
 
     async def stop(_grace_s: float) -> None:
+        server.close()
         await runner.cleanup()
 
     servers._stoppers.append(stop)
-    bound: Any = runner.addresses[0]
-    return int(bound[1])
+    return int(server.sockets[0].getsockname()[1])

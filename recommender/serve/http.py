@@ -16,19 +16,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from recommender.serve import extmetrics, frontproxy
 from recommender.serve.frontproxy import FrontProxy
 from recommender.serve.lookup import Lookup, log
+from recommender.serve.metricspage import MetricsPage
 from recommender.serve.ratelimit import RateLimiter
 from recommender.serve.targets import TargetError, WorkloadTarget, all_targets
 
 Check = Callable[[], bool]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LOOKUP: web.AppKey[Lookup] = web.AppKey("lookup", Lookup)
-REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
+PAGE: web.AppKey[MetricsPage] = web.AppKey("metrics_page", MetricsPage)
 CHECKS: web.AppKey[dict[str, Check]] = web.AppKey("checks", dict)
 PROBES = frozenset({"/healthz", "/readyz"})  # kubelet probes carry no client certificate
 CLIENT: web.RequestKey[str] = web.RequestKey("client", str)  # whom the rate limit counts, when the front proxy said
@@ -103,11 +103,11 @@ def _app(lookup: Lookup, limiter: RateLimiter, checks: dict[str, Check], max_byt
     return app
 
 
-def main_app(lookup: Lookup, registry: CollectorRegistry, limiter: RateLimiter, checks: dict[str, Check],
+def main_app(lookup: Lookup, page: MetricsPage, limiter: RateLimiter, checks: dict[str, Check],
              max_bytes: int) -> web.Application:
-    """The plain port (8080): probes, Prometheus scrape, KEDA metrics-api."""
+    """The plain port (8080): probes, Prometheus scrape (rendered off the loop: ``page``), KEDA metrics-api."""
     app = _app(lookup, limiter, checks, max_bytes)
-    app[REGISTRY] = registry
+    app[PAGE] = page
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/v1/keda/{namespace}/{name}", keda)
     return app
@@ -144,7 +144,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY])
+    body = await request.app[PAGE].body()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

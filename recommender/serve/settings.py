@@ -60,6 +60,18 @@ class ServeSettings(BaseModel):
                                "about 0.2/s per ScaledObject (GetMetrics and IsActive every 15 s HPA sync and every "
                                "30 s poll), all from the operator's one address; the burst gains 4 s of it.")
     stream_check_s: float = Field(15.0, gt=0, description="Streams re-check staleness this often between plans.")
+    metrics_max_age_s: float = Field(
+        5.0, ge=0, description="/metrics is rendered off the event loop and its body reused for scrapes within this "
+                               "many seconds of plan age (a new plan renders at once); 0: render every scrape.")
+    idle_timeout_s: float = Field(
+        15.0, gt=0, description="Close an HTTP connection that has not sent a whole request for this long: idle "
+                                "keep-alive, a client that never finishes its headers, a TLS or gRPC handshake "
+                                "that never ends.")
+    max_connections: int = Field(1024, ge=1, description="Open connections per HTTP port; more are closed at once.")
+    grpc_idle_timeout_s: float = Field(
+        300.0, gt=0, description="Close a gRPC connection with no call in flight for this long (KEDA reconnects); "
+                                 "open connections are pinged every minute, and a peer that does not answer is "
+                                 "dropped.")
     service_name: str = Field("gpu-rightsizer", description="Our Service, as the APIService should name it.")
     service_namespace: str = Field("gpu-rightsizer", description="Namespace of that Service.")
 
