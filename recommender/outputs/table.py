@@ -117,8 +117,9 @@ def render_table(plan: Plan, snapshot: Snapshot | None = None, *, width: int = D
     table, narrow = _table(plan, snapshot, width)
     console.print(table)
     lines = [t.fleet_line(plan), *(f"warning: {w}" for w in plan.warnings)]
-    for line in lines:
-        console.print(line.translate(_ASCII) if narrow else line)
+    scaling = [line for r in plan.recommendations if (line := t.scaling_line(r))]
+    for line in lines[:1] + scaling + lines[1:]:  # scaling lines unwrapped: one line per workload, at any width
+        console.print(line.translate(_ASCII) if narrow else line, soft_wrap=line in scaling)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 
