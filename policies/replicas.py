@@ -204,11 +204,14 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
                        demand_source="forecast" if acted else "observed", basis_capacity=basis,
                        capacity_scale=scale, shape=shape.shape if shape else None)
     if source == "lower bound":  # the target sits under the highest rate seen: every peak would need more
-        return replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
+        plan = replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
     at = significant(basis * (1.0 - headroom))  # today's target, rounded as the plan's: the same plan at scale 1
-    today = replace(plan, target_per_replica=at,
-                    max_replicas=replica_bounds((peak, trough, observed_max), at, to_zero, span_s, settings)[2])
-    return with_means(plan, today, workload, history, known=shape is not None and shape.factor is not None)
+    n, lo, hi, _ = replica_bounds((peak, trough, observed_max), at, to_zero, span_s, settings)
+    today = replace(plan, per_replica_capacity=basis, target_per_replica=at, waiting_per_replica=significant(
+        at * objective_s), recommended_replicas=n, min_replicas=lo, max_replicas=hi, capacity_scale=1.0, shape=None)
+    planned = plan if source == "lower bound" else \
+        with_means(plan, today, workload, history, known=shape is not None and shape.factor is not None)
+    return replace(planned, on_today=replace(today, reasons=()) if plan.capacity_estimated else None)
 
 
 def significant(value: float, digits: int = 4) -> float:

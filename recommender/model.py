@@ -307,6 +307,9 @@ class ScalingPlan:
     basis_capacity: float | None = None
     capacity_scale: float = 1.0
     shape: str | None = None  # the shape the bounds and thresholds are for ("mig 4g.40gb"), None: today's
+    # the same plan on today's shape where this one is estimated for another: what an autoscaler should follow
+    # while the replicas keep today's shape (a policy that allows replicas but not the shape change)
+    on_today: ScalingPlan | None = field(default=None, repr=False)
 
     @property
     def measured_capacity(self) -> float:

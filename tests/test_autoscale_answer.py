@@ -192,3 +192,39 @@ def test_the_demo_json_keeps_the_contract(plan: Plan) -> None:
 
     from tests.test_outputs_formats import SCHEMA, strict
     Draft202012Validator(strict(SCHEMA)).validate(_doc(plan))
+
+
+# --- Auto follows the plan for the shape it applies ----------------------------------------------------------
+
+def test_auto_uses_todays_figures_where_it_does_not_apply_the_shape(plan: Plan) -> None:
+    """A policy that allows replicas but not MIG keeps translate on its whole GPU: the autoscaler must then follow
+    the plan on today's shape, not the slice's lower thresholds (made once, in the same scaling_plan call)."""
+    from policies.replicas import trigger_thresholds
+    from recommender.controller.changes import desired_from
+
+    rec = next(r for r in plan.recommendations if r.ref.key == TRANSLATE)
+    s = rec.scaling
+    assert s is not None and s.on_today is not None and s.on_today.target_per_replica > s.target_per_replica
+    moved = desired_from(rec, ["replicas", "mig"])
+    assert moved.mig_profile == "4g.40gb"
+    assert dict(moved.keda_thresholds) == trigger_thresholds(s)
+    assert (moved.replicas, moved.keda_min, moved.keda_max) == (s.recommended_replicas, s.min_replicas, s.max_replicas)
+    kept = desired_from(rec, ["replicas", "vllm"])
+    today = s.on_today
+    assert kept.mig_profile is None and dict(kept.keda_thresholds) == trigger_thresholds(today)
+    assert (kept.replicas, kept.keda_min, kept.keda_max) == (today.recommended_replicas, today.min_replicas,
+                                                             today.max_replicas)
+    assert any("sized for today's shape" in r for r in kept.reasons)
+    assert today.per_replica_capacity == s.basis_capacity and not today.capacity_estimated
+
+
+def test_a_policys_replica_bounds_hold_on_both_shapes(plan: Plan) -> None:
+    from policies.bounds import within_replica_bounds
+    from recommender.model import WorkloadConstraints
+
+    rec = next(r for r in plan.recommendations if r.ref.key == TRANSLATE)
+    assert rec.scaling is not None and rec.scaling.on_today is not None
+    bounded = within_replica_bounds(rec.scaling, WorkloadConstraints(min_replicas=1, max_replicas=2))
+    assert bounded.on_today is not None
+    for p in (bounded, bounded.on_today):
+        assert 1 <= p.min_replicas <= p.recommended_replicas <= p.max_replicas <= 2
