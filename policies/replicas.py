@@ -26,32 +26,26 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
-from policies.catalogue import Catalogue
-from policies.compute import compute_held
+from policies.rightscale import ShapeScale, capacity_scale
 from recommender import model as m
 from recommender.features import after_zero, last_window, split_at
 from recommender.forecast import upper_band
 from recommender.model import (
     PLACEHOLDER_PROMETHEUS,
-    Allocation,
     Classification,
     Forecast,
-    PrometheusAddress,
-    Recommendation,
     ScalingPlan,
-    Sharing,
     Snapshot,
     Workload,
     WorkloadClass,
     WorkloadConstraints,
 )
-from recommender.settings import PrometheusSettings, ScalingSettings
+from recommender.settings import ScalingSettings
 from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION, ttft_objective_from
 from recommender.timestamps import parse_time
 
@@ -116,37 +110,6 @@ def _shape_note(workload: Workload, history: ReplicaHistory, min_steps: int) -> 
     return [f"capacity and error budget read from {since:%Y-%m-%d %H:%M} UTC on, when the replicas took their "
             f"current GPU shape (per replica, the steps before were another shape's), once {min_steps} steps "
             "there tell; across the change until then"]
-
-
-@dataclass(frozen=True)
-class ShapeScale:
-    """The recommended shape a scaling plan is sized for (``shape``, e.g. "mig 4g.40gb") and the compute one
-    replica holds there over today's (``factor``; None where either side's is unknown)."""
-
-    shape: str
-    factor: float | None
-
-
-def shape_scale(rec: Recommendation, catalogue: Catalogue) -> ShapeScale | None:
-    """The recommended shape of ``rec`` and its compute per replica over today's (:func:`compute_held`); None
-    without a recommendation or where it runs no replicas (idle all window: nothing to scale)."""
-    after, today = rec.recommended, rec.workload.allocation
-    if after is None or after.replicas == 0:
-        return None
-    held, there = compute_held(today, catalogue), compute_held(after, catalogue)
-    return ShapeScale(shape_text(after), there / held if held and there else None)
-
-
-def shape_text(a: Allocation) -> str:
-    """One replica's shape in a few words: ``mig 4g.40gb``, ``1× H100-80GB``, ``mps 60%``, ``ts 0.25 GPU``."""
-    match a.sharing:
-        case Sharing.MIG:
-            return f"{a.mig_count}× mig {a.mig_profile}" if a.mig_count > 1 else f"mig {a.mig_profile}"
-        case Sharing.EXCLUSIVE:
-            return f"{a.gpus}× {a.gpu_model or 'GPU'}"
-        case Sharing.MPS:
-            return f"mps {a.mps_active_thread_pct or 100:g}%"
-    return f"{a.sharing.value} {a.gpu_equivalents:.3g} GPU"
 
 
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
@@ -218,27 +181,6 @@ def significant(value: float, digits: int = 4) -> float:
     """``value`` to ``digits`` significant digits: thresholds are set once here, so every format and the KEDA and
     HPA objects print the same number (``:g`` shows them whole)."""
     return float(f"{value:.{digits}g}")
-
-
-def capacity_scale(shape: ShapeScale | None, basis: float) -> tuple[float, list[str]]:
-    """What today's capacity per replica (``basis``, req/s) is multiplied by on the recommended shape, and why.
-
-    A smaller compute share scales it down in proportion (prefill's throughput follows compute; decode,
-    bound by memory bandwidth, loses no more): an estimate, marked so, until the shape's own steps measure it
-    (the plan reads only those once the replicas run there). A larger share keeps today's figure: throughput is
-    not promised to grow with compute it may not use, so the autoscaler adds replicas rather than queue."""
-    if shape is None or (shape.factor is not None and math.isclose(shape.factor, 1.0)):
-        return 1.0, []
-    if shape.factor is None:
-        return 1.0, [f"replicas and thresholds for today's shape: the compute one replica holds on {shape.shape} "
-                     "is unknown, so today's capacity cannot be scaled to it"]
-    if shape.factor > 1.0:
-        return 1.0, [f"capacity on {shape.shape} taken as today's {basis:.3g} req/s per replica although a replica "
-                     f"holds {shape.factor:.3g} x the compute there: not assumed to grow with it (measured once it "
-                     "runs there)"]
-    return shape.factor, [f"capacity {basis * shape.factor:.3g} req/s per replica on {shape.shape}, estimated (not "
-                          f"measured: it has not run there): today's {basis:.3g} x {shape.factor:.3g}, the compute "
-                          "one replica holds there against today's (throughput assumed to follow compute)"]
 
 
 def replica_bounds(demand: tuple[float, float, float], target: float, to_zero: bool, span_s: float,
@@ -822,26 +764,6 @@ def scale_down_window_s(plan: ScalingPlan, default_cold_start_s: float = 180.0) 
     return int(min(HPA_MAX_WINDOW_S, max(300, math.ceil(cold))))
 
 
-def hpa_external(plan: ScalingPlan, namespace: str, kind: str, name: str) -> dict[str, object]:
-    """An autoscaling/v2 HorizontalPodAutoscaler on this project's external metrics adapter
-    (recommender/serve/extmetrics.py): the plan's metric at its target per replica (``AverageValue``), the
-    workload picked by ``workload=<name>,kind=<Kind>`` (the adapter's selector; KEDA's external scaler takes
-    ``Kind/name`` in its metadata instead), the plan's min/max (at least 1: 0 needs the alpha HPAScaleToZero
-    gate) and :func:`hpa_behavior`. The same numbers as :func:`keda_parameters`."""
-    return {
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": name},
-            "minReplicas": max(1, plan.min_replicas), "maxReplicas": max(1, plan.max_replicas),
-            "metrics": [{"type": "External", "external": {
-                "metric": {"name": plan.metric, "selector": {"matchLabels": {"workload": name, "kind": kind}}},
-                "target": {"type": "AverageValue", "averageValue": f"{plan.target_per_replica:g}"}}}],
-            "behavior": hpa_behavior(plan),
-        },
-    }
-
-
 def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:
     """HPA ``behavior`` (reference.md §12): scale up at once, scale down only after one cold start
     (:func:`scale_down_window_s`)."""
@@ -862,22 +784,3 @@ def positive_number(raw: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) and value > 0 else None
-
-
-def trigger_prometheus(keda_url: str | None, prometheus: PrometheusSettings
-                       ) -> tuple[PrometheusAddress, tuple[str, ...]]:
-    """The Prometheus the generated KEDA triggers read: ``scaling.keda_prometheus_url`` (the cluster's address),
-    else the URL the report read, else a placeholder that never resolves; and a warning where credentials were
-    given. Credentials never go into the trigger (user:pass@, query and fragment are dropped): the report's
-    output is shared and committed, and KEDA reads them from a TriggerAuthentication instead."""
-    url, source = (keda_url, "scaling.keda_prometheus_url") if keda_url else (prometheus.url, "prometheus.url")
-    if not url:
-        return PLACEHOLDER_PROMETHEUS, ()
-    parts = urlsplit(url.strip())
-    had = "@" in parts.netloc or bool(parts.query)
-    given = source == "prometheus.url" and any((prometheus.bearer_token, prometheus.username, prometheus.password,
-                                                prometheus.client_cert))
-    clean = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/"), "", ""))
-    warn = (f"KEDA triggers read {clean} ({source}) without its credentials: give them a TriggerAuthentication "
-            "(authenticationRef; authModes basic, bearer or tls) holding them",) if had or given else ()
-    return PrometheusAddress(clean, source, needs_auth=had or given), warn

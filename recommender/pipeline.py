@@ -8,12 +8,14 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
+from policies.autoscalerobjects import trigger_prometheus
 from policies.bounds import within_replica_bounds
 from policies.catalogue import Catalogue, load_catalogue
 from policies.modelcards import ModelCards, load_model_cards
 from policies.nodeplan import mig_demands, plan_nodes
 from policies.registry import get_policy
-from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan, shape_scale, trigger_prometheus
+from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
+from policies.rightscale import shape_scale
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
 from recommender.classify import classify, load_class_model, overridden

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies.autoscalerobjects import trigger_prometheus
 from policies.replicas import (
     CAPACITY_ANNOTATION,
     NoScalingPlan,
     ReplicaHistory,
-    ShapeScale,
     autoscaled_replicas,
     cooldown_s,
     history_from_snapshot,
@@ -23,11 +23,10 @@ from policies.replicas import (
     keda_parameters,
     locate_knee,
     scaling_plan,
-    shape_scale,
-    trigger_prometheus,
     wake_cost,
     wake_steps,
 )
+from policies.rightscale import ShapeScale, shape_scale
 from recommender import model as m
 from recommender.model import (
     Allocation,

@@ -16,8 +16,9 @@ from typing import Any
 
 import pandas as pd
 
+from policies.autoscalerobjects import hpa_external
 from policies.miglayout import MIG_CONFIG_LABEL
-from policies.replicas import hpa_external, keda_parameters
+from policies.replicas import keda_parameters
 from policies.shares import how_to_apply
 from recommender.forecast import upper_band
 from recommender.model import (
