@@ -29,5 +29,6 @@ def within_replica_bounds(plan: ScalingPlan, bounds: WorkloadConstraints | None)
     span = f"{lo}..{bounds.max_replicas if bounds.max_replicas is not None else 'any'}"
     why = (f"replicas {', '.join(moved)}: bounds.minReplicas/maxReplicas {span} ({bounds.source})" if moved
            else f"replicas within bounds.minReplicas/maxReplicas {span} ({bounds.source})")
+    today = within_replica_bounds(plan.on_today, bounds) if plan.on_today is not None else None
     return replace(plan, recommended_replicas=new["recommended"], min_replicas=new["min"], max_replicas=new["max"],
-                   scale_to_zero=zero, reasons=(*plan.reasons, why))
+                   scale_to_zero=zero, reasons=(*plan.reasons, why), on_today=today)

@@ -31,10 +31,12 @@ import numpy as np
 import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
+from policies.rightscale import ShapeScale, capacity_scale
 from recommender import model as m
 from recommender.features import after_zero, last_window, split_at
 from recommender.forecast import upper_band
 from recommender.model import (
+    PLACEHOLDER_PROMETHEUS,
     Classification,
     Forecast,
     ScalingPlan,
@@ -112,16 +114,19 @@ def _shape_note(workload: Workload, history: ReplicaHistory, min_steps: int) -> 
 
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
                  forecasts: Sequence[Forecast], settings: ScalingSettings, previous: ScalingPlan | None = None,
-                 constraints: WorkloadConstraints | None = None) -> ScalingPlan | NoScalingPlan:
-    """Replica bounds and autoscaler parameters for one workload, or why there are none.
+                 constraints: WorkloadConstraints | None = None, shape: ShapeScale | None = None
+                 ) -> ScalingPlan | NoScalingPlan:
+    """Replica bounds and autoscaler parameters for one workload on its recommended ``shape`` (today's without
+    one), or why there are none: the one place the threshold, min/max and replicas are made.
 
     ``previous`` is this workload's plan from the last cycle, where a loop keeps one: a capacity that is
     only a lower bound never falls below it (see :func:`keep_lower_bound`). Without one (the controller's
-    first cycle after a restart) the capacity the controller recorded on the workload stands in for it."""
+    first cycle after a restart) the capacity the controller recorded on the workload stands in for it.
+    Capacity is read on today's shape and scaled to the recommended one (:func:`capacity_scale`)."""
     cls = classification.workload_class if classification else WorkloadClass.REAL_TIME
     why = [] if classification else ["no class: sized as real-time (the most headroom)"]
     objective_s, note = ttft_objective(workload, settings, constraints)
-    carried = (previous.per_replica_capacity, f"the previous plan's ({previous.capacity_source})") if previous \
+    carried = (previous.measured_capacity, f"the previous plan's ({previous.capacity_source})") if previous \
         else recorded_capacity(workload)
     why += _shape_note(workload, history, settings.min_capacity_steps)
     span_s = history_span_s(history)
@@ -131,56 +136,93 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     demand = demand_to_size(cls, forecasts, history.request_rate_per_s, settings.no_forecast_floor_window_s)
     if isinstance(capacity, str) or isinstance(demand, str):
         return NoScalingPlan(tuple(x for x in (capacity, demand) if isinstance(x, str)))
-    cap, source, cap_why = capacity
+    basis, source, cap_why = capacity
     peak, trough, observed_max, demand_why = demand
     headroom, budget_why = error_budget_headroom(cls, settings.headroom_frac.get(cls.value, 0.0), workload, history,
-                                                 None if source == "configured" else cap, objective_s, settings)
-    target = cap * (1.0 - headroom)
+                                                 None if source == "configured" else basis, objective_s, settings)
+    scale, scale_why = capacity_scale(shape, basis)
+    cap = basis * scale
+    target = significant(cap * (1.0 - headroom))
     cold_s = settings.cold_start_s(workload.cold_start_s)
     gaps = idle_gaps_s(history)
     acted = _rate_forecast(forecasts) is not None  # a request-rate forecast the plan sizes on
     to_zero, zero_why = scale_to_zero(cls, gaps, cold_s, settings, history, forecast=acted)
-    recommended = replicas_for(peak, target)
-    low = 0 if to_zero else max(1, replicas_for(trough, target))
-    bounded = span_s >= settings.max_bound_history_s
-    high = math.ceil(replicas_for(max(peak, observed_max), target) * (1.0 + settings.max_burst_frac)) if bounded \
-        else settings.max_replicas
-    cap_note = []
-    if recommended > settings.max_replicas:
-        cap_note = [f"{recommended} replicas needed, capped at max_replicas={settings.max_replicas}: expect queueing"]
-    recommended = min(max(recommended, low), settings.max_replicas)
-    low, high = min(low, recommended), min(max(high, recommended), settings.max_replicas)
+    recommended, low, high, bound_why = replica_bounds((peak, trough, observed_max), target, to_zero, span_s, settings)
     cooldown, cool_why = cooldown_s(gaps, cold_s, to_zero, settings)
-    act = 1.0 / cold_s if to_zero else 0.0
-    waiting = target * objective_s
-    why += [note, *cap_why, *demand_why, *budget_why,
-            f"target {target:.3g} req/s per replica = {cap:.3g} x (1 - {headroom:.0%} headroom for {cls.value})",
-            f"{recommended} replicas for {peak:.3g} req/s; min {low}, max {high} " + (
-                f"(the larger of forecast and observed peak, +{settings.max_burst_frac:.0%} for bursts)" if bounded
-                else f"(the max_replicas ceiling: {span_s / 3600:.3g} h of history is under the "
-                     f"{settings.max_bound_history_s / 3600:.3g} h that bound bursts)"),
-            *cap_note, zero_why, cool_why,
-            f"second trigger at {waiting:.3g} requests waiting per replica: what a replica starts within the "
+    act = significant(1.0 / cold_s) if to_zero else 0.0
+    waiting = significant(target * objective_s)
+    why += [note, *cap_why, *scale_why, *demand_why, *budget_why,
+            f"target {target:g} req/s per replica = {cap:.3g} x (1 - {headroom:.0%} headroom for {cls.value})",
+            *bound_why, zero_why, cool_why,
+            f"second trigger at {waiting:g} requests waiting per replica: what a replica starts within the "
             f"{objective_s:g} s objective at its target (it follows a queue at once, the rate over its window)"]
     if to_zero:
-        why.append(f"activation above {act:.3g} req/s: wake when the forecast expects a request within one "
+        why.append(f"activation above {act:g} req/s: wake when the forecast expects a request within one "
                    f"cold start ({cold_s:g} s), before the queue builds")
     plan = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=cap, target_per_replica=target,
                        min_replicas=low, max_replicas=high, recommended_replicas=recommended,
                        activation_threshold=act, cooldown_s=cooldown, scale_to_zero=to_zero, headroom_frac=headroom,
                        cold_start_s=workload.cold_start_s, reasons=tuple(why), capacity_source=source,
                        waiting_per_replica=waiting, rate_window_s=settings.rate_window_s,
-                       demand_source="forecast" if acted else "observed")
+                       demand_source="forecast" if acted else "observed", basis_capacity=basis,
+                       capacity_scale=scale, shape=shape.shape if shape else None)
     if source == "lower bound":  # the target sits under the highest rate seen: every peak would need more
-        return replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
-    mean = autoscaled_replicas(history, plan)
+        plan = replace(plan, reasons=(*plan.reasons, "no mean replica estimate: the capacity is only a lower bound"))
+    at = significant(basis * (1.0 - headroom))  # today's target, rounded as the plan's: the same plan at scale 1
+    n, lo, hi, _ = replica_bounds((peak, trough, observed_max), at, to_zero, span_s, settings)
+    today = replace(plan, per_replica_capacity=basis, target_per_replica=at, waiting_per_replica=significant(
+        at * objective_s), recommended_replicas=n, min_replicas=lo, max_replicas=hi, capacity_scale=1.0, shape=None)
+    planned = plan if source == "lower bound" else \
+        with_means(plan, today, workload, history, known=shape is not None and shape.factor is not None)
+    return replace(planned, on_today=replace(today, reasons=()) if plan.capacity_estimated else None)
+
+
+def significant(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant digits: thresholds are set once here, so every format and the KEDA and
+    HPA objects print the same number (``:g`` shows them whole)."""
+    return float(f"{value:.{digits}g}")
+
+
+def replica_bounds(demand: tuple[float, float, float], target: float, to_zero: bool, span_s: float,
+                   settings: ScalingSettings) -> tuple[int, int, int, list[str]]:
+    """Recommended (for the peak), min and max replicas at ``target`` req/s per replica from (peak, trough,
+    observed max) demand in req/s, and why; max is bounded by the peak only after ``max_bound_history_s``."""
+    peak, trough, observed_max = demand
+    recommended = replicas_for(peak, target)
+    low = 0 if to_zero else max(1, replicas_for(trough, target))
+    bounded = span_s >= settings.max_bound_history_s
+    high = math.ceil(replicas_for(max(peak, observed_max), target) * (1.0 + settings.max_burst_frac)) if bounded \
+        else settings.max_replicas
+    capped = []
+    if recommended > settings.max_replicas:
+        capped = [f"{recommended} replicas needed, capped at max_replicas={settings.max_replicas}: expect queueing"]
+    recommended = min(max(recommended, low), settings.max_replicas)
+    low, high = min(low, recommended), min(max(high, recommended), settings.max_replicas)
+    why = f"{recommended} replicas for {peak:.3g} req/s; min {low}, max {high} " + (
+        f"(the larger of forecast and observed peak, +{settings.max_burst_frac:.0%} for bursts)" if bounded
+        else f"(the max_replicas ceiling: {span_s / 3600:.3g} h of history is under the "
+             f"{settings.max_bound_history_s / 3600:.3g} h that bound bursts)")
+    return recommended, low, high, [why, *capped]
+
+
+def with_means(plan: ScalingPlan, today: ScalingPlan, workload: Workload, history: ReplicaHistory, *,
+               known: bool) -> ScalingPlan:
+    """``plan`` with the replicas the autoscaler would have held on average: ``mean_replicas`` under ``today``
+    (the same plan at today's shape's target) and ``mean_replicas_right_sized`` under ``plan`` itself where its
+    shape's compute is ``known`` (on today's shape, the same figure)."""
+    mean = autoscaled_replicas(history, today)
     if mean is None:
         return plan
-    return replace(plan, mean_replicas=mean, reasons=(*plan.reasons, (
-        f"at least {mean:.2f} replicas on average (today {workload.allocation.replicas}): the window's request rate "
-        f"at this target, each replica started one cold start ahead (a perfect forecast), held through the "
-        f"{scale_down_window_s(plan):g} s scale-down window" + (", to zero after the cooldown" if to_zero else "")
-        + f"; bursts within a {history.step_s:g} s step are averaged away")))
+    why = [f"at least {mean:.2f} replicas on average (today {workload.allocation.replicas}, on today's shape): the "
+           f"window's request rate at its target {today.target_per_replica:.3g}, each replica started one cold start "
+           f"ahead (a perfect forecast), held through the {scale_down_window_s(plan):g} s scale-down window"
+           + (", to zero after the cooldown" if plan.scale_to_zero else "")
+           + f"; bursts within a {history.step_s:g} s step are averaged away"]
+    right = (mean if not plan.capacity_estimated else autoscaled_replicas(history, plan)) if known else None
+    if right is not None and plan.capacity_estimated:
+        why.append(f"on {plan.shape} at least {right:.2f} replicas on average at its target "
+                   f"{plan.target_per_replica:g} req/s per replica")
+    return replace(plan, mean_replicas=mean, mean_replicas_right_sized=right, reasons=(*plan.reasons, *why))
 
 
 def autoscaled_replicas(history: ReplicaHistory, plan: ScalingPlan) -> float | None:
@@ -653,8 +695,9 @@ def cooldown_s(gaps_s: np.ndarray, cold_start_s: float, to_zero: bool, settings:
                    f"[{cold_start_s:g} s cold start, {long_s:g} s], rounded up to the {poll} s polling interval")
 
 
-def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"', server_address: str = "http://prometheus:9090",
-                    polling_interval_s: int = 30) -> dict[str, object]:
+def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"',
+                    server_address: str = PLACEHOLDER_PROMETHEUS.url, polling_interval_s: int = 30
+                    ) -> dict[str, object]:
     """A KEDA ScaledObject ``spec`` fragment (reference.md §10): a Prometheus trigger on request rate and,
     where the plan sets ``waiting_per_replica``, one on requests waiting (the HPA follows the larger), both
     summed over the series ``matchers`` select (the workload's pods).

@@ -8,10 +8,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from policies.catalogue import Catalogue, MigProfile
-from policies.compute import compute_held
 from policies.fractions import Share, pack_fractions
 from policies.packing import pack_optimal
-from policies.replicas import ReplicaHistory, autoscaled_replicas
 from recommender.model import Allocation, Recommendation, Sharing, Summary
 from recommender.settings import PriceSettings
 
@@ -71,39 +69,6 @@ def autoscaled_gpus(rec: Recommendation) -> float | None:
     if mean is None:
         return None
     return rec.gpus_held / max(1, rec.workload.allocation.replicas) * mean
-
-
-def with_right_sized_mean(rec: Recommendation, history: ReplicaHistory, catalogue: Catalogue) -> Recommendation:
-    """The scaling plan's mean replicas again on the recommended shape, so right-sizing and autoscaling add up.
-
-    The plan's capacity per replica was measured on today's shape; on the recommended one it is scaled by the
-    compute each replica holds (:func:`compute_held`: a 3g slice of a whole GPU serves 3/7 as fast). That is
-    prefill's proportion, an estimate until the new shape's own steps measure it (the plan does so after the
-    change). Left as it is without a mean, a recommendation, or a compute share on either side, and where
-    right-sizing already takes it to zero replicas (idle all window)."""
-    plan = rec.scaling
-    if plan is None or plan.mean_replicas is None or rec.recommended is None or rec.recommended.replicas == 0:
-        return rec
-    today, after = compute_held(rec.workload.allocation, catalogue), compute_held(rec.recommended, catalogue)
-    if not today or not after:
-        return replace(rec, scaling=replace(plan, reasons=(
-            *plan.reasons, "no mean on the recommended shape: the compute one replica holds is unknown on "
-                           f"{'today' if not today else 'the recommended'} shape")))
-    ratio = after / today
-    if math.isclose(ratio, 1.0):
-        return replace(rec, scaling=replace(plan, mean_replicas_right_sized=plan.mean_replicas))
-    there = replace(plan, per_replica_capacity=plan.per_replica_capacity * ratio,
-                    target_per_replica=plan.target_per_replica * ratio,
-                    max_replicas=max(1, math.ceil(plan.max_replicas / ratio)))
-    mean = autoscaled_replicas(history, there)
-    if mean is None:
-        return rec
-    gpus = mean * rec.recommended.gpu_equivalents
-    why = (f"on the recommended shape at least {mean:.2f} replicas on average ({gpus:.2f} GPU-equivalents): "
-           f"its target {there.target_per_replica:.3g} req/s per replica is today's x {ratio:.3g}, "
-           "the compute one replica holds there against today's (throughput assumed to follow compute, as prefill's "
-           "does; measured once it runs there)")
-    return replace(rec, scaling=replace(plan, mean_replicas_right_sized=mean, reasons=(*plan.reasons, why)))
 
 
 def right_sized_autoscaled_gpus(rec: Recommendation) -> float | None:

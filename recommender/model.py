@@ -286,7 +286,9 @@ class ScalingPlan:
     target_per_replica: float
     min_replicas: int
     max_replicas: int
-    recommended_replicas: int  # for the forecast peak over the horizon (or observed peak without one)
+    # for the forecast peak over the horizon (or observed peak without one): the reports' peak_replicas, what the
+    # controller sets spec.replicas to where no autoscaler owns them (the allocation's replicas stay today's)
+    recommended_replicas: int
     activation_threshold: float
     cooldown_s: int
     scale_to_zero: bool
@@ -302,6 +304,43 @@ class ScalingPlan:
     # what the bounds were sized on: "forecast" (its band, which the external scaler serves ahead) or "observed"
     # (no forecast, or one on too little history to act on: the scaler then serves the recommended replicas)
     demand_source: str = "forecast"
+    # requests/s per replica on the shape the capacity was read on (today's; what carries to the next cycle);
+    # per_replica_capacity = basis_capacity x capacity_scale, the compute one replica holds on the recommended
+    # shape over today's (1: the same shape or compute, or no recommendation; under 1: an estimate, not measured)
+    basis_capacity: float | None = None
+    capacity_scale: float = 1.0
+    shape: str | None = None  # the shape the bounds and thresholds are for ("mig 4g.40gb"), None: today's
+    # the same plan on today's shape where this one is estimated for another: what an autoscaler should follow
+    # while the replicas keep today's shape (a policy that allows replicas but not the shape change)
+    on_today: ScalingPlan | None = field(default=None, repr=False)
+
+    @property
+    def measured_capacity(self) -> float:
+        """Requests/s per replica on today's shape: what a later cycle or a restart may carry forward."""
+        return self.per_replica_capacity if self.basis_capacity is None else self.basis_capacity
+
+    @property
+    def mean_on_shape(self) -> float | None:
+        """Mean replicas under this plan on the shape it is for (the recommended one where it has a figure)."""
+        return self.mean_replicas if self.mean_replicas_right_sized is None else self.mean_replicas_right_sized
+
+    @property
+    def capacity_estimated(self) -> bool:
+        """Whether the capacity is scaled from another shape's rather than read on the one it is for."""
+        return self.capacity_scale != 1.0
+
+
+@dataclass(frozen=True)
+class PrometheusAddress:
+    """The Prometheus URL the generated autoscaler triggers read, credentials stripped, and where it came from."""
+
+    url: str
+    source: str
+    needs_auth: bool = False  # credentials were given to the report: KEDA needs a TriggerAuthentication
+
+
+PLACEHOLDER_PROMETHEUS = PrometheusAddress(
+    "http://prometheus.invalid:9090", "placeholder: no Prometheus URL given (set scaling.keda_prometheus_url)")
 
 
 @dataclass(frozen=True)
@@ -385,3 +424,4 @@ class Plan:
     source: str = "unknown"
     mig_nodes: tuple[NodeMigPlan, ...] = ()
     mig_parted_config: Mapping[str, Any] = field(default_factory=dict)  # version: v1 document
+    autoscaler_prometheus: PrometheusAddress = PLACEHOLDER_PROMETHEUS  # what KEDA triggers read

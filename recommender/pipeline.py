@@ -9,14 +9,16 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
+from policies.autoscalerobjects import trigger_prometheus
 from policies.bounds import within_replica_bounds
 from policies.catalogue import Catalogue, load_catalogue
 from policies.modelcards import ModelCards, load_model_cards
 from policies.nodeplan import mig_demands, plan_nodes
 from policies.registry import get_policy
 from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
+from policies.rightscale import shape_scale
 from policies.rightsize import Context
-from policies.savings import summarize, with_money, with_right_sized_mean
+from policies.savings import summarize, with_money
 from recommender.classify import classify, load_class_model, overridden
 from recommender.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.errors import NoWorkloadsError
@@ -84,19 +86,19 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
             history = history_from_snapshot(snapshot, w)
             planned = scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
-                                   _carried(before, w, previous), c)
-            rec = with_scaling(rec, within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan)
-                               else planned)
-            recs.append(with_right_sized_mean(rec, history, catalogue))
+                                   _carried(before, w, previous), c, shape_scale(rec, catalogue))
+            recs.append(with_scaling(rec, within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan)
+                                     else planned))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
         summary = summarize(recs, (snapshot.end - snapshot.start).total_seconds(), catalogue)
     with _timed(timings, "mig_nodes"):
         nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
+    prometheus, auth_why = trigger_prometheus(settings.scaling.keda_prometheus_url, settings.prometheus)
     return Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
-                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings), timings, snapshot.source, nodes.nodes,
-                nodes.mig_parted_config)
+                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings, *auth_why), timings, snapshot.source,
+                nodes.nodes, nodes.mig_parted_config, prometheus)
 
 
 def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None

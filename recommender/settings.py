@@ -213,6 +213,11 @@ class ScalingSettings(BaseModel):
         "still shows the forecast."
     )
     polling_interval_s: int = Field(30, ge=1, description="KEDA pollingInterval the parameters assume.")
+    keda_prometheus_url: str | None = Field(
+        None, description="Prometheus URL the generated KEDA triggers read, as seen from inside the cluster "
+        "(null: the URL the report read, prometheus.url). Credentials in it are dropped: KEDA takes them from a "
+        "TriggerAuthentication."
+    )
     rate_window_s: int = Field(
         120, ge=1, description="Window of rate() in the KEDA request-rate trigger. rate() needs two samples in it: "
         "at a 60 s scrape (prometheus.min_step_s) a [1m] window returns nothing and the trigger reads 0. "

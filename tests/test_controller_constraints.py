@@ -99,7 +99,8 @@ def test_largest_profile_below_the_need_leaves_the_whole_gpu() -> None:
 def test_replica_bounds_hold_in_what_recommend_shows() -> None:
     with WriteCluster([deployment(), policy("plain", {"target": SELECT, "mode": "Recommend"})]) as cluster:
         assert _cycle(cluster, rate=True).errors == []
-        assert _shown(cluster, "plain")["replicas"] == 3  # the plan's own advice, over maxReplicas 2 below
+        shown = _shown(cluster, "plain")  # the plan's own advice on the recommended slice, over maxReplicas 2 below
+        assert shown["replicas"] > 2 and shown["replicaCapacity"] > 0
     spec = {"target": SELECT, "mode": "Recommend", "bounds": {"maxReplicas": 2}}
     with WriteCluster([deployment(), policy("capped", spec)]) as cluster:
         assert _cycle(cluster, rate=True).errors == []

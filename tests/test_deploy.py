@@ -636,3 +636,67 @@ def _check_http_addon(hso: dict[str, Any], so: dict[str, Any]) -> None:
         so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"])
     wait = hso["spec"]["timeouts"]["conditionWait"]
     assert wait.endswith("s") and float(wait[:-1]) >= so["spec"]["initialCooldownPeriod"]
+
+
+# --- the HPA example: autoscaling/v2 on our external metrics adapter ------------------------------------------
+
+HPA_EXAMPLES = sorted(DEPLOY.glob("examples/hpa-*.yaml"))
+
+
+def test_there_is_an_hpa_example() -> None:
+    assert HPA_EXAMPLES
+
+
+@pytest.mark.parametrize("path", HPA_EXAMPLES, ids=lambda p: p.name)
+def test_hpa_examples_are_valid_kubernetes(path: Path) -> None:
+    hpa = _load(path)
+    kubernetes_validate.validate(hpa, K8S_VERSION, strict=True)
+    spec = hpa["spec"]
+    assert hpa["apiVersion"] == "autoscaling/v2" and 1 <= spec["minReplicas"] <= spec["maxReplicas"]
+    assert spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"] <= 3600
+
+
+@pytest.mark.parametrize("path", HPA_EXAMPLES, ids=lambda p: p.name)
+def test_hpa_examples_ask_what_our_adapter_answers(path: Path) -> None:
+    """Each External metric's name and selector, sent as the HPA sends them (matchLabels as key=value terms), get
+    an ExternalMetricValueList for the example's own workload from the adapter; the target type fits the metric."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from recommender.serve import ServeSettings, extmetrics
+    from recommender.serve.targets import DESIRED_REPLICAS, find_recommendation, target_for
+    from tests import servefixture as sf
+
+    hpa = _load(path)
+    ns, ref = hpa["metadata"]["namespace"], hpa["spec"]["scaleTargetRef"]
+    base = sf.plan()
+    llama = next(r for r in base.recommendations if r.ref.key == sf.LLAMA)
+    ours = replace(llama, workload=replace(llama.workload, ref=m.WorkloadRef(ns, ref["kind"], ref["name"])))
+    plan = replace(base, recommendations=(ours, *base.recommendations))
+    metrics = [x for x in hpa["spec"]["metrics"] if x["type"] == "External"]
+    assert metrics
+    for metric in metrics:
+        ext = metric["external"]
+        labels = ext["metric"]["selector"]["matchLabels"]
+        selector = extmetrics.parse_selector(",".join(f"{k}={v}" for k, v in labels.items()))
+        rec = find_recommendation(plan, ns, extmetrics.workload_of(selector))
+        assert rec.ref == ours.ref, "the selector names another workload"
+        target = target_for(plan, rec, 0.0, ServeSettings())
+        body = extmetrics.value_list(ext["metric"]["name"], target, datetime(2026, 1, 1, tzinfo=UTC), 60)
+        assert [i["metricName"] for i in body["items"]] == [ext["metric"]["name"]]
+        assert ext["target"]["type"] == "AverageValue", "a Value target would not divide by the replicas"
+        if ext["metric"]["name"] == DESIRED_REPLICAS:
+            assert ext["target"]["averageValue"] == "1"
+        else:
+            assert float(ext["target"]["averageValue"]) > 0
+
+
+def test_the_report_hpa_validates_and_matches_the_example_form() -> None:
+    """The report's ``scaling.hpa`` is valid Kubernetes, and asks the adapter in the example's form."""
+    doc = scaling(EXAMPLE_PLAN, "inference", "llama-chat")
+    assert doc is not None
+    hpa = doc["hpa"]
+    kubernetes_validate.validate(hpa, K8S_VERSION, strict=True)
+    example = _load(DEPLOY / "examples" / "hpa-external.yaml")
+    assert hpa["spec"]["scaleTargetRef"] == example["spec"]["scaleTargetRef"]
+    assert hpa["spec"]["metrics"][0]["external"]["metric"] == example["spec"]["metrics"][0]["external"]["metric"]

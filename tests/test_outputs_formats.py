@@ -67,7 +67,7 @@ def test_json_validates_against_the_schema(plan: Plan, snap: Snapshot) -> None:
     doc = json.loads(get_formatter("json")(plan, snap), parse_constant=_no_nan)
     Draft202012Validator(SCHEMA).validate(doc)
     Draft202012Validator(strict(SCHEMA)).validate(doc)
-    assert doc["schema_version"] == "1.9" and doc["generated_at"] == "2026-11-01T00:00:00Z"
+    assert doc["schema_version"] == "2.0" and doc["generated_at"] == "2026-11-01T00:00:00Z"
     assert [w["name"] for w in doc["workloads"]] == [r.ref.name for r in plan.recommendations]
 
 
@@ -92,7 +92,7 @@ def test_demo_plan_with_scaling_and_mig_nodes_validates() -> None:
     autoscaled = both = 0.0
     for w in scaled:
         s = w["scaling"]
-        assert s["min_replicas"] <= s["recommended_replicas"] <= s["max_replicas"]
+        assert s["min_replicas"] <= s["peak_replicas"] <= s["max_replicas"]
         assert s["keda"]["minReplicaCount"] == s["min_replicas"]
         assert w["namespace"] in s["keda"]["triggers"][0]["metadata"]["query"]
         assert (s["mean_replicas"] is None) == (s["capacity_source"] == "lower bound")
@@ -314,7 +314,8 @@ def test_html_charts_the_replicas_of_each_scaling_plan_with_a_mean() -> None:
     for r in with_mean:
         assert r.scaling is not None
         held = autoscaled_series(history_from_snapshot(demo, r.workload), r.scaling)
-        assert held is not None and held.mean() == pytest.approx(r.scaling.mean_replicas)  # what the chart draws
+        # what the chart draws: the plan on its (recommended) shape
+        assert held is not None and held.mean() == pytest.approx(r.scaling.mean_on_shape)
         fig = replica_figure(r, demo)
         assert fig is not None
         step = next(line for line in fig.axes[0].lines if str(line.get_label()).startswith("autoscaled"))
@@ -333,6 +334,6 @@ def test_csv_carries_the_scaling_plan(plan: Plan, snap: Snapshot) -> None:
     scaled = replace(plan, recommendations=(replace(plan.recommendations[0], scaling=scaling),
                                             *plan.recommendations[1:]))
     rows = list(csv.DictReader(io.StringIO(get_formatter("csv")(scaled, snap))))
-    names = ("min_replicas", "max_replicas", "recommended_replicas", "mean_replicas", "target_per_replica")
+    names = ("min_replicas", "max_replicas", "peak_replicas", "mean_replicas", "target_per_replica")
     assert [rows[0][f"scaling_{n}"] for n in names] == ["1", "9", "3", "1.2346", "7.0"]
     assert all(r["scaling_mean_replicas"] == "" for r in rows[1:])

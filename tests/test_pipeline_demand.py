@@ -101,7 +101,7 @@ def test_a_loop_carries_a_lower_bound_capacity_from_its_previous_plan() -> None:
     first = run_once(snap, settings, END)
     was = rec(first, "chat").scaling
     assert was is not None and was.capacity_source == "lower bound"  # never missed the objective: no knee
-    raised = replace(was, per_replica_capacity=2 * was.per_replica_capacity)
+    raised = replace(was, per_replica_capacity=2 * was.per_replica_capacity, basis_capacity=2 * was.measured_capacity)
     before = replace(first, recommendations=tuple(replace(r, scaling=raised) for r in first.recommendations))
     again = rec(run_once(snap, settings, END, previous=before), "chat").scaling
     assert again is not None and again.per_replica_capacity == pytest.approx(2 * was.per_replica_capacity)
@@ -120,7 +120,7 @@ def test_a_previous_plan_from_before_the_replicas_changed_shape_is_not_carried()
     first = run_once(snap, settings, END)
     was = rec(first, "chat").scaling
     assert was is not None and was.capacity_source == "lower bound"
-    raised = replace(was, per_replica_capacity=2 * was.per_replica_capacity)
+    raised = replace(was, per_replica_capacity=2 * was.per_replica_capacity, basis_capacity=2 * was.measured_capacity)
     after = replace(first, recommendations=tuple(replace(r, scaling=raised) for r in first.recommendations))
     carried = rec(run_once(snap, settings, END, previous=after), "chat").scaling
     assert carried is not None and carried.per_replica_capacity == pytest.approx(2 * was.per_replica_capacity)

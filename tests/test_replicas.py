@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies.autoscalerobjects import trigger_prometheus
 from policies.replicas import (
     CAPACITY_ANNOTATION,
     NoScalingPlan,
@@ -25,6 +26,7 @@ from policies.replicas import (
     wake_cost,
     wake_steps,
 )
+from policies.rightscale import ShapeScale, shape_scale
 from recommender import model as m
 from recommender.model import (
     Allocation,
@@ -452,12 +454,12 @@ def test_batch_with_long_gaps_scales_to_zero_with_derived_keda_parameters() -> N
     # busy 1 h, idle 5 h (18,000 s ≥ 10 x 180 s): to zero; no short gaps → cooldown = cold start 180 s
     p = plan(with_capacity(), ReplicaHistory(60.0, bursts(60.0, 60, 300, 4)), BATCH)
     assert p.scale_to_zero and p.min_replicas == 0 and p.recommended_replicas == 1
-    assert p.cooldown_s == 180 and p.activation_threshold == pytest.approx(1 / 180)
+    assert p.cooldown_s == 180 and p.activation_threshold == 0.005556  # 1/180 to 4 significant digits
     spec = keda_parameters(p)
     meta = spec["triggers"][0]["metadata"]  # type: ignore[index]
     assert (spec["minReplicaCount"], spec["maxReplicaCount"], spec["cooldownPeriod"]) == (0, p.max_replicas, 180)
     assert float(meta["threshold"]) == pytest.approx(p.target_per_replica)
-    assert float(meta["activationThreshold"]) == pytest.approx(1 / 180)
+    assert float(meta["activationThreshold"]) == 0.005556  # 1/180 to 4 significant digits
 
 
 @pytest.mark.parametrize(("klass", "annotations", "waiting"), [
@@ -710,3 +712,85 @@ def test_a_recorded_capacity_stands_only_for_the_shape_it_was_measured_on(record
     w = replace(workload(replicas=2, annotations={RECOMMENDATION_ANNOTATION: text}),
                 shape_since=SINCE.to_pydatetime())
     assert plan(w, served_at_target, RT).per_replica_capacity == pytest.approx(expect)
+
+
+# -- on the recommended shape: one plan, its capacity scaled from today's ------------------------------------------
+
+def _on(shape: ShapeScale | None, h: ReplicaHistory | None = None) -> ScalingPlan:
+    out = scaling_plan(with_capacity(), h or ReplicaHistory(60.0, series([5.0, 20.0, 3.0])), cls(RT), (FC,), S,
+                       shape=shape)
+    assert isinstance(out, ScalingPlan), out
+    return out
+
+
+def test_a_smaller_slice_scales_capacity_and_every_bound() -> None:
+    # capacity 10 x 3/7 = 4.29 on the slice; target 4.29 x (1 - 0.30) = 3.0; hi_95 peak 35 → ceil(35/3) = 12;
+    # trough 6 → 2; max: 35 → 12 x (1 + 2.0) = 36; waiting 3 x the 2 s objective = 6
+    p = _on(ShapeScale("mig 3g.40gb", 3 / 7))
+    assert p.per_replica_capacity == pytest.approx(10 * 3 / 7) and p.basis_capacity == 10.0
+    assert p.target_per_replica == 3.0 and p.waiting_per_replica == 6.0
+    assert (p.recommended_replicas, p.min_replicas, p.max_replicas) == (12, 2, 36)
+    assert p.capacity_estimated and p.shape == "mig 3g.40gb" and p.measured_capacity == 10.0
+    assert any(r.startswith("capacity 4.29 req/s per replica on mig 3g.40gb, estimated") for r in p.reasons)
+    assert keda_parameters(p)["triggers"][0]["metadata"]["threshold"] == "3"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("factor", "note"), [(2.0, "not assumed to grow"), (None, "is unknown"), (1.0, None)])
+def test_a_larger_or_unknown_shape_keeps_todays_capacity(factor: float | None, note: str | None) -> None:
+    p = _on(ShapeScale("1× A100-80GB", factor))
+    today = _on(None)
+    assert (p.target_per_replica, p.recommended_replicas, p.max_replicas) == \
+        (today.target_per_replica, today.recommended_replicas, today.max_replicas)
+    assert not p.capacity_estimated
+    assert any(note in r for r in p.reasons) if note else p.reasons == today.reasons
+
+
+def test_means_on_today_and_on_the_recommended_shape() -> None:
+    # 20 req/s for 10 steps: today's target 7 → 3 replicas; on 3/7 of the compute, target 3 → 7 replicas
+    h = ReplicaHistory(600.0, series([20.0] * 10, 600.0))
+    p = _on(ShapeScale("mig 3g.40gb", 3 / 7), h)
+    assert (p.mean_replicas, p.mean_replicas_right_sized) == (pytest.approx(3.0), pytest.approx(7.0))
+    same = _on(ShapeScale("1× A100-80GB", 1.0), h)
+    assert same.mean_replicas_right_sized == same.mean_replicas == pytest.approx(3.0)
+    assert _on(None, h).mean_replicas_right_sized is None  # no recommendation: no right-sized figure
+    assert _on(ShapeScale("mig 5g.60gb", None), h).mean_replicas_right_sized is None
+
+
+def test_the_previous_plans_capacity_carries_todays_figure_not_the_estimate() -> None:
+    """A plan on a smaller slice must not hand its scaled figure to the next cycle as today's: scaled again, it
+    would shrink every cycle while the replicas still run on today's shape."""
+    first = _on(ShapeScale("mig 3g.40gb", 3 / 7))
+    w = workload()  # nothing configured: capacity a lower bound from history, raised to the carried one
+    h = knee_history(False)
+    again = scaling_plan(w, h, cls(RT), (), S, first, shape=ShapeScale("mig 3g.40gb", 3 / 7))
+    assert isinstance(again, ScalingPlan) and again.basis_capacity is not None
+    assert again.basis_capacity >= first.measured_capacity - 1e-9 or again.capacity_source != "lower bound"
+    assert again.per_replica_capacity == pytest.approx(again.basis_capacity * 3 / 7)
+
+
+def test_shape_scale_from_the_catalogue() -> None:
+    from policies.catalogue import load_catalogue
+    from tests import planfixture as pf
+    rec = next(r for r in pf.recommendations() if r.recommended is not None)
+    whole = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=2, gpu_model="A100-80GB")
+    sliced = replace(whole, sharing=Sharing.MIG, gpus=0, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5)
+    rec = replace(rec, workload=replace(rec.workload, allocation=whole), recommended=sliced)
+    assert shape_scale(rec, load_catalogue()) == ShapeScale("mig 3g.40gb", pytest.approx(3 / 7))
+    assert shape_scale(replace(rec, recommended=replace(sliced, mig_profile="5g.60gb")), load_catalogue()) == \
+        ShapeScale("mig 5g.60gb", None)
+    assert shape_scale(replace(rec, recommended=None), load_catalogue()) is None
+    assert shape_scale(replace(rec, recommended=replace(sliced, replicas=0)), load_catalogue()) is None
+
+
+@pytest.mark.parametrize(("keda", "url", "kw", "want", "warned"), [
+    (None, None, {}, "http://prometheus.invalid:9090", False),
+    (None, "http://prom:9090/", {}, "http://prom:9090", False),
+    ("http://in-cluster:9090", "http://localhost:9090", {"bearer_token": "t"}, "http://in-cluster:9090", False),
+    (None, "https://u:p@prom:9090/select/0/prometheus?tenant=x", {}, "https://prom:9090/select/0/prometheus", True),
+    (None, "https://prom:9090", {"bearer_token": "t"}, "https://prom:9090", True),
+])
+def test_trigger_prometheus(keda: str | None, url: str | None, kw: dict[str, str], want: str, warned: bool) -> None:
+    from recommender.settings import PrometheusSettings
+    address, warnings = trigger_prometheus(keda, PrometheusSettings(url=url, **kw))  # type: ignore[arg-type]
+    assert address.url == want and address.needs_auth is warned and bool(warnings) is warned
+    assert all("TriggerAuthentication" in w and ":p@" not in w for w in warnings)

@@ -19,7 +19,7 @@ from typing import Any
 from policies.replicas import positive_number, trigger_thresholds
 from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, hami_whole_resources, kai_annotations, mps_env
 from recommender.autoscalers import HPA
-from recommender.model import Recommendation, Sharing
+from recommender.model import Recommendation, ScalingPlan, Sharing
 
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"  # time-slicing or MPS with renameByDefault (reference.md §3)
@@ -106,19 +106,10 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     time-slicing go to the nodes ``exclusive_nodes`` labels (``mechanisms.exclusive_node_selector``): the
     device plugin shares every GPU of a node, so a whole one is only found on another node."""
     alloc, why = rec.recommended, []
-    replicas = keda_min = keda_max = None
-    thresholds: tuple[tuple[str, str], ...] = ()
-    lo, hi = min_replicas or 0, max_replicas or 10**6
-    if "replicas" in allowed and rec.scaling is not None:
-        replicas = max(lo, min(hi, rec.scaling.recommended_replicas))
-        keda_min = max(lo, min(hi, rec.scaling.min_replicas))
-        keda_max = max(keda_min, 1, min(hi, rec.scaling.max_replicas))
-        thresholds = tuple(trigger_thresholds(rec.scaling).items())
-    elif "replicas" in allowed:
+    if "replicas" in allowed and rec.scaling is None:
         why.append("replicas: no scaling recommendation")
     if alloc is None:
-        return Desired(replicas=replicas, keda_min=keda_min, keda_max=keda_max, keda_thresholds=thresholds,
-                       reasons=tuple(why))
+        return replace(_replicas(rec.scaling, allowed, min_replicas, max_replicas), reasons=tuple(why))
     vllm = alloc.vllm if "vllm" in allowed else None
     mps = alloc.sharing == Sharing.MPS and "mps" in allowed
     mig = alloc.sharing == Sharing.MIG and "mig" in allowed and alloc.mig_profile is not None
@@ -145,8 +136,7 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     kai = kai_annotations(alloc) if alloc.sharing == Sharing.KAI and "kai" in allowed else {}
     if alloc.sharing == Sharing.KAI and "kai" in allowed and not kai:
         why.append("kai: the recommendation has no gpu-fraction")
-    return Desired(
-        replicas=replicas, keda_min=keda_min, keda_max=keda_max, keda_thresholds=thresholds,
+    shape = Desired(
         gpu_memory_utilization=vllm.gpu_memory_utilization if vllm else None,
         max_num_seqs=vllm.max_num_seqs if vllm else None,
         mps_thread_pct=round(alloc.mps_active_thread_pct) if mps and alloc.mps_active_thread_pct else None,
@@ -161,6 +151,33 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         drop_envs=(MPS_THREADS, MPS_MEM) if moves_node else (),
         reasons=tuple(why),
     )
+    plan = rec.scaling
+    if plan is not None and plan.on_today is not None and not _changes_shape(shape):
+        why.append(f"replicas: sized for today's shape, as {plan.shape} (which the plan's figures are for) is not "
+                   "applied here")
+        plan = plan.on_today
+    counts = _replicas(plan, allowed, min_replicas, max_replicas)
+    return replace(shape, replicas=counts.replicas, keda_min=counts.keda_min, keda_max=counts.keda_max,
+                   keda_thresholds=counts.keda_thresholds, reasons=tuple(why))
+
+
+def _replicas(plan: ScalingPlan | None, allowed: Sequence[str], min_replicas: int | None,
+              max_replicas: int | None) -> Desired:
+    """The replica count, autoscaler bounds and trigger thresholds of ``plan`` within a policy's bounds, where the
+    policy allows replicas."""
+    if "replicas" not in allowed or plan is None:
+        return Desired()
+    lo, hi = min_replicas or 0, max_replicas or 10**6
+    keda_min = max(lo, min(hi, plan.min_replicas))
+    return Desired(replicas=max(lo, min(hi, plan.recommended_replicas)), keda_min=keda_min,
+                   keda_max=max(keda_min, 1, min(hi, plan.max_replicas)),
+                   keda_thresholds=tuple(trigger_thresholds(plan).items()))
+
+
+def _changes_shape(d: Desired) -> bool:
+    """Whether ``d`` moves the replicas to another GPU shape (a MIG profile, whole GPUs, an MPS, HAMi or KAI
+    share)."""
+    return any((d.mig_profile, d.whole_gpus, d.mps_thread_pct, d.hami_limits, d.pod_annotations))
 
 
 def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_keda: bool = False) -> ChangeSet:

@@ -363,7 +363,7 @@ def _summary(r: Recommendation) -> dict[str, Any]:
             out["gpuMemoryUtilization"] = a.vllm.gpu_memory_utilization
     if r.scaling is not None:  # the capacity outlives a restart here (policies.replicas.recorded_capacity)
         out |= {"replicas": r.scaling.recommended_replicas,
-                "replicaCapacity": round(r.scaling.per_replica_capacity, 4),
+                "replicaCapacity": round(r.scaling.measured_capacity, 4),  # today's shape's, not the estimate
                 "capacitySource": r.scaling.capacity_source}
         if r.workload.shape_since is not None:  # the shape it was measured on (recorded_capacity checks it)
             out["shapeSince"] = r.workload.shape_since.isoformat()

@@ -34,8 +34,8 @@ _ALLOC_FIELDS: tuple[tuple[str, Callable[[Allocation], Any]], ...] = (
     ("vllm_gpu_memory_utilization", lambda a: j.frac(a.vllm.gpu_memory_utilization) if a.vllm else None),
 )
 _BOUND = ("lower", "target", "upper")
-_SCALING = ("min_replicas", "max_replicas", "recommended_replicas", "mean_replicas", "mean_replicas_right_sized",
-            "target_per_replica")
+_SCALING = ("min_replicas", "max_replicas", "peak_replicas", "mean_replicas", "mean_replicas_right_sized",
+            "target_per_replica", "capacity_estimated")
 COLUMNS = (
     "namespace", "kind", "name",
     *(f"current_{n}" for n, _ in _ALLOC_FIELDS),

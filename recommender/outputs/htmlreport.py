@@ -241,6 +241,12 @@ def _head(plan: Plan) -> str:
             f"<style>\n{css}</style>\n</head>\n")
 
 
+def _scaling(plan: Plan) -> str:
+    """Every scaling plan's numbers, one list item per workload (the sections chart only the top workloads)."""
+    items = [f"<li>{e(line)}</li>" for r in plan.recommendations if (line := t.scaling_line(r))]
+    return f'<h2>Autoscaling</h2>\n<ul class="scaling">{"".join(items)}</ul>\n' if items else ""
+
+
 def render_html(plan: Plan, snapshot: Snapshot | None = None, *, top_n: int = TOP_N) -> str:
     """The whole page as one string; sections and charts for the ``top_n`` workloads that save most."""
     chosen = top_workloads(plan, top_n)
@@ -251,7 +257,7 @@ def render_html(plan: Plan, snapshot: Snapshot | None = None, *, top_n: int = TO
         f'<p class="summary">{e(t.fleet_line(plan))}</p>\n{_cards(plan)}\n{_warnings(plan)}\n'
         f"<h2>GPUs held vs needed by namespace</h2>\n{_fleet(plan)}\n"
         f"<h2>Workloads</h2>\n{_table(plan, snapshot, anchors)}\n{_mig(plan)}"
-        f"<h2>Per workload</h2>\n{_sections(plan, snapshot, chosen, anchors)}\n"
+        f"<h2>Per workload</h2>\n{_sections(plan, snapshot, chosen, anchors)}\n{_scaling(plan)}"
         f"<footer>gpu-rightsizer report · JSON schema {e(SCHEMA_VERSION)} · window step {plan.step_s:g} s</footer>\n"
     )
     return f"{_head(plan)}<body>\n<main>\n{body}</main>\n</body>\n</html>\n"

@@ -16,17 +16,20 @@ from typing import Any
 
 import pandas as pd
 
+from policies.autoscalerobjects import hpa_external
 from policies.miglayout import MIG_CONFIG_LABEL
 from policies.replicas import keda_parameters
 from policies.shares import how_to_apply
 from recommender.forecast import upper_band
 from recommender.model import (
+    PLACEHOLDER_PROMETHEUS,
     Allocation,
     Bound,
     Classification,
     Forecast,
     NodeMigPlan,
     Plan,
+    PrometheusAddress,
     Recommendation,
     ScalingPlan,
     Snapshot,
@@ -36,12 +39,15 @@ from recommender.model import (
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "1.9"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+SCHEMA_VERSION = "2.0"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
 # 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled);
 # 1.4: a second trigger on requests waiting (scaling.waiting_per_replica); 1.5: replicas and GPU-hours on the
 # recommended shape (scaling.mean_replicas_right_sized, summary.gpu_hours_right_sized_autoscaled); 1.6: what the
-# bounds were sized on (scaling.demand_source); 1.7: the autoscaler that owns the replicas (autoscaler); 1.8: a
-# recommendation made on short history (provisional); 1.9: why the risk is what it is (risk_reasons)
+# bounds were sized on (scaling.demand_source); 1.7: the autoscaler that owns the replicas (autoscaler); 2.0: scaling
+# on the recommended shape (scaling.shape, capacity_estimated, capacity_scale, basis_capacity), its peak count
+# renamed scaling.peak_replicas (was recommended_replicas, read beside recommended.replicas), thresholds to 4
+# significant digits, scaling.hpa, autoscaler_prometheus (the KEDA triggers' serverAddress), provisional (a
+# recommendation made on short history), risk_reasons (why the risk is what it is)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -135,7 +141,7 @@ def forecast(f: Forecast) -> dict[str, Any]:
     }
 
 
-def workload(rec: Recommendation) -> dict[str, Any]:
+def workload(rec: Recommendation, prometheus: PrometheusAddress = PLACEHOLDER_PROMETHEUS) -> dict[str, Any]:
     ref = rec.ref
     return {
         "namespace": ref.namespace,
@@ -158,36 +164,43 @@ def workload(rec: Recommendation) -> dict[str, Any]:
         "forecasts": [forecast(f) for f in rec.forecasts],
         "mechanism": rec.mechanism,
         "apply": how_to_apply(rec.recommended) if rec.recommended is not None else None,
-        "scaling": scaling(rec.scaling, rec.ref.namespace, rec.ref.name),
+        "scaling": scaling(rec.scaling, rec.ref.namespace, rec.ref.name, rec.ref.kind, prometheus.url),
         "autoscaler": rec.workload.autoscaler,
     }
 
 
-def scaling(p: ScalingPlan | None, namespace: str, name: str) -> dict[str, Any] | None:
-    """Replica bounds and the KEDA ScaledObject spec fragment derived from them (Prometheus triggers on
-    the workload's finished-request rate and requests waiting; its pods are matched by name prefix)."""
+def scaling(p: ScalingPlan | None, namespace: str, name: str, kind: str = "Deployment",
+            server_address: str = PLACEHOLDER_PROMETHEUS.url) -> dict[str, Any] | None:
+    """Replica bounds on the recommended shape, the KEDA ScaledObject spec fragment and the HPA (External metric)
+    that carry them (Prometheus triggers on the workload's arrival rate and requests waiting; its pods are
+    matched by name prefix). Numbers are the plan's: printed, never recomputed."""
     if p is None:
         return None
     pods = f'namespace="{namespace}",pod=~"{name}-.*"'
     return {
         "metric": p.metric,
+        "shape": p.shape,
         "per_replica_capacity": demand(p.per_replica_capacity),
         "capacity_source": p.capacity_source,
-        "target_per_replica": demand(p.target_per_replica),
-        "waiting_per_replica": demand(p.waiting_per_replica),
+        "capacity_estimated": p.capacity_estimated,
+        "capacity_scale": frac(p.capacity_scale),
+        "basis_capacity": demand(p.measured_capacity),
+        "target_per_replica": p.target_per_replica,
+        "waiting_per_replica": p.waiting_per_replica,
         "headroom_frac": frac(p.headroom_frac),
         "min_replicas": p.min_replicas,
         "max_replicas": p.max_replicas,
-        "recommended_replicas": p.recommended_replicas,
+        "peak_replicas": p.recommended_replicas,
         "demand_source": p.demand_source,
         "scale_to_zero": p.scale_to_zero,
-        "activation_threshold": demand(p.activation_threshold),
+        "activation_threshold": p.activation_threshold,
         "cooldown_s": p.cooldown_s,
         "cold_start_s": secs(p.cold_start_s),
         "mean_replicas": frac(p.mean_replicas),
         "mean_replicas_right_sized": frac(p.mean_replicas_right_sized),
         "reasons": list(p.reasons),
-        "keda": keda_parameters(p, pods),
+        "keda": keda_parameters(p, pods, server_address),
+        "hpa": hpa_external(p, namespace, kind, name),
     }
 
 
@@ -225,9 +238,11 @@ def document(plan: Plan) -> dict[str, Any]:
         "source": plan.source,
         "summary": summary(plan.summary),
         "warnings": list(plan.warnings),
-        "workloads": [workload(r) for r in plan.recommendations],
+        "workloads": [workload(r, plan.autoscaler_prometheus) for r in plan.recommendations],
         "mig_nodes": [mig_node(n) for n in plan.mig_nodes],
         "mig_parted_config": dict(plan.mig_parted_config) or None,
+        "autoscaler_prometheus": {"url": plan.autoscaler_prometheus.url, "source": plan.autoscaler_prometheus.source,
+                                  "needs_auth": plan.autoscaler_prometheus.needs_auth},
     }
 
 

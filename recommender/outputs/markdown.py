@@ -121,6 +121,9 @@ def render_markdown(plan: Plan, snapshot: Snapshot | None = None) -> str:
         _reasons(plan) or ["No workloads."],
         *_mig(plan),
     ]
+    scaling = [f"- {md(line)}" for r in plan.recommendations if (line := t.scaling_line(r))]
+    if scaling:
+        parts += [["## Autoscaling"], scaling]
     if plan.warnings:
         parts += [["## Warnings"], [f"- {md(w)}" for w in plan.warnings]]
     return "\n\n".join("\n".join(p) for p in parts) + "\n"

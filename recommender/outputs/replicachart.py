@@ -1,8 +1,9 @@
 """One workload's replicas under its scaling plan, for the HTML report.
 
-The reader sees what the autoscaling estimate (``scaling.mean_replicas``) is made of: the request rate
-as replicas at the plan's target (unrounded), the replicas the autoscaler would have held (whole pods,
-started one cold start ahead, held through the scale-down window) and today's fixed count. Drawn from
+The reader sees what the autoscaling estimate is made of, on the shape the plan is for (the recommended one:
+``scaling.mean_replicas_right_sized`` where it has a figure, else ``mean_replicas``): the request rate as
+replicas at the plan's target (unrounded), the replicas the autoscaler would have held (whole pods, started
+one cold start ahead, held through the scale-down window) and today's fixed count. Drawn from
 the snapshot's request rate with the same pure function that made the estimate, so they cannot differ.
 """
 
@@ -23,7 +24,7 @@ HEIGHT_IN, TOP_IN, BOTTOM_IN = 2.2, 0.35, 0.5
 def replica_figure(rec: Recommendation, snapshot: Snapshot | None) -> Figure | None:
     """None when there is nothing to draw: no snapshot, no scaling plan with a mean, or no request rate."""
     plan = rec.scaling
-    if snapshot is None or plan is None or plan.mean_replicas is None:
+    if snapshot is None or plan is None or plan.mean_replicas is None or plan.mean_on_shape is None:
         return None
     history = history_from_snapshot(snapshot, rec.workload)
     held = autoscaled_series(history, plan)
@@ -37,7 +38,7 @@ def replica_figure(rec: Recommendation, snapshot: Snapshot | None) -> Figure | N
     ax.plot(times, values, color=COLORS["use"], linewidth=0.8, label=f"demand / target ({plan.target_per_replica:.3g})")
     times, values = charts.downsample(held, "max")
     ax.step(times, values, where="post", color=COLORS["rec"], linewidth=1.3,
-            label=f"autoscaled (mean ≥ {plan.mean_replicas:.2f})")
+            label=f"autoscaled{f' on {plan.shape}' if plan.shape else ''} (mean ≥ {plan.mean_on_shape:.2f})")
     today = rec.workload.allocation.replicas
     ax.axhline(today, color=COLORS["held"], linestyle="--", linewidth=1.3, label=f"today ({today})")
     ax.set_ylim(0, max(float(held.max()), today, float(demand.max(skipna=True) or 0.0)) * 1.1 or 1.0)

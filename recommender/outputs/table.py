@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import textwrap
 from io import StringIO
 
 from rich import box
@@ -173,8 +174,11 @@ def render_table(plan: Plan, snapshot: Snapshot | None = None, *, width: int = D
         console.print(_mig_table(plan, narrow))
         console.print()
     lines = [t.fleet_line(plan), *(f"warning: {w}" for w in plan.warnings)]
-    for line in lines:
-        console.print(line.translate(_ASCII) if narrow else line)
+    scaling = [line for r in plan.recommendations if (line := t.scaling_line(r))]
+    if narrow:  # a narrow terminal gets them wrapped, continuation lines indented
+        scaling = [textwrap.fill(line, width, subsequent_indent="    ", break_on_hyphens=False) for line in scaling]
+    for line in lines[:1] + scaling + lines[1:]:  # wide: one unwrapped line per workload, found by its key
+        console.print(line.translate(_ASCII) if narrow else line, soft_wrap=line in scaling)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 

@@ -176,6 +176,21 @@ def confidence_text(rec: Recommendation, mark: str = " (provisional)") -> str:
     return percent(rec.confidence) + (mark if rec.provisional else "")
 
 
+def scaling_line(rec: Recommendation) -> str | None:
+    """``ns/Kind/name autoscaling: 4 replicas at peak (min 3, max 42), threshold 2 req/s per replica, ...``: the
+    scaling plan's numbers (on the recommended shape) as every text format prints them, or None without a plan.
+    The same words everywhere, so a reader or a script finds them by the workload's key."""
+    p = rec.scaling
+    if p is None:
+        return None
+    shape = f"; on {p.shape}" + (", capacity estimated from today's shape" if p.capacity_estimated else "") \
+        if p.shape else "; on today's shape"
+    waiting = f", {p.waiting_per_replica:g} waiting per replica" if p.waiting_per_replica is not None else ""
+    n = p.recommended_replicas
+    return (f"{rec.ref.key} autoscaling: {n} replica{'' if n == 1 else 's'} at peak (min {p.min_replicas}, max "
+            f"{p.max_replicas}), threshold {p.target_per_replica:g} req/s per replica{waiting}{shape}")
+
+
 def fleet_line(plan: Plan) -> str:
     """One sentence with the fleet totals: held vs needed, packed whole GPUs, money per month."""
     s = plan.summary
