@@ -42,7 +42,7 @@ class PrometheusSettings(BaseModel):
         500_000, ge=1_000, description="Points one answer may hold in all; bounds memory while it is parsed."
     )
     target_points: int = Field(
-        2_016, ge=50, description="Points per series over the whole history; sets the step (≥ 60 s)."
+        2_016, ge=50, le=100_000, description="Points per series over the whole history; sets the step (≥ 60 s)."
     )
     min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
     namespace_label: str = Field("namespace", description="Label that holds the pod's namespace.")
@@ -372,7 +372,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     namespaces: tuple[str, ...] = Field((), description="Namespaces to analyse; empty = all.")
-    history_s: float = Field(14 * DAY_S, gt=0, description="How far back to read usage, seconds.")
+    history_s: float = Field(14 * DAY_S, gt=0, le=366 * DAY_S,
+                             description="How far back to read usage, seconds (at most a year).")
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)

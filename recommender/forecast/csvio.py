@@ -20,6 +20,8 @@ from recommender.forecast.base import level_columns
 from recommender.model import Forecast
 
 INPUT_COLUMNS = ("series_id", "timestamp", "value")
+MAX_ROWS = 5_000_000  # rows one forecast run reads (held as strings while parsed)
+MAX_SERIES = 10_000  # series one run forecasts (each is backtested on several models)
 LATEST_UNIX_S = 1e11  # later than year 5000: these are milliseconds, not seconds
 
 
@@ -27,10 +29,12 @@ class CsvFormatError(RightsizerError, ValueError):
     """The input CSV cannot be read as series; the message is one line."""
 
 
-def read_series_csv(source: str | Path | IO[str]) -> dict[str, pd.Series]:
-    """Series by id, in the order they first appear, each on a UTC DatetimeIndex (unsorted, raw)."""
+def read_series_csv(source: str | Path | IO[str], max_rows: int = MAX_ROWS, max_series: int = MAX_SERIES
+                    ) -> dict[str, pd.Series]:
+    """Series by id, in the order they first appear, each on a UTC DatetimeIndex (unsorted, raw). At most
+    ``max_rows`` rows and ``max_series`` series: more is a one-line error, read no further than that."""
     try:
-        raw = pd.read_csv(source, dtype=str, keep_default_na=False, skipinitialspace=True)
+        raw = pd.read_csv(source, dtype=str, keep_default_na=False, skipinitialspace=True, nrows=max_rows + 1)
     except pd.errors.EmptyDataError:
         raise CsvFormatError("the CSV is empty: expected a header series_id,timestamp,value") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -41,6 +45,11 @@ def read_series_csv(source: str | Path | IO[str]) -> dict[str, pd.Series]:
         raise CsvFormatError(f"missing column(s) {', '.join(missing)}; found: {', '.join(raw.columns) or 'none'}")
     if raw.empty:
         raise CsvFormatError("the CSV has a header but no rows")
+    if len(raw) > max_rows:
+        raise CsvFormatError(f"more than {max_rows:,} rows: split the file (a forecast is per series anyway)")
+    count = raw["series_id"].str.strip().nunique()
+    if count > max_series:
+        raise CsvFormatError(f"{count:,} series, more than the {max_series:,} one run forecasts: split the file")
     times = parse_timestamps(raw["timestamp"])
     values = _parse_values(raw["value"])
     frame = pd.DataFrame({"id": raw["series_id"].str.strip().to_numpy(), "value": values}, index=times)
