@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter
 
-from recommender.outputs.charts import WIDTH_IN, chart_style, downsample, to_svg
+from recommender.outputs.charts import WIDTH_IN, chart_style, downsample, place_labels, to_svg
 
 POLICY_COLORS = {"static-peak": "#8a96a3", "reactive": "#f59f00", "reactive-zero": "#e8590c",
                  "reactive-slice": "#c2255c", "reactive-bounded": "#ae3ec9", "ours": "#1f6fb2",
@@ -29,6 +30,7 @@ GOAL_SAVING_PCT = 50.0  # the goal: at most half of static peak's GPU-hours...
 GOAL_OVER_PCT = 1.0  # ...and at most 1 point of requests over the objective beyond the unavoidable
 MAX_POINTS = 1500  # a 14-day replay is 20,160 minutes: bucket maxima keep the peaks
 FORMATS = (".svg", ".png", ".pdf")  # by the file's suffix
+LABEL_OFFSETS = ((4, 3), (4, -9), (-4, 3), (-4, -9))  # points from a client's dot: its name's corners to try
 
 
 def chart_path_problem(path: Path | None) -> str | None:
@@ -85,12 +87,13 @@ def replay_figure(arrival_s: np.ndarray, results: Mapping[str, tuple[np.ndarray,
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(requests > 0, 100.0 * over / requests, np.nan)
         miss_ax.plot(starts, share, color=color, linewidth=0.9, marker=".", markersize=2)
+    marks = []
     for label, at_s in (events or {}).items():
         when = pd.to_datetime(at_s, unit="s")
         for ax in (demand_ax, gpu_ax, miss_ax):
             ax.axvline(when, color="#343a40", linewidth=0.8, linestyle="--")
-        gpu_ax.annotate(label, (when, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -10),
-                        textcoords="offset points", fontsize=7, color="#343a40")
+        marks.append(gpu_ax.annotate(label, (when, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -10),
+                                     textcoords="offset points", fontsize=7, color="#343a40"))
     gpu_ax.set_yscale("symlog", linthresh=1.0)  # a thrashing policy's hundred GPUs beside ours' one or two
     gpu_ax.set_ylim(bottom=0)  # a policy at zero would otherwise open a negative half-decade
     gpu_ax.yaxis.set_major_formatter(FuncFormatter(_plain))  # the style keeps text literal: no mathtext 10^n
@@ -102,6 +105,9 @@ def replay_figure(arrival_s: np.ndarray, results: Mapping[str, tuple[np.ndarray,
     miss_ax.xaxis.set_major_formatter(FuncFormatter(_day_tick))
     fig.align_ylabels()
     fig.subplots_adjust(left=0.1, right=0.98, top=0.95, bottom=0.08, hspace=0.25)
+    if marks:  # moves close together: each label one line lower than the last, or on the line's left
+        place_labels(fig, marks, [(3, -10 - 9 * i) for i in range(4)] + [(-3, -10 - 9 * i) for i in range(4)],
+                     avoid=[gpu_ax.get_legend()])
     return fig
 
 
@@ -146,6 +152,7 @@ def sweep_figure(clients: Sequence[ClientPoint], policies: Sequence[str] = ("our
                     label=f"goal: <= {GOAL_SAVING_PCT:g}% of static peak, <= {GOAL_OVER_PCT:g} point over")
     top = GOAL_OVER_PCT * 2
     right = 100.0
+    names: list[Annotation] = []
     for policy in policies:
         pts = sweep_points(clients, policy)
         if not pts:
@@ -154,15 +161,15 @@ def sweep_figure(clients: Sequence[ClientPoint], policies: Sequence[str] = ("our
         top, right = max(top, *ys), max(right, *xs)
         ax.scatter(xs, ys, s=28, color=POLICY_COLORS.get(policy, "#343a40"), label=policy, zorder=3)
         if policy == "ours":
-            for name, x, y in pts:
-                ax.annotate(name.removeprefix("chunk-"), (x, y), xytext=(4, 3), textcoords="offset points",
-                            fontsize=7, color=POLICY_COLORS["ours"])
+            names = [ax.annotate(name.removeprefix("chunk-"), (x, y), xytext=(4, 3), textcoords="offset points",
+                                 fontsize=7, color=POLICY_COLORS["ours"]) for name, x, y in pts]
     ax.set_yscale("symlog", linthresh=GOAL_OVER_PCT)
     ax.yaxis.set_major_formatter(FuncFormatter(_plain))
     ax.set_xlim(0, right * 1.05)
     ax.set_ylim(0, top * 1.3)
     ax.set_xlabel("GPU-hours, % of static peak's")
     ax.set_ylabel("points of requests over the TTFT objective\n(beyond the unavoidable)")
-    ax.legend(loc="center right", fontsize=8)  # the corners hold the goal and the thrashing reactive points
+    legend = ax.legend(loc="center right", fontsize=8)  # the corners hold the goal and the thrashing reactive points
     fig.subplots_adjust(left=0.14, right=0.97, top=0.96, bottom=0.11)
+    place_labels(fig, names, LABEL_OFFSETS, avoid=[legend])  # clients close together: a name beside, or none
     return fig

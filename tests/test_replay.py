@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -523,3 +524,40 @@ def test_ours_moves_a_slice_that_misses_its_objective_to_whole_gpus_after_a_day(
     assert ours.plan is not None and any(r.startswith("capacity and error budget read from") for r in ours.plan.reasons)
     day2 = trace.arrival_s > ours.escalated_s + CAP.cold_start_s
     assert (r.ttft_s[~day2][:100] > 2.0).all() and (r.ttft_s[day2] <= 2.0).all()
+
+
+def _boxes(fig: Any, texts: list[Any]) -> list[Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    return [t.get_window_extent(renderer) for t in texts if t.get_visible()]
+
+
+def test_the_sweep_chart_keeps_client_names_off_each_other() -> None:
+    """Eight clients within a point of each other: the names that show do not overlap (each other or the
+    legend); where one cannot fit beside its dot it is left out, and names far apart all show."""
+    from replay_charts import ClientPoint, sweep_figure
+
+    crowd = [ClientPoint(f"chunk-{i}", {"static-peak": (100.0, 0.0), "ours": (30.0 + 0.2 * i, 0.1 + 0.01 * i)})
+             for i in range(8)]
+    fig = sweep_figure(crowd, ("ours",))
+    ax = fig.axes[0]
+    names = list(ax.texts)
+    shown = _boxes(fig, names)
+    assert 2 <= len(shown) < len(names)
+    legend = _boxes(fig, [ax.get_legend()])[0]
+    assert not any(a.overlaps(b) for i, a in enumerate(shown) for b in [*shown[i + 1:], legend])
+    apart = [ClientPoint(f"chunk-{i}", {"static-peak": (100.0, 0.0), "ours": (10.0 + 20 * i, 0.1)}) for i in range(4)]
+    assert all(t.get_visible() for t in sweep_figure(apart, ("ours",)).axes[0].texts)
+
+
+def test_the_replay_chart_stacks_labels_of_moves_close_together() -> None:
+    from replay_charts import replay_figure
+
+    arrivals = np.arange(0.0, 7200.0, 10.0)
+    moves = {"ours: 3g.40gb → whole GPUs": 3600.0, "ours: whole GPUs → 3g.40gb": 3660.0}
+    fig = replay_figure(arrivals, {"ours": (np.ones(121), np.full(arrivals.size, 0.5))}, 2.0, "t", moves)
+    labels = list(fig.axes[1].texts)
+    first, second = _boxes(fig, labels)
+    assert not first.overlaps(second)

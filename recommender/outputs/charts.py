@@ -28,6 +28,7 @@ import matplotlib.dates as mdates
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
@@ -191,3 +192,35 @@ def fleet_figure(names: Sequence[str], held: Sequence[float], needed: Sequence[f
     ax.set_xlim(left=0)
     ax.set_ylim(-0.6, n - 0.4)
     return fig
+
+
+def _collides(box: Any, kept: Sequence[Any], page: Any) -> bool:
+    """Whether ``box`` overlaps any of ``kept`` or sticks out of ``page`` (where it would be cut off)."""
+    outside = box.x0 < page.x0 or box.y0 < page.y0 or box.x1 > page.x1 or box.y1 > page.y1
+    return outside or any(box.overlaps(k) for k in kept)
+
+
+def place_labels(fig: Figure, labels: Sequence[Any], offsets: Sequence[tuple[float, float]],
+                 avoid: Sequence[Any] = ()) -> list[bool]:
+    """Move each point label (an ``Annotation`` with ``textcoords="offset points"``) to the first of
+    ``offsets`` (points from its anchor) where its box stays inside the figure and overlaps no label
+    placed before it and none of ``avoid`` (other texts: legends, tick labels); hide it where none
+    does. In order, so the same figure always gets the same labels. Draws the figure once to measure;
+    returns which labels show."""
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    renderer = canvas.get_renderer()
+    fig.draw_without_rendering()
+    kept = [a.get_window_extent(renderer) for a in avoid if a.get_visible()]
+    shown = []
+    for label in labels:
+        for dx, dy in offsets:
+            label.xyann = (dx, dy)
+            label.set_horizontalalignment("left" if dx >= 0 else "right")
+            box = label.get_window_extent(renderer)
+            if not _collides(box, kept, fig.bbox):
+                kept.append(box)
+                break
+        else:
+            label.set_visible(False)
+        shown.append(label.get_visible())
+    return shown

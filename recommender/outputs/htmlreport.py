@@ -13,6 +13,7 @@ Every string that comes from the cluster (names, reasons, warnings) goes through
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from html import escape
 from importlib.resources import files
@@ -105,25 +106,33 @@ def _fleet(plan: Plan) -> str:
     return f'<figure class="panel" aria-label="GPUs held vs needed per namespace">{svg}{note}</figure>'
 
 
-# risk right after what it is the risk of: columns past the page's width scroll out of sight
-_COLUMNS = ("namespace", "kind/name", "class", "current", "used", "recommended", "risk", "demand forecast",
+# Ten columns that fit 1,280 px: the risk's why, the demand forecast's bands and the reasons stay one click
+# away (the row's "why", the workload's section), never past the right edge where nobody scrolls
+_COLUMNS = ("namespace", "kind/name", "class · forecast", "current", "used", "recommended", "risk",
             "GPUs held→needed", "$/month", "confidence", "why")
 _NUMERIC = {"GPUs held→needed", "$/month", "confidence"}
+_BREAK_AFTER = re.compile(r"([/\-._])")
+
+
+def breakable(name: str) -> str:
+    """``name`` escaped, with a line-break opportunity after each ``/ - . _`` (the CSS breaks nowhere else)."""
+    return "".join(e(part) + ("<wbr>" if _BREAK_AFTER.fullmatch(part) else "")
+                   for part in _BREAK_AFTER.split(name) if part)
 
 
 def _row(rec: Recommendation, snapshot: Snapshot | None, anchor: str | None) -> str:
     ref = rec.ref
-    name = e(f"{ref.kind}/{ref.name}")
+    name = breakable(f"{ref.kind}/{ref.name}")
     name = f'<a href="#{anchor}">{name}</a>' if anchor else name
     recommended = (e(t.recommended_text(rec)) if rec.actionable
                    else f'<span class="none">{e(t.recommended_text(rec))}</span>')
     recommended += _autoscaler(rec)
     why = "".join(f"<li>{e(x)}</li>" for x in (f"risk {t.risk_text(rec)}", *rec.reasons))
     cells = (
-        f"<td>{e(ref.namespace)}</td>", f'<td class="name">{name}</td>', f"<td>{e(t.class_text(rec))}</td>",
+        f'<td class="name">{breakable(ref.namespace)}</td>', f'<td class="name">{name}</td>', _class_cell(rec),
         f'<td class="alloc">{e(t.alloc_text(rec.workload.allocation))}</td>',
         f"<td>{e(t.used_text(rec, snapshot))}</td>",
-        f"<td>{recommended}</td>", f'<td class="risk">{_risk(rec)}</td>', f"<td>{e(t.forecast_text(rec))}</td>",
+        f"<td>{recommended}</td>", f'<td class="risk">{_risk(rec)}</td>',
         f'<td class="num">{e(t.gpus_text(rec))}</td>',
         f'<td class="num {_savings_class(rec.monthly_savings_usd)}">{e(t.money(rec.monthly_savings_usd, ""))}</td>',
         f'<td class="num">{e(t.confidence_text(rec))}</td>',
@@ -132,11 +141,16 @@ def _row(rec: Recommendation, snapshot: Snapshot | None, anchor: str | None) -> 
     return f'<tr data-workload="{e(ref.key)}">' + "".join(cells) + "</tr>"
 
 
+def _class_cell(rec: Recommendation) -> str:
+    """The class over the demand forecast's peak (its bands are charted in the workload's section)."""
+    forecast = t.forecast_text(rec)
+    under = f'<div class="sub">{e(forecast)}</div>' if forecast != t.DASH else ""
+    return f"<td>{e(t.class_text(rec))}{under}</td>"
+
+
 def _risk(rec: Recommendation) -> str:
-    """The risk level, coloured, over why when it is medium or high (a low risk says why in the row's reasons)."""
-    why = "; ".join(rec.risk_reasons) if rec.risk != "low" else ""
-    return (f'<span class="level risk-{e(rec.risk)}">{e(rec.risk)}</span>'
-            + (f'<div class="risk-why">{e(why)}</div>' if why else ""))
+    """The risk level, coloured; why is the first of the row's reasons and in the workload's facts."""
+    return f'<span class="level risk-{e(rec.risk)}">{e(rec.risk)}</span>'
 
 
 def _autoscaler(rec: Recommendation) -> str:
@@ -177,8 +191,9 @@ def _section(rec: Recommendation, anchor: str, snapshot: Snapshot | None) -> str
     notes = chart.notes if chart.svg else chart.notes[1:]
     notes_html = f'<ul class="chart-notes">{"".join(f"<li>{e(n)}</li>" for n in notes)}</ul>' if notes else ""
     reasons = "".join(f"<li>{e(r)}</li>" for r in rec.reasons)
+    title = " / ".join(breakable(x) for x in (ref.namespace, ref.kind, ref.name))
     demand = _demand(rec, anchor, snapshot)
-    return (f'<article class="workload" id="{anchor}"><h3>{e(ref.namespace)} / {e(ref.kind)} / {e(ref.name)}</h3>'
+    return (f'<article class="workload" id="{anchor}"><h3>{title}</h3>'
             f'<div class="compare"><div class="box"><h4>Current</h4>{current}</div><div class="arrow">→</div>'
             f'<div class="box rec"><h4>Recommended</h4>{recommended}</div></div>'
             f'{_facts(rec)}<ul class="reasons">{reasons}</ul>{figure}{notes_html}{demand}</article>')
