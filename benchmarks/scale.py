@@ -288,7 +288,7 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
     with tempfile.TemporaryDirectory(prefix="scale-report-") as tmp:
         out, err_path = Path(tmp) / "report.json", Path(tmp) / "stderr.txt"
         cmd = [*_cli(), "report", "--prometheus-url", url, "--no-kubernetes", "--history", f"{days:g}d",
-               "--end", str(end_s), "--format", "json", "-o", str(out), *extra]
+               "--end", str(end_s), "-o", "json", "--output-file", str(out), *extra]
         env = {**os.environ, "COLUMNS": "1000"}  # rich wraps at 80 columns off a terminal
         server_cpu0 = _cpu_s(server_pid) if server_pid else 0.0
         with err_path.open("w") as err:

@@ -54,7 +54,8 @@ def _cluster_workloads(req: SourceRequest, progress: Progress
         workloads, nodes = discover_cluster(req.settings, progress, catalogue)
         return workloads, nodes, None
     except KubernetesError as exc:
-        why = f"Kubernetes API not used ({exc}): workloads come from kube-state-metrics and DCGM labels"
+        why = (f"Kubernetes API not used ({exc}): workloads come from kube-state-metrics and DCGM labels "
+               "(--no-kubernetes skips the API)")
         return None, (), why
 
 

@@ -13,12 +13,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from collectors.registry import SourceRequest, get_source
+from recommender.errors import ConfigError
 from recommender.model import Snapshot
 from recommender.pipeline import run_once
+from recommender.selector import select_labels
 from recommender.settings import Settings
 
 if TYPE_CHECKING:
     from collectors.prometheus.collect import UsageCache
+    from recommender.controller.policy import LabelSelector
 
 
 class RichProgress:
@@ -83,12 +86,24 @@ def make_report(source: str, path: str | None, settings: Settings, end: datetime
 def make_report_files(source: str, path: str | None, settings: Settings, end: datetime, fmt: str
                       ) -> tuple[str, dict[str, str]]:
     """The report and the files its format writes beside it when it goes to a file (suffix -> text)."""
+    return make_reports(source, path, settings, end, (fmt,))[fmt]
+
+
+def make_reports(source: str, path: str | None, settings: Settings, end: datetime, fmts: tuple[str, ...],
+                 selector: LabelSelector | None = None) -> dict[str, tuple[str, dict[str, str]]]:
+    """Several formats of one plan (collected and planned once): format -> (report, files beside it);
+    ``selector`` keeps the workloads whose labels match (``-l``)."""
     from recommender.outputs import get_companions, get_formatter
 
-    formatter, companions = get_formatter(fmt), get_companions(fmt)
+    renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}  # an unknown format fails before the run
     snap = collect(source, path, settings, end)
+    if selector is not None:
+        found, snap = len(snap.workloads), select_labels(snap, selector)
+        if found and not snap.workloads:
+            raise ConfigError(f"none of the {found} workloads found has labels that -l matches")
     plan = run_once(snap, settings, snap.end)
-    return formatter(plan, snap), (companions(plan) if companions else {})
+    return {f: (render(plan, snap), companions(plan) if companions else {})
+            for f, (render, companions) in renderers.items()}
 
 
 def save_snapshot(source: str, path: str | None, settings: Settings, end: datetime, out: Path) -> None:

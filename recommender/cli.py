@@ -19,7 +19,7 @@ from recommender.errors import RightsizerError
 from recommender.settings import ForecastSettings, KubernetesSettings, PolicySettings, PrometheusSettings, Settings
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-FORMATS = ("table", "json", "csv", "markdown", "html")
+FORMATS = ("table", "wide", "json", "yaml", "csv", "markdown", "html")  # built in; plugins add more
 MAX_HORIZON_STEPS = 20_000  # forecast steps per series (139 days at 10-minute steps): memory grows with it
 
 
@@ -127,10 +127,14 @@ def source_options(fn: Any) -> Any:
     opts = [
         click.option("--demo", is_flag=True, help="Use the bundled demo cluster (no cluster or Prometheus needed)."),
         click.option("--snapshot", "snapshot_dir", type=click.Path(), help="Read a snapshot directory instead."),
-        click.option("--prometheus-url", envvar="PROMETHEUS_URL", help="Prometheus-compatible API base URL."),
-        click.option("--bearer-token", envvar="PROMETHEUS_TOKEN", help="Bearer token for Prometheus."),
-        click.option("--username", envvar="PROMETHEUS_USERNAME", help="Basic-auth user for Prometheus."),
-        click.option("--password", envvar="PROMETHEUS_PASSWORD", help="Basic-auth password for Prometheus."),
+        click.option("--prometheus-url", envvar="PROMETHEUS_URL", show_envvar=True,
+                     help="Prometheus-compatible API base URL."),
+        click.option("--bearer-token", envvar="PROMETHEUS_TOKEN", show_envvar=True,
+                     help="Bearer token for Prometheus."),
+        click.option("--username", envvar="PROMETHEUS_USERNAME", show_envvar=True,
+                     help="Basic-auth user for Prometheus."),
+        click.option("--password", envvar="PROMETHEUS_PASSWORD", show_envvar=True,
+                     help="Basic-auth password for Prometheus."),
         click.option("--ca-file", type=click.Path(), help="CA bundle for Prometheus TLS."),
         click.option("--client-cert", type=click.Path(), help="Client certificate for mutual TLS."),
         click.option("--client-key", type=click.Path(), help="Client key for mutual TLS."),
@@ -170,63 +174,72 @@ def pick_source(opts: dict[str, Any]) -> tuple[str, str | None]:
 
 @main.command()
 @source_options
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (default stdout).")
+@click.option("-o", "--output", "output", metavar="FORMAT[,FORMAT...]",
+              help=f"Output format, as kubectl's -o: {', '.join(FORMATS)} (wide: the table at full width, whatever "
+                   "the terminal) or a plugin's; several, comma-separated, from one run, with --output-file. "
+                   "[default: table]")
+@click.option("--output-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the report to FILE instead of stdout (kubectl has no such flag; it redirects). With several "
+                   "formats, each goes to FILE with its suffix: -o json,html --output-file r gives r.json, r.html.")
+@click.option("-f", "--format", "legacy_fmt", metavar="FORMAT", help="Deprecated: use -o FORMAT.")
+@click.option("-l", "--selector", metavar="SELECTOR",
+              help="Only workloads whose labels match, kubectl's syntax: app=chat,tier!=web, env in (a,b), gpu, !spot.")
 @click.option("--forecast-horizon", default="24h", show_default=True, help="How far ahead to forecast demand.")
 @click.option("--forecast-max", type=click.IntRange(min=0), default=100, show_default=True,
               help="Forecast at most this many workloads (those holding the most GPUs; ~50 ms a series).")
 @click.option("--no-forecast", is_flag=True, help="Classify workloads but do not forecast their demand.")
-def report(fmt: str, output: str | None, **opts: Any) -> None:
+def report(output: str | None, output_file: str | None, legacy_fmt: str | None, selector: str | None,
+           **opts: Any) -> None:
     """Dry-run report: what each GPU workload holds, uses, and should get."""
-    from recommender.app import make_report_files
+    from recommender.app import make_reports
+    from recommender.cli_output import beside_path, format_paths, pick_formats, pick_selector, write_beside
     from recommender.writes import check_file, write_file
 
+    fmts = pick_formats(output, legacy_fmt)
+    labels = pick_selector(selector)
+    if len(fmts) > 1 and not output_file:
+        fail(f"-o {','.join(fmts)} writes several files: add --output-file NAME (gives NAME.json, ...)")
     settings = build_settings(opts)
     name, path = pick_source(opts)
+    paths = format_paths(output_file, fmts) if output_file else {}
     try:
-        if output:
-            check_file(output)  # before the run, not after it
-        text, beside = make_report_files(name, path, settings, parse_time(opts.get("end_time")), fmt)
-        if output:
-            write_file(output, text)
-            write_beside(Path(output), fmt, beside)
+        for dest in paths.values():
+            check_file(dest)  # before the run, not after it
+        rendered = make_reports(name, path, settings, parse_time(opts.get("end_time")), fmts, labels)
+        for fmt, dest in paths.items():
+            write_file(dest, rendered[fmt][0])
+            write_beside(dest, fmt, rendered[fmt][1])
     except RightsizerError as exc:
         fail(str(exc))
         return
-    if output:
-        click.echo(f"wrote {fmt} report to {output}", err=True)
-        for suffix in beside:
-            click.echo(f"wrote {beside_path(Path(output), fmt, suffix)}", err=True)
-    else:
-        click.echo(text, nl=not text.endswith("\n"))
-        if beside:
-            click.echo(f"note: the {fmt} report leaves out {', '.join(s.lstrip('.') for s in beside)}: give -o FILE "
-                       "to write them beside it", err=True)
-
-
-def beside_path(output: Path, fmt: str, suffix: str) -> Path:
-    """``report.csv`` → ``report.mig-nodes.csv``: where a file a format writes beside its report goes."""
-    return output.with_name(output.name.removesuffix(f".{fmt}") + suffix)
-
-
-def write_beside(output: Path, fmt: str, files: dict[str, str]) -> None:
-    """Files a format writes beside its report, each whole or not at all (checked first, then written)."""
-    from recommender.writes import check_file, write_file
-
-    for suffix in files:
-        check_file(beside_path(output, fmt, suffix))
-    for suffix, text in files.items():
-        write_file(beside_path(output, fmt, suffix), text)
+    if paths:
+        for fmt, dest in paths.items():
+            click.echo(f"wrote {fmt} report to {dest}", err=True)
+            for suffix in rendered[fmt][1]:
+                click.echo(f"wrote {beside_path(dest, fmt, suffix)}", err=True)
+        return
+    text, beside = rendered[fmts[0]]
+    click.echo(text, nl=not text.endswith("\n"))
+    if beside:
+        click.echo(f"note: the {fmts[0]} report leaves out {', '.join(s.lstrip('.') for s in beside)}: give "
+                   "--output-file FILE to write them beside it", err=True)
 
 
 @main.command()
 @source_options
-@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Directory to write.")
-def snapshot(output: str, **opts: Any) -> None:
+@click.option("--output-dir", type=click.Path(file_okay=False), metavar="DIR", help="Directory to write (required).")
+@click.option("-o", "--output", "legacy_output", type=click.Path(file_okay=False), metavar="DIR",
+              help="Deprecated: use --output-dir DIR.")
+def snapshot(output_dir: str | None, legacy_output: str | None, **opts: Any) -> None:
     """Save the collected snapshot to a directory, for offline analysis or a later --snapshot."""
     from recommender.app import save_snapshot
+    from recommender.cli_output import legacy_path
     from recommender.writes import check_dir
 
+    output = legacy_path(legacy_output, output_dir, "--output-dir")
+    if not output:
+        fail("say where to write the snapshot: --output-dir DIR")
+        return
     settings = build_settings(opts)
     name, path = pick_source(opts)
     try:
@@ -245,18 +258,24 @@ def snapshot(output: str, **opts: Any) -> None:
                    f"{MAX_HORIZON_STEPS:,}).")
 @click.option("--level", "levels", type=click.IntRange(1, 99), multiple=True, default=(80, 95), show_default=True,
               help="Prediction-interval level in percent (repeatable).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the forecasts here (default stdout).")
-def forecast(input_csv: str, horizon: int, levels: tuple[int, ...], output: str | None) -> None:
+@click.option("--output-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the forecasts to FILE (default stdout).")
+@click.option("-o", "--output", "legacy_output", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Deprecated: use --output-file FILE.")
+def forecast(input_csv: str, horizon: int, levels: tuple[int, ...], output_file: str | None,
+             legacy_output: str | None) -> None:
     """Forecast every series of a CSV (series_id, timestamp, value) with prediction bands, as CSV.
 
     Timestamps are unix seconds or ISO 8601 (one form per file). Each series gets the model that did
     best in a backtest at this horizon; a series with too little history is skipped with a warning.
     """
     from recommender.app import RichProgress
+    from recommender.cli_output import legacy_path
     from recommender.forecast.batch import forecast_many
     from recommender.forecast.csvio import forecasts_frame, read_series_csv, write_forecasts_csv
     from recommender.writes import check_file, write_with
 
+    output = legacy_path(legacy_output, output_file, "--output-file")
     try:
         if output:
             check_file(output)  # before the work, not after it

@@ -38,9 +38,11 @@ def _kube(kubeconfig: str | None, context: str | None, host: str | None, timeout
 @click.option("--interval", default="5m", show_default=True, help="Time between reconciles.")
 @click.option("--dry-run", is_flag=True, help="Log the diff of every change instead of applying it.")
 @click.option("--once", is_flag=True, help="Reconcile once and exit (status 1 when anything failed).")
-@click.option("--lease-namespace", envvar="POD_NAMESPACE", default="gpu-rightsizer", show_default=True)
+@click.option("--lease-namespace", envvar="POD_NAMESPACE", show_envvar=True, default="gpu-rightsizer",
+              show_default=True)
 @click.option("--lease-name", default="gpu-rightsizer-leader", show_default=True)
-@click.option("--identity", envvar="POD_NAME", default=None, help="Leader-election identity (default: hostname).")
+@click.option("--identity", envvar="POD_NAME", show_envvar=True, default=None,
+              help="Leader-election identity (default: hostname).")
 @click.option("--mig-configmap", help="NAMESPACE/NAME of the mig-parted ConfigMap (key config.yaml) to extend.")
 @click.option("--no-serve", is_flag=True, help="Do not start the /healthz, /readyz and /metrics servers.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),

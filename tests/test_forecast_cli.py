@@ -68,7 +68,7 @@ def test_iso_timestamps_give_the_same_forecasts(tmp_path: Path) -> None:
 def test_levels_stdin_and_output_file(tmp_path: Path) -> None:
     text = long_frame().to_csv(index=False)
     dest = tmp_path / "out.csv"
-    res = run("-", "--horizon", "3", "--level", "50", "--level", "90", "-o", str(dest), stdin=text)
+    res = run("-", "--horizon", "3", "--level", "50", "--level", "90", "--output-file", str(dest), stdin=text)
     assert res.exit_code == 0, res.output
     assert res.stdout == "" and "wrote 6 rows for 2 series" in res.stderr
     out = pd.read_csv(dest)

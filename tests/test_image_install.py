@@ -102,7 +102,7 @@ def test_the_demo_report_runs_from_the_venv_alone_and_writes_only_to_tmp(image: 
     before = _tree(image.venv)
     where = image.run("python", "-c", "import recommender; print(recommender.__file__)").stdout.strip()
     assert PurePosixPath(where).is_relative_to(image.site_packages()), where
-    image.run("rightsizer", "report", "--demo", "--format", "html", "-o", "report.html")
+    image.run("rightsizer", "report", "--demo", "-o", "html", "--output-file", "report.html")
     html = (image.writable / "report.html").read_text()
     # The demo snapshot's workloads, the packaged CSS and matplotlib's charts.
     assert "<style" in html and "<svg" in html and "llama" in html

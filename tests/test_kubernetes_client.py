@@ -171,4 +171,4 @@ def test_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(KubernetesError) as exc:
         make_api_client(KubernetesSettings(kubeconfig=str(tmp_path / "nope")))
     assert _one_line(exc).startswith("no usable Kubernetes configuration (")
-    assert _one_line(exc).endswith("pass --kubeconfig/--context, or --no-kubernetes to read the inventory from metrics")
+    assert _one_line(exc).endswith("pass --kubeconfig/--context")

@@ -34,7 +34,7 @@ from recommender.outputs.table import render_table
 from tests import planfixture as pf
 
 GOLDEN = Path(__file__).parent / "golden"
-BUILTIN = ["csv", "html", "json", "markdown", "table"]
+BUILTIN = ["csv", "html", "json", "markdown", "table", "wide", "yaml"]
 
 
 def check_golden(name: str, actual: str) -> None:

@@ -430,7 +430,7 @@ def test_csv_companions_are_a_csv_and_the_mig_parted_yaml(case: tuple[Plan, Snap
 
 def test_cli_writes_the_mig_plan_beside_the_csv(tmp_path: Path) -> None:
     out = tmp_path / "report.csv"
-    run = CliRunner().invoke(main, ["report", "--demo", "--no-forecast", "-f", "csv", "-o", str(out)])
+    run = CliRunner().invoke(main, ["report", "--demo", "--no-forecast", "-o", "csv", "--output-file", str(out)])
     assert run.exit_code == 0, run.output
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
     assert rows and all(r["namespace"] for r in rows)  # still one table of workloads
@@ -442,7 +442,7 @@ def test_cli_writes_the_mig_plan_beside_the_csv(tmp_path: Path) -> None:
 
 
 def test_cli_csv_on_stdout_says_where_the_mig_plan_is() -> None:
-    run = CliRunner().invoke(main, ["report", "--demo", "--no-forecast", "-f", "csv"])
+    run = CliRunner().invoke(main, ["report", "--demo", "--no-forecast", "-o", "csv"])
     assert run.exit_code == 0, run.output
-    assert "-o FILE" in run.output  # stderr is mixed in: the note says how to get the MIG plan files
+    assert "--output-file FILE" in run.output  # stderr is mixed in: the note says how to get the MIG plan files
     assert next(iter(csv.DictReader(io.StringIO(run.stdout))))["namespace"]

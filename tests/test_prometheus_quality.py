@@ -72,7 +72,7 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     with PromServer.from_tsdb(work / "tsdb") as prom:
         end = datetime.fromtimestamp(end_s, UTC).isoformat()
         res = CliRunner().invoke(main, ["report", "--prometheus-url", prom.url, "--no-kubernetes", "--history", "2d",
-                                        "--min-history", "12h", "--end", end, "--format", "json"],
+                                        "--min-history", "12h", "--end", end, "-o", "json"],
                                  catch_exceptions=False)
     assert res.exit_code == 0, res.output
     yield json.loads(res.stdout)

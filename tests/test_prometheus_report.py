@@ -31,7 +31,7 @@ def run(*args: str) -> Any:
 
 def report_json(c: Cluster, *extra: str) -> dict[str, Any]:
     res = run("--prometheus-url", c.url, "--no-kubernetes", "--history", "2d", "--min-history", "12h",
-              "--end", c.end.isoformat(), "--format", "json", *extra)
+              "--end", c.end.isoformat(), "-o", "json", *extra)
     assert res.exit_code == 0, res.output
     doc: dict[str, Any] = json.loads(res.stdout)
     return doc
@@ -103,9 +103,9 @@ def test_missing_metric_and_unknown_gpu_are_per_workload_reasons(doc: dict[str, 
 def test_snapshot_taken_from_prometheus_gives_the_same_report(cluster: Cluster, doc: dict[str, Any],
                                                                tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["snapshot", "--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d",
-                                    "--end", cluster.end.isoformat(), "-o", str(tmp_path / "snap")])
+                                    "--end", cluster.end.isoformat(), "--output-dir", str(tmp_path / "snap")])
     assert res.exit_code == 0, res.output
-    res = run("--snapshot", str(tmp_path / "snap"), "--min-history", "12h", "--format", "json")
+    res = run("--snapshot", str(tmp_path / "snap"), "--min-history", "12h", "-o", "json")
     offline = json.loads(res.stdout)
     assert offline["summary"] == doc["summary"]
     assert [(w["name"], w["recommended"], w["reasons"]) for w in offline["workloads"]] == \

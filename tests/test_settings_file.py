@@ -14,7 +14,7 @@ from recommender.cli import build_settings, main
 
 
 def report(tmp_path: Path, text: str | None, *extra: str) -> Any:
-    args = ["report", "--demo", "-f", "json", *extra]
+    args = ["report", "--demo", "-o", "json", *extra]
     if text is not None:
         path = tmp_path / "settings.yaml"
         path.write_text(text, encoding="utf-8")

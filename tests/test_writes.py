@@ -50,9 +50,9 @@ def one_error_line(output: str) -> str:
 
 
 def test_report_into_a_bad_destination_is_one_line_before_the_run(tmp_path: Path) -> None:
-    out = cli("report", "--demo", "-f", "json", "-o", str(tmp_path / "missing" / "report.json"))
+    out = cli("report", "--demo", "-o", "json", "--output-file", str(tmp_path / "missing" / "report.json"))
     assert out.exit_code == 2 and "the folder" in one_error_line(out.output) and "does not exist" in out.output
-    folder = cli("report", "--demo", "-f", "json", "-o", str(tmp_path))  # click's own check: a usage error
+    folder = cli("report", "--demo", "-o", "json", "--output-file", str(tmp_path))  # click's own check: a usage error
     assert folder.exit_code == 2 and "is a directory" in folder.output and "Traceback" not in folder.output
 
 
@@ -61,7 +61,7 @@ def test_report_onto_a_read_only_file_is_one_line(tmp_path: Path) -> None:
     dest = tmp_path / "report.json"
     dest.write_text("previous", encoding="utf-8")
     dest.chmod(0o444)
-    out = cli("report", "--demo", "-f", "json", "-o", str(dest))
+    out = cli("report", "--demo", "-o", "json", "--output-file", str(dest))
     assert out.exit_code == 2 and "read-only" in one_error_line(out.output)
     assert dest.read_text(encoding="utf-8") == "previous"
 
@@ -69,7 +69,7 @@ def test_report_onto_a_read_only_file_is_one_line(tmp_path: Path) -> None:
 def test_a_full_disk_leaves_the_previous_report_whole(tmp_path: Path) -> None:
     dest = tmp_path / "report.json"
     dest.write_text('{"previous": true}\n', encoding="utf-8")
-    done = cli_with_a_full_disk("report", "--demo", "-f", "json", "-o", str(dest))
+    done = cli_with_a_full_disk("report", "--demo", "-o", "json", "--output-file", str(dest))
     assert done.returncode == 2, done.stderr
     assert "cannot write" in one_error_line(done.stderr.splitlines()[-1])
     assert json.loads(dest.read_text(encoding="utf-8")) == {"previous": True}
@@ -78,9 +78,9 @@ def test_a_full_disk_leaves_the_previous_report_whole(tmp_path: Path) -> None:
 
 def test_a_full_disk_leaves_the_previous_snapshot_loadable(tmp_path: Path) -> None:
     dest = tmp_path / "snap"
-    assert cli("snapshot", "--demo", "-o", str(dest)).exit_code == 0
+    assert cli("snapshot", "--demo", "--output-dir", str(dest)).exit_code == 0
     before = {p.name: p.read_bytes() for p in dest.iterdir()}
-    done = cli_with_a_full_disk("snapshot", "--demo", "-o", str(dest))
+    done = cli_with_a_full_disk("snapshot", "--demo", "--output-dir", str(dest))
     assert done.returncode == 2 and "cannot write" in done.stderr.splitlines()[-1], done.stderr
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
     assert read_snapshot(dest).workloads  # still a snapshot
@@ -91,7 +91,7 @@ def test_a_snapshot_replaces_the_previous_one_whole(tmp_path: Path) -> None:
     dest = tmp_path / "snap"
     dest.mkdir()
     (dest / "stale.txt").write_text("from before", encoding="utf-8")
-    assert cli("snapshot", "--demo", "-o", str(dest)).exit_code == 0
+    assert cli("snapshot", "--demo", "--output-dir", str(dest)).exit_code == 0
     assert sorted(p.name for p in dest.iterdir()) == ["snapshot.json", "usage.parquet"]
 
 
@@ -99,11 +99,11 @@ def test_forecast_checks_its_output_and_bounds_its_horizon(tmp_path: Path) -> No
     series = tmp_path / "s.csv"
     series.write_text("series_id,timestamp,value\n" + "".join(f"a,{600 * i},{i % 7}\n" for i in range(300)),
                       encoding="utf-8")
-    out = cli("forecast", str(series), "--horizon", "12", "-o", str(tmp_path / "missing" / "x.csv"))
+    out = cli("forecast", str(series), "--horizon", "12", "--output-file", str(tmp_path / "missing" / "x.csv"))
     assert out.exit_code == 2 and "does not exist" in one_error_line(out.output)
     big = cli("forecast", str(series), "--horizon", "50000000")
     assert big.exit_code == 2 and f"1<=x<={MAX_HORIZON_STEPS}" in big.output
-    ok = cli("forecast", str(series), "--horizon", "12", "-o", str(tmp_path / "f.csv"))
+    ok = cli("forecast", str(series), "--horizon", "12", "--output-file", str(tmp_path / "f.csv"))
     assert ok.exit_code == 0 and (tmp_path / "f.csv").read_text(encoding="utf-8").startswith("series_id,")
 
 
@@ -159,10 +159,10 @@ def test_a_password_in_the_url_appears_in_no_output(cluster: Any, tmp_path: Path
     url = cluster.url.replace("http://", f"http://alice:{PASSWORD}@")
     common = ["--prometheus-url", url, "--no-kubernetes", "--history", "2d", "--min-history", "12h",
               "--end", cluster.end.isoformat()]
-    for fmt in ("json", "html", "markdown", "csv", "table"):
-        out = cli("report", *common, "-f", fmt, "-o", str(tmp_path / f"r.{fmt}"))
+    for fmt in ("json", "yaml", "html", "markdown", "csv", "table"):
+        out = cli("report", *common, "-o", fmt, "--output-file", str(tmp_path / f"r.{fmt}"))
         assert out.exit_code == 0, out.output
         assert PASSWORD not in out.output and PASSWORD not in (tmp_path / f"r.{fmt}").read_text(encoding="utf-8")
-    assert cli("snapshot", *common, "-o", str(tmp_path / "snap")).exit_code == 0
+    assert cli("snapshot", *common, "--output-dir", str(tmp_path / "snap")).exit_code == 0
     for f in (tmp_path / "snap").iterdir():
         assert PASSWORD.encode() not in f.read_bytes(), f

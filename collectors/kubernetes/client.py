@@ -71,7 +71,7 @@ def make_api_client(settings: KubernetesSettings) -> client.ApiClient:
     except (ConfigException, OSError, ValueError) as exc:
         raise KubernetesError(
             f"no usable Kubernetes configuration ({_one_line(str(exc))}); "
-            "pass --kubeconfig/--context, or --no-kubernetes to read the inventory from metrics"
+            "pass --kubeconfig/--context"
         ) from None
     if settings.host:
         cfg.host = settings.host

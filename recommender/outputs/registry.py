@@ -34,7 +34,9 @@ _FORMATTERS: dict[str, Formatter] = {}
 _COMPANIONS: dict[str, Companions] = {}
 BUILTIN_MODULES = {  # name -> module that registers it on import
     "table": "recommender.outputs.table",
+    "wide": "recommender.outputs.table",
     "json": "recommender.outputs.jsondoc",
+    "yaml": "recommender.outputs.yamldoc",
     "csv": "recommender.outputs.csvfmt",
     "markdown": "recommender.outputs.markdown",
     "html": "recommender.outputs.htmlreport",

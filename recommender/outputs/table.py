@@ -131,8 +131,8 @@ def _risks(plan: Plan, narrow: bool) -> Table | None:
 
 MIG_TITLE = "MIG plan per node"
 MIG_CAPTION = (f"label each node {MIG_CONFIG_LABEL}=<value>: the GPU Operator's MIG manager applies its layout, "
-               "evicting the pods of each reconfigured GPU; the mig-parted config: -f markdown, html or json "
-               "(or -f csv -o FILE)")
+               "evicting the pods of each reconfigured GPU; the mig-parted config: -o markdown, html, json or yaml "
+               "(or -o csv --output-file FILE)")
 
 
 def _mig_table(plan: Plan, narrow: bool) -> Table:
@@ -193,3 +193,17 @@ def terminal_width() -> int:
 def table(plan: Plan, snapshot: Snapshot | None) -> str:
     """The default, human format: sized to the terminal it is printed on."""
     return render_table(plan, snapshot, width=terminal_width())
+
+
+def full_width(plan: Plan, snapshot: Snapshot | None) -> int:
+    """Columns the wide layout needs for the recommended column not to wrap (at least :data:`DEFAULT_WIDTH`)."""
+    rows = _wide_rows(plan, snapshot)
+    natural = [max([cell_len(h), *(_lines_len(r[i]) for r in rows)]) for i, (h, _, _) in enumerate(_WIDE)]
+    return max(DEFAULT_WIDTH, _OVERHEAD + sum(n if cap is None else min(n, cap)
+                                              for n, (_, cap, _) in zip(natural, _WIDE, strict=True)))
+
+
+@register_formatter("wide")
+def wide(plan: Plan, snapshot: Snapshot | None) -> str:
+    """``-o wide``, as kubectl's: the table at the width its columns need, whatever the terminal's."""
+    return render_table(plan, snapshot, width=full_width(plan, snapshot))
