@@ -1,8 +1,9 @@
 """``json``: the plan as one versioned JSON object, the contract other tools build on.
 
-The contract is documented field by field in ``JSON.md`` and checked by ``schema.json`` (JSON Schema
-2020-12). Every key is always present (``null`` when unknown) so consumers never guess; numbers are
-rounded by unit so reports diff cleanly; NaN and infinity become ``null`` (and ``allow_nan=False``
+The contract is documented field by field in ``JSON.md``; its typed form is
+:mod:`recommender.outputs.docmodel`, which ``schema.json`` (JSON Schema 2020-12) is generated from.
+Every key is always present (``null`` when unknown) so consumers never guess; numbers are rounded by
+unit so reports diff cleanly; NaN and infinity become ``null`` (and ``allow_nan=False``
 guarantees none slips through). Adding a field bumps the minor version; renaming or removing one,
 or changing a unit, bumps the major version.
 """
@@ -37,6 +38,7 @@ from recommender.model import (
     VllmArgs,
 )
 from recommender.outputs import text as t
+from recommender.outputs.docmodel import Report
 from recommender.outputs.registry import register_formatter
 
 SCHEMA_VERSION = "2.0"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
@@ -229,7 +231,12 @@ def summary(s: Summary) -> dict[str, Any]:
 
 
 def document(plan: Plan) -> dict[str, Any]:
-    """The contract as plain Python data (what :func:`render_json` serialises)."""
+    """The contract as plain Python data (what :func:`render_json` serialises), checked against the typed
+    model that ``schema.json`` is generated from: a key or value the model does not allow is an error here."""
+    return Report.model_validate(_raw(plan)).model_dump(mode="json", by_alias=True)
+
+
+def _raw(plan: Plan) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "generated_at": t.iso_utc(plan.generated_at),

@@ -1,0 +1,99 @@
+"""The JSON document and ``schema.json`` come from one typed model (issue 39: the schema was written by hand
+beside the code that emits the document, and JSON.md and the schema disagreed on the version)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from jsonschema import Draft202012Validator, ValidationError
+from pydantic import ValidationError as ModelError
+
+from recommender.cli import main
+from recommender.model import Plan
+from recommender.outputs import get_formatter
+from recommender.outputs.docmodel import Report, schema_text
+from recommender.outputs.jsondoc import SCHEMA_VERSION, document
+
+OUTPUTS = Path(__file__).parents[1] / "recommender" / "outputs"
+
+
+def test_committed_schema_is_the_generated_one() -> None:
+    """Edit docmodel.py, then ``python -m recommender.outputs.docmodel > recommender/outputs/schema.json``."""
+    assert (OUTPUTS / "schema.json").read_text(encoding="utf-8") == schema_text()
+
+
+def test_json_md_names_only_the_version_the_code_writes() -> None:
+    """JSON.md said 1.5 in its title and 1.6 in its table while the code wrote a third."""
+    text = (OUTPUTS / "JSON.md").read_text(encoding="utf-8")
+    named = re.findall(r'schema version ([0-9.]+)\)|`"([0-9.]+)"`|"schema_version": "([0-9.]+)"', text)
+    versions = {v for groups in named for v in groups if v}
+    assert len(named) >= 3 and versions == {SCHEMA_VERSION}
+
+
+@pytest.fixture(scope="module")
+def demo_doc() -> dict[str, Any]:
+    run = CliRunner().invoke(main, ["report", "--demo", "-o", "json"])
+    assert run.exit_code == 0, run.output
+    doc: dict[str, Any] = json.loads(run.stdout)
+    return doc
+
+
+def _docs(plan: Plan, demo: dict[str, Any]) -> list[dict[str, Any]]:
+    return [json.loads(get_formatter("json")(plan, None)), demo]
+
+
+def test_model_and_schema_accept_the_documents_written(plan: Plan, demo_doc: dict[str, Any]) -> None:
+    schema = json.loads(schema_text())
+    for doc in _docs(plan, demo_doc):
+        assert Report.model_validate(doc).model_dump(mode="json", by_alias=True) == doc  # round trip, same order
+        Draft202012Validator(schema).validate(doc)
+    assert any(w["scaling"] and w["forecasts"] and w["class"] for w in demo_doc["workloads"])  # every part seen
+
+
+@pytest.mark.parametrize(("path", "bad"), [
+    (("workloads", 0, "risk"), "extreme"),
+    (("workloads", 0, "current", "sharing"), "sli"),
+    (("workloads", 0, "confidence"), 1.5),
+    (("generated_at",), "2026-11-01 00:00"),
+    (("schema_version",), "3.0"),
+    (("summary", "workloads"), -1),
+])
+def test_model_and_schema_reject_the_same_bad_values(plan: Plan, path: tuple[str | int, ...], bad: Any) -> None:
+    doc = copy.deepcopy(document(plan))
+    node: Any = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = bad
+    with pytest.raises(ModelError):
+        Report.model_validate(doc)
+    with pytest.raises(ValidationError):
+        Draft202012Validator(json.loads(schema_text())).validate(doc)
+
+
+def test_code_cannot_emit_an_undocumented_key_but_readers_accept_one(plan: Plan) -> None:
+    """The writer is strict (a field added in code must be added to the model, so to the schema); the
+    published schema stays open, so a reader of 2.0 accepts a 2.1 document with a new field."""
+    doc = copy.deepcopy(document(plan))
+    doc["workloads"][0]["new_field"] = 1
+    with pytest.raises(ModelError, match="new_field"):
+        Report.model_validate(doc)
+    Draft202012Validator(json.loads(schema_text())).validate(doc)
+    del doc["workloads"][0]["risk"]
+    with pytest.raises(ValidationError):
+        Draft202012Validator(json.loads(schema_text())).validate(doc)
+
+
+def test_the_writer_refuses_a_key_the_model_does_not_name(plan: Plan, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The document is built through the model: a field added in jsondoc alone fails at once, not in review."""
+    from recommender.outputs import jsondoc
+
+    real = jsondoc.summary
+    monkeypatch.setattr(jsondoc, "summary", lambda s: {**real(s), "gpus_wasted": 1.0})
+    with pytest.raises(ModelError, match="gpus_wasted"):
+        jsondoc.document(plan)
