@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter
 
-from recommender.outputs.charts import WIDTH_IN, chart_style, downsample, place_labels, to_svg
+from recommender.outputs.charts import WIDTH_IN, chart_style, downsample, keep_ticks_inside, place_labels, to_svg
 
 POLICY_COLORS = {"static-peak": "#8a96a3", "reactive": "#f59f00", "reactive-zero": "#e8590c",
                  "reactive-slice": "#c2255c", "reactive-bounded": "#ae3ec9", "ours": "#1f6fb2",
@@ -108,6 +108,7 @@ def replay_figure(arrival_s: np.ndarray, results: Mapping[str, tuple[np.ndarray,
     if marks:  # moves close together: each label one line lower than the last, or on the line's left
         place_labels(fig, marks, [(3, -10 - 9 * i) for i in range(4)] + [(-3, -10 - 9 * i) for i in range(4)],
                      avoid=[gpu_ax.get_legend()])
+    keep_ticks_inside(fig)  # the last time tick sits at the figure's right edge
     return fig
 
 
@@ -169,7 +170,9 @@ def sweep_figure(clients: Sequence[ClientPoint], policies: Sequence[str] = ("our
     ax.set_ylim(0, top * 1.3)
     ax.set_xlabel("GPU-hours, % of static peak's")
     ax.set_ylabel("points of requests over the TTFT objective\n(beyond the unavoidable)")
-    legend = ax.legend(loc="center right", fontsize=8)  # the corners hold the goal and the thrashing reactive points
-    fig.subplots_adjust(left=0.14, right=0.97, top=0.96, bottom=0.11)
+    # above the axes, where no client's point can be: inside, any corner may hold data
+    legend = ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), ncols=2, fontsize=8, frameon=False)
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.88, bottom=0.11)
     place_labels(fig, names, LABEL_OFFSETS, avoid=[legend])  # clients close together: a name beside, or none
+    keep_ticks_inside(fig)
     return fig

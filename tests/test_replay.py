@@ -561,3 +561,44 @@ def test_the_replay_chart_stacks_labels_of_moves_close_together() -> None:
     labels = list(fig.axes[1].texts)
     first, second = _boxes(fig, labels)
     assert not first.overlaps(second)
+
+
+def test_the_sweep_legend_covers_no_client_and_no_tick_label_is_clipped() -> None:
+    """Clients in every corner of the plot and at its right middle, where the legend used to sit over them;
+    and every drawn tick label inside its figure (keep_ticks_inside aligns one that would stick out)."""
+    from replay_charts import ClientPoint, replay_figure, sweep_figure
+
+    from recommender.outputs.charts import drawn_xticklabels
+
+    corners = [ClientPoint(f"chunk-{i}", {"static-peak": (100.0, 0.0), "ours": (x, y)})
+               for i, (x, y) in enumerate([(2, 0.01), (2, 20), (98, 0.01), (98, 20), (50, 1), (95, 2), (97, 1.7)])]
+    fig = sweep_figure(corners, ("ours",))  # (97, 1.7) sat under the old legend, at the plot's right middle
+    ax = fig.axes[0]
+    legend = _boxes(fig, [ax.get_legend()])[0]
+    points = [xy for c in ax.collections if hasattr(c, "get_offsets") and len(c.get_offsets())
+              for xy in ax.transData.transform(c.get_offsets())]
+    assert points and not any(legend.x0 <= x <= legend.x1 and legend.y0 <= y <= legend.y1 for x, y in points)
+    arrivals = np.arange(0.0, 3 * 86_400.0 + 60, 60.0)  # to d3 00:00: a tick at the very end
+    minutes = arrivals.size // 60 + 1
+    for figure in (fig, replay_figure(arrivals, {"ours": (np.ones(minutes), np.full(arrivals.size, 0.5))}, 2.0,
+                                      "three days")):
+        ticks = [t for a in figure.axes for t in drawn_xticklabels(a)]
+        assert ticks and all(figure.bbox.x0 <= b.x0 and b.x1 <= figure.bbox.x1 for b in _boxes(figure, ticks))
+
+
+def test_a_tick_label_at_the_figures_edge_is_aligned_inside_it() -> None:
+    from matplotlib.figure import Figure
+
+    from recommender.outputs.charts import drawn_xticklabels, keep_ticks_inside
+
+    fig = Figure(figsize=(4, 2))
+    ax = fig.subplots()
+    ax.set_xlim(0, 10)
+    ax.set_xticks([0, 5, 10], ["start", "middle", "the very last tick"])
+    fig.subplots_adjust(left=0.2, right=0.99)
+
+    def outside() -> int:
+        return sum(b.x1 > fig.bbox.x1 or b.x0 < fig.bbox.x0 for b in _boxes(fig, drawn_xticklabels(ax)))
+
+    assert outside() == 1  # centred on its tick at the right edge, half of it is cut off
+    assert keep_ticks_inside(fig) == 1 and outside() == 0

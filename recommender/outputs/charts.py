@@ -200,6 +200,33 @@ def _collides(box: Any, kept: Sequence[Any], page: Any) -> bool:
     return outside or any(box.overlaps(k) for k in kept)
 
 
+def drawn_xticklabels(ax: Any) -> list[Any]:
+    """The x tick labels matplotlib draws: visible, not empty, on a tick inside the view (it also lays out
+    ticks just beyond the limits, which are never drawn)."""
+    lo, hi = sorted(ax.get_xlim())
+    return [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text() and lo <= t.get_position()[0] <= hi]
+
+
+def keep_ticks_inside(fig: Figure) -> int:
+    """Align a tick label that would stick out of the figure with its tick's inner side instead of centring
+    it on the tick (the last date on an axis that ends at the figure's edge), so no tick label is clipped.
+    Draws the figure once to measure; returns how many labels it moved."""
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    renderer = canvas.get_renderer()
+    fig.draw_without_rendering()
+    moved = 0
+    for ax in fig.axes:
+        for label in drawn_xticklabels(ax):
+            box = label.get_window_extent(renderer)
+            if box.x1 > fig.bbox.x1:
+                label.set_horizontalalignment("right")
+                moved += 1
+            elif box.x0 < fig.bbox.x0:
+                label.set_horizontalalignment("left")
+                moved += 1
+    return moved
+
+
 def place_labels(fig: Figure, labels: Sequence[Any], offsets: Sequence[tuple[float, float]],
                  avoid: Sequence[Any] = ()) -> list[bool]:
     """Move each point label (an ``Annotation`` with ``textcoords="offset points"``) to the first of
