@@ -24,13 +24,9 @@ def check_file(path: Path | str) -> Path:
     """Raise OutputError unless ``path`` can be written as a file: its folder exists and is writable, and it is
     not a folder nor a file we may not replace."""
     dest = Path(path)
-    folder = dest.parent if str(dest.parent) else Path(".")
     if dest.is_dir():
         raise OutputError(f"{dest}: is a directory, not a file to write")
-    if not folder.is_dir():
-        raise OutputError(f"{dest}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputError(f"{dest}: the folder {folder} is not writable")
+    _check_folder(dest)
     if dest.exists() and not os.access(dest, os.W_OK):
         raise OutputError(f"{dest}: the file is read-only")
     return dest
@@ -41,12 +37,21 @@ def check_dir(path: Path | str) -> Path:
     dest = Path(path)
     if dest.exists() and not dest.is_dir():
         raise OutputError(f"{dest}: is a file, not a folder to write")
-    parent = dest.parent if str(dest.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(f"{dest}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{dest}: the folder {parent} is not writable")
+    _check_folder(dest)
     return dest
+
+
+def _check_folder(dest: Path) -> None:
+    """The folder ``dest`` goes in exists and we may create files in it."""
+    folder = _folder(dest)
+    if not folder.is_dir():
+        raise OutputError(f"{dest}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{dest}: the folder {folder} is not writable")
+
+
+def _folder(dest: Path) -> Path:
+    return dest.parent if str(dest.parent) else Path(".")
 
 
 def write_file(path: Path | str, data: str | bytes) -> None:
@@ -73,7 +78,7 @@ def replace_dir(path: Path | str, fill: Callable[[Path], None]) -> None:
     """``fill(empty folder beside path)`` writes a folder that then takes ``path``'s place whole; on failure
     the previous folder is left as it was."""
     dest = check_dir(path)
-    parent = dest.parent if str(dest.parent) else Path(".")
+    parent = _folder(dest)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".new", dir=parent))
     except OSError as exc:
@@ -100,8 +105,7 @@ def replace_dir(path: Path | str, fill: Callable[[Path], None]) -> None:
 def _temporary(dest: Path) -> Iterator[Path]:
     """A temporary file beside ``dest`` (same file system, so the rename is atomic), removed unless renamed."""
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent if str(dest.parent)
-                                    else ".")
+        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=_folder(dest))
     except OSError as exc:
         raise OutputError(f"{dest}: cannot write: {exc.strerror}") from None
     os.close(fd)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from recommender.autoscalers import HPA, SCALED_OBJECT, Autoscaler, describe, owners
+from recommender.autoscalers import HPA, SCALED_OBJECT, Autoscaler, describe, owners, targets
 from recommender.controller import records as rec
 from recommender.controller.changes import (
     REPLICAS,
@@ -254,10 +254,10 @@ class Actuator:
 
     def _not_its_autoscaler(self, ref: ObjectRef, others: list[ObjectRef]) -> str | None:
         """Why one of ``others`` (objects a record names beside the workload) is not, now, the autoscaler of
-        ``ref``: a record may only ever reach the ScaledObject or HPA whose scaleTargetRef names the workload."""
+        ``ref``: a record may only ever reach the ScaledObject or HPA whose scaleTargetRef names the workload
+        (the rule :func:`recommender.autoscalers.targets` keeps for the report and the apply alike)."""
         for o in others:
-            target = (self.kube.get(o.kind, o.namespace, o.name).get("spec") or {}).get("scaleTargetRef") or {}
-            if (target.get("kind", "Deployment"), target.get("name")) != (ref.kind, ref.name):
+            if not targets(self.kube.get(o.kind, o.namespace, o.name), ref.namespace, ref.kind, ref.name):
                 return f"{o.key} does not scale {ref.key}"
         return None
 

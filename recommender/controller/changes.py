@@ -511,7 +511,7 @@ class _Builder:
 
 def _get(obj: Any, pointer: str) -> Any:
     for part in pointer.strip("/").split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
+        part = _unesc(part)
         obj = obj[int(part)] if isinstance(obj, list) else obj.get(part)
     return obj
 
@@ -532,6 +532,11 @@ def _runs_vllm(c: Mapping[str, Any]) -> bool:
 def _esc(key: str) -> str:
     """A map key as one JSON-pointer segment (RFC 6901)."""
     return key.replace("~", "~0").replace("/", "~1")
+
+
+def _unesc(segment: str) -> str:
+    """One JSON-pointer segment back to the map key (RFC 6901)."""
+    return segment.replace("~1", "/").replace("~0", "~")
 
 
 def _fmt(value: float | int) -> str:

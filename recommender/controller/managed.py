@@ -31,6 +31,7 @@ from recommender.controller.changes import (
     MPS_THREADS,
     Change,
     _get,
+    _unesc,
 )
 
 HAMI_CORES = "nvidia.com/gpucores"
@@ -41,10 +42,6 @@ KAI_KEYS = frozenset({KAI_FRACTION, KAI_MEMORY, KAI_DEVICES})
 MAX_REPLICAS = 100_000
 _C = r"/spec/template/spec/containers/(\d+)"
 _SEG = r"((?:[^/~]|~[01])+)"  # one JSON-pointer segment
-
-
-def _unesc(seg: str) -> str:
-    return seg.replace("~1", "/").replace("~0", "~")
 
 
 def gpu_resource(name: str) -> bool:

@@ -22,9 +22,9 @@ from typing import Any
 
 import yaml
 
-from recommender.controller.changes import ObjectRef
+from recommender.controller.changes import ObjectRef, _esc
 from recommender.controller.kube import Conflict, Kube, KubeFailure, TooManyRequests
-from recommender.controller.records import emit_event
+from recommender.controller.records import annotation_ops, emit_event
 
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
@@ -46,10 +46,6 @@ class MigOutcome:
     node: str
     phase: str  # idle, waiting-window, backoff, draining, configuring, done, reverted, failed
     message: str
-
-
-def _esc(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _ts(t: datetime) -> str:
@@ -240,10 +236,7 @@ def _uncordon(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _set_annotation(node: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]]:
-    text = json.dumps(state, sort_keys=True)
-    if node["metadata"].get("annotations") is None:
-        return [{"op": "add", "path": "/metadata/annotations", "value": {STATE_ANNOTATION: text}}]
-    return [{"op": "add", "path": f"/metadata/annotations/{_esc(STATE_ANNOTATION)}", "value": text}]
+    return annotation_ops(node, {STATE_ANNOTATION: json.dumps(state, sort_keys=True)})
 
 
 def _set_label(node: dict[str, Any], key: str, value: str) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from recommender.controller.changes import Change, ChangeSet, ObjectRef
+from recommender.controller.changes import Change, ChangeSet, ObjectRef, _esc
 from recommender.controller.guardrails import Health
 from recommender.controller.kube import Kube, KubeFailure
 from recommender.controller.managed import unmanaged
@@ -153,8 +153,8 @@ def annotation_ops(obj: dict[str, Any], values: Mapping[str, str]) -> list[dict[
     """JSON-patch ops that set annotations (``add`` replaces an existing key)."""
     if (obj.get("metadata") or {}).get("annotations") is None:
         return [{"op": "add", "path": "/metadata/annotations", "value": dict(values)}]
-    return [{"op": "add", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
-             "value": value} for key, value in values.items()]
+    return [{"op": "add", "path": f"/metadata/annotations/{_esc(key)}", "value": value}
+            for key, value in values.items()]
 
 
 def record_json(record: ChangeRecord) -> str:
