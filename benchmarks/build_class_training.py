@@ -2,7 +2,7 @@
 
     python benchmarks/build_class_training.py --shared ../shared/data
 
-Every row is one window of one real demand series, reduced by ``recommender.shape.series_shape`` (the
+Every row is one window of one real demand series, reduced by ``recommender.analysis.shape.series_shape`` (the
 function that measures live workloads: one code path), with a WEAK label taken from what the data
 set says it is, never from its shape and never from the classifier:
 
@@ -53,7 +53,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from recommender.shape import series_shape  # noqa: E402
+from recommender.analysis.shape import series_shape  # noqa: E402
 
 OUT = REPO / "recommender" / "data" / "class_training.csv"
 DAY_S = 86_400.0

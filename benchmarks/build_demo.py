@@ -25,8 +25,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from collectors.files import read_snapshot, write_snapshot
-from recommender import model as m
-from recommender.model import Allocation, GpuNode, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
+from recommender.core import usage as m
+from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
+from recommender.core.usage import Snapshot
 
 # -- Window: 14 days at 10 minutes, stamped at each step's end (as a Prometheus range query is). --------
 END = datetime(2026, 11, 1, tzinfo=UTC)

@@ -49,16 +49,18 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks.build_class_training import held_out, pieces, windows  # noqa: E402
-from recommender import model as m  # noqa: E402
-from recommender.classify import (  # noqa: E402
+from recommender.analysis.classify import (  # noqa: E402
     MIN_POINTS,
     classify,
     load_class_model,
     load_training_table,
     train_model,
 )
-from recommender.model import Allocation, Sharing, Snapshot, Workload, WorkloadClass, WorkloadRef  # noqa: E402
-from recommender.shape import demand_shape  # noqa: E402
+from recommender.analysis.shape import demand_shape  # noqa: E402
+from recommender.core import usage as m  # noqa: E402
+from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef  # noqa: E402
+from recommender.core.plan import WorkloadClass  # noqa: E402
+from recommender.core.usage import Snapshot  # noqa: E402
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
 SERVING = frozenset({RT, NRT})

@@ -11,7 +11,7 @@ with unix seconds, Helios with ISO 8601), read back with ``csvio.read_series_csv
 ``forecast_many``, exactly what the command runs. Horizons 1 h (8 origins, 6 h apart, over the last two
 days) and 24 h (3 origins: each of the last three days); each origin sees only the history before it.
 
-Metrics (``recommender.forecast.metrics``): sMAPE in percent with 0/0 = 0 (a correct zero forecast is
+Metrics (``recommender.analysis.forecast.metrics``): sMAPE in percent with 0/0 = 0 (a correct zero forecast is
 perfect, a zero forecast of non-zero demand or the reverse costs 200 %); MASE = forecast MAE / in-sample
 MAE of the daily seasonal naive (inf when that scale is 0 and the forecast is not exact). Per series
 they are averaged over origins; the baseline is the seasonal naive of one day on the same cleaned
@@ -40,10 +40,10 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recommender.forecast import SeasonalNaive, clean_series  # noqa: E402
-from recommender.forecast.batch import forecast_many  # noqa: E402
-from recommender.forecast.csvio import read_series_csv  # noqa: E402
-from recommender.forecast.metrics import mase, smape  # noqa: E402
+from recommender.analysis.forecast import SeasonalNaive, clean_series  # noqa: E402
+from recommender.analysis.forecast.batch import forecast_many  # noqa: E402
+from recommender.analysis.forecast.csvio import read_series_csv  # noqa: E402
+from recommender.analysis.forecast.metrics import mase, smape  # noqa: E402
 
 STEP_S = 600
 DAILY = 86_400 // STEP_S

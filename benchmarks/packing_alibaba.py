@@ -40,10 +40,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from policies.catalogue import load_catalogue  # noqa: E402
 from policies.fractions import Share, best_fit_decreasing, lower_bound, pack_exact_1d  # noqa: E402
 from policies.miglayout import validate_layout  # noqa: E402
 from policies.packing import pack, solve_mig  # noqa: E402
+from recommender.core.catalogue import load_catalogue  # noqa: E402
 
 EXPECTED_SHARING_PODS = 3078
 

@@ -40,7 +40,7 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   sane ceiling, which takes away the queue's overshoot but not its late scaling.
 - ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s`` (300 s:
   the controller's default interval, so the published forecast is as old as in a cluster) on the history so
-  far only (a ``recommender.forecast`` forecast of the per-minute arrival rate, the request rate the
+  far only (a ``recommender.analysis.forecast`` forecast of the per-minute arrival rate, the request rate the
   collector reads (finished + growth of running and waiting), capacity from the model above
   and the token means seen so far as the annotation, class from ``--class``, the previous plan); every 15 s
   the HPA sees three metrics, each proposing replicas with the HPA's 0.1 tolerance, and follows the largest:
@@ -93,29 +93,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from replay_charts import chart_path_problem, replay_figure, save
 
 from collectors.prometheus.queries import within_objective
-from policies.catalogue import GpuModel, MigProfile, load_catalogue
 from policies.mig import fitting_profiles, missed_too_often
 from policies.replicas import (
     BAND_BY_CLASS,
-    CAPACITY_ANNOTATION,
     NoScalingPlan,
     ReplicaHistory,
     replicas_for,
     scale_down_window_s,
     scaling_plan,
 )
-from recommender.features import after_zero
-from recommender.forecast import NotEnoughHistory, forecast_series
-from recommender.model import (
-    Allocation,
-    Classification,
-    ScalingPlan,
-    Sharing,
-    Workload,
-    WorkloadClass,
-    WorkloadRef,
-)
-from recommender.settings import PolicySettings, ScalingSettings
+from recommender.analysis.features import after_zero
+from recommender.analysis.forecast import NotEnoughHistory, forecast_series
+from recommender.core.annotations import CAPACITY_ANNOTATION
+from recommender.core.catalogue import GpuModel, MigProfile, load_catalogue
+from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
+from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
+from recommender.core.settings import PolicySettings, ScalingSettings
 
 HPA_SYNC_S = 15
 KEDA_POLL_S = 30

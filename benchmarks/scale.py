@@ -268,7 +268,7 @@ def _cli() -> list[str]:
     script = Path(sys.executable).with_name("rightsizer")
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from recommender.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from recommender.cli.main import main; sys.exit(main())"]
 
 
 def _cpu_s(pid: int) -> float:
@@ -329,8 +329,8 @@ def run_cycles(url: str, days: float, end_s: int, server_pid: int | None, interv
     kube-state-metrics queries (the controller has the Kubernetes API)."""
     from collectors.prometheus import PromClient, QueryStats, collect_pod_usage
     from collectors.prometheus.collect import UsageCache
-    from recommender.progress import NullProgress
-    from recommender.settings import PrometheusSettings, Settings
+    from recommender.core.progress import NullProgress
+    from recommender.core.settings import PrometheusSettings, Settings
 
     settings = Settings(history_s=days * 86_400, prometheus=PrometheusSettings(url=url))
     cache, fig = UsageCache(), {}

@@ -42,7 +42,7 @@ def serving(repo: Path, extra: list[str]) -> Iterator[dict[str, int]]:
     """``rightsizer serve`` from ``repo`` until the block ends; yields its bound ports."""
     with tempfile.TemporaryDirectory() as tmp:
         ports_file = Path(tmp) / "ports.json"
-        cmd = [sys.executable, "-c", "from recommender.cli import main; main()", "serve", *(extra or ["--demo"]),
+        cmd = [sys.executable, "-c", "from recommender.cli.main import main; main()", "serve", *(extra or ["--demo"]),
                "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0", "--rate", "1e6", "--burst", "1000000",
                "--ports-file", str(ports_file)]
         env = {**os.environ, "PYTHONPATH": str(repo)}

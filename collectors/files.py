@@ -1,4 +1,4 @@
-"""File source: a :class:`~recommender.model.Snapshot` saved to, and read back from, a directory.
+"""File source: a :class:`~recommender.core.usage.Snapshot` saved to, and read back from, a directory.
 
 Why a directory of plain files: a snapshot taken from a live cluster can be replayed offline (CI, a
 laptop, a bug report), and users can bring metrics from anywhere as a CSV. Layout, format version 1:
@@ -8,7 +8,7 @@ laptop, a bug report), and users can bring metrics from anywhere as a CSV. Layou
   autoscaler that owns its replicas (only when there is one), and the GPU nodes (model, device count,
   MIG state) when known.
 - ``usage.parquet``: the usage series in LONG form, one row per (metric, workload, timestamp):
-  ``metric`` (a canonical name from recommender.model), ``workload`` (``WorkloadRef.key``),
+  ``metric`` (a canonical name from recommender.core.usage), ``workload`` (``WorkloadRef.key``),
   ``timestamp`` (UTC), ``value`` (float32: 7 significant digits are plenty for metrics and halve the
   file). Long form keeps one fixed schema whatever the metrics, and is what exporters emit.
 - ``usage.csv``: accepted instead of the Parquet file, same columns; timestamps in unix seconds or
@@ -17,7 +17,7 @@ laptop, a bug report), and users can bring metrics from anywhere as a CSV. Layou
 Typed fields round-trip exactly; values exactly when they are float32-representable. Read frames have
 float64 values and a UTC index in pandas' default datetime unit. Unknown metric names are skipped and
 usage of workloads missing from ``snapshot.json`` is kept, both with a warning in the snapshot;
-anything unreadable raises :class:`~recommender.errors.SourceError` with one line naming the file.
+anything unreadable raises :class:`~recommender.core.errors.SourceError` with one line naming the file.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import pyarrow.parquet as pq
 from pandas.tseries.frequencies import to_offset
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from recommender.errors import SourceError
-from recommender.model import USAGE_METRICS, GpuNode, Snapshot, Workload
+from recommender.core.errors import SourceError
+from recommender.core.inventory import GpuNode, Workload
+from recommender.core.usage import USAGE_METRICS, Snapshot
 
 FORMAT_VERSION = 1
 SNAPSHOT_FILE = "snapshot.json"

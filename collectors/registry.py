@@ -13,10 +13,10 @@ from datetime import datetime
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from recommender.errors import ConfigError
-from recommender.model import Snapshot
-from recommender.progress import Progress
-from recommender.settings import Settings
+from recommender.core.errors import ConfigError
+from recommender.core.progress import Progress
+from recommender.core.settings import Settings
+from recommender.core.usage import Snapshot
 
 if TYPE_CHECKING:
     from collectors.prometheus.collect import UsageCache

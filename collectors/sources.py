@@ -7,11 +7,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from collectors.registry import SourceRequest, register_source
-from policies.catalogue import load_catalogue
-from recommender.errors import ConfigError, KubernetesError
-from recommender.model import GpuNode, Snapshot, Workload
-from recommender.progress import Progress
-from recommender.snapshot import assemble, fill_at_zero
+from collectors.snapshot import assemble, fill_at_zero
+from recommender.core.catalogue import load_catalogue
+from recommender.core.errors import ConfigError, KubernetesError
+from recommender.core.inventory import GpuNode, Workload
+from recommender.core.progress import Progress
+from recommender.core.usage import Snapshot
 
 
 def _select(snapshot: Snapshot, namespaces: tuple[str, ...]) -> Snapshot:
@@ -80,7 +81,7 @@ def prometheus(req: SourceRequest, progress: Progress) -> Snapshot:
 
 def _with_steps_at_zero(snap: Snapshot, req: SourceRequest, start: datetime, progress: Progress) -> Snapshot:
     """The snapshot with demand 0 where a workload had no pod (kube-state-metrics' replica counts), so a
-    gap spent at zero reads as idle (``recommender.snapshot.fill_at_zero``)."""
+    gap spent at zero reads as idle (``collectors.snapshot.fill_at_zero``)."""
     from collectors.prometheus import collect_workload_replicas
     from collectors.prometheus.queries import KSM_WORKLOAD_REPLICAS
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from recommender.features import Quantiles, WorkloadFeatures
-from recommender.model import Allocation, Bound, Recommendation, Sharing, Workload
-from recommender.settings import MechanismSettings
+from recommender.analysis.features import Quantiles, WorkloadFeatures
+from recommender.core.inventory import Allocation, Sharing, Workload
+from recommender.core.plan import Bound, Recommendation
+from recommender.core.settings import MechanismSettings
 
 SHARED = {Sharing.TIME_SLICING: "time-sliced", Sharing.MPS: "MPS-shared", Sharing.HAMI: "HAMi-shared",
           Sharing.KAI: "KAI-shared"}

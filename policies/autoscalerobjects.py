@@ -6,8 +6,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit, urlunsplit
 
 from policies.replicas import hpa_behavior
-from recommender.model import PLACEHOLDER_PROMETHEUS, PrometheusAddress, ScalingPlan
-from recommender.settings import PrometheusSettings
+from recommender.core.plan import PLACEHOLDER_PROMETHEUS, PrometheusAddress, ScalingPlan
+from recommender.core.settings import PrometheusSettings
 
 
 def hpa_external(plan: ScalingPlan, namespace: str, kind: str, name: str) -> dict[str, object]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from recommender.model import ScalingPlan, WorkloadConstraints
+from recommender.core.plan import ScalingPlan, WorkloadConstraints
 
 
 def within_replica_bounds(plan: ScalingPlan, bounds: WorkloadConstraints | None) -> ScalingPlan:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.catalogue import Catalogue
 from policies.estimators import percentile, with_confidence, with_margin
-from recommender.features import Quantiles, WorkloadFeatures
-from recommender.model import Allocation, Bound, Sharing
-from recommender.settings import PolicySettings
+from recommender.analysis.features import Quantiles, WorkloadFeatures
+from recommender.core.catalogue import Catalogue
+from recommender.core.inventory import Allocation, Sharing
+from recommender.core.plan import Bound
+from recommender.core.settings import PolicySettings
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from recommender.features import Quantiles
-from recommender.model import Bound
+from recommender.analysis.features import Quantiles
+from recommender.core.plan import Bound
 
 DAY_S = 86_400.0
 Estimator = Callable[[Quantiles], Bound]
@@ -77,7 +77,7 @@ def coverage_factor(coverage_frac: float) -> float:
 
 
 def quality_factor(usable_frac: float) -> float:
-    """The share of the sizing metrics' samples the data-quality stage kept (recommender.quality): data thrown
+    """The share of the sizing metrics' samples the data-quality stage kept (recommender.analysis.quality): data thrown
     away as impossible says the rest may be wrong too."""
     return _unit(usable_frac)
 

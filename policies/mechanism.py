@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recommender.model import Workload, WorkloadClass
-from recommender.settings import MechanismSettings
-
-ALLOWED_ANNOTATION = "rightsizer.io/mechanisms"  # comma-separated: the mechanisms this workload may get
-REQUIRED_ANNOTATION = "rightsizer.io/mechanism"  # the one mechanism it must get
+from recommender.core.annotations import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION
+from recommender.core.inventory import Workload
+from recommender.core.plan import WorkloadClass
+from recommender.core.settings import MechanismSettings
 
 MIG, FRACTION, TIME_SLICING, EXCLUSIVE = "mig", "fraction", "time-slicing", "exclusive"
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.estimators import percentile, with_confidence, with_margin, with_min
-from policies.modelcards import KV_BYTES_ANNOTATION, ModelCards
-from recommender.features import Quantiles, WorkloadFeatures
-from recommender.model import Bound, Workload
-from recommender.settings import PolicySettings
+from policies.modelcards import ModelCards
+from recommender.analysis.features import Quantiles, WorkloadFeatures
+from recommender.core.annotations import KV_BYTES_ANNOTATION
+from recommender.core.inventory import Workload
+from recommender.core.plan import Bound
+from recommender.core.settings import PolicySettings
 
 MIB = 1024 * 1024
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from policies.catalogue import GpuModel, MigProfile
-from recommender.model import WorkloadConstraints
+from recommender.core.catalogue import GpuModel, MigProfile
+from recommender.core.plan import WorkloadConstraints
 
 _NAME = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 

@@ -19,10 +19,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies.catalogue import GpuModel, MigProfile
 from policies.packing import GpuLayout
+from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.catalogue import GpuModel, MigProfile
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 CONFIG_PREFIX = "rightsizer-"
 MAX_LABEL_VALUE = 63  # Kubernetes label values: at most 63 characters
 MEDIA_SUFFIX = "+me"

@@ -15,10 +15,9 @@ from typing import Any
 
 import yaml
 
-from recommender.errors import ConfigError
+from recommender.core.errors import ConfigError
 
 DATA_FILE = Path(__file__).parent / "data" / "models.yaml"
-KV_BYTES_ANNOTATION = "rightsizer.io/kv-bytes-per-token"
 
 
 @dataclass(frozen=True)

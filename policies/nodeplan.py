@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.catalogue import Catalogue, GpuModel
 from policies.miglayout import mig_parted_config, node_configs
 from policies.packing import Devices, GpuLayout, assign_indices, devices_of, place, solve_mig
-from recommender.model import GpuNode, NodeMigPlan, Recommendation, Sharing
+from recommender.core.catalogue import Catalogue, GpuModel
+from recommender.core.inventory import GpuNode, Sharing
+from recommender.core.plan import NodeMigPlan, Recommendation
 
 DEFAULT_GPUS_PER_NEW_NODE = 8
 MIG_DISABLED_CONFIG = "all-disabled"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from recommender.model import Allocation, Sharing
-from recommender.settings import MechanismSettings
+from recommender.core.inventory import Allocation, Sharing
+from recommender.core.settings import MechanismSettings
 
 WORTH = ": worth it: "  # joins a change to the gain that justifies it where nothing is saved
 NO_SAVING = "no saving: settings unchanged"

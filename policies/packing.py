@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from policies.catalogue import GpuModel, MigProfile
+from recommender.core.catalogue import GpuModel, MigProfile
 
 
 @dataclass

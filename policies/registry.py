@@ -9,7 +9,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from recommender.errors import ConfigError
+from recommender.core.errors import ConfigError
 
 PolicyFn = Callable[[Any], Any]  # (policies.rightsize.Context) -> Recommendation
 _POLICIES: dict[str, PolicyFn] = {}

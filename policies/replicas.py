@@ -32,24 +32,24 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
 from policies.rightscale import ShapeScale, capacity_scale
-from recommender import model as m
-from recommender.features import after_zero, last_window, split_at
-from recommender.forecast import upper_band
-from recommender.model import (
+from recommender.analysis.features import after_zero, last_window, split_at
+from recommender.analysis.forecast import upper_band
+from recommender.analysis.shape import ttft_objective_from
+from recommender.core import usage as m
+from recommender.core.annotations import CAPACITY_ANNOTATION, RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION
+from recommender.core.inventory import Workload
+from recommender.core.plan import (
     PLACEHOLDER_PROMETHEUS,
     Classification,
     Forecast,
     ScalingPlan,
-    Snapshot,
-    Workload,
     WorkloadClass,
     WorkloadConstraints,
 )
-from recommender.settings import ScalingSettings
-from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION, ttft_objective_from
-from recommender.timestamps import parse_time
+from recommender.core.settings import ScalingSettings
+from recommender.core.timestamps import parse_time
+from recommender.core.usage import Snapshot
 
-CAPACITY_ANNOTATION = "rightsizer.io/replica-capacity"  # requests/s one replica serves at the objective
 BAND_BY_CLASS = {WorkloadClass.REAL_TIME: "hi_95", WorkloadClass.NEAR_REAL_TIME: "hi_80", WorkloadClass.BATCH: "mean"}
 OBSERVED_BY_CLASS = {WorkloadClass.REAL_TIME: 1.0, WorkloadClass.NEAR_REAL_TIME: 0.95, WorkloadClass.BATCH: -1.0}
 RATE_TRIGGER_METRIC = "vllm:request_success_total"  # the KEDA triggers' queries read these (keda_parameters)
@@ -499,7 +499,7 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
 
 def wake_steps(history: ReplicaHistory, wake_s: float) -> pd.Series | None:
     """Steps within ``wake_s`` of the end of each run at zero (``replicas`` 0), as booleans
-    (``recommender.features.after_zero``). None without a replica count."""
+    (``recommender.analysis.features.after_zero``). None without a replica count."""
     return None if history.replicas is None else after_zero(history.replicas, wake_s, history.step_s)
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from policies.catalogue import Catalogue
 from policies.compute import compute_held
-from recommender.model import Allocation, Recommendation, Sharing
+from recommender.core.catalogue import Catalogue
+from recommender.core.inventory import Allocation, Sharing
+from recommender.core.plan import Recommendation
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import math
 from dataclasses import dataclass, replace
 
 from policies.attribution import KEPT_CONFIDENCE, grows, keep_current, pod_features, shared_device, shared_reasons
-from policies.catalogue import Catalogue, GpuModel, MigProfile
 from policies.compute import ComputeNeed, compute_need
 from policies.estimators import confidence, confidence_multiplier
 from policies.mechanism import mechanisms
@@ -21,19 +20,11 @@ from policies.registry import register_policy
 from policies.replicas import ttft_objective
 from policies.shares import size_share, time_slices
 from policies.vllmargs import vllm_args
-from recommender.features import WorkloadFeatures
-from recommender.model import (
-    Allocation,
-    Bound,
-    Classification,
-    Forecast,
-    Recommendation,
-    Sharing,
-    Workload,
-    WorkloadClass,
-    WorkloadConstraints,
-)
-from recommender.settings import Settings
+from recommender.analysis.features import WorkloadFeatures
+from recommender.core.catalogue import Catalogue, GpuModel, MigProfile
+from recommender.core.inventory import Allocation, Sharing, Workload
+from recommender.core.plan import Bound, Classification, Forecast, Recommendation, WorkloadClass, WorkloadConstraints
+from recommender.core.settings import Settings
 
 HOUR_S = 3600.0
 PROVISIONAL_MAX_CONFIDENCE = 0.25  # a provisional recommendation's confidence: low, under _risk's 0.5 bar
@@ -65,7 +56,7 @@ def _precheck(ctx: Context) -> tuple[str, ...] | GpuModel:
     w, f, p = ctx.workload, ctx.features, ctx.settings.policy
     if w.allocation.sharing is Sharing.NONE:
         return ("no recommendation: no GPU resource found in its spec",)
-    if f.unusable:  # the data-quality stage dropped too much (recommender.quality)
+    if f.unusable:  # the data-quality stage dropped too much (recommender.analysis.quality)
         return (f.unusable,)
     floor_s = min(p.provisional_min_history_s, p.min_history_s)
     if f.history_s < floor_s:

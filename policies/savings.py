@@ -7,11 +7,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from policies.catalogue import Catalogue, MigProfile
 from policies.fractions import Share, pack_fractions
 from policies.packing import pack_optimal
-from recommender.model import Allocation, Recommendation, Sharing, Summary
-from recommender.settings import PriceSettings
+from recommender.core.catalogue import Catalogue, MigProfile
+from recommender.core.inventory import Allocation, Sharing
+from recommender.core.plan import Recommendation, Summary
+from recommender.core.settings import PriceSettings
 
 
 def with_money(rec: Recommendation, prices: PriceSettings) -> Recommendation:

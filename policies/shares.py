@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from recommender.model import Allocation, Sharing
+from recommender.core.inventory import Allocation, Sharing
 
 THREAD_STEP_PCT = 5  # thread percentages are rounded up to this step: finer is noise
 MEMORY_STEP_MIB = 256  # memory limits are rounded up to this step

@@ -23,8 +23,8 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from policies.catalogue import GpuModel, MigProfile
 from policies.packing import GpuLayout, pack
+from recommender.core.catalogue import GpuModel, MigProfile
 
 # GPCs -> profile ParvaGPU profiled on an A100-80GB (1g.10gb, not 1g.20gb: the smallest memory per size).
 A100_80GB_PROFILE_FOR_GPCS: Mapping[int, str] = {1: "1g.10gb", 2: "2g.20gb", 3: "3g.40gb", 4: "4g.40gb", 7: "7g.80gb"}

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 
 from policies.memory import MemoryNeed
 from policies.nogain import NO_SAVING, WORTH, Held
-from recommender.features import WorkloadFeatures
-from recommender.model import VllmArgs
-from recommender.settings import PolicySettings
+from recommender.analysis.features import WorkloadFeatures
+from recommender.core.inventory import VllmArgs
+from recommender.core.settings import PolicySettings
 
 MIB = 1024 * 1024
 KV_FULL_FRAC = 0.95  # KV cache in use at its p99: the pool was full, or a block short of it, in 1% of the steps

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
-from recommender.model import Allocation, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
+from recommender.core.inventory import Allocation, Sharing, VllmArgs, Workload, WorkloadRef
+from recommender.core.usage import Snapshot
 
 END = datetime(2026, 11, 1, tzinfo=UTC)
 STEP_S = 600.0

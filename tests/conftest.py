@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from recommender.model import Plan, Snapshot
+from recommender.core.plan import Plan
+from recommender.core.usage import Snapshot
 from tests import planfixture as pf
 from tests.promfixture import prometheus_binaries
 

@@ -8,7 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from recommender import model as m
+from recommender.core import usage as m
+from recommender.core.inventory import WorkloadRef
+from recommender.core.plan import NodeMigPlan, Plan, Recommendation, ScalingPlan
 from tests import planfixture as pf
 from tests.kubefixture import container, manifest, pod_from, template
 
@@ -37,7 +39,7 @@ def pods_of(dep: dict[str, Any], count: int = 2) -> list[dict[str, Any]]:
     return out
 
 
-def with_allocation(r: m.Recommendation, **alloc: Any) -> m.Recommendation:
+def with_allocation(r: Recommendation, **alloc: Any) -> Recommendation:
     """``r`` recommending another allocation (sharing, hami_*, kai_*...) than the golden MIG one."""
     assert r.recommended is not None
     return replace(r, recommended=replace(r.recommended, **alloc))
@@ -55,17 +57,17 @@ def auto_spec(**over: Any) -> dict[str, Any]:
     return spec | over
 
 
-def recommendation(name: str = NAME, replicas: int = 4) -> m.Recommendation:
+def recommendation(name: str = NAME, replicas: int = 4) -> Recommendation:
     """The llama recommendation of the golden plan (MIG 3g.40gb, vLLM 0.9 → 0.82) plus 4 replicas."""
     base = pf.llama()
-    scaling = m.ScalingPlan("request_rate_per_s", 10.0, 7.0, 1, 6, replicas, 0.0, 300, False, 0.3, None)
-    wl = replace(base.workload, ref=m.WorkloadRef(NS, "Deployment", name), labels={"app": name})
+    scaling = ScalingPlan("request_rate_per_s", 10.0, 7.0, 1, 6, replicas, 0.0, 300, False, 0.3, None)
+    wl = replace(base.workload, ref=WorkloadRef(NS, "Deployment", name), labels={"app": name})
     return replace(base, workload=wl, scaling=scaling)
 
 
-def plan(*recs: m.Recommendation, now: datetime = pf.END, mig_nodes: tuple[m.NodeMigPlan, ...] = ()) -> m.Plan:
+def plan(*recs: Recommendation, now: datetime = pf.END, mig_nodes: tuple[NodeMigPlan, ...] = ()) -> Plan:
     recs = recs or (recommendation(),)
-    return m.Plan(now, pf.START, now, pf.STEP_S, tuple(recs), pf.summary(tuple(recs)), mig_nodes=mig_nodes,
+    return Plan(now, pf.START, now, pf.STEP_S, tuple(recs), pf.summary(tuple(recs)), mig_nodes=mig_nodes,
                   mig_parted_config={"version": "v1", "mig-configs": {}} if mig_nodes else {})
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import kmock
 from kubernetes import client
 
-from recommender.settings import KubernetesSettings, Settings
+from recommender.core.settings import KubernetesSettings, Settings
 
 # kind → (group/version/plural as kmock keys resources, namespaced)
 BUILTIN: dict[str, tuple[str, bool]] = {

@@ -27,7 +27,7 @@ import jsonpatch
 from kubernetes import client
 
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
-from recommender.timestamps import parse_time
+from recommender.core.timestamps import parse_time
 
 
 class LeaseServer:

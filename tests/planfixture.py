@@ -25,8 +25,19 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
-from recommender import model as m
-from recommender.model import Allocation, Bound, Plan, Recommendation, Sharing, Snapshot, Summary, VllmArgs
+from recommender.core import usage as m
+from recommender.core.inventory import Allocation, Sharing, VllmArgs, Workload, WorkloadRef
+from recommender.core.plan import (
+    Bound,
+    Classification,
+    Forecast,
+    NodeMigPlan,
+    Plan,
+    Recommendation,
+    Summary,
+    WorkloadClass,
+)
+from recommender.core.usage import Snapshot
 
 END = datetime(2026, 11, 1, tzinfo=UTC)
 STEP_S = 600.0
@@ -43,9 +54,9 @@ _ripple = np.sin(_t * 1.7) * np.cos(_t * 0.31)  # deterministic "noise" in [-1, 
 _hour = INDEX.hour.to_numpy()
 
 
-def _wl(ns: str, kind: str, name: str, alloc: Allocation, **kw: object) -> m.Workload:
+def _wl(ns: str, kind: str, name: str, alloc: Allocation, **kw: object) -> Workload:
     kw.setdefault("source", "kubernetes")
-    return m.Workload(m.WorkloadRef(ns, kind, name), alloc, pods=(f"{name}-0",), **kw)  # type: ignore[arg-type]
+    return Workload(WorkloadRef(ns, kind, name), alloc, pods=(f"{name}-0",), **kw)  # type: ignore[arg-type]
 
 
 def llama() -> Recommendation:
@@ -62,7 +73,7 @@ def llama() -> Recommendation:
         "vLLM --gpu-memory-utilization 0.9 → 0.82 of 40,192 MiB",
     )
     # held 2 x 1.0 = 2.0 GPU, needed 2 x 0.5 = 1.0; saved 1.0 GPU x $2.20/h x 730 h = $1,606/month
-    cls = m.Classification(m.WorkloadClass.REAL_TIME, 0.91, ("daily seasonality 0.71", "idle in 2% of windows"),
+    cls = Classification(WorkloadClass.REAL_TIME, 0.91, ("daily seasonality 0.71", "idle in 2% of windows"),
                            "model")
     return Recommendation(_wl("llm", "Deployment", "llama-3-8b-chat", now, served_model="llama-3-8b"), rec,
                           reasons, 0.86, Bound(27_400, 32_900, 36_800), Bound(0.16, 0.22, 0.29), 2.0, 1.0,
@@ -71,14 +82,14 @@ def llama() -> Recommendation:
                                         "MIG 3g.40gb; no requests waiting; confidence 86%",))
 
 
-def rate_forecast() -> m.Forecast:
+def rate_forecast() -> Forecast:
     """24 hourly steps after the window: a daily wave around 12 requests/s, bands ±2 and ±3.5."""
     idx = pd.date_range(END + timedelta(hours=1), periods=24, freq="1h", tz=UTC)
     mean = 12 + 4 * np.sin(2 * np.pi * np.arange(24) / 24)
     frame = pd.DataFrame({"mean": mean, "lo_80": mean - 2, "hi_80": mean + 2, "lo_95": mean - 3.5,
                           "hi_95": mean + 3.5}, index=idx)
     why = ("chosen by backtest: sMAPE 18% vs 24% for seasonal naive",)
-    return m.Forecast(m.REQUEST_RATE, "HoltWinters(144)", frame, why, 18.0, 0.72)
+    return Forecast(m.REQUEST_RATE, "HoltWinters(144)", frame, why, 18.0, 0.72)
 
 
 def nasty() -> Recommendation:
@@ -101,7 +112,7 @@ def nightly() -> Recommendation:
                "engine active p95 43% of a 1.00-GPU share = 0.43 GPU, +10% margin",
                "engine activity is per device under GPU sharing: it includes the other tenants")
     # held 0.25, needed 1.0: costs 0.75 GPU x $2.50/h x 730 h = $1,368.75/month more
-    cls = m.Classification(m.WorkloadClass.BATCH, 0.9, ("owner is a Job",), "rule")
+    cls = Classification(WorkloadClass.BATCH, 0.9, ("owner is a Job",), "rule")
     return Recommendation(_wl("batch", "Job", "nightly-embed", now), rec, reasons, 0.64,
                           Bound(15_800, 18_900, 22_100), Bound(0.35, 0.47, 0.60), 0.25, 1.0, -1368.75, "high",
                           HISTORY_S, cls)
@@ -182,14 +193,14 @@ EVICTS = ("each reconfiguration evicts every GPU pod on that GPU and the MIG man
           "node-level maintenance, plan it for a window")
 
 
-def mig_nodes() -> tuple[m.NodeMigPlan, ...]:
+def mig_nodes() -> tuple[NodeMigPlan, ...]:
     """llama's two 3g.40gb slices (one replica's node unknown) and detector's 1g.10gb, hand-placed."""
     llama_key, detector_key = "llm/Deployment/llama-3-8b-chat", "vision/StatefulSet/detector-mig"
-    node = m.NodeMigPlan("gpu-a100-7", "A100-80GB", 3, ({"3g.40gb": 1, "1g.10gb": 1}, {}, {}),
+    node = NodeMigPlan("gpu-a100-7", "A100-80GB", 3, ({"3g.40gb": 1, "1g.10gb": 1}, {}, {}),
                          (llama_key, detector_key), "rightsizer-5f0c2a91", 1,
                          ("2 MIG slices of 2 workload(s) need 1 A100-80GB GPU(s) (fewest possible); the node has 3 "
                           "for MIG", "GPU 0: 1×1g.10gb → 1×1g.10gb + 1×3g.40gb", f"1 GPU(s) reconfigured: {EVICTS}"))
-    pseudo = m.NodeMigPlan("<A100-80GB, node unknown 1>", "A100-80GB", 1, ({"3g.40gb": 1},), (llama_key,),
+    pseudo = NodeMigPlan("<A100-80GB, node unknown 1>", "A100-80GB", 1, ({"3g.40gb": 1},), (llama_key,),
                            "rightsizer-9d3e4b10", 1,
                            ("node unknown for 1 workload(s): their 1 slices packed on 1 A100-80GB GPU(s) of their own",
                             "1 GPU(s) to set up with MIG before the workloads move there"))
@@ -214,7 +225,7 @@ def fleet(n: int, days: float = 14, step_s: float = 60.0) -> tuple[Plan, Snapsho
     base = llama()
     idx = pd.date_range(end=END, periods=int(days * 86_400 / step_s), freq=pd.Timedelta(seconds=step_s), tz=UTC)
     i = np.arange(len(idx), dtype=float)
-    recs = tuple(replace(base, workload=replace(base.workload, ref=m.WorkloadRef(f"team-{k:04d}", "Deployment",
+    recs = tuple(replace(base, workload=replace(base.workload, ref=WorkloadRef(f"team-{k:04d}", "Deployment",
                                                                                  "llama")),
                          gpus_needed=1.0 + (k % 5) * 0.1) for k in range(n))
     wave = np.sin(2 * np.pi * i * step_s / 86_400)

@@ -24,8 +24,8 @@ import pandas as pd
 import pytest
 import requests
 
-from recommender import model as m
-from recommender.model import Forecast, Plan, Recommendation, ScalingPlan
+from recommender.core import usage as m
+from recommender.core.plan import Forecast, Plan, Recommendation, ScalingPlan
 from tests import planfixture as pf
 
 LLAMA = "llm/Deployment/llama-3-8b-chat"

@@ -17,13 +17,15 @@ import jsonpatch
 import pytest
 import yaml
 
-from recommender import model as m
 from recommender.controller import records as rec
 from recommender.controller.changes import ObjectRef, desired_from, inverse, plan_changes, to_patch
 from recommender.controller.kube import KINDS, Kube
 from recommender.controller.loop import Controller
-from recommender.controller.mig import MIG_CONFIG, MIG_STATE, MigSettings, advance
-from recommender.model import Sharing
+from recommender.controller.mig import MigSettings, advance
+from recommender.core import plan as m
+from recommender.core.annotations import MIG_CONFIG_LABEL as MIG_CONFIG
+from recommender.core.annotations import MIG_CONFIG_STATE_LABEL as MIG_STATE
+from recommender.core.inventory import Sharing
 from tests import planfixture as pf
 from tests import vap
 from tests.controllerfixture import NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot

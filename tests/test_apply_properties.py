@@ -12,23 +12,15 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from policies.catalogue import GpuModel, load_catalogue
-from policies.mechanism import REQUIRED_ANNOTATION
 from policies.modelcards import load_model_cards
 from policies.rightsize import Context, rightsize
 from policies.shares import device_plugin_mps_replicas, how_to_apply, size_share, time_slices
-from recommender.features import Quantiles, WorkloadFeatures
-from recommender.model import (
-    Allocation,
-    Classification,
-    Recommendation,
-    Sharing,
-    VllmArgs,
-    Workload,
-    WorkloadClass,
-    WorkloadRef,
-)
-from recommender.settings import MechanismSettings, Settings
+from recommender.analysis.features import Quantiles, WorkloadFeatures
+from recommender.core.annotations import REQUIRED_ANNOTATION
+from recommender.core.catalogue import GpuModel, load_catalogue
+from recommender.core.inventory import Allocation, Sharing, VllmArgs, Workload, WorkloadRef
+from recommender.core.plan import Classification, Recommendation, WorkloadClass
+from recommender.core.settings import MechanismSettings, Settings
 
 CATALOGUE = load_catalogue()
 CARDS = load_model_cards()

@@ -15,16 +15,17 @@ from typing import Any
 import pytest
 
 from collectors.files import read_snapshot
-from policies.catalogue import load_catalogue
 from policies.compute import compute_held
 from policies.replicas import hpa_behavior
+from recommender.core.catalogue import load_catalogue
+from recommender.core.plan import Plan
+from recommender.core.settings import PrometheusSettings, ScalingSettings, Settings
+from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
-from recommender.model import Plan, Snapshot
 from recommender.outputs import get_formatter
 from recommender.outputs.table import render_table
-from recommender.pipeline import run_once
+from recommender.pipeline.run import run_once
 from recommender.serve.extmetrics import parse_selector, workload_of
-from recommender.settings import PrometheusSettings, ScalingSettings, Settings
 
 TRANSLATE = "chat/Deployment/translate"
 
@@ -220,7 +221,7 @@ def test_auto_uses_todays_figures_where_it_does_not_apply_the_shape(plan: Plan) 
 
 def test_a_policys_replica_bounds_hold_on_both_shapes(plan: Plan) -> None:
     from policies.bounds import within_replica_bounds
-    from recommender.model import WorkloadConstraints
+    from recommender.core.plan import WorkloadConstraints
 
     rec = next(r for r in plan.recommendations if r.ref.key == TRANSLATE)
     assert rec.scaling is not None and rec.scaling.on_today is not None

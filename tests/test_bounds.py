@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from recommender.cli import main
-from recommender.forecast.csvio import CsvFormatError, read_series_csv
-from recommender.settings import PrometheusSettings, Settings
+from recommender.analysis.forecast.csvio import CsvFormatError, read_series_csv
+from recommender.cli.main import main
+from recommender.core.settings import PrometheusSettings, Settings
 
 
 def test_history_is_at_most_a_year_and_says_so_in_one_line() -> None:

@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recommender import model as m
-from recommender.classify import (
+from recommender.analysis.classify import (
     MIN_DEMOTION_PROB,
     classify,
     load_class_model,
@@ -18,8 +17,11 @@ from recommender.classify import (
     shape_from_row,
     train_model,
 )
-from recommender.model import Workload, WorkloadClass
-from recommender.shape import CLASS_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION, SeriesShape, demand_shape, series_shape
+from recommender.analysis.shape import SeriesShape, demand_shape, series_shape
+from recommender.core import usage as m
+from recommender.core.annotations import CLASS_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION
+from recommender.core.inventory import Workload
+from recommender.core.plan import Classification, WorkloadClass
 from tests import builders as b
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
@@ -42,7 +44,7 @@ def _case(series: dict[str, np.ndarray | float], kind: str = "Deployment", days:
 
 
 def _classify(series: dict[str, np.ndarray | float], kind: str = "Deployment", days: float = 14,
-              annotations: dict[str, str] | None = None) -> m.Classification:
+              annotations: dict[str, str] | None = None) -> Classification:
     wl, snap = _case(series, kind, days, annotations)
     return classify(wl, demand_shape(snap, wl))
 

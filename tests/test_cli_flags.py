@@ -10,16 +10,16 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from recommender.cli import main
+from recommender.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # "module" or "module:function" whose messages reach these commands only (the rest: any command)
 PRINTED_BY = {
     "collectors/kubernetes/client.py": ("report", "snapshot", "controller", "serve", "rollback"),
-    "recommender/cli_controller.py": ("controller",),
-    "recommender/cli_controller.py:rollback": ("rollback",),
-    "recommender/cli_serve.py": ("serve",),
+    "recommender/cli/controller.py": ("controller",),
+    "recommender/cli/controller.py:rollback": ("rollback",),
+    "recommender/cli/serve.py": ("serve",),
 }
 NOT_OURS = {  # flags of other programs that messages name: vLLM's and the kube-apiserver's
     "--gpu-memory-utilization", "--max-num-seqs", "--max-model-len", "--model", "--served-model-name",
@@ -72,9 +72,9 @@ def printed_by(where: str) -> tuple[str, ...] | None:
 def test_the_scan_finds_flags_in_messages() -> None:
     """The scan itself works: it sees the hints every one-line error gives."""
     found = named_flags()
-    assert "--prometheus-url" in found["recommender/cli.py:pick_source"]
+    assert "--prometheus-url" in found["recommender/cli/options.py:pick_source"]
     assert "--kubeconfig" in found["collectors/kubernetes/client.py:make_api_client"]
-    assert "--signing-secret" in found["recommender/cli_controller.py:rollback"]
+    assert "--signing-secret" in found["recommender/cli/controller.py:rollback"]
 
 
 def test_every_flag_a_message_names_exists_on_the_commands_that_print_it() -> None:

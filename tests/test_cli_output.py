@@ -12,9 +12,9 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-import recommender.app
-from recommender.cli import main
-from recommender.cli_output import NOT_A_FORMAT, format_paths
+import recommender.cli.app
+from recommender.cli.main import main
+from recommender.cli.output import NOT_A_FORMAT, format_paths
 
 
 @pytest.fixture
@@ -61,13 +61,13 @@ def test_old_f_and_o_file_fails_before_writing(cwd: Path) -> None:
 
 def test_several_formats_come_from_one_plan(cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
-    real = recommender.app.run_once
+    real = recommender.cli.app.run_once
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(recommender.app, "run_once", counting)
+    monkeypatch.setattr(recommender.cli.app, "run_once", counting)
     run = report("-o", "json,html,csv", "--output-file", "r")
     assert run.exit_code == 0, run.output
     assert len(calls) == 1

@@ -8,14 +8,15 @@ from dataclasses import replace
 import pytest
 
 from policies.bounds import within_replica_bounds
-from policies.catalogue import load_catalogue
 from policies.mig import bounded_profile, resolve_bound
-from recommender import model as m
 from recommender.controller.constraints import resolve_constraints
 from recommender.controller.policy import parse_policy
-from recommender.model import Sharing, WorkloadClass, WorkloadConstraints
-from recommender.pipeline import run_once
-from recommender.settings import Settings
+from recommender.core import usage as m
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import Sharing
+from recommender.core.plan import Classification, Recommendation, ScalingPlan, WorkloadClass, WorkloadConstraints
+from recommender.core.settings import Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
 CAT = load_catalogue()
@@ -93,7 +94,7 @@ def _small() -> m.Snapshot:
     return snapshot([w], {m.FB_USED_MIB: {"s": 7000.0}, m.GR_ENGINE_ACTIVE_FRAC: {"s": 0.05}})
 
 
-def _plan(snap: m.Snapshot, c: WorkloadConstraints | None) -> m.Recommendation:
+def _plan(snap: m.Snapshot, c: WorkloadConstraints | None) -> Recommendation:
     fixed = {snap.workloads[0].ref.key: c} if c else None
     return run_once(snap, Settings(), END, constraints=fixed).recommendations[0]
 
@@ -175,17 +176,17 @@ def test_a_policy_class_is_in_the_json_contract() -> None:
 
 def test_a_policy_objective_is_what_the_headroom_is_judged_against() -> None:
     from policies.replicas import ReplicaHistory, scaling_plan
-    from recommender.settings import ScalingSettings
+    from recommender.core.settings import ScalingSettings
     from tests.test_replicas import DAY_ONLY, FC, series, with_capacity
 
     # one replica at its configured 10 req/s; 4 of 100 steps at TTFT 3 s, the rest at 1 s
     h = ReplicaHistory(60.0, series([10.0] * 100), series([3.0] * 4 + [1.0] * 96))
-    rt = m.Classification(WorkloadClass.REAL_TIME, 1.0, ("test",), "annotation")
+    rt = Classification(WorkloadClass.REAL_TIME, 1.0, ("test",), "annotation")
     assert ScalingSettings().ttft_objective_s < 3.0
     default = scaling_plan(with_capacity(), h, rt, (FC,), DAY_ONLY)
     policy = scaling_plan(with_capacity(), h, rt, (FC,), DAY_ONLY, constraints=WorkloadConstraints(
         ttft_objective_s=5.0, source=BY))
-    assert isinstance(default, m.ScalingPlan) and isinstance(policy, m.ScalingPlan)
+    assert isinstance(default, ScalingPlan) and isinstance(policy, ScalingPlan)
     # default objective: 4 misses of 100 = 4x the 1% budget → 30% + 2 doublings x 10 points = 50%
     assert default.headroom_frac == pytest.approx(0.50)
     # 5 s: no step missed it → the class's 30%; target 10 x 0.7 = 7 → ceil(35 / 7) = 5 replicas
@@ -221,7 +222,7 @@ def test_a_workload_refs_api_version_must_serve_its_kind(kind: str, api_version:
 
 # --- bounds.minReplicas / maxReplicas: what the scaling advice stays within ------------------------
 
-PLAN = m.ScalingPlan("request_rate_per_s", 10.0, 7.0, 1, 6, 4, 0.0, 300, False, 0.3, None)  # min 1, max 6, 4
+PLAN = ScalingPlan("request_rate_per_s", 10.0, 7.0, 1, 6, 4, 0.0, 300, False, 0.3, None)  # min 1, max 6, 4
 TO_ZERO = replace(PLAN, min_replicas=0, scale_to_zero=True)
 
 
@@ -233,7 +234,7 @@ TO_ZERO = replace(PLAN, min_replicas=0, scale_to_zero=True)
     (TO_ZERO, 1, None, (1, 4, 6, False), "min 0 → 1, no scale to zero"),  # minReplicas ≥ 1 rules zero out
     (TO_ZERO, 0, 2, (0, 2, 2, True), "recommended 4 → 2, max 6 → 2"),  # 0 allows scale-to-zero
 ])
-def test_replica_bounds_clamp_the_scaling_advice(plan: m.ScalingPlan, lo: int | None, hi: int | None,
+def test_replica_bounds_clamp_the_scaling_advice(plan: ScalingPlan, lo: int | None, hi: int | None,
                                                  expect: tuple[int, int, int, bool], says: str) -> None:
     got = within_replica_bounds(plan, WorkloadConstraints(min_replicas=lo, max_replicas=hi, source=BY))
     assert (got.min_replicas, got.recommended_replicas, got.max_replicas, got.scale_to_zero) == expect

@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from recommender import model as m
 from recommender.controller.constraints import Constrain
 from recommender.controller.loop import Controller
-from recommender.controller.records import RECOMMENDATION
-from recommender.pipeline import run_once
-from recommender.settings import ForecastSettings, Settings
+from recommender.core import usage as m
+from recommender.core.annotations import RECOMMENDATION_ANNOTATION as RECOMMENDATION
+from recommender.core.plan import Plan, WorkloadClass, WorkloadConstraints
+from recommender.core.settings import ForecastSettings, Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, index, snapshot, whole_gpu, workload
 from tests.controllerfixture import KEY, NAME, NS, deployment, policy
 from tests.kubewrite import WriteCluster
@@ -38,7 +39,7 @@ def _snapshot(fb_mib: float = 7000.0, rate: bool = False) -> m.Snapshot:
 
 
 def _cycle(cluster: WriteCluster, fb_mib: float = 7000.0, rate: bool = False) -> Any:
-    def planner(now: datetime, constrain: Constrain) -> tuple[m.Plan, m.Snapshot]:
+    def planner(now: datetime, constrain: Constrain) -> tuple[Plan, m.Snapshot]:
         """What ``Cycle`` does after collecting: plan with the constraints of the workloads collected."""
         snap = _snapshot(fb_mib, rate)
         return run_once(snap, SETTINGS, now, constraints=constrain(snap.workloads)), snap
@@ -124,19 +125,19 @@ def test_conflicting_policies_the_first_by_name_wins_and_the_other_says_so() -> 
 
 def test_the_cycle_plans_with_the_constraints_of_the_workloads_it_collected() -> None:
     """``rightsizer controller``'s plan function: collect (the bundled demo here), then constrain and plan."""
-    import recommender.cli  # noqa: F401  (cli_controller needs main's helpers loaded first)
-    from recommender.cli_controller import Cycle
-    from recommender.planstore import PlanStore
+    import recommender.cli.main  # noqa: F401  (cli_controller needs main's helpers loaded first)
+    from recommender.cli.controller import Cycle
+    from recommender.pipeline.planstore import PlanStore
 
     seen: list[str] = []
 
-    def constrain(workloads: Any) -> dict[str, m.WorkloadConstraints]:
+    def constrain(workloads: Any) -> dict[str, WorkloadConstraints]:
         seen.extend(w.ref.key for w in workloads)
-        return {seen[0]: m.WorkloadConstraints(m.WorkloadClass.BATCH, source="policy demo/p")}
+        return {seen[0]: WorkloadConstraints(WorkloadClass.BATCH, source="policy demo/p")}
 
     plan, snap = Cycle("demo", None, SETTINGS, PlanStore())(END, constrain)
     assert seen == [w.ref.key for w in snap.workloads] and len(seen) > 1
     classes = {r.ref.key: r.classification for r in plan.recommendations}
     first = classes[seen[0]]
-    assert first is not None and (first.workload_class, first.source) == (m.WorkloadClass.BATCH, "policy")
+    assert first is not None and (first.workload_class, first.source) == (WorkloadClass.BATCH, "policy")
     assert all(c is not None and c.source != "policy" for k, c in classes.items() if k != seen[0])

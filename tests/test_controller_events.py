@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from recommender.controller.changes import ObjectRef
-from recommender.controller.mig import MIG_CONFIG, MIG_STATE, MigSettings, advance
+from recommender.controller.mig import MigSettings, advance
 from recommender.controller.records import emit_event
+from recommender.core.annotations import MIG_CONFIG_LABEL as MIG_CONFIG
+from recommender.core.annotations import MIG_CONFIG_STATE_LABEL as MIG_STATE
 from tests.kubefixture import gpu_node
 from tests.kubewrite import WriteCluster
 

@@ -13,12 +13,12 @@ import jsonpatch
 import pytest
 from click.testing import CliRunner
 
-from recommender.autoscalers import HPA, owners
-from recommender.cli import main
+from recommender.cli.main import main
 from recommender.controller.changes import apply_local, hpa_changes, inverse
 from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller, Report
-from recommender.controller.records import LAST_CHANGE
+from recommender.core.annotations import LAST_CHANGE
+from recommender.core.autoscalers import HPA, owners
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot
 from tests.kubefixture import manifest

@@ -11,11 +11,11 @@ import jsonpatch
 import pytest
 from click.testing import CliRunner
 
-from recommender.cli import main
+from recommender.cli.main import main
 from recommender.controller.changes import apply_local, inverse, scaledobject_changes
 from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller
-from recommender.controller.records import LAST_CHANGE
+from recommender.core.annotations import LAST_CHANGE
 from recommender.outputs.jsondoc import scaling
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot

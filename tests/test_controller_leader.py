@@ -18,7 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from recommender.cli import main
+from recommender.cli.main import main
 from recommender.controller.kube import Kube, NotLeader
 from recommender.controller.leader import LeaderElector
 from recommender.controller.lease import LeaseTiming

@@ -10,7 +10,7 @@ import pytest
 from recommender.controller.guardrails import Health, regressions
 from recommender.controller.leader import LeaderElector
 from recommender.controller.loop import Controller
-from recommender.controller.records import LAST_CHANGE
+from recommender.core.annotations import LAST_CHANGE
 from tests import planfixture as pf
 from tests.controllerfixture import NAME, NS, auto_spec, deployment, plan, policy, snapshot
 from tests.kubewrite import WriteCluster

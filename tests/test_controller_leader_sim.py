@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from recommender import model as m
 from recommender.controller.kube import Kube
 from recommender.controller.leader import LeaderElector
 from recommender.controller.lease import LeaseTiming
 from recommender.controller.loop import Controller, Report
-from recommender.timestamps import parse_time
+from recommender.core import usage as m
+from recommender.core.plan import Plan
+from recommender.core.timestamps import parse_time
 from tests import planfixture as pf
 from tests.controllerfixture import NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot
 from tests.kubewrite import WriteCluster
@@ -50,7 +51,7 @@ def _objects() -> list[dict[str, Any]]:
     return out
 
 
-def _plan(now: datetime) -> m.Plan:
+def _plan(now: datetime) -> Plan:
     cycle = int((now - START).total_seconds() // INTERVAL_S)
     return plan(recommendation(), *(recommendation(n, replicas=2 + (cycle + i) % 3) for i, n in enumerate(OTHERS)),
                 now=now)
@@ -84,7 +85,7 @@ class Replica:
             # kmock keeps every request and gets slower with each one kept; these tests never read them
             self.sim.cluster.call(lambda km: km._requests.clear())
 
-    def _plan_fn(self, now: datetime, _: object) -> tuple[m.Plan, m.Snapshot]:
+    def _plan_fn(self, now: datetime, _: object) -> tuple[Plan, m.Snapshot]:
         event = self.during_plan.get(len(self.reports))
         if event is not None:
             event(self)

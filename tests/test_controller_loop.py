@@ -10,10 +10,11 @@ from typing import Any
 from click.testing import CliRunner
 
 from policies.replicas import recorded_capacity
-from recommender.cli import main
+from recommender.cli.main import main
 from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller
-from recommender.controller.records import LAST_CHANGE, RECOMMENDATION
+from recommender.core.annotations import LAST_CHANGE
+from recommender.core.annotations import RECOMMENDATION_ANNOTATION as RECOMMENDATION
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot
 from tests.kubewrite import EditedMidway, WriteCluster

@@ -6,9 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from recommender import model as m
 from recommender.controller.loop import Controller
-from recommender.controller.mig import MIG_CONFIG, MIG_STATE, STATE_ANNOTATION, MigSettings, advance
+from recommender.controller.mig import MigSettings, advance
+from recommender.core import usage as m
+from recommender.core.annotations import MIG_CONFIG_LABEL as MIG_CONFIG
+from recommender.core.annotations import MIG_CONFIG_STATE_LABEL as MIG_STATE
+from recommender.core.annotations import STATE_ANNOTATION
+from recommender.core.plan import NodeMigPlan, Plan
 from tests.controllerfixture import NS, deployment, plan, policy, snapshot
 from tests.kubefixture import container, gpu_node, pod_from, template
 from tests.kubewrite import WriteCluster
@@ -35,7 +39,7 @@ def node_state(cluster: WriteCluster) -> tuple[str | None, bool, bool]:
 
 
 def test_restarted_controllers_carry_a_mig_change_through_to_success() -> None:
-    nplan = m.NodeMigPlan(NODE, "A100-80GB", 8, ({"3g.40gb": 2},), (f"{NS}/Deployment/x",), "custom-a", 1)
+    nplan = NodeMigPlan(NODE, "A100-80GB", 8, ({"3g.40gb": 2},), (f"{NS}/Deployment/x",), "custom-a", 1)
     spec = {"target": {"selector": {"matchLabels": {"app": "x"}}}, "mode": "Auto",
             "allowedMechanisms": ["mig-node"], "maintenanceWindows": WINDOW}
     with WriteCluster([*cluster_objects(), policy("mig", spec)]) as cluster:
@@ -105,9 +109,9 @@ def draining(cluster: WriteCluster, at: datetime) -> None:
 
 def test_planning_failing_for_hours_does_not_keep_a_node_cordoned_past_its_deadline() -> None:
     """Prometheus goes down mid-drain: no plan for hours, yet the node is reverted at its deadline."""
-    from recommender.errors import PrometheusError
+    from recommender.core.errors import PrometheusError
 
-    def no_plan(now: datetime, _: object) -> tuple[m.Plan, m.Snapshot]:
+    def no_plan(now: datetime, _: object) -> tuple[Plan, m.Snapshot]:
         raise PrometheusError("Prometheus at http://prom:9090 did not answer")
 
     with WriteCluster(cluster_objects()) as cluster:
@@ -179,7 +183,7 @@ def test_a_lease_lost_mid_drain_leaves_the_revert_to_the_next_leader_by_the_dead
     with WriteCluster(cluster_objects()) as cluster:
         cluster.block_eviction("llama-0")
         electors = {i: LeaderElector(cluster.kube(), NS, "leader", i, clock=lambda: at[0]) for i in "ab"}
-        nplan = m.NodeMigPlan(NODE, "A100-80GB", 8, ({"3g.40gb": 2},), (f"{NS}/Deployment/x",), "custom-a", 1)
+        nplan = NodeMigPlan(NODE, "A100-80GB", 8, ({"3g.40gb": 2},), (f"{NS}/Deployment/x",), "custom-a", 1)
         spec = {"target": {"selector": {"matchLabels": {"app": "x"}}}, "mode": "Auto",
                 "allowedMechanisms": ["mig-node"], "maintenanceWindows": WINDOW}
         cluster.add(policy("mig", spec))

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from recommender import model as m
 from recommender.controller.loop import Controller
-from recommender.controller.policy import MODE_ANNOTATION, Mode
-from recommender.controller.records import LAST_CHANGE, RECOMMENDATION
+from recommender.controller.policy import Mode
+from recommender.core import plan as m
+from recommender.core.annotations import LAST_CHANGE, MODE_ANNOTATION
+from recommender.core.annotations import RECOMMENDATION_ANNOTATION as RECOMMENDATION
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, deployment, plan, policy, recommendation, snapshot
 from tests.kubewrite import WriteCluster

@@ -17,7 +17,7 @@ from recommender.controller.guardrails import (
     workload_pods,
 )
 from recommender.controller.loop import Controller
-from recommender.controller.records import LAST_CHANGE
+from recommender.core.annotations import LAST_CHANGE
 from tests import planfixture as pf
 from tests.controllerfixture import NAME, NS, auto_spec, deployment, plan, pods_of, policy, snapshot
 from tests.kubewrite import WriteCluster

@@ -9,8 +9,9 @@ from typing import Any
 
 from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller
-from recommender.controller.records import LAST_CHANGE, RECOMMENDATION
-from recommender.model import Recommendation
+from recommender.core.annotations import LAST_CHANGE
+from recommender.core.annotations import RECOMMENDATION_ANNOTATION as RECOMMENDATION
+from recommender.core.plan import Recommendation
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot
 from tests.kubewrite import WriteCluster

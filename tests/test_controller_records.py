@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from recommender.cli import main
+from recommender.cli.main import main
 from recommender.controller.actuator import Actuator
 from recommender.controller.changes import Change, ChangeSet, ObjectRef, apply_local, inverse, removed_parents, to_patch
 from recommender.controller.loop import Controller
-from recommender.controller.records import LAST_CHANGE, SIGNATURE, ChangeRecord, RecordedSet, record_annotations
+from recommender.controller.records import ChangeRecord, RecordedSet, record_annotations
 from recommender.controller.signing import SIGNING_SECRET, Signer, StaticKeys, key_id, subject_of
+from recommender.core.annotations import LAST_CHANGE, SIGNATURE
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, auto_spec, deployment, plan, policy, snapshot
 from tests.kubefixture import container, manifest, template

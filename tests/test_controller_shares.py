@@ -12,11 +12,11 @@ import jsonpatch
 import pytest
 from click.testing import CliRunner
 
-from recommender.cli import main
+from recommender.cli.main import main
 from recommender.controller.changes import Desired, apply_local, desired_from, inverse, plan_changes, to_patch
 from recommender.controller.loop import Controller
-from recommender.controller.records import LAST_CHANGE
-from recommender.model import Sharing
+from recommender.core.annotations import LAST_CHANGE
+from recommender.core.inventory import Sharing
 from tests import planfixture as pf
 from tests.controllerfixture import (
     KEY,

@@ -14,11 +14,12 @@ import pandas as pd
 import pytest
 
 from collectors.files import read_snapshot
-from policies.catalogue import load_catalogue
-from recommender import model as m
+from collectors.snapshot import infer_owner
+from recommender.core import usage as m
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import Sharing, Workload
+from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
-from recommender.model import Sharing, Snapshot, Workload
-from recommender.snapshot import infer_owner
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS_PER_DAY = 144  # 10-minute steps

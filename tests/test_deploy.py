@@ -23,14 +23,16 @@ import pytest
 import yaml
 
 from collectors.prometheus import queries
-from recommender import model as m
+from recommender.core import usage as m
+from recommender.core.inventory import WorkloadRef
+from recommender.core.plan import ScalingPlan
 from recommender.outputs.jsondoc import scaling
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 OVERLAYS = ("recommend", "auto", "auto-cluster-wide", "external-metrics")
 K8S_VERSION = "1.30.0"
 NS = "gpu-rightsizer"
-EXAMPLE_PLAN = m.ScalingPlan(m.REQUEST_RATE, 1.0, 1.0, 0, 1, 1, 0.0, 300, False, 0.0, None, waiting_per_replica=1.0)
+EXAMPLE_PLAN = ScalingPlan(m.REQUEST_RATE, 1.0, 1.0, 0, 1, 1, 0.0, 300, False, 0.0, None, waiting_per_replica=1.0)
 SA = ("ServiceAccount", NS, "gpu-rightsizer")
 READ = {"get", "list", "watch"}
 # (apiGroup, resource) → the write verbs the controller may hold there: the whole allowlist.
@@ -130,7 +132,7 @@ def test_overlay_settings(overlay: str, replicas: int, mode: str, election: bool
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_config_sections_are_valid_settings(overlay: str) -> None:
     """The config's sections load into the settings models the controller builds from them."""
-    from recommender.settings import Settings
+    from recommender.core.settings import Settings
 
     serve = pytest.importorskip("recommender.serve.settings", reason="recommender.serve not present")
     config = _config(_render(overlay))
@@ -671,7 +673,7 @@ def test_hpa_examples_ask_what_our_adapter_answers(path: Path) -> None:
     ns, ref = hpa["metadata"]["namespace"], hpa["spec"]["scaleTargetRef"]
     base = sf.plan()
     llama = next(r for r in base.recommendations if r.ref.key == sf.LLAMA)
-    ours = replace(llama, workload=replace(llama.workload, ref=m.WorkloadRef(ns, ref["kind"], ref["name"])))
+    ours = replace(llama, workload=replace(llama.workload, ref=WorkloadRef(ns, ref["kind"], ref["name"])))
     plan = replace(base, recommendations=(ours, *base.recommendations))
     metrics = [x for x in hpa["spec"]["metrics"] if x["type"] == "External"]
     assert metrics

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelError
 
-from recommender.cli import main
-from recommender.model import Plan
+from recommender.cli.main import main
+from recommender.core.plan import Plan
 from recommender.outputs import get_formatter
 from recommender.outputs.docmodel import Report, schema_text
 from recommender.outputs.jsondoc import SCHEMA_VERSION, document

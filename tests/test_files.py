@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 
 from collectors.files import read_snapshot, write_snapshot
-from recommender import model as m
-from recommender.errors import SourceError
-from recommender.model import Allocation, GpuNode, Sharing, Snapshot, VllmArgs, Workload, WorkloadRef
+from recommender.core import usage as m
+from recommender.core.errors import SourceError
+from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
+from recommender.core.usage import Snapshot
 from tests.builders import END, index, whole_gpu
 
 STEP_S = 600.0

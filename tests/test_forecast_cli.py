@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner, Result
 
-from recommender.cli import main
+from recommender.cli.main import main
 
 START_S = 1_714_521_600  # 2024-05-01T00:00:00Z
 STEP_S = 600

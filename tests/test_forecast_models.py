@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recommender.forecast import (
+from recommender.analysis.forecast import (
     TSB,
     AutoForecaster,
     Forecaster,
@@ -29,7 +29,7 @@ from recommender.forecast import (
     seasonal_strength,
     smape,
 )
-from recommender.forecast.seasonality import candidate_periods
+from recommender.analysis.forecast.seasonality import candidate_periods
 
 HOURLY = pd.Timedelta(hours=1)
 

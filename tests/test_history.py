@@ -11,11 +11,13 @@ import pytest
 
 from collectors.files import read_snapshot
 from policies.estimators import confidence_multiplier
-from recommender import model as m
+from recommender.core import usage as m
+from recommender.core.inventory import VllmArgs
+from recommender.core.plan import Recommendation
+from recommender.core.settings import ForecastSettings, PolicySettings, Settings
+from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
-from recommender.model import Snapshot, VllmArgs
-from recommender.pipeline import run_once
-from recommender.settings import ForecastSettings, PolicySettings, Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
 H = 3600.0
@@ -77,7 +79,7 @@ def test_the_floor_is_a_setting_and_never_above_the_minimum() -> None:
 
 
 def test_scale_to_zero_still_needs_the_full_minimum() -> None:
-    def idle(days: float) -> m.Recommendation:
+    def idle(days: float) -> Recommendation:
         w = workload("idle", whole_gpu(replicas=2))
         snap = snapshot([w], {m.FB_USED_MIB: {"idle": 600.0}, m.GR_ENGINE_ACTIVE_FRAC: {"idle": 0.0},
                               m.REQUESTS_RUNNING: {"idle": 0.0}}, days=days)

@@ -13,7 +13,8 @@ import pytest
 import requests
 
 from collectors.prometheus import queries
-from recommender import model as m
+from recommender.core import usage as m
+from recommender.core.plan import ScalingPlan
 from recommender.outputs.jsondoc import scaling
 from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
 
@@ -33,7 +34,7 @@ PODS = [("inference", "llama-7d9f-a1", 2.0, 150.0, 60.0), ("inference", "llama-7
         ("inference", "qwen-41c2-d4", 1.0, 0.0, 10.0)]
 GROWING = {"llama-7d9f-a1": "waiting", "llama-7d9f-b2": "running"}
 DRAINED = {"qwen-41c2-d4": 600.0}  # 600 queued requests gone in 300 s (clients gave up) while 1/s finishes
-PLAN = m.ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
+PLAN = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
                      max_replicas=6, recommended_replicas=2, activation_threshold=0.0, cooldown_s=300,
                      scale_to_zero=False, headroom_frac=0.3, cold_start_s=None, waiting_per_replica=14.0)
 

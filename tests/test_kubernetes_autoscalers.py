@@ -11,8 +11,8 @@ from typing import Any
 
 from collectors.files import SNAPSHOT_FILE, read_snapshot, write_snapshot
 from collectors.kubernetes import discover_workloads
-from recommender.model import Snapshot
-from recommender.progress import NullProgress, RecordingProgress
+from recommender.core.progress import NullProgress, RecordingProgress
+from recommender.core.usage import Snapshot
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
 
 A100 = "NVIDIA-A100-SXM4-80GB"

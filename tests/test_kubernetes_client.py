@@ -12,9 +12,9 @@ import pytest
 from collectors.kubernetes import discover_workloads, make_api_client, reachable, server_version
 from collectors.kubernetes.client import KubernetesDenied, list_objects
 from collectors.kubernetes.discover import NAMESPACED
-from recommender.errors import KubernetesError
-from recommender.progress import NullProgress, RecordingProgress
-from recommender.settings import KubernetesSettings, Settings
+from recommender.core.errors import KubernetesError
+from recommender.core.progress import NullProgress, RecordingProgress
+from recommender.core.settings import KubernetesSettings, Settings
 from tests.kubefixture import KubeEmulator, container, gpu_node, pod_from, template
 
 PODS = NAMESPACED[-1]

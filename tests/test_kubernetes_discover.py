@@ -10,8 +10,8 @@ import pytest
 
 from collectors.kubernetes import discover_workloads
 from collectors.kubernetes.discover import Listing, build_workloads, parse_controller, revision_of, shape_since
-from recommender.model import Sharing, VllmArgs, Workload
-from recommender.progress import NullProgress, RecordingProgress
+from recommender.core.inventory import Sharing, VllmArgs, Workload
+from recommender.core.progress import NullProgress, RecordingProgress
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
 
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -377,7 +377,7 @@ def test_owners_we_do_not_list_without_a_server() -> None:
 
 def test_cluster_nodes_and_where_pods_run(kube: KubeEmulator) -> None:
     from collectors.kubernetes import discover_cluster
-    from policies.catalogue import load_catalogue
+    from recommender.core.catalogue import load_catalogue
 
     workloads, nodes = discover_cluster(kube.settings(), NullProgress(), load_catalogue(), kube.api_client())
     by_name = {n.name: n for n in nodes}

@@ -14,7 +14,7 @@ from collectors.kubernetes.parse import (
     pod_resources,
     with_node,
 )
-from recommender.model import Sharing, VllmArgs
+from recommender.core.inventory import Sharing, VllmArgs
 
 
 def spec(*containers: dict[str, Any], **extra: Any) -> dict[str, Any]:

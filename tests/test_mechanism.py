@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.mechanism import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION, mechanisms
+from policies.mechanism import mechanisms
 from policies.shares import (
     device_plugin_mps_replicas,
     dra_gpu_config,
@@ -18,10 +18,12 @@ from policies.shares import (
     time_slices,
 )
 from policies.vllmargs import default_max_num_seqs
-from recommender import model as m
-from recommender.model import Allocation, Sharing, VllmArgs, WorkloadClass
-from recommender.pipeline import run_once
-from recommender.settings import MechanismSettings, Settings
+from recommender.core import usage as m
+from recommender.core.annotations import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION
+from recommender.core.inventory import Allocation, Sharing, VllmArgs
+from recommender.core.plan import WorkloadClass
+from recommender.core.settings import MechanismSettings, Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.catalogue import GpuModel, MigProfile, load_catalogue
 from policies.miglayout import mig_parted_config, node_configs, node_label, validate_layout
 from policies.packing import GpuLayout, pack
+from recommender.core.catalogue import GpuModel, MigProfile, load_catalogue
 
 CAT = load_catalogue()
 A100 = CAT.gpus["A100-80GB"]

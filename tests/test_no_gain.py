@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from collectors.files import read_snapshot
-from recommender import model as m
+from recommender.core import usage as m
+from recommender.core.inventory import Allocation, Sharing, VllmArgs
+from recommender.core.plan import Recommendation
+from recommender.core.settings import ForecastSettings, Settings
 from recommender.demo import demo_path
-from recommender.model import Recommendation, Sharing, VllmArgs
-from recommender.pipeline import run_once
-from recommender.settings import ForecastSettings, Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
 NO_SAVING = "no saving: settings unchanged"
@@ -60,7 +61,7 @@ VLLM = VllmArgs(model="meta-llama/Meta-Llama-3-8B-Instruct", gpu_memory_utilizat
                 max_num_seqs=256)
 
 
-def _chat(kv: float, alloc: m.Allocation | None = None, fb: float = 0.9 * 81_920) -> Recommendation:
+def _chat(kv: float, alloc: Allocation | None = None, fb: float = 0.9 * 81_920) -> Recommendation:
     """A vLLM chat service kept on a whole A100 (compute 0.9 of it): 300,000 KV tokens of 131,072 B (37,500 MiB),
     requests of 1,000 tokens."""
     w = workload("chat", alloc or whole_gpu(vllm=VLLM), kv_capacity_tokens=300_000.0, served_model=VLLM.model,
@@ -111,7 +112,7 @@ def test_more_memory_for_a_full_pool_is_worth_it() -> None:
 
 def test_less_memory_on_a_shared_device_is_worth_it() -> None:
     """Time-sliced: the other clients see the same device memory, so what vLLM gives back is theirs."""
-    shared = m.Allocation(Sharing.TIME_SLICING, gpus=1, gpu_model="A100-80GB", gpu_product="NVIDIA A100-SXM4-80GB",
+    shared = Allocation(Sharing.TIME_SLICING, gpus=1, gpu_model="A100-80GB", gpu_product="NVIDIA A100-SXM4-80GB",
                           device_memory_mib=81_920, gpu_equivalents=0.5, vllm=VLLM)
     w = workload("tsb", shared, kv_capacity_tokens=300_000.0, served_model=VLLM.model,
                  annotations={"rightsizer.io/class": "batch", "rightsizer.io/mechanism": "time-slicing"})
@@ -126,7 +127,7 @@ def test_less_memory_on_a_shared_device_is_worth_it() -> None:
             "the other clients sharing it") in rec.reasons
 
 
-MPS = m.Allocation(Sharing.MPS, gpus=1, gpu_model="A100-80GB", device_memory_mib=81_920, gpu_equivalents=0.5,
+MPS = Allocation(Sharing.MPS, gpus=1, gpu_model="A100-80GB", device_memory_mib=81_920, gpu_equivalents=0.5,
                    mps_active_thread_pct=50.0, mps_pinned_mem_mib=30_720.0)
 
 
@@ -145,7 +146,7 @@ MPS = m.Allocation(Sharing.MPS, gpus=1, gpu_model="A100-80GB", device_memory_mib
         (replace(MPS, sharing=Sharing.HAMI), None),  # another mechanism: a move, not a resize
     ],
 )
-def test_a_share_resized_within_what_it_holds_says_what_that_gains(recommended: m.Allocation,
+def test_a_share_resized_within_what_it_holds_says_what_that_gains(recommended: Allocation,
                                                                   expected: str | None) -> None:
     from policies.nogain import share_gain
 

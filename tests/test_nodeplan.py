@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from policies.catalogue import load_catalogue
 from policies.miglayout import validate_layout
 from policies.nodeplan import MigDemand, NodePlanResult, plan_nodes
 from policies.packing import place
-from recommender.model import GpuNode
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import GpuNode
 
 CAT = load_catalogue()
 A100 = CAT.gpus["A100-80GB"]

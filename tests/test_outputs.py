@@ -19,8 +19,9 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from recommender.errors import ConfigError
-from recommender.model import Plan, Snapshot, Summary
+from recommender.core.errors import ConfigError
+from recommender.core.plan import Plan, Summary
+from recommender.core.usage import Snapshot
 from recommender.outputs import (
     ENTRY_POINT_GROUP,
     DuplicateFormatterError,

@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 from jsonschema import Draft202012Validator
 
-from recommender.model import Plan, Snapshot
+from recommender.core.plan import Plan
+from recommender.core.usage import Snapshot
 from recommender.outputs import get_formatter
 from recommender.outputs.table import render_table
 from tests.test_outputs_formats import SCHEMA, strict

@@ -18,7 +18,9 @@ import pandas as pd
 import pytest
 from jsonschema import Draft202012Validator
 
-from recommender.model import Bound, Plan, Snapshot, WorkloadRef
+from recommender.core.inventory import WorkloadRef
+from recommender.core.plan import Bound, Plan
+from recommender.core.usage import Snapshot
 from recommender.outputs import get_formatter
 from recommender.outputs.charts import MAX_POINTS, downsample
 from recommender.outputs.csvfmt import COLUMNS
@@ -74,9 +76,9 @@ def test_json_validates_against_the_schema(plan: Plan, snap: Snapshot) -> None:
 def test_demo_plan_with_scaling_and_mig_nodes_validates() -> None:
     """The real pipeline over the demo: MPS and MIG recommendations, scaling plans, a per-node MIG plan."""
     from collectors.files import read_snapshot
+    from recommender.core.settings import ForecastSettings, Settings
     from recommender.demo import demo_path
-    from recommender.pipeline import run_once
-    from recommender.settings import ForecastSettings, Settings
+    from recommender.pipeline.run import run_once
 
     demo = read_snapshot(demo_path())
     real = run_once(demo, Settings(forecast=ForecastSettings(max_workloads=3)), demo.end)
@@ -299,10 +301,10 @@ def test_html_charts_the_replicas_of_each_scaling_plan_with_a_mean() -> None:
     """Demo: every charted workload whose plan has a mean gets the replica chart; the others none."""
     from collectors.files import read_snapshot
     from policies.replicas import autoscaled_series, history_from_snapshot
+    from recommender.core.settings import ForecastSettings, Settings
     from recommender.demo import demo_path
     from recommender.outputs.replicachart import replica_figure
-    from recommender.pipeline import run_once
-    from recommender.settings import ForecastSettings, Settings
+    from recommender.pipeline.run import run_once
 
     demo = read_snapshot(demo_path())
     real = run_once(demo, Settings(forecast=ForecastSettings(max_workloads=3)), demo.end)
@@ -325,8 +327,8 @@ def test_html_charts_the_replicas_of_each_scaling_plan_with_a_mean() -> None:
 
 
 def test_csv_carries_the_scaling_plan(plan: Plan, snap: Snapshot) -> None:
-    from recommender import model as m
-    from recommender.model import ScalingPlan
+    from recommender.core import usage as m
+    from recommender.core.plan import ScalingPlan
 
     scaling = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
                           max_replicas=9, recommended_replicas=3, activation_threshold=0.0, cooldown_s=300,

@@ -31,7 +31,7 @@ PROBE = Path(__file__).with_name("layoutprobe.js")
 
 @pytest.fixture(scope="module")
 def demo_html(tmp_path_factory: pytest.TempPathFactory) -> str:
-    run = subprocess.run([sys.executable, "-c", "from recommender.cli import main; main()",
+    run = subprocess.run([sys.executable, "-c", "from recommender.cli.main import main; main()",
                           "report", "--demo", "-f", "html"], capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout

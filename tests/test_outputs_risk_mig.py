@@ -25,16 +25,18 @@ import yaml
 from click.testing import CliRunner
 
 from collectors.files import read_snapshot
-from policies.catalogue import load_catalogue
 from policies.rightsize import assess_risk
-from recommender.cli import main
+from recommender.cli.main import main
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import Allocation, Sharing
+from recommender.core.plan import Bound, NodeMigPlan, Plan
+from recommender.core.settings import Settings
+from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
-from recommender.model import Allocation, Bound, NodeMigPlan, Plan, Sharing, Snapshot
 from recommender.outputs import get_formatter
 from recommender.outputs.csvfmt import mig_files
 from recommender.outputs.table import render_table
-from recommender.pipeline import run_once
-from recommender.settings import Settings
+from recommender.pipeline.run import run_once
 from tests import planfixture as pf
 
 Layouts = dict[str, list[dict[str, int]]]  # node -> per-GPU {profile: count}, in GPU index order

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from recommender.model import Plan, Snapshot
+from recommender.core.plan import Plan
+from recommender.core.usage import Snapshot
 from recommender.outputs import get_formatter
 from recommender.outputs.table import NARROW_WIDTH, full_width, render_table
 

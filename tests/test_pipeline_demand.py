@@ -8,11 +8,12 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from recommender import model as m
-from recommender.demand import demand_series
-from recommender.model import Plan, Recommendation, VllmArgs, WorkloadClass
-from recommender.pipeline import run_once
-from recommender.settings import ForecastSettings, Settings
+from recommender.analysis.demand import demand_series
+from recommender.core import usage as m
+from recommender.core.inventory import VllmArgs
+from recommender.core.plan import Plan, Recommendation, WorkloadClass
+from recommender.core.settings import ForecastSettings, Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, index, snapshot, whole_gpu, workload
 
 DAYS = 4

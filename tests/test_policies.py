@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from policies.catalogue import load_catalogue, parse_catalogue
 from policies.estimators import (
     band_factor,
     confidence,
@@ -21,12 +20,14 @@ from policies.estimators import (
 )
 from policies.mig import smallest_profile
 from policies.modelcards import load_model_cards
-from recommender import model as m
-from recommender.errors import ConfigError, NoWorkloadsError
-from recommender.features import Quantiles, longest_run_s, quantiles
-from recommender.model import Sharing, VllmArgs
-from recommender.pipeline import run_once
-from recommender.settings import Settings
+from recommender.analysis.features import Quantiles, longest_run_s, quantiles
+from recommender.core import usage as m
+from recommender.core.catalogue import load_catalogue, parse_catalogue
+from recommender.core.errors import ConfigError, NoWorkloadsError
+from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs
+from recommender.core.plan import Bound, Recommendation
+from recommender.core.settings import Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
 CAT = load_catalogue()
@@ -81,27 +82,27 @@ def test_history_factor_is_monotone_and_low_below_a_day(history_d: float, factor
 
 @pytest.mark.parametrize(("band", "factor"), [
     (None, 1.0),  # no memory need: no band to judge
-    (m.Bound(10.0, 20.0, 20.0), 1.0),  # upper = target: no width
-    (m.Bound(10.0, 20.0, 25.0), 0.8),  # 20 / 25
-    (m.Bound(10.0, 20.0, 40.0), 0.5),  # upper twice the target: halved
-    (m.Bound(0.0, 0.0, 5.0), 0.0),  # a zero target under a positive upper: no telling
+    (Bound(10.0, 20.0, 20.0), 1.0),  # upper = target: no width
+    (Bound(10.0, 20.0, 25.0), 0.8),  # 20 / 25
+    (Bound(10.0, 20.0, 40.0), 0.5),  # upper twice the target: halved
+    (Bound(0.0, 0.0, 5.0), 0.0),  # a zero target under a positive upper: no telling
 ])
-def test_band_factor_is_target_over_upper(band: m.Bound | None, factor: float) -> None:
+def test_band_factor_is_target_over_upper(band: Bound | None, factor: float) -> None:
     assert band_factor(band) == pytest.approx(factor)
 
 
 @pytest.mark.parametrize(("args", "expected"), [
     # history 14 d of 7 (1.0) x coverage 0.96 x usable 1.0 x band 20/25 (0.8) = 0.768
-    ((14 * 86_400, 0.96, WEEK, 1.0, m.Bound(10.0, 20.0, 25.0)), 0.768),
+    ((14 * 86_400, 0.96, WEEK, 1.0, Bound(10.0, 20.0, 25.0)), 0.768),
     # the same with 60% of the sizing samples kept: x 0.6 = 0.4608
-    ((14 * 86_400, 0.96, WEEK, 0.6, m.Bound(10.0, 20.0, 25.0)), 0.461),
+    ((14 * 86_400, 0.96, WEEK, 0.6, Bound(10.0, 20.0, 25.0)), 0.461),
     # 1 day: 1/7 x 1.0 x 1.0 x 1.0 = 0.1429: low enough to be provisional
     ((86_400, 1.0, WEEK, 1.0, None), 0.143),
     # out-of-range inputs are clamped to [0, 1]: 1.0 x 1.0 x 1.0 x 1.0
     ((2 * WEEK, 1.5, WEEK, 2.0, None), 1.0),
     ((WEEK, -0.5, WEEK, 1.0, None), 0.0),
 ])
-def test_confidence_is_the_product_of_its_factors(args: tuple[float, float, float, float, m.Bound | None],
+def test_confidence_is_the_product_of_its_factors(args: tuple[float, float, float, float, Bound | None],
                                                   expected: float) -> None:
     got = confidence(*args)
     assert got == expected and 0.0 <= got <= 1.0
@@ -114,8 +115,8 @@ def test_demo_rows_differ_in_confidence_as_their_evidence_does() -> None:
     """On the demo every workload has the same 14 days and coverage; their memory bands differ, so must their
     confidence. The widest band (upper / target) gets the lowest confidence among the recommended ones."""
     from collectors.files import read_snapshot
+    from recommender.core.settings import ForecastSettings
     from recommender.demo import demo_path
-    from recommender.settings import ForecastSettings
 
     demo = read_snapshot(demo_path())
     recs = [r for r in run_once(demo, Settings(forecast=ForecastSettings(enabled=False)), demo.end).recommendations
@@ -302,7 +303,7 @@ def test_plan_has_a_per_node_mig_plan_that_validates() -> None:
     ws.append(workload("big", whole_gpu(), annotations=rt, nodes=("gpu-a100-0",)))
     series = {m.FB_USED_MIB: {"s0": 7000.0, "s1": 7000.0, "s2": 7000.0, "big": 70_000.0},
               m.GR_ENGINE_ACTIVE_FRAC: {"s0": 0.05, "s1": 0.05, "s2": 0.05, "big": 0.9}}
-    snap = _replace(snapshot(ws, series), nodes=(m.GpuNode("gpu-a100-0", "A100-80GB", 4),))
+    snap = _replace(snapshot(ws, series), nodes=(GpuNode("gpu-a100-0", "A100-80GB", 4),))
     plan = run_once(snap, Settings(), END)
     (node,) = plan.mig_nodes
     # three 1g.10gb slices fit one GPU; "big" keeps a whole GPU, where MIG is disabled
@@ -320,8 +321,8 @@ def test_plan_has_a_per_node_mig_plan_that_validates() -> None:
 
 
 def _missing_objective(over_per_s: np.ndarray | float, annotations: dict[str, str] | None = None,
-                       shape_since: datetime | None = None, alloc: m.Allocation | None = None,
-                       replicas: np.ndarray | None = None, **scaling: object) -> m.Recommendation:
+                       shape_since: datetime | None = None, alloc: Allocation | None = None,
+                       replicas: np.ndarray | None = None, **scaling: object) -> Recommendation:
     """The slice-sized service above, serving 2 requests/s, of which ``over_per_s`` missed the 2 s objective;
     ``replicas``: the serving replicas per step (none collected: None)."""
     # 16,000 MiB of weights beside a KV pool of 300,000 tokens x 131,072 B = 37,500 MiB on a whole GPU; on a slice a
@@ -420,7 +421,7 @@ def test_the_share_is_read_across_a_change_of_shape() -> None:
     """Moved to a slice half a day ago after misses on whole GPUs: those misses, in the last 24 h, still count
     (a slice would not do better than the whole GPUs that missed), while the slice's own half day alone would
     be a noisy share; a day later they are out of the window and the need decides."""
-    slice_ = m.Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB",
+    slice_ = Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB",
                           gpu_product="NVIDIA A100-SXM4-80GB", device_memory_mib=40_192, gpu_equivalents=3 / 7,
                           vllm=VLLM)
     over = np.zeros(14 * 144)

@@ -21,10 +21,11 @@ from collectors.prometheus import collect_workload_replicas
 from collectors.prometheus.collect import OVERLAP_STEPS, UsageCache
 from collectors.registry import SourceRequest, get_source
 from policies.replicas import history_from_snapshot, idle_gaps_s
-from recommender import model as m
-from recommender.model import Snapshot, WorkloadRef
-from recommender.progress import RecordingProgress
-from recommender.settings import KubernetesSettings, PrometheusSettings, Settings
+from recommender.core import usage as m
+from recommender.core.inventory import WorkloadRef
+from recommender.core.progress import RecordingProgress
+from recommender.core.settings import KubernetesSettings, PrometheusSettings, Settings
+from recommender.core.usage import Snapshot
 from tests import promcluster as pc
 from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
 from tests.test_prometheus_collect import LoggingClient

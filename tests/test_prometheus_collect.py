@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collectors.pods import PodUsage
 from collectors.prometheus import PromClient, QueryStats, collect_pod_usage, window_for
 from collectors.prometheus.collect import OVERLAP_STEPS, UsageCache
-from recommender import model as m
-from recommender.errors import PrometheusError
-from recommender.inventory import PodUsage
-from recommender.progress import RecordingProgress
-from recommender.settings import PrometheusSettings, ScalingSettings, Settings
+from recommender.core import usage as m
+from recommender.core.errors import PrometheusError
+from recommender.core.progress import RecordingProgress
+from recommender.core.settings import PrometheusSettings, ScalingSettings, Settings
 from tests import promcluster as pc
 from tests.promcluster import Cluster
 from tests.promfixture import PromServer, Series, prometheus_binaries

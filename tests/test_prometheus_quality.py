@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from recommender.cli import main
+from recommender.cli.main import main
 from tests import promcluster as pc
 from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
 

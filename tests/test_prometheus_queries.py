@@ -16,8 +16,8 @@ import pytest
 from collectors.prometheus import PromClient, PrometheusLimitError, parse, queries
 from collectors.prometheus.collect import join_usage, window_for
 from collectors.prometheus.queries import Chunk, Scope
-from recommender.errors import PrometheusError
-from recommender.settings import PrometheusSettings
+from recommender.core.errors import PrometheusError
+from recommender.core.settings import PrometheusSettings
 
 P = PrometheusSettings()
 

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from recommender.app import collect, make_report
-from recommender.cli import main
-from recommender.cli_controller import Cycle
-from recommender.planstore import PlanStore
-from recommender.settings import KubernetesSettings, PrometheusSettings, Settings
+from recommender.cli.app import collect, make_report
+from recommender.cli.controller import Cycle
+from recommender.cli.main import main
+from recommender.core.settings import KubernetesSettings, PrometheusSettings, Settings
+from recommender.pipeline.planstore import PlanStore
 from tests import promcluster as pc
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
 from tests.promcluster import Cluster

@@ -1,4 +1,4 @@
-"""The data-quality stage (recommender/quality.py) and its bounds table (recommender/data/bounds.yaml)."""
+"""The data-quality stage (recommender/analysis/quality.py) and its bounds table (recommender/data/bounds.yaml)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from policies.catalogue import load_catalogue
-from recommender import model as m
-from recommender.model import Allocation, Sharing, Workload
-from recommender.pipeline import run_once
-from recommender.quality import DataQuality, Dropped, clean, fleet_warning, parse_bounds
-from recommender.quality_data import load_bounds
-from recommender.settings import Settings
+from recommender.analysis.quality import DataQuality, Dropped, clean, fleet_warning, parse_bounds
+from recommender.analysis.quality_data import load_bounds
+from recommender.core import usage as m
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import Allocation, Sharing, VllmArgs, Workload
+from recommender.core.settings import Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
 CAT = load_catalogue()
@@ -128,7 +128,7 @@ def test_clean_data_passes_unchanged() -> None:
 def test_run_once_never_sizes_from_dropped_data() -> None:
     """The issue's pod: memory and engine activity negative. No MIG slice, no vLLM fraction: no recommendation,
     confidence 0, with every count in its reasons."""
-    vllm = m.VllmArgs(model="meta-llama/Meta-Llama-3-8B-Instruct", gpu_memory_utilization=0.9)
+    vllm = VllmArgs(model="meta-llama/Meta-Llama-3-8B-Instruct", gpu_memory_utilization=0.9)
     w = workload("neg", whole_gpu(vllm=vllm, memory_mib=-81_930.0), kv_capacity_tokens=300_000.0)
     ok = workload("ok", whole_gpu(vllm=vllm), kv_capacity_tokens=300_000.0)
     snap = snapshot([w, ok], {m.FB_USED_MIB: {"neg": -20_000.0, "ok": 50_000.0},

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import replay
 from replay import Capacity, Reactive, Trace, simulate
 
-from policies.catalogue import load_catalogue
+from recommender.core.catalogue import load_catalogue
 
 CAP = Capacity(prefill_tps=1000.0, decode_tps=1000.0, seq_tps=100.0, kv_tokens=100_000.0, max_seqs=8, cold_start_s=30.0)
 

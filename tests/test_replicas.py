@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from policies.autoscalerobjects import trigger_prometheus
 from policies.replicas import (
-    CAPACITY_ANNOTATION,
     NoScalingPlan,
     ReplicaHistory,
     autoscaled_replicas,
@@ -27,20 +26,12 @@ from policies.replicas import (
     wake_steps,
 )
 from policies.rightscale import ShapeScale, shape_scale
-from recommender import model as m
-from recommender.model import (
-    Allocation,
-    Classification,
-    Forecast,
-    ScalingPlan,
-    Sharing,
-    Snapshot,
-    Workload,
-    WorkloadClass,
-    WorkloadRef,
-)
-from recommender.settings import ScalingSettings
-from recommender.shape import RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION
+from recommender.core import usage as m
+from recommender.core.annotations import CAPACITY_ANNOTATION, RECOMMENDATION_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION
+from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
+from recommender.core.plan import Classification, Forecast, ScalingPlan, WorkloadClass
+from recommender.core.settings import ScalingSettings
+from recommender.core.usage import Snapshot
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
 # bounds and forecasts from any history; the short-history ceiling and the forecast's history have their own tests
@@ -769,7 +760,7 @@ def test_the_previous_plans_capacity_carries_todays_figure_not_the_estimate() ->
 
 
 def test_shape_scale_from_the_catalogue() -> None:
-    from policies.catalogue import load_catalogue
+    from recommender.core.catalogue import load_catalogue
     from tests import planfixture as pf
     rec = next(r for r in pf.recommendations() if r.recommended is not None)
     whole = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=2, gpu_model="A100-80GB")
@@ -790,7 +781,7 @@ def test_shape_scale_from_the_catalogue() -> None:
     (None, "https://prom:9090", {"bearer_token": "t"}, "https://prom:9090", True),
 ])
 def test_trigger_prometheus(keda: str | None, url: str | None, kw: dict[str, str], want: str, warned: bool) -> None:
-    from recommender.settings import PrometheusSettings
+    from recommender.core.settings import PrometheusSettings
     address, warnings = trigger_prometheus(keda, PrometheusSettings(url=url, **kw))  # type: ignore[arg-type]
     assert address.url == want and address.needs_auth is warned and bool(warnings) is warned
     assert all("TriggerAuthentication" in w and ":p@" not in w for w in warnings)

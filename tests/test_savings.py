@@ -7,12 +7,13 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from policies.catalogue import load_catalogue
 from policies.compute import compute_held
 from policies.replicas import ReplicaHistory
 from policies.savings import autoscaled_gpus, summarize
-from recommender import model as m
-from recommender.model import Allocation, Recommendation, ScalingPlan, Sharing
+from recommender.core import usage as m
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import Allocation, Sharing
+from recommender.core.plan import Recommendation, ScalingPlan
 from tests import planfixture as pf
 
 WINDOW_S = (pf.END - pf.START).total_seconds()

@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.files import read_snapshot
-from recommender.cli import main
+from recommender.cli.main import main
+from recommender.cli.selector import parse_selector, select_labels
+from recommender.core.errors import ConfigError
 from recommender.demo import demo_path
-from recommender.errors import ConfigError
-from recommender.selector import parse_selector, select_labels
 
 LABELS = {"app": "chat", "tier": "web", "env": "prod"}
 

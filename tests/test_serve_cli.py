@@ -18,7 +18,7 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from recommender.cli import main
+from recommender.cli.main import main
 from recommender.serve.apiservice import APISERVICE_NAME, read_apiservice
 from recommender.serve.proto import externalscaler_pb2 as pb
 from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc
@@ -90,7 +90,7 @@ def test_bad_flags_end_with_one_line(args: list[str], needle: str) -> None:
 
 
 def test_serve_demo_starts_answers_and_stops(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-c", "from recommender.cli import main; main()", "serve", "--demo", "--host",
+    cmd = [sys.executable, "-c", "from recommender.cli.main import main; main()", "serve", "--demo", "--host",
            "127.0.0.1", "--grpc-port", "0", "--http-port", "0", "--ports-file", str(tmp_path / "ports.json")]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
@@ -123,7 +123,7 @@ def _free_port() -> int:
 
 def test_serve_every_starts_not_ready_while_prometheus_is_down(tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{_free_port()}"
-    cmd = [sys.executable, "-c", "from recommender.cli import main; main()", "serve", "--prometheus-url", dead,
+    cmd = [sys.executable, "-c", "from recommender.cli.main import main; main()", "serve", "--prometheus-url", dead,
            "--no-kubernetes", "--every", "1h", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
            "--ports-file", str(tmp_path / "ports.json")]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)

@@ -21,9 +21,9 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from recommender.cli import main
-from recommender.errors import ConfigError
-from recommender.planstore import PlanStore
+from recommender.cli.main import main
+from recommender.core.errors import ConfigError
+from recommender.pipeline.planstore import PlanStore
 from recommender.serve import Servers, ServeSettings, start_servers
 from recommender.serve import frontproxy as fp
 from recommender.serve.tls import ssl_context

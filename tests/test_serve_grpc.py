@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from recommender.planstore import PlanStore
+from recommender.pipeline.planstore import PlanStore
 from recommender.serve import Servers, ServeSettings, start_servers
 from recommender.serve.proto import externalscaler_pb2 as pb
 from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc

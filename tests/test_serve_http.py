@@ -11,7 +11,7 @@ import requests
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from recommender.planstore import PlanStore
+from recommender.pipeline.planstore import PlanStore
 from recommender.serve import Servers, ServeSettings, start_servers
 from recommender.serve.exporter import fleet_metrics, workload_metrics
 from tests import servefixture as sf

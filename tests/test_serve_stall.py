@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from recommender.planstore import PlanStore
+from recommender.pipeline.planstore import PlanStore
 from recommender.serve import Servers, ServeSettings, start_servers
 from recommender.serve.metricspage import MetricsPage
 from recommender.serve.proto import externalscaler_pb2 as pb

@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from recommender import model as m
+from recommender.core import usage as m
+from recommender.core.inventory import WorkloadRef
 from recommender.serve import extmetrics
 from recommender.serve.apiservice import conflict
 from recommender.serve.ratelimit import RateLimiter, budget, client_of_peer
@@ -127,7 +128,7 @@ def test_kind_is_case_insensitive_and_names_across_kinds_are_ambiguous() -> None
     assert _target(0, workload="deployment/llama-3-8b-chat").ref.kind == "Deployment"
     plan = sf.plan()
     rec = find_recommendation(plan, "llm", "llama-3-8b-chat")
-    twin = replace(rec, workload=replace(rec.workload, ref=m.WorkloadRef("llm", "StatefulSet", rec.ref.name)))
+    twin = replace(rec, workload=replace(rec.workload, ref=WorkloadRef("llm", "StatefulSet", rec.ref.name)))
     plan = replace(plan, recommendations=(*plan.recommendations, twin))
     with pytest.raises(TargetError, match="ambiguous"):
         find_recommendation(plan, "llm", "llama-3-8b-chat")

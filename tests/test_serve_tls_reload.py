@@ -17,8 +17,8 @@ import grpc
 import pytest
 import requests
 
-from recommender.errors import ConfigError
-from recommender.planstore import PlanStore
+from recommender.core.errors import ConfigError
+from recommender.pipeline.planstore import PlanStore
 from recommender.serve import Servers, ServeSettings, start_servers
 from recommender.serve.proto import externalscaler_pb2 as pb
 from recommender.serve.proto import externalscaler_pb2_grpc as pb_grpc

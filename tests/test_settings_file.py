@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from recommender.cli import build_settings, main
+from recommender.cli.main import main
+from recommender.cli.options import build_settings
 
 
 def report(tmp_path: Path, text: str | None, *extra: str) -> Any:

@@ -9,11 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recommender import model as m
-from recommender.shape import (
-    CLASS_ANNOTATION,
-    SCHEDULE_ANNOTATION,
-    TTFT_OBJECTIVE_ANNOTATION,
+from recommender.analysis.shape import (
     SeriesShape,
     demand_shape,
     longest_run,
@@ -21,6 +17,9 @@ from recommender.shape import (
     seasonal_strength,
     series_shape,
 )
+from recommender.core import usage as m
+from recommender.core.annotations import CLASS_ANNOTATION, SCHEDULE_ANNOTATION, TTFT_OBJECTIVE_ANNOTATION
+from recommender.core.inventory import Workload
 from tests import builders as b
 
 DAY = 144  # 10-minute steps per day
@@ -134,7 +133,7 @@ def test_longest_run() -> None:
     assert longest_run(np.array([], dtype=bool)) == 0
 
 
-def _wl(name: str = "svc", kind: str = "Deployment", **annotations: str) -> m.Workload:
+def _wl(name: str = "svc", kind: str = "Deployment", **annotations: str) -> Workload:
     return b.workload(name, b.whole_gpu(), kind=kind, annotations=annotations)
 
 

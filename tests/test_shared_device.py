@@ -11,15 +11,17 @@ from typing import Any
 import pytest
 
 from collectors.files import read_snapshot
-from policies.catalogue import load_catalogue
-from policies.mechanism import REQUIRED_ANNOTATION
 from policies.shares import how_to_apply
-from recommender import model as m
+from recommender.core import usage as m
+from recommender.core.annotations import REQUIRED_ANNOTATION
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import Allocation, Sharing, VllmArgs
+from recommender.core.plan import Plan, Recommendation
+from recommender.core.settings import ForecastSettings, Settings
+from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
-from recommender.model import Allocation, Plan, Recommendation, Sharing, Snapshot, VllmArgs
 from recommender.outputs import get_formatter
-from recommender.pipeline import run_once
-from recommender.settings import ForecastSettings, Settings
+from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
 SETTINGS = Settings(forecast=ForecastSettings(max_workloads=0))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from policies.catalogue import load_catalogue
 from policies.packing import GpuLayout
 from policies.slo_packing import (
     A100_80GB_PROFILE_FOR_GPCS,
@@ -15,6 +14,7 @@ from policies.slo_packing import (
     min_gpcs,
     plan,
 )
+from recommender.core.catalogue import load_catalogue
 
 A100 = load_catalogue().gpus["A100-80GB"]
 

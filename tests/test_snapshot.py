@@ -9,11 +9,8 @@ import pandas as pd
 import pytest
 
 from collectors.files import read_snapshot, write_snapshot
-from policies.catalogue import load_catalogue
-from recommender import model as m
-from recommender.inventory import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
-from recommender.model import Allocation, Sharing, Workload, WorkloadRef
-from recommender.snapshot import (
+from collectors.pods import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
+from collectors.snapshot import (
     aggregate_usage,
     assemble,
     attribute_pods,
@@ -21,6 +18,9 @@ from recommender.snapshot import (
     gpu_equivalents,
     infer_owner,
 )
+from recommender.core import usage as m
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
 from tests.builders import END, index
 
 CAT = load_catalogue()

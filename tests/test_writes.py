@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.files import read_snapshot
-from recommender.cli import MAX_HORIZON_STEPS, main
-from recommender.settings import PrometheusSettings
-from recommender.writes import OutputError, replace_dir, write_file
+from recommender.cli.main import MAX_HORIZON_STEPS, main
+from recommender.core.settings import PrometheusSettings
+from recommender.core.writes import OutputError, replace_dir, write_file
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_BYTES = 4096
@@ -38,7 +38,7 @@ def cli_with_a_full_disk(*args: str) -> subprocess.CompletedProcess[str]:
         resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT_BYTES, LIMIT_BYTES))
 
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": "/tmp"}
-    return subprocess.run([sys.executable, "-c", "from recommender.cli import main; main()", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-c", "from recommender.cli.main import main; main()", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300, preexec_fn=limit, check=False)
 
 

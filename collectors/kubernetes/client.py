@@ -19,8 +19,8 @@ from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError, MaxRetryError, NameResolutionError, NewConnectionError, SSLError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
-from recommender.errors import KubernetesError
-from recommender.settings import KubernetesSettings
+from recommender.core.errors import KubernetesError
+from recommender.core.settings import KubernetesSettings
 
 PAGE_SIZE = 500  # objects per list page: big enough to be few calls, small enough for the API server
 _MESSAGE_CHARS = 300  # how much of the server's own message we keep in our one-line error

@@ -30,13 +30,13 @@ from collectors.kubernetes.client import (
     make_api_client,
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
-from policies.catalogue import Catalogue
-from recommender.autoscalers import HPA, SCALED_OBJECT, by_target, describe
-from recommender.model import Allocation, GpuNode, Sharing, Workload, WorkloadRef
-from recommender.progress import Progress
-from recommender.settings import Settings
-from recommender.shape import SCHEDULE_ANNOTATION
-from recommender.timestamps import parse_time
+from recommender.core.annotations import MIG_CONFIG_LABEL, SCHEDULE_ANNOTATION
+from recommender.core.autoscalers import HPA, SCALED_OBJECT, by_target, describe
+from recommender.core.catalogue import Catalogue
+from recommender.core.inventory import Allocation, GpuNode, Sharing, Workload, WorkloadRef
+from recommender.core.progress import Progress
+from recommender.core.settings import Settings
+from recommender.core.timestamps import parse_time
 
 NAMESPACED = (
     Resource("apps", "v1", "deployments", "Deployment"),
@@ -78,7 +78,6 @@ class Listing:
 
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # GFD
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # mig-manager (reference.md §2)
 
 
 def discover_workloads(
@@ -143,7 +142,7 @@ def _list_optional(
 
 def build_workloads(listing: Listing) -> tuple[Workload, ...]:
     """Group pods under their top-level owners, keep the workloads that hold a GPU, and name the autoscaler
-    that owns each one's replicas (``recommender.autoscalers``)."""
+    that owns each one's replicas (``recommender.core.autoscalers``)."""
     pods: dict[Key, list[dict[str, Any]]] = {}
     notes: dict[Key, list[str]] = {}
     revisions: dict[Key, list[Revision]] = {}

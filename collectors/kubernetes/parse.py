@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from recommender.model import Allocation, Sharing, VllmArgs
+from recommender.core.inventory import Allocation, Sharing, VllmArgs
 
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"

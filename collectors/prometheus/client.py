@@ -25,8 +25,8 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from urllib3.util.retry import Retry
 
-from recommender.errors import PrometheusError
-from recommender.settings import PrometheusSettings
+from recommender.core.errors import PrometheusError
+from recommender.core.settings import PrometheusSettings
 
 Result = list[dict[str, Any]]  # Prometheus' data.result: [{"metric": {...}, "values": [[ts, "v"], ...]}]
 _LIMIT = re.compile(r"too many samples|maximum resolution|exceeded|max.?samples|limit", re.IGNORECASE)

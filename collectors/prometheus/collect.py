@@ -23,16 +23,16 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
+from collectors.pods import PodDevices, PodUsage, pod_key
 from collectors.prometheus import parse, queries
 from collectors.prometheus.client import PromClient, PrometheusLimitError, QueryStats
 from collectors.prometheus.parse import Accumulator, Grid, Result
 from collectors.prometheus.queries import Chunk, Scope
-from recommender import model as m
-from recommender.errors import PrometheusError
-from recommender.inventory import PodDevices, PodUsage, pod_key
-from recommender.model import WorkloadRef
-from recommender.progress import Progress
-from recommender.settings import PrometheusSettings, Settings
+from recommender.core import usage as m
+from recommender.core.errors import PrometheusError
+from recommender.core.inventory import WorkloadRef
+from recommender.core.progress import Progress
+from recommender.core.settings import PrometheusSettings, Settings
 
 INVENTORY_POINTS = 336  # coarse inventory series: hourly over 14 days
 MAX_SPLITS = 6  # a chunk is halved at most this often (1/64 of its steps) before we give up

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recommender.inventory import NodeDevices, PodDevices, PodOwner, PodRequests, VllmInfo, pod_key
+from collectors.pods import NodeDevices, PodDevices, PodOwner, PodRequests, VllmInfo, pod_key
 
 Result = list[dict[str, Any]]
 Latest = list[tuple[dict[str, str], float, float]]  # (labels, last finite value, its time), oldest first

@@ -14,8 +14,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from recommender import model as m
-from recommender.settings import PrometheusSettings, ScalingSettings
+from recommender.core import usage as m
+from recommender.core.settings import PrometheusSettings, ScalingSettings
 
 # Names as exported. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9 (reference §9.1).
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -99,7 +99,7 @@ class Family:
     activity and queues) so a peak between two steps is not lost; counters use ``rate`` over the step.
     """
 
-    metric: str  # canonical name from recommender.model
+    metric: str  # canonical name from recommender.core.usage
     names: tuple[str, ...]  # exported names it reads (one __name__ regex: old and new vLLM names)
     over_time: str  # max_over_time | avg_over_time | rate
     agg: str = "max"  # how a pod's devices/engines combine: max (per device) or sum (demand)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from recommender.autoscalers import HPA, SCALED_OBJECT, Autoscaler, describe, owners, targets
 from recommender.controller import records as rec
 from recommender.controller.changes import (
     REPLICAS,
@@ -46,6 +45,7 @@ from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
 from recommender.controller.placement import unplaceable
 from recommender.controller.policy import ChangeLimits
 from recommender.controller.signing import Signer
+from recommender.core.autoscalers import HPA, SCALED_OBJECT, Autoscaler, describe, owners, targets
 
 log = logging.getLogger("rightsizer.actuator")
 
@@ -255,7 +255,7 @@ class Actuator:
     def _not_its_autoscaler(self, ref: ObjectRef, others: list[ObjectRef]) -> str | None:
         """Why one of ``others`` (objects a record names beside the workload) is not, now, the autoscaler of
         ``ref``: a record may only ever reach the ScaledObject or HPA whose scaleTargetRef names the workload
-        (the rule :func:`recommender.autoscalers.targets` keeps for the report and the apply alike)."""
+        (the rule :func:`recommender.core.autoscalers.targets` keeps for the report and the apply alike)."""
         for o in others:
             if not targets(self.kube.get(o.kind, o.namespace, o.name), ref.namespace, ref.kind, ref.name):
                 return f"{o.key} does not scale {ref.key}"

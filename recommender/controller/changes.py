@@ -18,8 +18,9 @@ from typing import Any
 
 from policies.replicas import positive_number, trigger_thresholds
 from policies.shares import MPS_MEM_ENV, MPS_THREADS_ENV, hami_resources, hami_whole_resources, kai_annotations, mps_env
-from recommender.autoscalers import HPA
-from recommender.model import Recommendation, ScalingPlan, Sharing
+from recommender.core.autoscalers import HPA
+from recommender.core.inventory import Sharing
+from recommender.core.plan import Recommendation, ScalingPlan
 
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"  # time-slicing or MPS with renameByDefault (reference.md §3)

@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from recommender.controller.policy import Mode, Policy
-from recommender.model import Workload, WorkloadClass, WorkloadConstraints
+from recommender.core.inventory import Workload
+from recommender.core.plan import WorkloadClass, WorkloadConstraints
 
 # workloads of the snapshot → workload key → its constraints (what the controller hands the plan function)
 Constrain = Callable[[Sequence[Workload]], Mapping[str, WorkloadConstraints]]

@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 
 from recommender.controller.policy import ChangeLimits, LabelSelector
-from recommender.model import PREEMPTIONS_RATE, REQUESTS_WAITING, TTFT_P95_S, Snapshot
-from recommender.timestamps import parse_time
+from recommender.core.timestamps import parse_time
+from recommender.core.usage import PREEMPTIONS_RATE, REQUESTS_WAITING, TTFT_P95_S, Snapshot
 
 
 @dataclass(frozen=True)

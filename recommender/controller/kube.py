@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from collectors.kubernetes.client import Resource, to_error
-from recommender.errors import KubernetesError
+from recommender.core.errors import KubernetesError
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

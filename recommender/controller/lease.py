@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from recommender.timestamps import parse_time
+from recommender.core.timestamps import parse_time
 
 RELEASED = datetime.fromtimestamp(0, UTC)  # renewTime of a lease handed over on shutdown
 

@@ -23,13 +23,15 @@ from recommender.controller.constraints import Constrain, resolve_constraints
 from recommender.controller.guardrails import health_from, pod_counts_since, regressions
 from recommender.controller.kube import Kube, KubeFailure, NotFound
 from recommender.controller.leader import LeaderElector
-from recommender.controller.mig import STATE_ANNOTATION, MigSettings, advance
-from recommender.controller.policy import MODE_ANNOTATION, Mode, Policy, annotation_policy, parse_policy
+from recommender.controller.mig import MigSettings, advance
+from recommender.controller.policy import Mode, Policy, annotation_policy, parse_policy
 from recommender.controller.signing import KeySource, SecretKeys, SigningKeyError
-from recommender.errors import RightsizerError
-from recommender.model import Plan, Recommendation, Snapshot
-from recommender.planstore import PlanStore
-from recommender.settings import MechanismSettings
+from recommender.core.annotations import MODE_ANNOTATION, STATE_ANNOTATION
+from recommender.core.errors import RightsizerError
+from recommender.core.plan import Plan, Recommendation
+from recommender.core.settings import MechanismSettings
+from recommender.core.usage import Snapshot
+from recommender.pipeline.planstore import PlanStore
 
 log = logging.getLogger("rightsizer.controller")
 PlanFn = Callable[[datetime, Constrain], tuple[Plan, Snapshot]]  # now, the policies' constraints → plan

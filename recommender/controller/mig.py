@@ -25,10 +25,9 @@ import yaml
 from recommender.controller.changes import ObjectRef, _esc
 from recommender.controller.kube import Conflict, Kube, KubeFailure, TooManyRequests
 from recommender.controller.records import annotation_ops, emit_event
-
-MIG_CONFIG = "nvidia.com/mig.config"
-MIG_STATE = "nvidia.com/mig.config.state"
-STATE_ANNOTATION = "rightsizer.io/mig-change"
+from recommender.core.annotations import MIG_CONFIG_LABEL as MIG_CONFIG
+from recommender.core.annotations import MIG_CONFIG_STATE_LABEL as MIG_STATE
+from recommender.core.annotations import STATE_ANNOTATION
 
 
 @dataclass(frozen=True)

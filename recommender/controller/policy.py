@@ -15,10 +15,10 @@ from typing import Any
 from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from recommender.model import Sharing, WorkloadRef
+from recommender.core.annotations import MODE_ANNOTATION
+from recommender.core.inventory import Sharing, WorkloadRef
 
 GROUP, VERSION, KIND = "rightsizer.io", "v1alpha1", "GPURightsizingPolicy"
-MODE_ANNOTATION = "rightsizer.io/mode"  # opt-in on a Deployment/StatefulSet without a policy object
 MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node"}
 _PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 KIND_GROUPS = {"Deployment": "apps", "StatefulSet": "apps", "Job": "batch", "CronJob": "batch",

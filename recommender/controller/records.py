@@ -23,10 +23,8 @@ from recommender.controller.guardrails import Health
 from recommender.controller.kube import Kube, KubeFailure
 from recommender.controller.managed import unmanaged
 from recommender.controller.signing import Signer, subject_of
-from recommender.shape import RECOMMENDATION_ANNOTATION
+from recommender.core.annotations import LAST_CHANGE, RECOMMENDATION_ANNOTATION, SIGNATURE
 
-LAST_CHANGE = "rightsizer.io/last-change"
-SIGNATURE = "rightsizer.io/last-change-signature"
 MAX_RECORD_CHARS = 64 * 1024  # a record is a few KiB; anything larger was not written by us
 RECOMMENDATION = RECOMMENDATION_ANNOTATION
 COMPONENT = "gpu-rightsizer"

@@ -1,4 +1,4 @@
-"""Report outputs: formatters that render a :class:`~recommender.model.Plan` as text.
+"""Report outputs: formatters that render a :class:`~recommender.core.plan.Plan` as text.
 
 ``get_formatter("html")(plan, snapshot)`` returns the report as one string; see
 :mod:`recommender.outputs.registry` for registering more formats.

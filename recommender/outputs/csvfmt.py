@@ -16,7 +16,9 @@ from collections.abc import Callable
 from io import StringIO
 from typing import Any
 
-from recommender.model import Allocation, NodeMigPlan, Plan, Recommendation, Snapshot
+from recommender.core.inventory import Allocation
+from recommender.core.plan import NodeMigPlan, Plan, Recommendation
+from recommender.core.usage import Snapshot
 from recommender.outputs import jsondoc as j
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_companions, register_formatter

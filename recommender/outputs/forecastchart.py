@@ -13,8 +13,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from recommender.demand import LABELS, demand_series
-from recommender.model import Forecast, Recommendation, Snapshot
+from recommender.analysis.demand import LABELS, demand_series
+from recommender.core.plan import Forecast, Recommendation
+from recommender.core.usage import Snapshot
 from recommender.outputs import charts
 from recommender.outputs.charts import COLORS, LEFT_IN, RIGHT_IN, WIDTH_IN
 

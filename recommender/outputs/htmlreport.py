@@ -18,9 +18,10 @@ from collections import defaultdict
 from html import escape
 from importlib.resources import files
 
-from policies.miglayout import MIG_CONFIG_LABEL
 from policies.savings import right_sized_autoscaled_or_needed
-from recommender.model import NodeMigPlan, Plan, Recommendation, Snapshot
+from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.plan import NodeMigPlan, Plan, Recommendation
+from recommender.core.usage import Snapshot
 from recommender.outputs import charts
 from recommender.outputs import text as t
 from recommender.outputs.forecastchart import forecast_chart

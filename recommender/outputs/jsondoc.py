@@ -18,13 +18,13 @@ from typing import Any
 import pandas as pd
 
 from policies.autoscalerobjects import hpa_external
-from policies.miglayout import MIG_CONFIG_LABEL
 from policies.replicas import keda_parameters
 from policies.shares import how_to_apply
-from recommender.forecast import upper_band
-from recommender.model import (
+from recommender.analysis.forecast import upper_band
+from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.inventory import Allocation, VllmArgs
+from recommender.core.plan import (
     PLACEHOLDER_PROMETHEUS,
-    Allocation,
     Bound,
     Classification,
     Forecast,
@@ -33,10 +33,9 @@ from recommender.model import (
     PrometheusAddress,
     Recommendation,
     ScalingPlan,
-    Snapshot,
     Summary,
-    VllmArgs,
 )
+from recommender.core.usage import Snapshot
 from recommender.outputs import text as t
 from recommender.outputs.docmodel import Report
 from recommender.outputs.registry import register_formatter

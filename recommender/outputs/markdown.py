@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 
-from policies.miglayout import MIG_CONFIG_LABEL
-from recommender.model import NodeMigPlan, Plan, Recommendation, Snapshot
+from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.plan import NodeMigPlan, Plan, Recommendation
+from recommender.core.usage import Snapshot
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 

@@ -22,8 +22,9 @@ from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 from typing import TypeAlias
 
-from recommender.errors import ConfigError
-from recommender.model import Plan, Snapshot
+from recommender.core.errors import ConfigError
+from recommender.core.plan import Plan
+from recommender.core.usage import Snapshot
 
 Formatter: TypeAlias = Callable[[Plan, Snapshot | None], str]
 # files a format writes beside its report when it goes to a file: suffix -> text (CSV's MIG plan)

@@ -14,7 +14,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from policies.replicas import autoscaled_series, history_from_snapshot
-from recommender.model import Recommendation, Snapshot
+from recommender.core.plan import Recommendation
+from recommender.core.usage import Snapshot
 from recommender.outputs import charts
 from recommender.outputs.charts import COLORS, LEFT_IN, RIGHT_IN, WIDTH_IN
 

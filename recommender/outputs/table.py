@@ -18,8 +18,9 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from policies.miglayout import MIG_CONFIG_LABEL
-from recommender.model import Plan, Recommendation, Snapshot
+from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.plan import Plan, Recommendation
+from recommender.core.usage import Snapshot
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 

@@ -15,20 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from policies.miglayout import MIG_CONFIG_LABEL
-from recommender.demand import DEMAND_METRICS, LABELS
-from recommender.forecast import upper_band
-from recommender.model import (
-    FB_USED_MIB,
-    Allocation,
-    Forecast,
-    NodeMigPlan,
-    Plan,
-    Recommendation,
-    Sharing,
-    Snapshot,
-    Summary,
-)
+from recommender.analysis.demand import DEMAND_METRICS, LABELS
+from recommender.analysis.forecast import upper_band
+from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.inventory import Allocation, Sharing
+from recommender.core.plan import Forecast, NodeMigPlan, Plan, Recommendation, Summary
+from recommender.core.usage import FB_USED_MIB, Snapshot
 
 DASH = "–"
 NO_REC = "no recommendation: "

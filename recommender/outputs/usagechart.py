@@ -14,17 +14,11 @@ from functools import lru_cache
 
 import pandas as pd
 
-from policies.catalogue import Catalogue, load_catalogue
 from policies.compute import sm_share_held
-from recommender.model import (
-    FB_USED_MIB,
-    GR_ENGINE_ACTIVE_FRAC,
-    Allocation,
-    Bound,
-    Recommendation,
-    Sharing,
-    Snapshot,
-)
+from recommender.core.catalogue import Catalogue, load_catalogue
+from recommender.core.inventory import Allocation, Sharing
+from recommender.core.plan import Bound, Recommendation
+from recommender.core.usage import FB_USED_MIB, GR_ENGINE_ACTIVE_FRAC, Snapshot
 from recommender.outputs import charts
 from recommender.outputs.charts import COLORS, Level, Panel
 from recommender.outputs.text import alloc_text

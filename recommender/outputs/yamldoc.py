@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from recommender.model import Plan, Snapshot
+from recommender.core.plan import Plan
+from recommender.core.usage import Snapshot
 from recommender.outputs.jsondoc import document
 from recommender.outputs.registry import register_formatter
 

@@ -20,8 +20,8 @@ import grpc
 from aiohttp import web
 from prometheus_client.registry import CollectorRegistry
 
-from recommender.errors import ConfigError
-from recommender.planstore import PlanStore, Published
+from recommender.core.errors import ConfigError
+from recommender.pipeline.planstore import PlanStore, Published
 from recommender.serve import http, listen
 from recommender.serve.exporter import PlanCollector
 from recommender.serve.lookup import Lookup, log

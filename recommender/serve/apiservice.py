@@ -55,7 +55,7 @@ def read_authentication_config(api: Any, timeout_s: float) -> dict[str, str]:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from recommender.errors import ConfigError
+    from recommender.core.errors import ConfigError
     from recommender.serve.frontproxy import CONFIGMAP_NAME, CONFIGMAP_NAMESPACE
 
     where = f"ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}"

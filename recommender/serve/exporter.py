@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from policies.savings import right_sized_autoscaled_gpus, right_sized_autoscaled_or_needed
-from recommender.model import Plan, Recommendation
+from recommender.core.plan import Plan, Recommendation
 from recommender.serve.lookup import Lookup
 from recommender.serve.targets import PlanState, TargetError, forecast_rows, plan_state, target_for
 

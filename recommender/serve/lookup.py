@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from recommender.planstore import PlanStore, Published
+from recommender.pipeline.planstore import PlanStore, Published
 from recommender.serve.settings import ServeSettings
 from recommender.serve.targets import (
     ErrorKind,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from recommender.planstore import PlanStore, Published
+from recommender.pipeline.planstore import PlanStore, Published
 
 
 @dataclass(frozen=True)

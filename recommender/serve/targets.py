@@ -24,8 +24,9 @@ from enum import StrEnum
 import numpy as np
 import pandas as pd
 
-from recommender.forecast import upper_band
-from recommender.model import Forecast, Plan, Recommendation, ScalingPlan, WorkloadRef
+from recommender.analysis.forecast import upper_band
+from recommender.core.inventory import WorkloadRef
+from recommender.core.plan import Forecast, Plan, Recommendation, ScalingPlan
 from recommender.serve.settings import ServeSettings
 
 DESIRED_REPLICAS = "desired_replicas"  # external metrics API: value = replicas, HPA target AverageValue 1

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from recommender.errors import ConfigError, RightsizerError
+from recommender.core.errors import ConfigError, RightsizerError
 from recommender.serve import frontproxy
 from recommender.serve.frontproxy import FrontProxy
 from recommender.serve.settings import ServeSettings

@@ -1,0 +1,343 @@
+"""Group pod-level facts into workloads and workload-level usage: the hand-off from collectors.
+
+Pods come and go over a 14-day window (rolling updates change ReplicaSet hashes), so a pod's usage
+is attributed to a workload by, in order: the workload's current pod list, kube-state-metrics owner
+series, a name-prefix match against known workloads, and finally the pod-name pattern (marked as
+inferred). Pure functions over typed data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+from pandas.api.typing import DataFrameGroupBy
+
+from collectors.pods import NodeDevices, PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo, pod_key
+from recommender.core import usage as m
+from recommender.core.catalogue import Catalogue
+from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
+from recommender.core.usage import Snapshot
+
+# How a workload's value is formed from its pods' values at one step.
+SUM_METRICS = frozenset(
+    {m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE,
+     m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.TTFT_OVER_OBJECTIVE_RATE, m.POWER_W}
+)  # demand adds up across replicas; everything else is per replica/device: max
+
+# Demand a workload has none of while it has no pod: at zero it reads 0, not unknown (fill_at_zero).
+AT_ZERO_METRICS = frozenset(
+    {m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE, m.GENERATION_TOKENS_RATE,
+     m.PREEMPTIONS_RATE, m.TTFT_OVER_OBJECTIVE_RATE, m.SERVING_REPLICAS}
+)
+
+# Whose pods count as serving replicas at a step: vLLM's running gauge, else its request counter's rate.
+SERVING_FROM = (m.REQUESTS_RUNNING, m.REQUEST_RATE)
+
+_RS_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' SafeEncodeString alphabet
+_DEPLOY_POD = re.compile(rf"^(?P<name>.+)-[{_RS_CHARS}]{{6,10}}-[{_RS_CHARS}]{{5}}$")
+_CRONJOB_POD = re.compile(rf"^(?P<name>.+)-\d{{8,10}}-[{_RS_CHARS}]{{5}}$")
+_JOB_POD = re.compile(rf"^(?P<name>.+)-[{_RS_CHARS}]{{5}}$")
+_STS_POD = re.compile(r"^(?P<name>.+)-\d+$")
+
+
+def infer_owner(namespace: str, pod: str) -> PodOwner:
+    """Guess a pod's owner from Kubernetes' pod-naming conventions (used when no API/KSM says)."""
+    for pattern, kind in ((_CRONJOB_POD, "CronJob"), (_DEPLOY_POD, "Deployment"), (_STS_POD, "StatefulSet"),
+                          (_JOB_POD, "Job")):
+        hit = pattern.match(pod)
+        if hit:
+            return PodOwner(namespace, pod, kind, hit.group("name"), inferred=True)
+    return PodOwner(namespace, pod, "Pod", pod, inferred=True)
+
+
+def _by_prefix(namespace: str, pod: str, names: Mapping[str, Sequence[WorkloadRef]]) -> WorkloadRef | None:
+    """The workload in the namespace whose name is the longest ``<name>-`` prefix of the pod name."""
+    best: WorkloadRef | None = None
+    for ref in names.get(namespace, ()):
+        if pod.startswith(ref.name + "-") and (best is None or len(ref.name) > len(best.name)):
+            best = ref
+    return best
+
+
+def attribute_pods(
+    pods: Iterable[str], workloads: Sequence[Workload], owners: Sequence[PodOwner]
+) -> tuple[dict[str, WorkloadRef], dict[WorkloadRef, list[str]]]:
+    """Map pod keys ("ns/pod") to workloads; returns the map and notes per workload ref."""
+    by_pod = {pod_key(w.ref.namespace, p): w.ref for w in workloads for p in w.pods}
+    by_owner = {pod_key(o.namespace, o.pod): o for o in owners}
+    names: dict[str, list[WorkloadRef]] = defaultdict(list)
+    for w in workloads:
+        names[w.ref.namespace].append(w.ref)
+    mapping: dict[str, WorkloadRef] = {}
+    notes: dict[WorkloadRef, list[str]] = defaultdict(list)
+    for key in pods:
+        ns, pod = key.split("/", 1)
+        ref = by_pod.get(key) or _by_prefix(ns, pod, names)
+        if ref is None:
+            owner = by_owner.get(key) or infer_owner(ns, pod)
+            ref = WorkloadRef(ns, owner.kind, owner.name)
+            if owner.inferred:
+                notes[ref].append(f"owner {owner.kind}/{owner.name} inferred from pod names (no API or KSM)")
+            if owner.kind == "Pod":
+                notes[ref].append("bare pod without an owner: sized as its own workload")
+        mapping[key] = ref
+    return mapping, notes
+
+
+def aggregate_usage(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, WorkloadRef]
+                    ) -> dict[str, pd.DataFrame]:
+    """Pod columns → workload columns, summing demand metrics and taking the max of the rest, plus
+    ``SERVING_REPLICAS``: how many of a workload's pods reported vLLM metrics at each step (NaN where none
+    did). A workload the HPA scales has a different count at each step; its capacity per replica is read
+    against this count, not today's."""
+    out: dict[str, pd.DataFrame] = {}
+    for metric, frame in series.items():
+        grouped = _by_workload(frame, mapping)
+        if grouped is None:
+            continue
+        agg = grouped.sum(min_count=1) if metric in SUM_METRICS else grouped.max()
+        out[metric] = agg.T.astype("float64")
+    source = next((series[x] for x in SERVING_FROM if x in series), None)
+    present = None if source is None else _by_workload(source.notna(), mapping)
+    if present is not None:
+        out[m.SERVING_REPLICAS] = present.sum().T.astype("float64").replace(0.0, np.nan)
+    return out
+
+
+def fill_at_zero(usage: Mapping[str, pd.DataFrame], replicas: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Workload usage with 0 for its demand (``AT_ZERO_METRICS``) at the steps where it had no pod throughout
+    (``replicas`` 0: kube-state-metrics' count, columns ``WorkloadRef.key``) and no pod reported one (NaN).
+
+    A step at zero has no vLLM metric, so without this it reads as a step without metrics: an idle gap spent at
+    zero is unknown, not idle, the next cycle sees shorter gaps, and the scale-to-zero verdict can flip. Only
+    the columns a metric already has are filled (workloads whose pods reported it in the window); per-device
+    metrics stay NaN (no device), and so does a step kube-state-metrics has no count for."""
+    out = dict(usage)
+    for metric in sorted(AT_ZERO_METRICS & usage.keys()):
+        frame = usage[metric]
+        cols = [c for c in frame.columns if c in replicas.columns]
+        if not cols:
+            continue
+        zero = replicas[cols].reindex(frame.index).eq(0) & frame[cols].isna()
+        if zero.to_numpy().any():
+            frame = frame.copy()
+            frame[cols] = frame[cols].mask(zero, 0.0)
+            out[metric] = frame
+    return out
+
+
+def _by_workload(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef]) -> DataFrameGroupBy | None:
+    """The frame's pod columns grouped by workload key (transposed: one row per pod), or None without any."""
+    cols = [c for c in frame.columns if c in mapping]
+    if not cols:
+        return None
+    return frame[cols].T.groupby(pd.Index([mapping[c].key for c in cols]))
+
+
+def _resources_allocation(resources: Iterable[tuple[str, float]]) -> Allocation | None:
+    """Allocation from GPU resource requests as kube-state-metrics reports them."""
+    res = dict(resources)
+    for name, amount in res.items():
+        if name.startswith("nvidia.com/mig-"):
+            profile = name.removeprefix("nvidia.com/mig-")
+            profile = re.sub(r"\.me$", "+me", profile)
+            return Allocation(Sharing.MIG, mig_profile=profile, mig_count=int(amount))
+    if "nvidia.com/gpumem" in res or "nvidia.com/gpucores" in res:
+        return Allocation(Sharing.HAMI, gpus=int(res.get("nvidia.com/gpu", 1)),
+                          hami_gpumem_mib=res.get("nvidia.com/gpumem"),
+                          hami_gpucores_pct=res.get("nvidia.com/gpucores"))
+    if "nvidia.com/gpu.shared" in res:
+        return Allocation(Sharing.TIME_SLICING, gpus=int(res["nvidia.com/gpu.shared"]))
+    if "nvidia.com/gpu" in res:
+        return Allocation(Sharing.EXCLUSIVE, gpus=int(res["nvidia.com/gpu"]))
+    return None
+
+
+def _devices_allocation(devices: PodDevices) -> Allocation:
+    if devices.mig_profile:
+        return Allocation(Sharing.MIG, mig_profile=devices.mig_profile, mig_count=devices.device_count)
+    if devices.shared_with > 1:
+        return Allocation(Sharing.TIME_SLICING, gpus=devices.device_count)
+    return Allocation(Sharing.EXCLUSIVE, gpus=devices.device_count)
+
+
+Fact = PodDevices | VllmInfo | PodRequests
+FactIndex = Mapping[str, Mapping[type, tuple[int, Fact]]]
+
+
+def index_facts(usage: PodUsage) -> FactIndex:
+    """Pod key → the first device, vLLM and request record of that pod (with its position), built once
+    so that looking up a workload's pods costs its pod count, not the fleet's."""
+    out: dict[str, dict[type, tuple[int, Fact]]] = defaultdict(dict)
+    items: list[Fact] = [*usage.requests, *usage.devices, *usage.vllm]
+    for i, item in enumerate(items):
+        out[pod_key(item.namespace, item.pod)].setdefault(type(item), (i, item))
+    return out
+
+
+def _first(index: FactIndex, pods: Sequence[str]) -> dict[type, Fact]:
+    """Per record type, the earliest record of any of ``pods``."""
+    best: dict[type, tuple[int, Fact]] = {}
+    for pod in pods:
+        for kind, candidate in index.get(pod, {}).items():
+            if kind not in best or candidate[0] < best[kind][0]:
+                best[kind] = candidate
+    return {kind: item for kind, (_, item) in best.items()}
+
+
+def _nodes(index: FactIndex, pods: Iterable[str]) -> tuple[str, ...]:
+    """The nodes DCGM puts the devices of ``pods`` on (for the per-node MIG plan without the API)."""
+    found = (index.get(pod, {}).get(PodDevices) for pod in pods)
+    return tuple(sorted({n for f in found if f and isinstance(f[1], PodDevices) for n in f[1].nodes}))
+
+
+def gpu_nodes(found: Iterable[NodeDevices], catalogue: Catalogue) -> tuple[GpuNode, ...]:
+    """DCGM's view of the GPU nodes as :class:`GpuNode`: model, GPU count and the MIG devices on each."""
+    return tuple(GpuNode(n.name, catalogue.canonical(n.gpu_product), len(n.mig_devices),
+                         mig_devices=tuple(dict(gpu) for gpu in n.mig_devices)) for n in found)
+
+
+class _Presence:
+    """Which pods have framebuffer data at which step, as one boolean matrix computed once."""
+
+    def __init__(self, series: Mapping[str, pd.DataFrame]) -> None:
+        frame = series.get(m.FB_USED_MIB)
+        self.matrix = frame.notna().to_numpy() if frame is not None else None
+        self.column = {c: i for i, c in enumerate(frame.columns)} if frame is not None else {}
+
+    def live_pods(self, pods: Sequence[str]) -> list[str]:
+        """Pods with data at the last step any of them had data: the replicas at the window's end (all of
+        them when none has data)."""
+        cols = [(p, self.column[p]) for p in pods if p in self.column]
+        if self.matrix is None or not cols:
+            return list(pods)
+        sub = self.matrix[:, [c for _, c in cols]]
+        rows = np.flatnonzero(sub.any(axis=1))
+        return [p for (p, _), live in zip(cols, sub[rows[-1]], strict=True) if live] if rows.size else list(pods)
+
+
+def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
+                        notes: Mapping[WorkloadRef, list[str]]) -> list[Workload]:
+    """Workloads when no Kubernetes API is reachable: from KSM requests and DCGM devices per pod."""
+    pods_of: dict[WorkloadRef, list[str]] = defaultdict(list)
+    for key, ref in mapping.items():
+        pods_of[ref].append(key)
+    out = []
+    index, presence = index_facts(usage), _Presence(usage.series)
+    for ref, pods in sorted(pods_of.items()):
+        found = _first(index, pods)
+        req = found.get(PodRequests)
+        dev = found.get(PodDevices)
+        alloc = _resources_allocation(req.resources) if isinstance(req, PodRequests) else None
+        if alloc is None:
+            alloc = _devices_allocation(dev) if isinstance(dev, PodDevices) else Allocation(Sharing.NONE)
+        live = presence.live_pods(pods)
+        alloc = replace(alloc, replicas=max(1, len(live)))
+        source = "kube-state-metrics" if isinstance(req, PodRequests) else "dcgm"
+        wl = Workload(ref, alloc, pods=tuple(p.split("/", 1)[1] for p in pods), source=source,
+                      notes=tuple(notes.get(ref, ())), nodes=_nodes(index, live))
+        out.append(enrich(wl, index))
+    return out
+
+
+def enrich(workload: Workload, index: FactIndex) -> Workload:
+    """Fill what the spec cannot say (GPU product, device memory, KV capacity) from metrics."""
+    found = _first(index, [pod_key(workload.ref.namespace, p) for p in workload.pods])
+    alloc, wl = workload.allocation, workload
+    dev = found.get(PodDevices)
+    if isinstance(dev, PodDevices):
+        alloc = replace(alloc, gpu_product=alloc.gpu_product or dev.gpu_product,
+                        device_memory_mib=alloc.device_memory_mib or dev.device_memory_mib)
+        if dev.shared_with > 1 and alloc.sharing is Sharing.TIME_SLICING and not alloc.gpu_equivalents:
+            alloc = replace(alloc, gpu_equivalents=max(alloc.gpus, 1) / dev.shared_with)
+            wl = replace(wl, notes=(*wl.notes, f"time-sliced: dcgm-exporter saw {dev.shared_with} pods on its GPU "
+                                    f"at once, so it holds 1/{dev.shared_with} of it"))
+        if dev.shared_with > 1:
+            wl = replace(wl, device_shared_with=dev.shared_with)
+        if dev.shared_with > 1 and alloc.sharing is Sharing.EXCLUSIVE:
+            wl = replace(wl, notes=(*wl.notes, f"dcgm-exporter attributes its GPU to {dev.shared_with} pods: "
+                                    "usage is per device, not per pod (time-slicing or MPS)"))
+    info = found.get(VllmInfo)
+    if isinstance(info, VllmInfo):
+        vllm = alloc.vllm or VllmArgs(model=info.model_name)
+        if vllm.gpu_memory_utilization is None and info.gpu_memory_utilization is not None:
+            vllm = replace(vllm, gpu_memory_utilization=info.gpu_memory_utilization)
+        alloc = replace(alloc, vllm=vllm)
+        wl = replace(wl, kv_capacity_tokens=wl.kv_capacity_tokens or info.kv_capacity_tokens,
+                     served_model=wl.served_model or info.model_name)
+    return replace(wl, allocation=alloc)
+
+
+def gpu_equivalents(alloc: Allocation, catalogue: Catalogue) -> tuple[float, str | None]:
+    """Share of whole GPUs one replica holds, and a caveat when it had to be guessed."""
+    gpu = catalogue.get(alloc.gpu_model)
+    match alloc.sharing:
+        case Sharing.EXCLUSIVE:
+            return float(alloc.gpus), None
+        case Sharing.MIG:
+            profile = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
+            if gpu and profile:
+                return gpu.share(profile) * alloc.mig_count, None
+            slices = re.match(r"(\d+)g", alloc.mig_profile or "")
+            guess = int(slices.group(1)) / 7 if slices else 1.0
+            return guess * max(alloc.mig_count, 1), f"MIG profile {alloc.mig_profile} not in the catalogue " \
+                f"for {alloc.gpu_model or 'an unknown GPU'}: share guessed from its SM slices"
+        case Sharing.TIME_SLICING if alloc.gpu_equivalents:  # the share was measured (pods per device)
+            return alloc.gpu_equivalents, None
+        case Sharing.MPS if alloc.mps_active_thread_pct:
+            return alloc.mps_active_thread_pct / 100 * max(alloc.gpus, 1), None
+        case Sharing.HAMI:
+            mem = (alloc.hami_gpumem_mib / alloc.device_memory_mib
+                   if alloc.hami_gpumem_mib and alloc.device_memory_mib else 0.0)
+            return max(mem, (alloc.hami_gpucores_pct or 0) / 100) * max(alloc.gpus, 1), None
+        case Sharing.KAI if alloc.kai_gpu_fraction:
+            return alloc.kai_gpu_fraction, None
+        case Sharing.NONE:
+            return 0.0, None
+    return float(max(alloc.gpus, 1)), (f"{alloc.sharing.value} share unknown: counted as "
+                                       f"{max(alloc.gpus, 1)} whole GPU(s)")
+
+
+def normalize(workload: Workload, catalogue: Catalogue) -> Workload:
+    """Canonical GPU model, device memory from the catalogue when unseen, and GPU-equivalents held."""
+    alloc = workload.allocation
+    model = alloc.gpu_model or catalogue.canonical(alloc.gpu_product)
+    alloc = replace(alloc, gpu_model=model)
+    gpu = catalogue.get(model)
+    if alloc.device_memory_mib is None and gpu is not None:
+        prof = gpu.profile(alloc.mig_profile) if alloc.mig_profile else None
+        alloc = replace(alloc, device_memory_mib=prof.usable_mib if prof else gpu.memory_mib)
+    share, caveat = gpu_equivalents(alloc, catalogue)
+    notes = workload.notes + ((caveat,) if caveat else ())
+    return replace(workload, allocation=replace(alloc, gpu_equivalents=share), notes=notes)
+
+
+def assemble(usage: PodUsage, workloads: Sequence[Workload] | None, start: datetime, end: datetime,
+             step_s: float, catalogue: Catalogue, source: str) -> Snapshot:
+    """The snapshot the pipeline reads: workloads (from the API, or derived) and their usage."""
+    pods = {c for frame in usage.series.values() for c in frame.columns}
+    pods |= {pod_key(d.namespace, d.pod) for d in usage.devices}
+    known = list(workloads or ())
+    mapping, notes = attribute_pods(sorted(pods), known, usage.owners)
+    orphans: list[WorkloadRef] = []
+    if workloads is None:
+        found = workloads_from_pods(usage, mapping, notes)
+    else:
+        index = index_facts(usage)
+        found = [enrich(w, index) for w in known]
+        orphans = sorted({ref for ref in mapping.values()} - {w.ref for w in known})
+        mapping = {k: r for k, r in mapping.items() if r not in orphans}
+    warnings = list(usage.warnings)
+    if orphans:
+        warnings.append(f"{len(orphans)} workload(s) had GPU metrics but are not in the cluster now "
+                        f"(deleted?): {', '.join(r.key for r in orphans[:5])}{' ...' if len(orphans) > 5 else ''}")
+    final = tuple(normalize(w, catalogue) for w in found)
+    nodes = gpu_nodes(usage.gpu_nodes, catalogue) if workloads is None else ()
+    return Snapshot(final, aggregate_usage(usage.series, mapping), start, end, step_s,
+                    tuple(warnings), source, nodes)

@@ -1,0 +1,118 @@
+"""The edge that wires a source, the pure pipeline and a formatter together for the CLI."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from collectors.registry import SourceRequest, get_source
+from recommender.cli.selector import select_labels
+from recommender.core.errors import ConfigError
+from recommender.core.settings import Settings
+from recommender.core.usage import Snapshot
+from recommender.pipeline.run import run_once
+
+if TYPE_CHECKING:
+    from collectors.prometheus.collect import UsageCache
+    from recommender.controller.policy import LabelSelector
+
+
+class RichProgress:
+    """Progress on stderr: bars on a terminal, one line per finished task otherwise (CI logs).
+
+    ``quiet`` holds lines not to log again (the last controller cycle's ``said``), so a note that holds every
+    cycle (no replica counts, no Kubernetes API) is logged when it starts to hold, not every interval.
+    """
+
+    def __init__(self, console: Console | None = None, quiet: frozenset[str] = frozenset()) -> None:
+        self.console = console or Console(stderr=True)
+        self.quiet = quiet
+        self.said: set[str] = set()  # every line this run was asked to log, shown or not
+        self.live = self.console.is_terminal
+        self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=self.console, transient=True)
+        self._tasks: dict[str, TaskID] = {}
+        self._totals: dict[str, tuple[int, int]] = {}
+
+    def __enter__(self) -> RichProgress:
+        if self.live:
+            self._bars.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        if self.live:
+            self._bars.stop()
+
+    def start(self, task: str, total: int) -> None:
+        self._totals[task] = (0, total)
+        if self.live:
+            self._tasks[task] = self._bars.add_task(task, total=total)
+        else:
+            self.console.print(f"{task}: 0/{total}", highlight=False)
+
+    def advance(self, task: str, n: int = 1) -> None:
+        done, total = self._totals.get(task, (0, 0))
+        self._totals[task] = (done + n, total)
+        if self.live and task in self._tasks:
+            self._bars.advance(self._tasks[task], n)
+        elif not self.live and done + n == total:
+            self.console.print(f"{task}: {total}/{total} done", highlight=False)
+
+    def log(self, message: str) -> None:
+        self.said.add(message)
+        if message not in self.quiet:
+            self.console.print(message, highlight=False, soft_wrap=True)
+
+
+def collect(source: str, path: str | None, settings: Settings, end: datetime, cache: UsageCache | None = None,
+            progress: RichProgress | None = None) -> Snapshot:
+    """One snapshot from a source; ``cache`` (a loop's) lets the Prometheus source read only new steps."""
+    with nullcontext(progress) if progress is not None else RichProgress() as shown:
+        return get_source(source)(SourceRequest(settings, end, path, cache), shown)
+
+
+def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:
+    """Collect, plan and render one report; the plan's clock is the window's end for reproducibility."""
+    return make_report_files(source, path, settings, end, fmt)[0]
+
+
+def make_report_files(source: str, path: str | None, settings: Settings, end: datetime, fmt: str
+                      ) -> tuple[str, dict[str, str]]:
+    """The report and the files its format writes beside it when it goes to a file (suffix -> text)."""
+    return make_reports(source, path, settings, end, (fmt,))[fmt]
+
+
+def make_reports(source: str, path: str | None, settings: Settings, end: datetime, fmts: tuple[str, ...],
+                 selector: LabelSelector | None = None) -> dict[str, tuple[str, dict[str, str]]]:
+    """Several formats of one plan (collected and planned once): format -> (report, files beside it);
+    ``selector`` keeps the workloads whose labels match (``-l``)."""
+    from recommender.outputs import get_companions, get_formatter
+
+    renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}  # an unknown format fails before the run
+    snap = collect(source, path, settings, end)
+    if selector is not None:
+        found, snap = len(snap.workloads), select_labels(snap, selector)
+        if found and not snap.workloads:
+            raise ConfigError(f"none of the {found} workloads found has labels that -l matches")
+    plan = run_once(snap, settings, snap.end)
+    return {f: (render(plan, snap), companions(plan) if companions else {})
+            for f, (render, companions) in renderers.items()}
+
+
+def save_snapshot(source: str, path: str | None, settings: Settings, end: datetime, out: Path) -> None:
+    from collectors.files import write_snapshot
+    from recommender.core.writes import replace_dir
+
+    snap = collect(source, path, settings, end)
+    replace_dir(out, lambda folder: write_snapshot(snap, folder))  # the previous snapshot stays whole on failure
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use the rightsizer command")

@@ -1,0 +1,175 @@
+"""The GPU catalogue: MIG shapes, profiles and memory per GPU model, loaded from data.
+
+Facts live in ``policies/data/gpus.yaml`` (from reference.md), not in code, so a user can correct an
+unverified entry with an override file. Reading files is the one I/O here and happens once, at the
+edge (``load_catalogue``); everything else takes a :class:`Catalogue`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recommender.core.errors import ConfigError
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+ESTIMATED_USABLE_FRAC = 0.97  # usable/nominal ratio seen in the verified lgip rows (e.g. 39.25/40 GiB)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A MIG GPU-instance shape: slices it takes and where it may start."""
+
+    name: str
+    mem_slices: int
+    sm_slices: int
+    max_count: int
+    starts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """A named MIG profile of one GPU model (e.g. ``3g.40gb`` on A100-80GB)."""
+
+    name: str
+    shape: Shape
+    usable_mib: float
+    usable_verified: bool  # False: estimated from the name, say so in reasons
+    verified: str  # V | 3P | INF
+
+    @property
+    def has_media(self) -> bool:
+        return self.name.endswith("+me")
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One GPU model: its memory, and its MIG profiles (empty when it has no MIG)."""
+
+    key: str
+    memory_mib: float
+    memory_slices: int = 0
+    sm_slices: int = 0
+    profiles: tuple[MigProfile, ...] = ()
+    placements_verified: str = "INF"
+    products: tuple[str, ...] = ()
+
+    @property
+    def supports_mig(self) -> bool:
+        return bool(self.profiles)
+
+    def profile(self, name: str) -> MigProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+    def share(self, profile: MigProfile) -> float:
+        """Share of the whole GPU a profile occupies: the larger of its memory and SM fractions."""
+        return max(profile.shape.mem_slices / self.memory_slices, profile.shape.sm_slices / self.sm_slices)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    gpus: Mapping[str, GpuModel] = field(default_factory=dict)
+
+    def get(self, key: str | None) -> GpuModel | None:
+        return self.gpus.get(key) if key else None
+
+    def canonical(self, product: str | None) -> str | None:
+        """Canonical model key for a product string (GFD label or DCGM modelName), None if unknown.
+
+        Ambiguous strings (matching two models) count as unknown: a wrong guess would mis-size.
+        """
+        if not product:
+            return None
+        if product in self.gpus:
+            return product
+        text = re.sub(r"[-_]+", " ", product.lower())
+        text = re.sub(r"\bmig\b.*$", "", text).removesuffix(" shared").strip()
+        hits = {k for k, g in self.gpus.items() if any(re.search(p, text) for p in g.products)}
+        return hits.pop() if len(hits) == 1 else None
+
+
+def _shapes(raw: Mapping[str, Any]) -> dict[str, dict[str, Shape]]:
+    out: dict[str, dict[str, Shape]] = {}
+    for family, spec in raw.items():
+        out[family] = {
+            name: Shape(name, int(p["mem"]), int(p["sm"]), int(p["max"]), tuple(int(s) for s in p["starts"]))
+            for name, p in spec["profiles"].items()
+        }
+    return out
+
+
+def _profile(name: str, spec: Mapping[str, Any], shapes: Mapping[str, Shape]) -> MigProfile:
+    shape = shapes.get(spec["shape"])
+    if shape is None:
+        raise ConfigError(f"MIG profile {name}: unknown shape {spec['shape']!r}")
+    usable = spec.get("usable_mib")
+    if usable is None:
+        nominal = re.search(r"\.(\d+)gb", name)
+        usable = float(nominal.group(1)) * 1024 * ESTIMATED_USABLE_FRAC if nominal else 0.0
+    return MigProfile(name, shape, float(usable), spec.get("usable_mib") is not None, str(spec.get("verified")))
+
+
+def _gpu(key: str, spec: Mapping[str, Any], families: Mapping[str, Mapping[str, Any]],
+         shapes: Mapping[str, dict[str, Shape]]) -> GpuModel:
+    family = spec.get("shape")
+    profiles: tuple[MigProfile, ...] = ()
+    mem_slices = sm_slices = 0
+    if family:
+        if family not in shapes:
+            raise ConfigError(f"GPU {key}: unknown shape family {family!r}")
+        mem_slices = int(families[family]["memory_slices"])
+        sm_slices = int(families[family]["sm_slices"])
+        profiles = tuple(_profile(n, p, shapes[family]) for n, p in (spec.get("profiles") or {}).items())
+    return GpuModel(
+        key=key,
+        memory_mib=float(spec["memory_mib"]),
+        memory_slices=mem_slices,
+        sm_slices=sm_slices,
+        profiles=profiles,
+        placements_verified=str(spec.get("placements_verified", "INF")),
+        products=tuple(spec.get("products") or ()),
+    )
+
+
+def parse_catalogue(raw: Mapping[str, Any]) -> Catalogue:
+    """Build a catalogue from the YAML structure; raises ConfigError with the offending key."""
+    try:
+        families = raw["shapes"]
+        shapes = _shapes(families)
+        return Catalogue({k: _gpu(k, v, families, shapes) for k, v in raw["gpus"].items()})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid GPU catalogue: {type(exc).__name__}: {exc}") from exc
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for section in ("shapes", "gpus"):
+        merged[section] = {**base.get(section, {}), **(override.get(section) or {})}
+    return merged
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'shapes' and/or 'gpus'")
+    return data
+
+
+@lru_cache(maxsize=8)
+def load_catalogue(override: str | None = None) -> Catalogue:
+    """The bundled catalogue, with a user's override file merged over it by key."""
+    raw = _read_yaml(DATA_DIR / "gpus.yaml")
+    if override:
+        raw = _merge(raw, _read_yaml(Path(override)))
+    return parse_catalogue(raw)

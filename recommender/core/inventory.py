@@ -1,0 +1,120 @@
+"""What a workload is and what it holds today: identity, GPU allocation, engine arguments, GPU nodes.
+
+Frozen dataclasses, units in the field names (``_mib``, ``_frac``, ``_s``). Collectors build them;
+nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class Sharing(StrEnum):
+    """How a workload's GPU is handed out today (or should be)."""
+
+    EXCLUSIVE = "exclusive"  # whole nvidia.com/gpu devices
+    MIG = "mig"  # nvidia.com/mig-<profile> (mixed) or a MIG-single node
+    TIME_SLICING = "time-slicing"  # nvidia.com/gpu.shared or a time-sliced nvidia.com/gpu
+    MPS = "mps"  # CUDA MPS (device plugin / DRA / env)
+    HAMI = "hami"  # HAMi gpumem / gpucores
+    KAI = "kai"  # KAI scheduler gpu-fraction / gpu-memory
+    NONE = "none"  # no GPU found in the spec
+
+
+@dataclass(frozen=True, order=True)
+class WorkloadRef:
+    """Identity of a workload: its top-level owner (Deployment, StatefulSet, Job, CronJob, ...)."""
+
+    namespace: str
+    kind: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class VllmArgs:
+    """The vLLM engine arguments that bound its GPU memory, as found in the container args."""
+
+    model: str | None = None
+    gpu_memory_utilization: float | None = None  # fraction of the memory the process sees
+    max_model_len: int | None = None  # tokens
+    max_num_seqs: int | None = None
+    tensor_parallel_size: int = 1
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one replica holds today (or is recommended to hold).
+
+    ``gpu_equivalents`` is the share of whole physical GPUs one replica occupies, so that workloads of
+    every sharing mechanism add up in one unit: a whole GPU is 1, a 3g MIG slice of a 7-slice GPU 3/7
+    (by SM slices; 4/8 by memory: the larger counts), a time-sliced replica 1/replicas of the device.
+    """
+
+    sharing: Sharing
+    gpus: int = 0  # whole devices requested (nvidia.com/gpu, or gpu.shared replicas)
+    mig_profile: str | None = None  # e.g. "3g.40gb"
+    mig_count: int = 0
+    gpu_equivalents: float = 0.0
+    gpu_model: str | None = None  # canonical model key, e.g. "A100-80GB"; None when unknown
+    gpu_product: str | None = None  # raw product label as found (GFD nvidia.com/gpu.product, DCGM modelName)
+    device_memory_mib: float | None = None  # memory one device/slice shows the process
+    mps_active_thread_pct: float | None = None
+    mps_pinned_mem_mib: float | None = None
+    hami_gpumem_mib: float | None = None
+    hami_gpucores_pct: float | None = None
+    kai_gpu_fraction: float | None = None
+    vllm: VllmArgs | None = None
+    replicas: int = 1
+
+    @property
+    def total_gpu_equivalents(self) -> float:
+        return self.gpu_equivalents * self.replicas
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A GPU workload as discovered, with the pods that belong to it."""
+
+    ref: WorkloadRef
+    allocation: Allocation
+    pods: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    source: str = "unknown"  # which collector found it: kubernetes, kube-state-metrics, dcgm, file
+    notes: tuple[str, ...] = ()  # caveats found while discovering it (e.g. owner inferred from pod name)
+    kv_capacity_tokens: float | None = None  # vLLM num_gpu_blocks x block_size, per replica
+    served_model: str | None = None  # vLLM model_name label
+    nodes: tuple[str, ...] = ()  # nodes its pods run on now (for the per-node MIG plan)
+    cold_start_s: float | None = None  # measured pod start → ready, when known
+    # when its pods took the GPU resources and serving arguments they have now (the rollout that started it, from
+    # a Deployment's ReplicaSets or a StatefulSet's or LeaderWorkerSet's ControllerRevisions); None: unknown, or no
+    # other shape among what the API keeps. Capacity measured before it was another shape's.
+    shape_since: datetime | None = None
+    # what owns its replica count besides people: "HorizontalPodAutoscaler/<name>", "ScaledObject/<name>" (several,
+    # comma-separated: autoscalers that fight); None: none found, or not read (no Kubernetes API, not allowed)
+    autoscaler: str | None = None
+    # pods dcgm-exporter attributes its GPU to at once (>1: time-slicing or MPS, whatever the spec says); None:
+    # unknown or one. Its per-device figures are then every tenant's (policies.attribution)
+    device_shared_with: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """A GPU node as found: model, device count and its MIG state (for per-node MIG plans)."""
+
+    name: str
+    gpu_model: str | None  # canonical key; None when unknown
+    gpus: int
+    mig_config: str | None = None  # current nvidia.com/mig.config label value
+    # current per-GPU MIG devices when known (one {profile: count} per GPU index); empty: unknown/none
+    mig_devices: tuple[Mapping[str, int], ...] = ()

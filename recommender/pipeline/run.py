@@ -1,0 +1,163 @@
+"""``run_once``: snapshot → data quality → features → policy → plan, timing each step. Reads like a table of
+contents."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+
+from policies.autoscalerobjects import trigger_prometheus
+from policies.bounds import within_replica_bounds
+from policies.modelcards import ModelCards, load_model_cards
+from policies.nodeplan import mig_demands, plan_nodes
+from policies.registry import get_policy
+from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
+from policies.rightscale import shape_scale
+from policies.rightsize import Context
+from policies.savings import summarize, with_money
+from recommender.analysis.classify import classify, load_class_model, overridden
+from recommender.analysis.demand import DEMAND_METRICS, LABELS, demand_series
+from recommender.analysis.features import WorkloadFeatures, workload_features
+from recommender.analysis.forecast import NotEnoughHistory, forecast_series
+from recommender.analysis.quality import clean, fleet_warning
+from recommender.analysis.quality_data import load_bounds
+from recommender.analysis.shape import demand_shape
+from recommender.core.catalogue import Catalogue, load_catalogue
+from recommender.core.errors import NoWorkloadsError
+from recommender.core.inventory import Workload
+from recommender.core.plan import Classification, Forecast, Plan, Recommendation, ScalingPlan, WorkloadConstraints
+from recommender.core.settings import ForecastSettings, Settings
+from recommender.core.usage import Snapshot
+
+
+@contextmanager
+def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    yield
+    timings[step] = round(time.perf_counter() - t0, 4)
+
+
+def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
+             catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
+             constraints: Mapping[str, WorkloadConstraints] | None = None) -> Plan:
+    """One pass of the pipeline over a snapshot. ``now`` is the plan's timestamp (no clock inside).
+    ``previous`` is the last cycle's plan in a loop: its scaling plans carry capacity forward.
+    ``constraints`` (workload key → a policy object's class and MIG bounds) come from the controller; the
+    report has none."""
+    if not snapshot.workloads:
+        scope = ", ".join(settings.namespaces) or "all namespaces"
+        raise NoWorkloadsError(f"no GPU workloads found in {scope}")
+    timings: dict[str, float] = {}
+    catalogue = catalogue or load_catalogue(settings.policy.catalogue_override)
+    cards = cards or load_model_cards(settings.policy.models_override)
+    decide: Callable[[Context], Recommendation] = get_policy(policy)
+    with _timed(timings, "quality"):
+        snapshot, quality = clean(snapshot, catalogue, load_bounds(), settings.policy.min_usable_frac)
+    with _timed(timings, "features"):
+        feats: dict[str, WorkloadFeatures] = {
+            w.ref.key: replace(workload_features(snapshot, w, settings.policy.idle_compute_frac,
+                                                 settings.scaling.error_budget_window_s,
+                                                 settings.scaling.wake_s(w.cold_start_s)),
+                               usable_frac=quality[w.ref.key].usable_frac, unusable=quality[w.ref.key].unusable)
+            for w in snapshot.workloads
+        }
+    with _timed(timings, "classify"):
+        fixed = constraints or {}
+        classes = _classes(snapshot, fixed)
+    with _timed(timings, "forecast"):
+        forecasts = _forecasts(snapshot, settings)
+    before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
+    with _timed(timings, "policies"):
+        recs = []
+        for w in snapshot.workloads:
+            found, notes = forecasts.get(w.ref.key, ((), ()))
+            c = fixed.get(w.ref.key)
+            ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found, c)
+            rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
+            history = history_from_snapshot(snapshot, w)
+            planned = scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
+                                   _carried(before, w, previous), c, shape_scale(rec, catalogue))
+            recs.append(with_scaling(rec, within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan)
+                                     else planned))
+    with _timed(timings, "savings"):
+        recs = [with_money(r, settings.prices) for r in recs]
+        recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
+        summary = summarize(recs, (snapshot.end - snapshot.start).total_seconds(), catalogue)
+    with _timed(timings, "mig_nodes"):
+        nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
+    prometheus, auth_why = trigger_prometheus(settings.scaling.keda_prometheus_url, settings.prometheus)
+    return Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
+                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings, *auth_why), timings, snapshot.source,
+                nodes.nodes, nodes.mig_parted_config, prometheus)
+
+
+def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None
+             ) -> ScalingPlan | None:
+    """The last cycle's scaling plan for this workload, unless its replicas changed shape since it was made:
+    its capacity was another shape's."""
+    since = workload.shape_since
+    if previous is None or (since is not None and previous.generated_at < since):
+        return None
+    return before.get(workload.ref.key)
+
+
+def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints]) -> dict[str, Classification]:
+    """Each workload's class: a policy's ``classOverride`` where one is set, else the classifier's."""
+    model = load_class_model()
+    out = {}
+    for w in snapshot.workloads:
+        c = fixed.get(w.ref.key)
+        objective_s = c.ttft_objective_s if c else None
+        out[w.ref.key] = (classify(w, demand_shape(snapshot, w, objective_s), model)
+                          if c is None or c.class_override is None else overridden(c.class_override, c.source))
+    return out
+
+
+def _forecasts(snapshot: Snapshot, settings: Settings) -> dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]]:
+    """Forecasts of the workloads that hold the most GPUs (at most ``forecast.max_workloads``)."""
+    fs = settings.forecast
+    if not fs.enabled:
+        return {}
+    ranked = sorted(snapshot.workloads, key=lambda w: (-w.allocation.total_gpu_equivalents, w.ref))
+    chosen = {w.ref.key for w in ranked[:fs.max_workloads]}
+    out = {w.ref.key: forecast_workload(snapshot, w, fs) for w in snapshot.workloads if w.ref.key in chosen}
+    skipped = (f"no forecast: only the {fs.max_workloads} workloads holding the most GPUs are forecast "
+               "(--forecast-max)",)
+    return out | {w.ref.key: ((), skipped) for w in snapshot.workloads if w.ref.key not in chosen}
+
+
+def forecast_workload(snapshot: Snapshot, workload: Workload, fs: ForecastSettings
+                      ) -> tuple[tuple[Forecast, ...], tuple[str, ...]]:
+    """Every demand forecast of one workload, and a note for each one that could not be made."""
+    horizon = max(1, round(fs.horizon_s / snapshot.step_s))
+    found: list[Forecast] = []
+    notes: list[str] = []
+    for metric in DEMAND_METRICS:
+        y = demand_series(snapshot, workload, metric)
+        if y is None:
+            continue
+        try:
+            found.append(forecast_series(y, horizon, fs.levels, metric))
+        except NotEnoughHistory as exc:
+            notes.append(f"no {LABELS[metric]} forecast: {exc}")
+    return tuple(found), tuple(notes)
+
+
+def with_scaling(rec: Recommendation, found: ScalingPlan | NoScalingPlan) -> Recommendation:
+    """Attach the scaling plan (replica bounds and autoscaler parameters), or say why there is none.
+
+    The plan is advice for an autoscaler, not a fixed count: the recommendation keeps its replicas, so
+    GPUs needed and savings compare like with like (one replica's right-sizing times today's replicas).
+    """
+    if isinstance(found, NoScalingPlan):
+        return replace(rec, reasons=(*rec.reasons, *(f"no scaling plan: {r}" for r in found.reasons)))
+    return replace(rec, scaling=found)
+
+
+def _with_demand(rec: Recommendation, cls: Classification, forecasts: tuple[Forecast, ...],
+                 notes: tuple[str, ...]) -> Recommendation:
+    """The recommendation with its workload's class and demand forecasts (and why any is missing)."""
+    return replace(rec, classification=cls, forecasts=forecasts, reasons=(*rec.reasons, *notes))
