@@ -2,7 +2,8 @@
 
 Built-in: ``demo`` (the bundled snapshot), ``file`` (a snapshot directory), ``prometheus`` (a live
 Prometheus-compatible API, plus the Kubernetes API or kube-state-metrics for the inventory).
-Third parties add sources through the ``gpu_rightsizer.sources`` entry-point group.
+Third parties add sources through the ``gpu_rightsizer.sources`` entry-point group; one instance of
+:class:`recommender.core.registry.Registry`.
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from recommender.core.errors import ConfigError
 from recommender.core.progress import Progress
+from recommender.core.registry import Registry, callable_or_not
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
 
@@ -34,30 +34,18 @@ class SourceRequest:
 
 
 SourceFn = Callable[[SourceRequest, Progress], Snapshot]
-_SOURCES: dict[str, SourceFn] = {}
+SOURCES: Registry[SourceFn] = Registry(
+    "source", "gpu_rightsizer.sources",
+    builtins=dict.fromkeys(("demo", "file", "prometheus"), "collectors.sources"),
+    check=callable_or_not,
+)
 
 
 def register_source(name: str) -> Callable[[SourceFn], SourceFn]:
-    def wrap(fn: SourceFn) -> SourceFn:
-        if name in _SOURCES and _SOURCES[name] is not fn:
-            raise ValueError(f"source {name!r} is already registered")
-        _SOURCES[name] = fn
-        return fn
-
-    return wrap
-
-
-def _builtins() -> None:
-    import collectors.sources  # noqa: F401  (registers demo, file, prometheus)
-
-    for ep in entry_points(group="gpu_rightsizer.sources"):
-        if ep.name not in _SOURCES:
-            register_source(ep.name)(ep.load())
+    """Decorator: register the decorated function as the source called ``name``."""
+    return SOURCES.register(name)
 
 
 def get_source(name: str) -> SourceFn:
-    _builtins()
-    try:
-        return _SOURCES[name]
-    except KeyError:
-        raise ConfigError(f"unknown source {name!r}; known: {', '.join(sorted(_SOURCES))}") from None
+    """The source called ``name``; a ConfigError listing the known ones otherwise."""
+    return SOURCES.get(name)

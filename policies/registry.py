@@ -1,46 +1,32 @@
 """Registry of sizing policies: decorator registration that rejects duplicates.
 
-Third parties add policies through the ``gpu_rightsizer.policies`` entry-point group.
+Third parties add policies through the ``gpu_rightsizer.policies`` entry-point group; one instance of
+:class:`recommender.core.registry.Registry`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
 
-from recommender.core.errors import ConfigError
+from recommender.core.registry import Registry, callable_or_not
 
 PolicyFn = Callable[[Any], Any]  # (policies.rightsize.Context) -> Recommendation
-_POLICIES: dict[str, PolicyFn] = {}
+POLICIES: Registry[PolicyFn] = Registry(
+    "policy", "gpu_rightsizer.policies", builtins={"gpu-rightsize": "policies.rightsize"}, check=callable_or_not
+)
 
 
 def register_policy(name: str) -> Callable[[PolicyFn], PolicyFn]:
-    def wrap(fn: PolicyFn) -> PolicyFn:
-        if name in _POLICIES and _POLICIES[name] is not fn:
-            raise ValueError(f"policy {name!r} is already registered")
-        _POLICIES[name] = fn
-        return fn
-
-    return wrap
-
-
-def _load_entry_points() -> None:
-    for ep in entry_points(group="gpu_rightsizer.policies"):
-        if ep.name not in _POLICIES:
-            register_policy(ep.name)(ep.load())
+    """Decorator: register the decorated function as the policy called ``name``."""
+    return POLICIES.register(name)
 
 
 def get_policy(name: str) -> PolicyFn:
-    import policies.rightsize  # noqa: F401  (registers the built-in policy)
-
-    _load_entry_points()
-    try:
-        return _POLICIES[name]
-    except KeyError:
-        raise ConfigError(f"unknown policy {name!r}; known: {', '.join(sorted(_POLICIES))}") from None
+    """The policy called ``name``; a ConfigError listing the known ones otherwise."""
+    return POLICIES.get(name)
 
 
 def policy_names() -> list[str]:
-    get_policy("gpu-rightsize")
-    return sorted(_POLICIES)
+    """Every policy that can be asked for (plugins listed, not imported)."""
+    return POLICIES.names()

@@ -19,6 +19,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 
+from recommender.core import registry as reg
 from recommender.core.errors import ConfigError
 from recommender.core.plan import Plan, Summary
 from recommender.core.usage import Snapshot
@@ -30,7 +31,6 @@ from recommender.outputs import (
     register_formatter,
     unregister_formatter,
 )
-from recommender.outputs import registry as reg
 from recommender.outputs.table import render_table
 from tests import planfixture as pf
 

@@ -33,10 +33,10 @@ class Registry(Generic[T]):
     """
 
     kind: str
-    group: str
+    group: str | None  # entry-point group of third-party plugins; None: built-ins and registrations only
     builtins: Mapping[str, str] = field(default_factory=dict)
     known: str = "known"
-    check: Callable[[str, T], None] | None = None  # validates a plugin's object; raises ConfigError
+    check: Callable[[object], str | None] | None = None  # what is wrong with a plugin's object, or None
     _entries: dict[str, T] = field(default_factory=dict, repr=False)
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -51,6 +51,7 @@ class Registry(Generic[T]):
         return wrap
 
     def add(self, name: str, obj: T) -> None:
+        """Register ``obj`` as ``name``; the same object again is a no-op, a different one raises."""
         taken = self._entries.get(name)
         if taken is not None and taken is not obj:
             raise DuplicateError(f"{self.kind} {name!r} is already registered ({qualname(taken)}); "
@@ -80,6 +81,12 @@ class Registry(Generic[T]):
                               f"{', '.join(ep.value for ep in found)}; uninstall all but one")
         return self._load(found[0])
 
+    def find(self, name: str) -> T | None:
+        """The built-in or registered entry called ``name``, or None (plugins are not consulted)."""
+        if name in self.builtins:
+            import_module(self.builtins[name])
+        return self._entries.get(name)
+
     def names(self) -> list[str]:
         """Every name that can be asked for: built-in, registered and installed plugins (none imported)."""
         return sorted(set(self.builtins) | set(self._entries) | set(self._plugins()))
@@ -91,21 +98,31 @@ class Registry(Generic[T]):
         return dict(self._entries)
 
     def _plugins(self) -> dict[str, list[EntryPoint]]:
+        """Installed plugin entry points by name; a name a built-in already has is not a plugin's to take."""
         found: dict[str, list[EntryPoint]] = {}
+        if self.group is None:
+            return found
         for ep in entry_points(group=self.group):
             if ep.name not in self._entries and ep.name not in self.builtins:
                 found.setdefault(ep.name, []).append(ep)
         return found
 
     def _load(self, ep: EntryPoint) -> T:
+        """Import one plugin and register it; a plugin that fails to import is a configuration error."""
         try:
             obj = ep.load()
         except Exception as exc:  # a third party's import error: say whose, keep the cause
             raise ConfigError(f"{self.kind} {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
-        if self.check is not None:
-            self.check(ep.name, obj)
+        problem = self.check(obj) if self.check is not None else None
+        if problem:
+            raise ConfigError(f"{self.kind} {ep.name!r} ({ep.value}) {problem}")
         self.add(ep.name, obj)
         return obj
+
+
+def callable_or_not(obj: object) -> str | None:
+    """A ``check`` for registries of callables."""
+    return None if callable(obj) else "is not callable"
 
 
 def qualname(obj: object) -> str:
