@@ -9,7 +9,6 @@ large cluster never needs one huge response; servers that ignore ``limit`` simpl
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import urllib3
@@ -20,30 +19,11 @@ from urllib3.exceptions import HTTPError, MaxRetryError, NameResolutionError, Ne
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from recommender.core.errors import KubernetesError
+from recommender.core.resources import Resource
 from recommender.core.settings import KubernetesSettings
 
 PAGE_SIZE = 500  # objects per list page: big enough to be few calls, small enough for the API server
 _MESSAGE_CHARS = 300  # how much of the server's own message we keep in our one-line error
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One API resource we list, with the names RBAC and error messages use."""
-
-    group: str  # "" for the core group
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def rbac_name(self) -> str:
-        """``deployments.apps`` / ``pods``: how ``kubectl auth can-i`` and RBAC rules name it."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
 class KubernetesDenied(KubernetesError):

@@ -25,7 +25,6 @@ from kubernetes import client
 from collectors.kubernetes.client import (
     KubernetesDenied,
     KubernetesNotServed,
-    Resource,
     list_objects,
     make_api_client,
 )
@@ -35,24 +34,17 @@ from recommender.core.autoscalers import HPA, SCALED_OBJECT, by_target, describe
 from recommender.core.catalogue import Catalogue
 from recommender.core.inventory import Allocation, GpuNode, Sharing, Workload, WorkloadRef
 from recommender.core.progress import Progress
+from recommender.core.resources import RESOURCES, Resource
 from recommender.core.settings import Settings
 from recommender.core.timestamps import parse_time
 
-NAMESPACED = (
-    Resource("apps", "v1", "deployments", "Deployment"),
-    Resource("apps", "v1", "statefulsets", "StatefulSet"),
-    Resource("apps", "v1", "replicasets", "ReplicaSet"),
-    Resource("apps", "v1", "controllerrevisions", "ControllerRevision"),
-    Resource("batch", "v1", "jobs", "Job"),
-    Resource("batch", "v1", "cronjobs", "CronJob"),
-    Resource("", "v1", "pods", "Pod"),
-)
-LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
+NAMESPACED = tuple(RESOURCES[k] for k in (
+    "Deployment", "StatefulSet", "ReplicaSet", "ControllerRevision", "Job", "CronJob", "Pod"))
+LEADER_WORKER_SETS = RESOURCES["LeaderWorkerSet"]
 # who owns a workload's replicas (listed once per scope, not per workload; KEDA not installed: no ScaledObjects)
-AUTOSCALERS = (Resource("autoscaling", "v2", "horizontalpodautoscalers", HPA),
-               Resource("keda.sh", "v1alpha1", "scaledobjects", SCALED_OBJECT))
+AUTOSCALERS = (RESOURCES[HPA], RESOURCES[SCALED_OBJECT])
 OPTIONAL = (LEADER_WORKER_SETS, *AUTOSCALERS)
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+NODES = RESOURCES["Node"]
 LISTED_KINDS = frozenset(r.kind for r in (*NAMESPACED, LEADER_WORKER_SETS))
 LIST_TASK = "kubernetes: list objects"
 _MAX_OWNER_DEPTH = 8  # LeaderWorkerSet chains are 4 deep; more is a loop or something we do not know

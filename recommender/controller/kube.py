@@ -19,29 +19,19 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from collectors.kubernetes.client import Resource, to_error
+from collectors.kubernetes.client import to_error
 from recommender.core.errors import KubernetesError
+from recommender.core.resources import RESOURCES, Resource
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-# one description of an API resource for the whole project (the collectors list them, the controller writes)
+# the kinds this client reads and writes (recommender.core.resources holds every resource's group and version)
 Kind = Resource
-
-KINDS: dict[str, Kind] = {k.kind: k for k in (
-    Kind("apps", "v1", "deployments", "Deployment"),
-    Kind("apps", "v1", "statefulsets", "StatefulSet"),
-    Kind("", "v1", "pods", "Pod"),
-    Kind("", "v1", "nodes", "Node", namespaced=False),
-    Kind("", "v1", "events", "Event"),
-    Kind("", "v1", "configmaps", "ConfigMap"),
-    Kind("", "v1", "secrets", "Secret"),
-    Kind("coordination.k8s.io", "v1", "leases", "Lease"),
-    Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
-    Kind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
-    Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
-    Kind("rightsizer.io", "v1alpha1", "gpurightsizingpolicies", "GPURightsizingPolicy"),
+KINDS: dict[str, Kind] = {k: RESOURCES[k] for k in (
+    "Deployment", "StatefulSet", "Pod", "Node", "Event", "ConfigMap", "Secret", "Lease", "PodDisruptionBudget",
+    "HorizontalPodAutoscaler", "ScaledObject", "GPURightsizingPolicy",
 )}
 
 

@@ -17,12 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from recommender.core.annotations import MODE_ANNOTATION
 from recommender.core.inventory import Sharing, WorkloadRef
+from recommender.core.resources import RESOURCES
 
 GROUP, VERSION, KIND = "rightsizer.io", "v1alpha1", "GPURightsizingPolicy"
 MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node"}
 _PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
-KIND_GROUPS = {"Deployment": "apps", "StatefulSet": "apps", "Job": "batch", "CronJob": "batch",
-               "LeaderWorkerSet": "leaderworkerset.x-k8s.io"}  # the API group that serves each workload kind
+# the API group that serves each workload kind
+KIND_GROUPS = {k: RESOURCES[k].group for k in ("Deployment", "StatefulSet", "Job", "CronJob", "LeaderWorkerSet")}
 
 
 class Mode(StrEnum):

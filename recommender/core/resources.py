@@ -1,0 +1,51 @@
+"""Every Kubernetes API resource the project reads or writes: one table, kind → group, version, plural.
+
+The collectors list from it, the controller's client builds its REST paths from it, and the policy
+resource checks a workload's ``apiVersion`` against it, so a resource's group or version is written once.
+Pure data: no Kubernetes client here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One API resource, with the names RBAC and error messages use."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def rbac_name(self) -> str:
+        """``deployments.apps`` / ``pods``: how ``kubectl auth can-i`` and RBAC rules name it."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+RESOURCES: dict[str, Resource] = {r.kind: r for r in (
+    Resource("apps", "v1", "deployments", "Deployment"),
+    Resource("apps", "v1", "statefulsets", "StatefulSet"),
+    Resource("apps", "v1", "replicasets", "ReplicaSet"),
+    Resource("apps", "v1", "controllerrevisions", "ControllerRevision"),
+    Resource("batch", "v1", "jobs", "Job"),
+    Resource("batch", "v1", "cronjobs", "CronJob"),
+    Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet"),
+    Resource("", "v1", "pods", "Pod"),
+    Resource("", "v1", "nodes", "Node", namespaced=False),
+    Resource("", "v1", "events", "Event"),
+    Resource("", "v1", "configmaps", "ConfigMap"),
+    Resource("", "v1", "secrets", "Secret"),
+    Resource("coordination.k8s.io", "v1", "leases", "Lease"),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+    Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
+    Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
+    Resource("rightsizer.io", "v1alpha1", "gpurightsizingpolicies", "GPURightsizingPolicy"),
+)}
