@@ -13,9 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from recommender.core.errors import ConfigError
+from recommender.core.yamlfile import read_mapping
 
 DATA_FILE = Path(__file__).parent / "data" / "models.yaml"
 
@@ -63,23 +62,11 @@ def parse_model_cards(raw: Mapping[str, Any]) -> ModelCards:
     return ModelCards(cards)
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
-        raise ConfigError(f"{path}: expected a mapping with 'models'")
-    return data
-
-
 @lru_cache(maxsize=8)
 def load_model_cards(override: str | None = None) -> ModelCards:
     """Bundled model cards; an override file's entries come first, then replace by key."""
-    raw = _read(DATA_FILE)
+    raw = read_mapping(DATA_FILE, "'models'", ("models",))
     if override:
-        extra = _read(Path(override))["models"]
+        extra = read_mapping(Path(override), "'models'", ("models",))["models"]
         raw = {"models": {**extra, **{k: v for k, v in raw["models"].items() if k not in extra}}}
     return parse_model_cards(raw)

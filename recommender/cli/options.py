@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -85,12 +84,12 @@ def read_settings_file(path: str | None) -> dict[str, Any]:
     ends the run with one line."""
     if not path:
         return {}
-    import yaml
+    from recommender.core.yamlfile import YamlFileError, read_yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        fail(f"--settings {path}: {getattr(exc, 'strerror', None) or str(exc).splitlines()[0]}")
+        data = read_yaml(path, encoding="utf-8")
+    except YamlFileError as exc:
+        fail(f"--settings {path}: {exc.reason}")
     if data is None:
         return {}
     if not isinstance(data, dict):

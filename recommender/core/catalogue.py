@@ -1,6 +1,6 @@
 """The GPU catalogue: MIG shapes, profiles and memory per GPU model, loaded from data.
 
-Facts live in ``policies/data/gpus.yaml`` (from reference.md), not in code, so a user can correct an
+Facts live in ``recommender/data/gpus.yaml`` (from reference.md), not in code, so a user can correct an
 unverified entry with an override file. Reading files is the one I/O here and happens once, at the
 edge (``load_catalogue``); everything else takes a :class:`Catalogue`.
 """
@@ -14,11 +14,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from recommender.core.errors import ConfigError
+from recommender.core.yamlfile import read_mapping
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+_EXPECTED = "'shapes' and/or 'gpus'"
 ESTIMATED_USABLE_FRAC = 0.97  # usable/nominal ratio seen in the verified lgip rows (e.g. 39.25/40 GiB)
 
 
@@ -154,22 +154,10 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with 'shapes' and/or 'gpus'")
-    return data
-
-
 @lru_cache(maxsize=8)
 def load_catalogue(override: str | None = None) -> Catalogue:
     """The bundled catalogue, with a user's override file merged over it by key."""
-    raw = _read_yaml(DATA_DIR / "gpus.yaml")
+    raw = read_mapping(DATA_DIR / "gpus.yaml", _EXPECTED)
     if override:
-        raw = _merge(raw, _read_yaml(Path(override)))
+        raw = _merge(raw, read_mapping(Path(override), _EXPECTED))
     return parse_catalogue(raw)
