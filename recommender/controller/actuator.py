@@ -6,19 +6,20 @@ Order of one apply: read → which autoscaler owns the replicas (where the polic
 min/max if one owns the replicas → one guarded JSON patch on the workload that also writes the change record.
 ``spec.replicas`` is never written under an autoscaler, nor when the autoscalers cannot be read. A failed
 second write undoes the first, so a workload is never left half-changed. Every failure comes back as an
-:class:`Outcome` with one line; nothing here raises to the loop.
+:class:`Outcome` with one line; nothing here raises to the loop. Undoing a change is
+:mod:`recommender.controller.rollback`; the request and outcome records are in :mod:`recommender.controller.outcome`.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from recommender.controller import records as rec
+from recommender.controller import rollback as undo
 from recommender.controller.changes import (
-    REPLICAS,
     ChangeSet,
     Desired,
     ObjectRef,
@@ -28,7 +29,6 @@ from recommender.controller.changes import (
     removed_parents,
     scaledobject_changes,
     to_patch,
-    without_replicas,
 )
 from recommender.controller.guardrails import (
     Health,
@@ -42,45 +42,12 @@ from recommender.controller.guardrails import (
     workload_pods,
 )
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
+from recommender.controller.outcome import Outcome, Request
 from recommender.controller.placement import unplaceable
-from recommender.controller.policy import ChangeLimits
 from recommender.controller.signing import Signer
-from recommender.core.autoscalers import HPA, SCALED_OBJECT, Autoscaler, describe, owners, targets
+from recommender.core.autoscalers import HPA, SCALED_OBJECT, Autoscaler, describe, owners
 
 log = logging.getLogger("rightsizer.actuator")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """``status``: applied, dry-run, no-change, blocked, recommended, rolled-back; or conflict, failed, refused
-    (a change record the controller must not act on: nothing written, a Warning Event says why)."""
-
-    workload: str
-    status: str
-    message: str
-    record: rec.ChangeRecord | None = None
-    obj: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the workload as left (or read)
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("applied", "dry-run", "no-change", "blocked", "rolled-back", "recommended")
-
-
-@dataclass(frozen=True)
-class Request:
-    """Everything one apply needs besides the cluster."""
-
-    ref: ObjectRef
-    desired: Desired
-    now: datetime
-    limits: ChangeLimits
-    history_s: float
-    window_open: bool = True
-    policy: str | None = None
-    reason: str = ""
-    baseline: Health | None = None  # from metrics; the actuator adds what the pods show
-    baseline_s: float = 3600.0  # the window before the change that OOM kills and disruptions count in
-    obj: dict[str, Any] | None = None  # the workload as read this cycle (None: read it); its guards keep it honest
 
 
 class Actuator:
@@ -167,7 +134,7 @@ class Actuator:
                   for s in sets if not s.empty], baseline=rec.health_dict(baseline),
             watch_until=req.now + timedelta(seconds=req.limits.watch_seconds),
             history=past[-rec.MAX_HISTORY:], pods=marks)
-        after = self._write(obj, sets, record)
+        after = self.write(obj, sets, record)
         rec.emit_event(self.kube, ref, "RightsizerApplied", diff, req.now, uid=rec.uid_of(obj))
         return Outcome(key, "applied", diff, record, obj=after if after.get("metadata") else None)
 
@@ -188,7 +155,7 @@ class Actuator:
             return Outcome(req.ref.key, "blocked", f"not applied: {why}; leave one")
         return (replace(desired, replicas=None), found[0], None) if found else (desired, None, None)
 
-    def _write(self, obj: dict, sets: list[ChangeSet], record: rec.ChangeRecord) -> dict[str, Any]:
+    def write(self, obj: dict, sets: list[ChangeSet], record: rec.ChangeRecord) -> dict[str, Any]:
         """Other objects first (guarded), then the workload with its record; undo the others on failure. The
         workload as the server answered the write."""
         done: list[ChangeSet] = []
@@ -218,48 +185,8 @@ class Actuator:
         return self.kube.patch(target.kind, target.namespace, target.name, to_patch(cs, rv, extra))
 
     def rollback(self, ref: ObjectRef, now: datetime, reason: str) -> Outcome:
-        """Restore every previous value of the last change, on the workload and the autoscaler the record
-        names, only when the controller signed the record, only fields it manages, each op guarded by the
-        value it wrote; refuses (Warning Event, nothing written) anything else."""
-        obj: dict[str, Any] | None = None
-        try:
-            obj = self.kube.get(ref.kind, ref.namespace, ref.name)
-            record = self.read_record(obj)
-            if record is None or record.status != "applied":
-                why = "no change recorded" if record is None else f"the last change is already {record.status}"
-                return Outcome(ref.key, "failed", f"nothing to roll back on {ref.key}: {why}")
-            sets, left = self._unowned_replicas(ref, [s.change_set() for s in record.sets])
-            undo = [inverse(cs, s.after) for cs, s in zip(sets, record.sets, strict=True)]
-            foreign = self._not_its_autoscaler(ref, [s.target for s in undo if s.target != ref])
-            if foreign is not None:
-                return self.refuse(ref, obj, f"annotation {rec.LAST_CHANGE} is not acted on: {foreign}", now)
-            own = [s for s in undo if s.target == ref] or [ChangeSet(ref)]
-            reason += left
-            done = record.model_copy(update={"status": "rolled-back", "reason": f"rolled back: {reason}"})
-            if self.dry_run:
-                return Outcome(ref.key, "dry-run", "rollback: " + "; ".join(s.diff() for s in undo))
-            if self.signer is None:
-                return Outcome(ref.key, "failed", f"not rolled back: {self.no_signer}")
-            self._write(obj, [s for s in undo if s.target != ref] + [own[0]], done)
-        except Conflict as exc:
-            return Outcome(ref.key, "conflict", f"not rolled back: {exc}")
-        except rec.RecordError as exc:
-            return self.refuse(ref, obj, str(exc), now)
-        except KubeFailure as exc:
-            return Outcome(ref.key, "failed", str(exc))
-        undone = "; ".join(s.diff() for s in undo if not s.empty)
-        rec.emit_event(self.kube, ref, "RightsizerRolledBack", f"{reason}; {undone}", now, warning=True,
-                       uid=rec.uid_of(obj))
-        return Outcome(ref.key, "rolled-back", f"{reason}; {undone}", done)
-
-    def _not_its_autoscaler(self, ref: ObjectRef, others: list[ObjectRef]) -> str | None:
-        """Why one of ``others`` (objects a record names beside the workload) is not, now, the autoscaler of
-        ``ref``: a record may only ever reach the ScaledObject or HPA whose scaleTargetRef names the workload
-        (the rule :func:`recommender.core.autoscalers.targets` keeps for the report and the apply alike)."""
-        for o in others:
-            if not targets(self.kube.get(o.kind, o.namespace, o.name), ref.namespace, ref.kind, ref.name):
-                return f"{o.key} does not scale {ref.key}"
-        return None
+        """Undo the last change to ``ref`` (:func:`recommender.controller.rollback.rollback`)."""
+        return undo.rollback(self, ref, now, reason)
 
     def pod_state(self, obj: dict[str, Any]) -> PodState | None:
         """OOM kills and disruptions as the workload's pod statuses show them; None when pods cannot be
@@ -284,21 +211,6 @@ class Actuator:
         except KubeFailure as exc:
             return f"replicas left alone: cannot tell which autoscaler owns them ({exc})"
         return owners(ref.namespace, ref.kind, ref.name, hpas, keda)
-
-    def _unowned_replicas(self, ref: ObjectRef, sets: list[ChangeSet]) -> tuple[list[ChangeSet], str]:
-        """A rollback's sets less the workload's replicas where an autoscaler owns them now (it sets them itself,
-        and the guard on the value we wrote would fail the whole rollback), and what was left out. The rest is
-        undone: the autoscaler resizes for the restored shape, so no half-state remains. Raises
-        :class:`KubeFailure` when that cannot be told: the replicas belong with the rest then."""
-        if not any(c.path == REPLICAS for s in sets if s.target == ref for c in s.changes):
-            return sets, ""
-        found = self.autoscalers(ref)
-        if isinstance(found, str):
-            raise KubeFailure(f"not rolled back: {found}; the change includes replicas, retried next cycle")
-        if not found:
-            return sets, ""
-        return [without_replicas(s) if s.target == ref else s for s in sets], \
-            f" (replicas left to {describe(found)}, which owns them now)"
 
 
 def _plan(obj: dict[str, Any], desired: Desired, scaler: Autoscaler | None, step: int) -> list[ChangeSet]:
