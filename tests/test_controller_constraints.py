@@ -125,7 +125,7 @@ def test_conflicting_policies_the_first_by_name_wins_and_the_other_says_so() -> 
 
 def test_the_cycle_plans_with_the_constraints_of_the_workloads_it_collected() -> None:
     """``rightsizer controller``'s plan function: collect (the bundled demo here), then constrain and plan."""
-    import recommender.cli.main  # noqa: F401  (cli_controller needs main's helpers loaded first)
+    import recommender.cli.main  # noqa: F401  (recommender.cli.controller needs main's helpers loaded first)
     from recommender.cli.controller import Cycle
     from recommender.pipeline.planstore import PlanStore
 
