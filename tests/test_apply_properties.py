@@ -61,9 +61,12 @@ def current(draw: st.DrawFn, gpu: GpuModel, vllm: VllmArgs | None) -> Allocation
         case "time-slicing":
             return replace(base, sharing=Sharing.TIME_SLICING, gpu_equivalents=1 / draw(st.integers(2, 8)))
         case "mps" if share:
-            return replace(base, sharing=Sharing.MPS, share=MpsShare(float(share.thread_pct), float(share.memory_mib)), gpu_equivalents=share.gpu_equivalents)
+            return replace(base, sharing=Sharing.MPS, share=MpsShare(float(share.thread_pct), float(share.memory_mib)),
+                           gpu_equivalents=share.gpu_equivalents)
         case "hami" if share:
-            return replace(base, sharing=Sharing.HAMI, share=HamiShare(float(share.memory_mib), float(share.thread_pct)), gpu_equivalents=share.gpu_equivalents)
+            return replace(base, sharing=Sharing.HAMI,
+                           share=HamiShare(float(share.memory_mib), float(share.thread_pct)),
+                           gpu_equivalents=share.gpu_equivalents)
         case "kai":
             frac = draw(st.sampled_from([0.1, 0.25, 0.5, 0.75]))
             return replace(base, sharing=Sharing.KAI, share=KaiShare(frac), gpu_equivalents=frac)

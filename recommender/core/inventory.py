@@ -103,31 +103,31 @@ class Allocation:
 
     @property
     def mig_profile(self) -> str | None:  # e.g. "3g.40gb"
-        return self._flat("mig_profile")  # type: ignore[no-any-return]
+        return self._flat("mig_profile")
 
     @property
     def mig_count(self) -> int:
-        return self._flat("mig_count") or 0  # type: ignore[no-any-return]
+        return self._flat("mig_count") or 0
 
     @property
     def mps_active_thread_pct(self) -> float | None:
-        return self._flat("mps_active_thread_pct")  # type: ignore[no-any-return]
+        return self._flat("mps_active_thread_pct")
 
     @property
     def mps_pinned_mem_mib(self) -> float | None:
-        return self._flat("mps_pinned_mem_mib")  # type: ignore[no-any-return]
+        return self._flat("mps_pinned_mem_mib")
 
     @property
     def hami_gpumem_mib(self) -> float | None:
-        return self._flat("hami_gpumem_mib")  # type: ignore[no-any-return]
+        return self._flat("hami_gpumem_mib")
 
     @property
     def hami_gpucores_pct(self) -> float | None:
-        return self._flat("hami_gpucores_pct")  # type: ignore[no-any-return]
+        return self._flat("hami_gpucores_pct")
 
     @property
     def kai_gpu_fraction(self) -> float | None:
-        return self._flat("kai_gpu_fraction")  # type: ignore[no-any-return]
+        return self._flat("kai_gpu_fraction")
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def hami_drops(values: Mapping[str, str]) -> tuple[str, ...]:
 
 class Hami(Base):
     name, sharing, read_rank = "hami", Sharing.HAMI, 30
-    share_type = HamiShare
+    share_type: type[Share] | None = HamiShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         share = size_share(need.compute_frac, need.memory_mib, gpu.memory_mib)

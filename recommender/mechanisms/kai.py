@@ -34,7 +34,7 @@ def kai_annotations(alloc: Allocation) -> dict[str, str]:
 
 class Kai(Base):
     name, sharing, read_rank = "kai", Sharing.KAI, 20
-    share_type = KaiShare
+    share_type: type[Share] | None = KaiShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         share = size_share(need.compute_frac, need.memory_mib, gpu.memory_mib)

@@ -56,7 +56,7 @@ def resource(profile: str) -> str:
 
 class Mig(Base):
     name, sharing, read_rank = "mig", Sharing.MIG, 10
-    share_type = MigShare
+    share_type: type[Share] | None = MigShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         if not gpu.supports_mig:

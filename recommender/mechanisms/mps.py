@@ -97,7 +97,7 @@ def read_env(containers: Any, notes: list[str]) -> MpsShare | None:
 
 class Mps(Base):
     name, sharing, read_rank = "mps", Sharing.MPS, 40
-    share_type = MpsShare
+    share_type: type[Share] | None = MpsShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         share = size_share(need.compute_frac, need.memory_mib, gpu.memory_mib)
