@@ -28,6 +28,7 @@ from collectors.files import read_snapshot, write_snapshot
 from recommender.core import usage as m
 from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
 from recommender.core.usage import Snapshot
+from recommender.mechanisms.mig import MigShare
 
 # -- Window: 14 days at 10 minutes, stamped at each step's end (as a Prometheus range query is). --------
 END = datetime(2026, 11, 1, tzinfo=UTC)
@@ -349,7 +350,8 @@ def allocation(spec: Spec) -> Allocation:
         gpus, profile, count, share = 0, MIG_3G[0], 1, MIG_3G[3]
     elif spec.sharing is Sharing.TIME_SLICING:
         share = 1 / (1 + TIME_SLICE_NEIGHBOURS)
-    return Allocation(spec.sharing, gpus=gpus, mig_profile=profile, mig_count=count, gpu_equivalents=share,
+    mig = MigShare(profile, count) if profile else None
+    return Allocation(spec.sharing, gpus=gpus, share=mig, gpu_equivalents=share,
                       gpu_model=gpu.model, gpu_product=gpu.product, device_memory_mib=memory_mib(spec), vllm=vllm,
                       replicas=spec.replicas)
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, make_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import numpy as np
 import pandas as pd
@@ -36,8 +37,9 @@ from pandas.tseries.frequencies import to_offset
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from recommender.core.errors import SourceError
-from recommender.core.inventory import GpuNode, Workload
+from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload
 from recommender.core.usage import USAGE_METRICS, Snapshot
+from recommender.mechanisms import for_sharing
 
 FORMAT_VERSION = 1
 SNAPSHOT_FILE = "snapshot.json"
@@ -47,6 +49,59 @@ COLUMNS = ("metric", "workload", "timestamp", "value")
 # The unit pandas gives date_range/to_datetime here ("ns" in pandas 2, "us" in 3): read frames use it,
 # so a frame built the usual way compares equal after a round trip.
 _TIME_UNIT = pd.date_range("2000-01-01", periods=1, tz=UTC).unit
+
+
+@dataclass(frozen=True)
+class _AllocationDoc:
+    """An allocation as snapshot.json writes it: the share's parameters as flat fields (format 1), in this
+    order; :func:`_to_allocation` and :func:`_from_allocation` map them to and from the tagged share."""
+
+    sharing: Sharing
+    gpus: int = 0
+    mig_profile: str | None = None
+    mig_count: int = 0
+    gpu_equivalents: float = 0.0
+    gpu_model: str | None = None
+    gpu_product: str | None = None
+    device_memory_mib: float | None = None
+    mps_active_thread_pct: float | None = None
+    mps_pinned_mem_mib: float | None = None
+    hami_gpumem_mib: float | None = None
+    hami_gpucores_pct: float | None = None
+    kai_gpu_fraction: float | None = None
+    vllm: VllmArgs | None = None
+    replicas: int = 1
+
+
+_SHARE_FIELDS = ("mig_profile", "mig_count", "mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib",
+                 "hami_gpucores_pct", "kai_gpu_fraction")
+# Workload with its allocation in the flat form: the same fields, names and error locations
+_WorkloadDoc = make_dataclass("Workload", [
+    (f.name, _AllocationDoc if f.name == "allocation" else get_type_hints(Workload)[f.name],
+     field(default=f.default, default_factory=f.default_factory)) for f in fields(Workload)], frozen=True)
+
+
+def _to_allocation(doc: _AllocationDoc) -> Allocation:
+    values = {f.name: getattr(doc, f.name) for f in fields(doc)}
+    mechanism = for_sharing(doc.sharing)
+    kind = mechanism.share_type if mechanism is not None else None
+    share = kind.from_flat(values) if kind is not None else None
+    return Allocation(**{k: v for k, v in values.items() if k not in _SHARE_FIELDS}, share=share)
+
+
+def _from_allocation(alloc: Allocation) -> _AllocationDoc:
+    values = {f.name: getattr(alloc, f.name) for f in fields(alloc) if f.name != "share"}
+    return _AllocationDoc(**values, **{k: getattr(alloc, k) for k in _SHARE_FIELDS})
+
+
+def _workload_doc(w: Workload) -> Any:
+    values = {f.name: getattr(w, f.name) for f in fields(w)}
+    return _WorkloadDoc(**values | {"allocation": _from_allocation(w.allocation)})
+
+
+def _workload(doc: Any) -> Workload:
+    values = {f.name: getattr(doc, f.name) for f in fields(Workload)}
+    return Workload(**values | {"allocation": _to_allocation(doc.allocation)})
 
 
 class _SnapshotDoc(BaseModel):
@@ -60,7 +115,7 @@ class _SnapshotDoc(BaseModel):
     step_s: float
     source: str = "file"
     warnings: tuple[str, ...] = ()
-    workloads: tuple[Workload, ...] = ()
+    workloads: tuple[_WorkloadDoc, ...] = ()  # type: ignore[valid-type]
     nodes: tuple[GpuNode, ...] = ()
 
 
@@ -74,7 +129,7 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         doc = _SnapshotDoc(format_version=FORMAT_VERSION, start=snapshot.start.isoformat(),
                            end=snapshot.end.isoformat(), step_s=snapshot.step_s, source=snapshot.source,
-                           warnings=snapshot.warnings, workloads=snapshot.workloads,
+                           warnings=snapshot.warnings, workloads=tuple(_workload_doc(w) for w in snapshot.workloads),
                            nodes=snapshot.nodes)
         text = json.dumps(_without_absent(doc.model_dump(mode="json")), indent=2, ensure_ascii=False) + "\n"
         (directory / SNAPSHOT_FILE).write_text(text, encoding="utf-8")
@@ -141,8 +196,9 @@ def read_snapshot(directory: Path) -> Snapshot:
     start, end = _fromiso(doc_path, "start", doc.start), _fromiso(doc_path, "end", doc.end)
     long, path, warnings = _read_long(directory)
     long, skipped = _known_metrics(long, path)
-    orphans = _orphans(long, {w.ref.key for w in doc.workloads}, path)
-    return Snapshot(doc.workloads, _wide(long, doc.step_s), start, end, doc.step_s,
+    workloads = tuple(_workload(w) for w in doc.workloads)
+    orphans = _orphans(long, {w.ref.key for w in workloads}, path)
+    return Snapshot(workloads, _wide(long, doc.step_s), start, end, doc.step_s,
                     (*doc.warnings, *warnings, *skipped, *orphans), doc.source, doc.nodes)
 
 

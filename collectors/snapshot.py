@@ -23,6 +23,9 @@ from recommender.core import usage as m
 from recommender.core.catalogue import Catalogue
 from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
 from recommender.core.usage import Snapshot
+from recommender.mechanisms import for_sharing
+from recommender.mechanisms.hami import HamiShare
+from recommender.mechanisms.mig import MigShare
 
 # How a workload's value is formed from its pods' values at one step.
 SUM_METRICS = frozenset(
@@ -147,11 +150,10 @@ def _resources_allocation(resources: Iterable[tuple[str, float]]) -> Allocation 
         if name.startswith("nvidia.com/mig-"):
             profile = name.removeprefix("nvidia.com/mig-")
             profile = re.sub(r"\.me$", "+me", profile)
-            return Allocation(Sharing.MIG, mig_profile=profile, mig_count=int(amount))
+            return Allocation(Sharing.MIG, share=MigShare(profile, int(amount)))
     if "nvidia.com/gpumem" in res or "nvidia.com/gpucores" in res:
         return Allocation(Sharing.HAMI, gpus=int(res.get("nvidia.com/gpu", 1)),
-                          hami_gpumem_mib=res.get("nvidia.com/gpumem"),
-                          hami_gpucores_pct=res.get("nvidia.com/gpucores"))
+                          share=HamiShare(res.get("nvidia.com/gpumem"), res.get("nvidia.com/gpucores")))
     if "nvidia.com/gpu.shared" in res:
         return Allocation(Sharing.TIME_SLICING, gpus=int(res["nvidia.com/gpu.shared"]))
     if "nvidia.com/gpu" in res:
@@ -161,7 +163,7 @@ def _resources_allocation(resources: Iterable[tuple[str, float]]) -> Allocation 
 
 def _devices_allocation(devices: PodDevices) -> Allocation:
     if devices.mig_profile:
-        return Allocation(Sharing.MIG, mig_profile=devices.mig_profile, mig_count=devices.device_count)
+        return Allocation(Sharing.MIG, share=MigShare(devices.mig_profile, devices.device_count))
     if devices.shared_with > 1:
         return Allocation(Sharing.TIME_SLICING, gpus=devices.device_count)
     return Allocation(Sharing.EXCLUSIVE, gpus=devices.device_count)
@@ -275,31 +277,14 @@ def enrich(workload: Workload, index: FactIndex) -> Workload:
 
 
 def gpu_equivalents(alloc: Allocation, catalogue: Catalogue) -> tuple[float, str | None]:
-    """Share of whole GPUs one replica holds, and a caveat when it had to be guessed."""
-    gpu = catalogue.get(alloc.gpu_model)
-    match alloc.sharing:
-        case Sharing.EXCLUSIVE:
-            return float(alloc.gpus), None
-        case Sharing.MIG:
-            profile = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
-            if gpu and profile:
-                return gpu.share(profile) * alloc.mig_count, None
-            slices = re.match(r"(\d+)g", alloc.mig_profile or "")
-            guess = int(slices.group(1)) / 7 if slices else 1.0
-            return guess * max(alloc.mig_count, 1), f"MIG profile {alloc.mig_profile} not in the catalogue " \
-                f"for {alloc.gpu_model or 'an unknown GPU'}: share guessed from its SM slices"
-        case Sharing.TIME_SLICING if alloc.gpu_equivalents:  # the share was measured (pods per device)
-            return alloc.gpu_equivalents, None
-        case Sharing.MPS if alloc.mps_active_thread_pct:
-            return alloc.mps_active_thread_pct / 100 * max(alloc.gpus, 1), None
-        case Sharing.HAMI:
-            mem = (alloc.hami_gpumem_mib / alloc.device_memory_mib
-                   if alloc.hami_gpumem_mib and alloc.device_memory_mib else 0.0)
-            return max(mem, (alloc.hami_gpucores_pct or 0) / 100) * max(alloc.gpus, 1), None
-        case Sharing.KAI if alloc.kai_gpu_fraction:
-            return alloc.kai_gpu_fraction, None
-        case Sharing.NONE:
-            return 0.0, None
+    """Share of whole GPUs one replica holds, and a caveat when it had to be guessed (by the allocation's
+    mechanism; one whose share does not say counts its devices as whole GPUs, with a caveat)."""
+    if alloc.sharing is Sharing.NONE:
+        return 0.0, None
+    mechanism = for_sharing(alloc.sharing)
+    held = mechanism.gpu_equivalents(alloc, catalogue.get(alloc.gpu_model)) if mechanism is not None else None
+    if held is not None:
+        return held
     return float(max(alloc.gpus, 1)), (f"{alloc.sharing.value} share unknown: counted as "
                                        f"{max(alloc.gpus, 1)} whole GPU(s)")
 

@@ -8,21 +8,9 @@ from dataclasses import dataclass
 
 from recommender.core.catalogue import GpuModel, MigProfile
 from recommender.core.plan import WorkloadConstraints
+from recommender.mechanisms.mig import fitting_profiles as fitting_profiles  # sized with the mechanism
 
 _NAME = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
-
-
-def fitting_profiles(gpu: GpuModel, memory_mib: float, compute_frac: float) -> list[MigProfile]:
-    """Profiles (no media-engine variants) with enough usable memory and SM share, smallest first.
-
-    Smallest means the least share of the GPU, then fewer SM slices, then less memory: a 1g.20gb
-    (2 memory slices, 1 SM) beats a 2g.20gb when one SM slice is enough.
-    """
-    ok = [
-        p for p in gpu.profiles
-        if not p.has_media and p.usable_mib >= memory_mib and p.shape.sm_slices / gpu.sm_slices >= compute_frac
-    ]
-    return sorted(ok, key=lambda p: (gpu.share(p), p.shape.sm_slices, p.usable_mib))
 
 
 def missed_too_often(share_over_objective: float | None, budget: float, times: float | None) -> bool:

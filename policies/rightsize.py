@@ -25,6 +25,10 @@ from recommender.core.catalogue import Catalogue, GpuModel, MigProfile
 from recommender.core.inventory import Allocation, Sharing, Workload
 from recommender.core.plan import Bound, Classification, Forecast, Recommendation, WorkloadClass, WorkloadConstraints
 from recommender.core.settings import Settings
+from recommender.mechanisms.hami import HamiShare
+from recommender.mechanisms.kai import KaiShare
+from recommender.mechanisms.mig import MigShare
+from recommender.mechanisms.mps import MpsShare
 
 HOUR_S = 3600.0
 PROVISIONAL_MAX_CONFIDENCE = 0.25  # a provisional recommendation's confidence: low, under _risk's 0.5 bar
@@ -103,7 +107,7 @@ def _mig(ctx: Context, gpu: GpuModel, mem: Bound, comp: Bound | None, base: Allo
         return "; ".join(choice.reasons)
     if prof is None or gpu.share(prof) >= 1.0:
         return "no MIG slice smaller than the GPU holds the need" + bounds
-    mig = replace(base, sharing=Sharing.MIG, gpus=0, mig_profile=prof.name, mig_count=1,
+    mig = replace(base, sharing=Sharing.MIG, gpus=0, share=MigShare(prof.name, 1),
                   device_memory_mib=prof.usable_mib, gpu_equivalents=gpu.share(prof))
     est = "" if prof.usable_verified else " (usable memory estimated from the name: unverified)"
     which = f"{gpu.key} slice" if choice.raised_from else f"smallest {gpu.key} slice"
@@ -123,19 +127,19 @@ def _fraction(ctx: Context, mech: str, gpu: GpuModel, mem: Bound, comp: Bound | 
     seen = share.memory_mib if ms.memory_seen.get(backend, "device") == "limit" else gpu.memory_mib
     common = dict(gpus=1, device_memory_mib=float(seen), gpu_equivalents=share.gpu_equivalents)
     if mech == "mps":
-        alloc = replace(base, sharing=Sharing.MPS, mps_active_thread_pct=float(share.thread_pct),
-                        mps_pinned_mem_mib=float(share.memory_mib), **common)  # type: ignore[arg-type]
+        alloc = replace(base, sharing=Sharing.MPS, share=MpsShare(float(share.thread_pct), float(share.memory_mib)),
+                        **common)  # type: ignore[arg-type]
         how = "DRA GpuConfig" if backend == "dra" else "CUDA MPS"
         why = (f"{how} share: {share.thread_pct}% of the SMs and {share.memory_mib:,} MiB pinned; share the GPU "
                f"only with MPS clients of namespace {ctx.workload.ref.namespace} (an MPS client fault takes down "
                "every client on that GPU)")
     elif mech == "hami":
-        alloc = replace(base, sharing=Sharing.HAMI, hami_gpumem_mib=float(share.memory_mib),
-                        hami_gpucores_pct=float(share.thread_pct), **common)  # type: ignore[arg-type]
+        alloc = replace(base, sharing=Sharing.HAMI, share=HamiShare(float(share.memory_mib), float(share.thread_pct)),
+                        **common)  # type: ignore[arg-type]
         why = f"HAMi share: gpumem {share.memory_mib:,} MiB, gpucores {share.thread_pct}%"
     else:
         frac = math.ceil(share.memory_frac * 100 - 1e-9) / 100
-        alloc = replace(base, sharing=Sharing.KAI, kai_gpu_fraction=frac, **common)  # type: ignore[arg-type]
+        alloc = replace(base, sharing=Sharing.KAI, share=KaiShare(frac), **common)  # type: ignore[arg-type]
         why = (f"KAI gpu-fraction {frac:.2f} (memory); KAI enforces no limit, so the workload must keep itself "
                "within it")
     return alloc, why, None
@@ -279,7 +283,7 @@ def rightsize(ctx: Context) -> Recommendation:
     vllm = engine.vllm
     alloc = replace(alloc, vllm=vllm)
     if alloc.sharing is Sharing.KAI and vllm and vllm.gpu_memory_utilization:  # KAI: vLLM must self-limit
-        alloc = replace(alloc, kai_gpu_fraction=max(alloc.kai_gpu_fraction or 0.0, vllm.gpu_memory_utilization))
+        alloc = replace(alloc, share=KaiShare(max(alloc.kai_gpu_fraction or 0.0, vllm.gpu_memory_utilization)))
     conf = confidence(f.history_s, f.coverage_frac, ctx.settings.policy.full_confidence_history_s, f.usable_frac,
                       mem.bound)
     if comp.bound is None:

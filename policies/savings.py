@@ -13,6 +13,7 @@ from recommender.core.catalogue import Catalogue, MigProfile
 from recommender.core.inventory import Allocation, Sharing
 from recommender.core.plan import Recommendation, Summary
 from recommender.core.settings import PriceSettings
+from recommender.mechanisms import for_sharing
 
 
 def with_money(rec: Recommendation, prices: PriceSettings) -> Recommendation:
@@ -25,15 +26,9 @@ def with_money(rec: Recommendation, prices: PriceSettings) -> Recommendation:
 
 
 def _share(alloc: Allocation) -> tuple[float, float] | None:
-    """(compute, memory MiB) of one fractional replica, None when it is not a fraction."""
-    match alloc.sharing:
-        case Sharing.MPS:
-            return (alloc.mps_active_thread_pct or 100.0) / 100, alloc.mps_pinned_mem_mib or 0.0
-        case Sharing.HAMI:
-            return (alloc.hami_gpucores_pct or 100.0) / 100, alloc.hami_gpumem_mib or 0.0
-        case Sharing.KAI | Sharing.TIME_SLICING:
-            return alloc.gpu_equivalents, alloc.gpu_equivalents * (alloc.device_memory_mib or 0.0)
-    return None
+    """(compute, memory MiB) of one fractional replica, None when it is not a fraction (its mechanism says)."""
+    mechanism = for_sharing(alloc.sharing)
+    return mechanism.fraction(alloc) if mechanism is not None else None
 
 
 def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue) -> int:

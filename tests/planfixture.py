@@ -38,6 +38,7 @@ from recommender.core.plan import (
     WorkloadClass,
 )
 from recommender.core.usage import Snapshot
+from recommender.mechanisms.mig import MigShare
 
 END = datetime(2026, 11, 1, tzinfo=UTC)
 STEP_S = 600.0
@@ -63,7 +64,7 @@ def llama() -> Recommendation:
     vllm = VllmArgs("meta-llama/Meta-Llama-3-8B-Instruct", 0.9, 8192, 256)
     now = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, device_memory_mib=81920, vllm=vllm,
                      replicas=2, **A100)  # type: ignore[arg-type]
-    rec = replace(now, sharing=Sharing.MIG, gpus=0, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5,
+    rec = replace(now, sharing=Sharing.MIG, gpus=0, share=MigShare("3g.40gb", 1), gpu_equivalents=0.5,
                   device_memory_mib=40192, vllm=replace(vllm, gpu_memory_utilization=0.82))
     reasons = (
         "MIG 3g.40gb: smallest A100-80GB slice with ≥ 32,900 MiB (40,192 usable) and ≥ 0.22 GPU of compute",
@@ -119,7 +120,7 @@ def nightly() -> Recommendation:
 
 
 def detector() -> Recommendation:
-    now = Allocation(Sharing.MIG, mig_profile="1g.10gb", mig_count=1, gpu_equivalents=1 / 7,
+    now = Allocation(Sharing.MIG, share=MigShare("1g.10gb", 1), gpu_equivalents=1 / 7,
                      device_memory_mib=9728, **A100)  # type: ignore[arg-type]
     why = ("no recommendation: not enough history (6.0 h of usage, need 24 h)",)
     return Recommendation(_wl("vision", "StatefulSet", "detector-mig", now), None, why, 0.0,

@@ -26,6 +26,9 @@ from recommender.core import plan as m
 from recommender.core.annotations import MIG_CONFIG_LABEL as MIG_CONFIG
 from recommender.core.annotations import MIG_CONFIG_STATE_LABEL as MIG_STATE
 from recommender.core.inventory import Sharing
+from recommender.mechanisms.hami import HamiShare
+from recommender.mechanisms.kai import KaiShare
+from recommender.mechanisms.mps import MpsShare
 from tests import planfixture as pf
 from tests import vap
 from tests.controllerfixture import NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot
@@ -91,15 +94,13 @@ def desires() -> dict[str, Any]:
     def held(r: m.Recommendation, sharing: Sharing) -> m.Recommendation:
         return replace(r, workload=replace(r.workload, allocation=replace(r.workload.allocation, sharing=sharing)))
 
-    whole = alloc(base, sharing=Sharing.EXCLUSIVE, mig_profile=None, mig_count=0, gpus=1)
+    whole = alloc(base, sharing=Sharing.EXCLUSIVE, share=None, gpus=1)
     vllm = replace(base.recommended.vllm, max_num_seqs=48) if base.recommended and base.recommended.vllm else None
     return {
         "replicas, vllm, mig": desired_from(alloc(base, vllm=vllm), ["replicas", "vllm", "mig"]),
-        "mps": desired_from(alloc(base, sharing=Sharing.MPS, mig_profile=None, mps_active_thread_pct=35.0,
-                                  mps_pinned_mem_mib=20480.0), ["mps"]),
-        "hami": desired_from(alloc(base, sharing=Sharing.HAMI, mig_profile=None, hami_gpumem_mib=20480.0,
-                                   hami_gpucores_pct=30.0), ["hami"]),
-        "kai": desired_from(alloc(base, sharing=Sharing.KAI, mig_profile=None, kai_gpu_fraction=0.25), ["kai"]),
+        "mps": desired_from(alloc(base, sharing=Sharing.MPS, share=MpsShare(35.0, 20480.0)), ["mps"]),
+        "hami": desired_from(alloc(base, sharing=Sharing.HAMI, share=HamiShare(20480.0, 30.0)), ["hami"]),
+        "kai": desired_from(alloc(base, sharing=Sharing.KAI, share=KaiShare(0.25)), ["kai"]),
         "whole off mig": desired_from(held(whole, Sharing.MIG), ["exclusive"]),
         "whole off mps": desired_from(held(whole, Sharing.MPS), ["exclusive"], exclusive_nodes=UNSHARED),
         "whole off hami": desired_from(held(whole, Sharing.HAMI), ["exclusive"]),

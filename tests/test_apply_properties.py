@@ -21,6 +21,10 @@ from recommender.core.catalogue import GpuModel, load_catalogue
 from recommender.core.inventory import Allocation, Sharing, VllmArgs, Workload, WorkloadRef
 from recommender.core.plan import Classification, Recommendation, WorkloadClass
 from recommender.core.settings import MechanismSettings, Settings
+from recommender.mechanisms.hami import HamiShare
+from recommender.mechanisms.kai import KaiShare
+from recommender.mechanisms.mig import MigShare
+from recommender.mechanisms.mps import MpsShare
 
 CATALOGUE = load_catalogue()
 CARDS = load_model_cards()
@@ -57,17 +61,18 @@ def current(draw: st.DrawFn, gpu: GpuModel, vllm: VllmArgs | None) -> Allocation
         case "time-slicing":
             return replace(base, sharing=Sharing.TIME_SLICING, gpu_equivalents=1 / draw(st.integers(2, 8)))
         case "mps" if share:
-            return replace(base, sharing=Sharing.MPS, mps_active_thread_pct=float(share.thread_pct),
-                           mps_pinned_mem_mib=float(share.memory_mib), gpu_equivalents=share.gpu_equivalents)
+            return replace(base, sharing=Sharing.MPS, share=MpsShare(float(share.thread_pct), float(share.memory_mib)),
+                           gpu_equivalents=share.gpu_equivalents)
         case "hami" if share:
-            return replace(base, sharing=Sharing.HAMI, hami_gpucores_pct=float(share.thread_pct),
-                           hami_gpumem_mib=float(share.memory_mib), gpu_equivalents=share.gpu_equivalents)
+            return replace(base, sharing=Sharing.HAMI,
+                           share=HamiShare(float(share.memory_mib), float(share.thread_pct)),
+                           gpu_equivalents=share.gpu_equivalents)
         case "kai":
             frac = draw(st.sampled_from([0.1, 0.25, 0.5, 0.75]))
-            return replace(base, sharing=Sharing.KAI, kai_gpu_fraction=frac, gpu_equivalents=frac)
+            return replace(base, sharing=Sharing.KAI, share=KaiShare(frac), gpu_equivalents=frac)
         case "mig" if gpu.profiles:
             prof = draw(st.sampled_from(gpu.profiles))
-            return replace(base, sharing=Sharing.MIG, gpus=0, mig_profile=prof.name, mig_count=1,
+            return replace(base, sharing=Sharing.MIG, gpus=0, share=MigShare(prof.name, 1),
                            device_memory_mib=prof.usable_mib, gpu_equivalents=gpu.share(prof))
     return base
 
@@ -176,7 +181,7 @@ def test_shares_and_slices_sized_from_any_need_apply_validly(key: str, compute: 
     share = size_share(compute, memory, gpu.memory_mib)
     if share is not None:
         alloc = Allocation(Sharing.MPS, gpus=1, gpu_model=key, device_memory_mib=float(share.memory_mib),
-                           mps_active_thread_pct=float(share.thread_pct), mps_pinned_mem_mib=float(share.memory_mib),
+                           share=MpsShare(float(share.thread_pct), float(share.memory_mib)),
                            gpu_equivalents=share.gpu_equivalents)
         _check(how_to_apply(alloc), alloc, gpu)
         by_memory = int(gpu.memory_mib // share.memory_mib)

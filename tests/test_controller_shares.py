@@ -17,6 +17,9 @@ from recommender.controller.changes import Desired, apply_local, desired_from, i
 from recommender.controller.loop import Controller
 from recommender.core.annotations import LAST_CHANGE
 from recommender.core.inventory import Sharing
+from recommender.mechanisms.hami import HamiShare
+from recommender.mechanisms.kai import KaiShare
+from recommender.mechanisms.mig import MigShare
 from tests import planfixture as pf
 from tests.controllerfixture import (
     KEY,
@@ -39,12 +42,11 @@ HAMI_NEW = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpu
 
 
 def hami_rec() -> Any:
-    return with_allocation(recommendation(), sharing=Sharing.HAMI, mig_profile=None, hami_gpumem_mib=20480.0,
-                           hami_gpucores_pct=30.0)
+    return with_allocation(recommendation(), sharing=Sharing.HAMI, share=HamiShare(20480.0, 30.0))
 
 
 def kai_rec() -> Any:
-    return with_allocation(recommendation(), sharing=Sharing.KAI, mig_profile=None, kai_gpu_fraction=0.5)
+    return with_allocation(recommendation(), sharing=Sharing.KAI, share=KaiShare(0.5))
 
 
 def spec_for(*mechanisms: str) -> dict[str, Any]:
@@ -70,7 +72,7 @@ def test_desired_carries_policies_shares_rendering_only_when_allowed() -> None:
     assert desired_from(hami_rec(), ["replicas"]).hami_limits == ()
     assert dict(desired_from(kai_rec(), ["kai"]).pod_annotations) == {"gpu-fraction": "0.5"}
     assert desired_from(kai_rec(), ["hami"]).pod_annotations == ()
-    unsized = desired_from(with_allocation(hami_rec(), hami_gpumem_mib=None, hami_gpucores_pct=None), ["hami"])
+    unsized = desired_from(with_allocation(hami_rec(), share=HamiShare(None, None)), ["hami"])
     assert unsized.hami_limits == () and "neither gpumem nor gpucores" in unsized.reasons[0]
 
 
@@ -167,8 +169,9 @@ MIG_NOW = {"nvidia.com/mig-3g.40gb": "1"}
 
 def whole_rec(held: Sharing = Sharing.MIG) -> Any:
     """Whole GPUs recommended for a service that runs on a 3g.40gb slice (or ``held``) and missed its objective."""
-    r = with_allocation(recommendation(), sharing=Sharing.EXCLUSIVE, mig_profile=None, mig_count=0, gpus=1)
-    held_alloc = replace(r.workload.allocation, sharing=held, mig_profile="3g.40gb" if held is Sharing.MIG else None)
+    r = with_allocation(recommendation(), sharing=Sharing.EXCLUSIVE, share=None, gpus=1)
+    held_alloc = replace(r.workload.allocation, sharing=held,
+                         share=MigShare("3g.40gb") if held is Sharing.MIG else None)
     return replace(r, workload=replace(r.workload, allocation=held_alloc))
 
 
@@ -366,7 +369,7 @@ def test_no_unshared_node_to_take_the_pods_blocks_the_move_and_writes_nothing(fr
 def test_a_mechanism_the_controller_cannot_apply_says_so_in_the_outcome() -> None:
     """``allowedMechanisms: [time-slicing]`` is accepted, but time-slicing is node-wide device-plugin config: the
     outcome says it was recommended only, instead of the field silently doing nothing."""
-    ts = with_allocation(recommendation(), sharing=Sharing.TIME_SLICING, mig_profile=None)
+    ts = with_allocation(recommendation(), sharing=Sharing.TIME_SLICING, share=None)
     with WriteCluster([deployment(), policy("ts", spec_for("time-slicing"))]) as cluster:
         report = Controller(cluster.kube(), lambda now, _: (plan(ts, now=now), snapshot(now, .3, .3)),
                             clock=lambda: NOW).reconcile()

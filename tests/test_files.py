@@ -16,6 +16,7 @@ from recommender.core import usage as m
 from recommender.core.errors import SourceError
 from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
 from recommender.core.usage import Snapshot
+from recommender.mechanisms.mig import MigShare
 from tests.builders import END, index, whole_gpu
 
 STEP_S = 600.0
@@ -32,7 +33,7 @@ def _workloads() -> tuple[Workload, ...]:
                     served_model="llama-3-8b", nodes=("gpu-h100-0", "gpu-h100-1"), cold_start_s=142.5,
                     shape_since=datetime(2026, 10, 30, 8, 15, tzinfo=UTC))
     mig = Workload(WorkloadRef("dev", "StatefulSet", "review"),
-                   Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5,
+                   Allocation(Sharing.MIG, share=MigShare("3g.40gb", 1), gpu_equivalents=0.5,
                               gpu_model="A100-80GB", gpu_product="NVIDIA A100-SXM4-80GB", device_memory_mib=40192.0,
                               vllm=VllmArgs(tensor_parallel_size=1)),
                    pods=("review-0",))

@@ -23,6 +23,10 @@ from recommender.core.annotations import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION
 from recommender.core.inventory import Allocation, Sharing, VllmArgs
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings import MechanismSettings, Settings
+from recommender.mechanisms.hami import HamiShare
+from recommender.mechanisms.kai import KaiShare
+from recommender.mechanisms.mig import MigShare
+from recommender.mechanisms.mps import MpsShare
 from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
@@ -105,7 +109,7 @@ def test_share_always_covers_the_need(compute: float, memory: float) -> None:
 
 
 MPS = Allocation(Sharing.MPS, gpus=1, gpu_model="A100-80GB", device_memory_mib=81_920,
-                 mps_active_thread_pct=30.0, mps_pinned_mem_mib=20_480.0, gpu_equivalents=0.3)
+                 share=MpsShare(30.0, 20_480.0), gpu_equivalents=0.3)
 
 
 def test_renderings_follow_each_backend() -> None:
@@ -115,12 +119,12 @@ def test_renderings_follow_each_backend() -> None:
     mps = dra_gpu_config(MPS)["parameters"]["sharing"]
     assert mps == {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 30,
                                                     "defaultPinnedDeviceMemoryLimit": "20480Mi"}}
-    hami = Allocation(Sharing.HAMI, gpus=1, hami_gpumem_mib=12_288.0, hami_gpucores_pct=25.0)
+    hami = Allocation(Sharing.HAMI, gpus=1, share=HamiShare(12_288.0, 25.0))
     assert hami_resources(hami) == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "12288", "nvidia.com/gpucores": "25"}
-    assert kai_annotations(Allocation(Sharing.KAI, kai_gpu_fraction=0.25)) == {"gpu-fraction": "0.25"}
+    assert kai_annotations(Allocation(Sharing.KAI, share=KaiShare(0.25))) == {"gpu-fraction": "0.25"}
     both = how_to_apply(MPS)
     assert both["dra"]["driver"] == "gpu.nvidia.com" and both["env"] == mps_env(MPS)
-    mig = Allocation(Sharing.MIG, mig_profile="1g.10gb", mig_count=1,
+    mig = Allocation(Sharing.MIG, share=MigShare("1g.10gb", 1),
                      vllm=VllmArgs(gpu_memory_utilization=0.62, max_num_seqs=12))
     assert how_to_apply(mig) == {"resources": {"nvidia.com/mig-1g.10gb": "1"},
                                  "vllm_args": ["--gpu-memory-utilization=0.62", "--max-num-seqs=12"]}

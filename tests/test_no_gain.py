@@ -14,6 +14,7 @@ from recommender.core.inventory import Allocation, Sharing, VllmArgs
 from recommender.core.plan import Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.demo import demo_path
+from recommender.mechanisms.mps import MpsShare
 from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
@@ -128,21 +129,22 @@ def test_less_memory_on_a_shared_device_is_worth_it() -> None:
 
 
 MPS = Allocation(Sharing.MPS, gpus=1, gpu_model="A100-80GB", device_memory_mib=81_920, gpu_equivalents=0.5,
-                   mps_active_thread_pct=50.0, mps_pinned_mem_mib=30_720.0)
+                   share=MpsShare(50.0, 30_720.0))
 
 
 @pytest.mark.parametrize(
     ("recommended", "expected"),
     [
         # 50% of the SMs binds (0.5 GPU-equivalents) on both sides: 30,720 - 20,480 = 10,240 MiB go to the others
-        (replace(MPS, mps_pinned_mem_mib=20_480.0), "mps share resized within the 0.50 GPU-equivalents held (nothing "
-         "saved): worth it: pinned memory 30,720 MiB → 20,480 MiB leaves 10,240 MiB to the other clients of the GPU"),
+        (replace(MPS, share=MpsShare(50.0, 20_480.0)),
+         "mps share resized within the 0.50 GPU-equivalents held (nothing saved)"
+         ": worth it: pinned memory 30,720 MiB → 20,480 MiB leaves 10,240 MiB to the other clients of the GPU"),
         # 40,960 MiB of 81,920 binds (0.5) once the SMs drop to 45%: the memory need grew, today's limit is under it
-        (replace(MPS, mps_active_thread_pct=45.0, mps_pinned_mem_mib=40_960.0),
+        (replace(MPS, share=MpsShare(45.0, 40_960.0)),
          "mps share resized within the 0.50 GPU-equivalents held (nothing saved): worth it: SMs 50% → 45% leaves 5% "
          "to the other clients of the GPU; pinned memory 30,720 MiB → 40,960 MiB holds a need over today's limit"),
         (MPS, None),  # nothing changes
-        (replace(MPS, mps_pinned_mem_mib=20_480.0, gpu_equivalents=0.45), None),  # fewer GPU-equivalents: a saving
+        (replace(MPS, share=MpsShare(50.0, 20_480.0), gpu_equivalents=0.45), None),  # fewer GPU-equivalents: a saving
         (replace(MPS, sharing=Sharing.HAMI), None),  # another mechanism: a move, not a resize
     ],
 )

@@ -33,6 +33,7 @@ from recommender.core.plan import Bound, NodeMigPlan, Plan
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
+from recommender.mechanisms.mig import MigShare
 from recommender.outputs import get_formatter
 from recommender.outputs.csvfmt import mig_files
 from recommender.outputs.table import render_table
@@ -83,7 +84,7 @@ def test_fixture_has_a_mig_node_plan_with_a_pseudo_node() -> None:
     assert any(n.startswith("<") for n in names) and any(not n.startswith("<") for n in names)
 
 
-A100 = Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB", device_memory_mib=40_192)
+A100 = Allocation(Sharing.MIG, share=MigShare("3g.40gb", 1), gpu_model="A100-80GB", device_memory_mib=40_192)
 PROFILE = load_catalogue().get("A100-80GB").profile("3g.40gb")  # type: ignore[union-attr]
 
 

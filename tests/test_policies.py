@@ -27,6 +27,7 @@ from recommender.core.errors import ConfigError, NoWorkloadsError
 from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs
 from recommender.core.plan import Bound, Recommendation
 from recommender.core.settings import Settings
+from recommender.mechanisms.mig import MigShare
 from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
@@ -421,7 +422,7 @@ def test_the_share_is_read_across_a_change_of_shape() -> None:
     """Moved to a slice half a day ago after misses on whole GPUs: those misses, in the last 24 h, still count
     (a slice would not do better than the whole GPUs that missed), while the slice's own half day alone would
     be a noisy share; a day later they are out of the window and the need decides."""
-    slice_ = Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB",
+    slice_ = Allocation(Sharing.MIG, share=MigShare("3g.40gb", 1), gpu_model="A100-80GB",
                           gpu_product="NVIDIA A100-SXM4-80GB", device_memory_mib=40_192, gpu_equivalents=3 / 7,
                           vllm=VLLM)
     over = np.zeros(14 * 144)

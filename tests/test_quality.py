@@ -13,6 +13,8 @@ from recommender.core import usage as m
 from recommender.core.catalogue import load_catalogue
 from recommender.core.inventory import Allocation, Sharing, VllmArgs, Workload
 from recommender.core.settings import Settings
+from recommender.mechanisms.mig import MigShare
+from recommender.mechanisms.mps import MpsShare
 from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
@@ -32,7 +34,7 @@ def test_a_max_that_is_no_number_nor_device_is_an_error() -> None:
         parse_bounds({"metrics": {"x": {"min": 0, "max": "devcie", "label": "x", "why": "y"}}})
 
 
-SLICE = Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB", gpu_equivalents=0.5)
+SLICE = Allocation(Sharing.MIG, share=MigShare("3g.40gb", 1), gpu_model="A100-80GB", gpu_equivalents=0.5)
 
 
 @pytest.mark.parametrize(("metric", "values", "extra", "alloc", "kept"), [
@@ -160,9 +162,9 @@ def test_the_minimum_usable_share_is_a_setting() -> None:
 @pytest.mark.parametrize("alloc", [
     whole_gpu(product="NVIDIA Foo-9000", model=None, memory_mib=49_152),
     whole_gpu(product="NVIDIA Foo-9000", model=None, memory_mib=None),
-    Allocation(Sharing.MIG, mig_profile="2g.24gb", mig_count=1, gpu_product="NVIDIA Foo-9000 MIG 2g.24gb"),
+    Allocation(Sharing.MIG, share=MigShare("2g.24gb", 1), gpu_product="NVIDIA Foo-9000 MIG 2g.24gb"),
     Allocation(Sharing.TIME_SLICING, gpus=1, gpu_product="NVIDIA Foo-9000", gpu_equivalents=0.25),
-    Allocation(Sharing.MPS, gpus=1, gpu_product="NVIDIA Foo-9000", mps_active_thread_pct=50.0),
+    Allocation(Sharing.MPS, gpus=1, gpu_product="NVIDIA Foo-9000", share=MpsShare(50.0)),
 ], ids=["exclusive", "no-memory", "mig", "time-slicing", "mps"])
 def test_an_unknown_gpu_model_is_a_reason_in_every_format_never_a_traceback(alloc: Allocation) -> None:
     from recommender.outputs import get_formatter

@@ -32,6 +32,7 @@ from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRe
 from recommender.core.plan import Classification, Forecast, ScalingPlan, WorkloadClass
 from recommender.core.settings import ScalingSettings
 from recommender.core.usage import Snapshot
+from recommender.mechanisms.mig import MigShare
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
 # bounds and forecasts from any history; the short-history ceiling and the forecast's history have their own tests
@@ -764,10 +765,10 @@ def test_shape_scale_from_the_catalogue() -> None:
     from tests import planfixture as pf
     rec = next(r for r in pf.recommendations() if r.recommended is not None)
     whole = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=2, gpu_model="A100-80GB")
-    sliced = replace(whole, sharing=Sharing.MIG, gpus=0, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5)
+    sliced = replace(whole, sharing=Sharing.MIG, gpus=0, share=MigShare("3g.40gb", 1), gpu_equivalents=0.5)
     rec = replace(rec, workload=replace(rec.workload, allocation=whole), recommended=sliced)
     assert shape_scale(rec, load_catalogue()) == ShapeScale("mig 3g.40gb", pytest.approx(3 / 7))
-    assert shape_scale(replace(rec, recommended=replace(sliced, mig_profile="5g.60gb")), load_catalogue()) == \
+    assert shape_scale(replace(rec, recommended=replace(sliced, share=MigShare("5g.60gb", 1))), load_catalogue()) == \
         ShapeScale("mig 5g.60gb", None)
     assert shape_scale(replace(rec, recommended=None), load_catalogue()) is None
     assert shape_scale(replace(rec, recommended=replace(sliced, replicas=0)), load_catalogue()) is None

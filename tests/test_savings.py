@@ -14,6 +14,9 @@ from recommender.core import usage as m
 from recommender.core.catalogue import load_catalogue
 from recommender.core.inventory import Allocation, Sharing
 from recommender.core.plan import Recommendation, ScalingPlan
+from recommender.mechanisms.hami import HamiShare
+from recommender.mechanisms.mig import MigShare
+from recommender.mechanisms.mps import MpsShare
 from tests import planfixture as pf
 
 WINDOW_S = (pf.END - pf.START).total_seconds()
@@ -47,7 +50,7 @@ def test_no_mean_means_no_autoscaled_figure() -> None:
 
 A100 = {"gpu_model": "A100-80GB"}
 WHOLE = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=2, **A100)  # type: ignore[arg-type]
-SLICE_3G = replace(WHOLE, sharing=Sharing.MIG, gpus=0, mig_profile="3g.40gb", mig_count=1, gpu_equivalents=0.5)
+SLICE_3G = replace(WHOLE, sharing=Sharing.MIG, gpus=0, share=MigShare("3g.40gb", 1), gpu_equivalents=0.5)
 
 
 def _rate(values: list[float]) -> ReplicaHistory:
@@ -67,9 +70,9 @@ def _rec(now: Allocation, after: Allocation | None, mean: float | None = 1.0) ->
     (WHOLE, 1.0),
     (replace(WHOLE, gpus=2), 2.0),
     (SLICE_3G, 3 / 7),
-    (replace(SLICE_3G, mig_profile="5g.60gb"), None),  # not an A100-80GB profile
-    (replace(WHOLE, sharing=Sharing.MPS, mps_active_thread_pct=40.0), 0.4),
-    (replace(WHOLE, sharing=Sharing.HAMI, hami_gpucores_pct=30.0), 0.3),
+    (replace(SLICE_3G, share=MigShare("5g.60gb", 1)), None),  # not an A100-80GB profile
+    (replace(WHOLE, sharing=Sharing.MPS, share=MpsShare(40.0)), 0.4),
+    (replace(WHOLE, sharing=Sharing.HAMI, share=HamiShare(None, 30.0)), 0.3),
     (replace(WHOLE, sharing=Sharing.TIME_SLICING, gpu_equivalents=0.25), 0.25),
     (replace(WHOLE, sharing=Sharing.NONE, gpus=0), None),
 ])

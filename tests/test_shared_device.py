@@ -20,6 +20,7 @@ from recommender.core.plan import Plan, Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
+from recommender.mechanisms.mps import MpsShare
 from recommender.outputs import get_formatter
 from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
@@ -115,7 +116,7 @@ def test_several_pods_on_an_exclusive_gpu_are_treated_as_shared() -> None:
 def test_the_mps_pinned_limit_bounds_the_pods_memory() -> None:
     """The device shows 60 GiB but the pod cannot pin more than 12 GiB: its memory need is at most that (with
     margin), never the device figure; an MPS share no bigger than today's is fine."""
-    alloc = replace(whole_gpu(), sharing=Sharing.MPS, mps_active_thread_pct=50.0, mps_pinned_mem_mib=12_288.0,
+    alloc = replace(whole_gpu(), sharing=Sharing.MPS, share=MpsShare(50.0, 12_288.0),
                     gpu_equivalents=0.5)
     rec = _one(alloc, 60_000.0, 0.10, cls="batch")
     assert rec.memory_need_mib is not None and rec.memory_need_mib.target <= 12_288 * 1.15 + 1

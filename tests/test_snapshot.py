@@ -21,6 +21,10 @@ from collectors.snapshot import (
 from recommender.core import usage as m
 from recommender.core.catalogue import load_catalogue
 from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
+from recommender.mechanisms.hami import HamiShare
+from recommender.mechanisms.kai import KaiShare
+from recommender.mechanisms.mig import MigShare
+from recommender.mechanisms.mps import MpsShare
 from tests.builders import END, index
 
 CAT = load_catalogue()
@@ -112,13 +116,13 @@ def test_steps_at_zero_read_no_demand_and_only_those() -> None:
     [
         (Allocation(Sharing.EXCLUSIVE, gpus=2, gpu_model="A100-80GB"), 2.0, False),
         # 3g.40gb: max(4/8 memory, 3/7 SM) = 0.5
-        (Allocation(Sharing.MIG, mig_profile="3g.40gb", mig_count=1, gpu_model="A100-80GB"), 0.5, False),
-        (Allocation(Sharing.MIG, mig_profile="2g.20gb", mig_count=2, gpu_model="H100-80GB"), 4 / 7, False),  # 2 × 2/7
-        (Allocation(Sharing.MIG, mig_profile="3g.99gb", mig_count=1, gpu_model=None), 3 / 7, True),  # guessed
-        (Allocation(Sharing.MPS, gpus=1, mps_active_thread_pct=25.0), 0.25, False),
-        (Allocation(Sharing.HAMI, gpus=1, hami_gpumem_mib=20480, hami_gpucores_pct=30, device_memory_mib=81920),
+        (Allocation(Sharing.MIG, share=MigShare("3g.40gb", 1), gpu_model="A100-80GB"), 0.5, False),
+        (Allocation(Sharing.MIG, share=MigShare("2g.20gb", 2), gpu_model="H100-80GB"), 4 / 7, False),  # 2 × 2/7
+        (Allocation(Sharing.MIG, share=MigShare("3g.99gb", 1), gpu_model=None), 3 / 7, True),  # guessed
+        (Allocation(Sharing.MPS, gpus=1, share=MpsShare(25.0)), 0.25, False),
+        (Allocation(Sharing.HAMI, gpus=1, share=HamiShare(20480, 30), device_memory_mib=81920),
          0.3, False),  # max(20,480/81,920=0.25, 0.30)
-        (Allocation(Sharing.KAI, kai_gpu_fraction=0.5), 0.5, False),
+        (Allocation(Sharing.KAI, share=KaiShare(0.5)), 0.5, False),
         (Allocation(Sharing.TIME_SLICING, gpus=1), 1.0, True),  # share unknown: whole GPU, said so
     ],
 )

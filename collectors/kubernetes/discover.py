@@ -37,6 +37,7 @@ from recommender.core.progress import Progress
 from recommender.core.resources import RESOURCES, Resource
 from recommender.core.settings import Settings
 from recommender.core.timestamps import parse_time
+from recommender.mechanisms.mig import MigShare
 
 NAMESPACED = tuple(RESOURCES[k] for k in (
     "Deployment", "StatefulSet", "ReplicaSet", "ControllerRevision", "Job", "CronJob", "Pod"))
@@ -384,10 +385,12 @@ def _leader_worker_set(spec: Mapping[str, Any]) -> ParsedSpec:
     worker = _template(lwt.get("workerTemplate"), replicas)
     leader = _template(lwt.get("leaderTemplate"), replicas) if lwt.get("leaderTemplate") else worker
     base = worker if worker.allocation.sharing is not Sharing.NONE else leader
+    slices = leader.allocation.mig_count + (size - 1) * worker.allocation.mig_count
+    share = base.allocation.share
     group = replace(
         base.allocation,
         gpus=leader.allocation.gpus + (size - 1) * worker.allocation.gpus,
-        mig_count=leader.allocation.mig_count + (size - 1) * worker.allocation.mig_count,
+        share=replace(share, count=slices) if isinstance(share, MigShare) else share,
         vllm=leader.allocation.vllm or worker.allocation.vllm,
     )
     notes = (*leader.notes, *worker.notes, f"LeaderWorkerSet: one replica is a group of {size} pods")

@@ -7,7 +7,6 @@ model, whether a node time-slices its GPUs) comes from the node's GPU feature di
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -19,21 +18,16 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from recommender.core.inventory import Allocation, Sharing, VllmArgs
+from recommender.mechanisms import for_sharing, in_read_order
+from recommender.mechanisms.base import GPU, MIG_PREFIX, PodView, ReadBack
+from recommender.mechanisms.base import count as _count
+from recommender.mechanisms.base import number as _number
+from recommender.mechanisms.mig import MigShare
+from recommender.mechanisms.mps import MpsShare, parse_mps_mem_limit_mib
 
-GPU = "nvidia.com/gpu"
-GPU_SHARED = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
-HAMI_MEM_MIB = "nvidia.com/gpumem"
-HAMI_MEM_PCT = "nvidia.com/gpumem-percentage"
-HAMI_CORES_PCT = "nvidia.com/gpucores"
-KAI_FRACTION = "gpu-fraction"
-KAI_MEMORY_MIB = "gpu-memory"
-KAI_NUM_DEVICES = "gpu-fraction-num-devices"
-MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-MPS_MEM_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+__all__ = ["parse_mps_mem_limit_mib"]
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
-_MIB_PER_UNIT = {"": 1 / 2**20, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}  # MPS units are binary
 _VLLM_FLAGS = {  # spelling on the command line → canonical flag
     **{f: f for f in ("--model", "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
                       "--tensor-parallel-size", "--served-model-name")},
@@ -42,7 +36,6 @@ _VLLM_FLAGS = {  # spelling on the command line → canonical flag
 _SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
 _COMMAND_ENDS = {"&&", "||", ";", "|", "&"}
 _ENV_REF = re.compile(r"\$\((\w+)\)|\$\{(\w+)\}|\$(\w+)")  # $(K8S_STYLE), ${SHELL}, $SHELL
-_MPS_LIMIT = re.compile(r"^\s*(?:(\w[\w-]*)\s*=)?\s*(\d+(?:\.\d+)?)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -53,38 +46,25 @@ class ParsedSpec:
     served_model: str | None = None
     notes: tuple[str, ...] = ()
     selected_product: str | None = None  # nvidia.com/gpu.product asked for by nodeSelector/affinity
-    hami_gpumem_pct: float | None = None  # converted to MiB once the device memory is known
-    kai_gpu_memory_mib: float | None = None  # converted to a fraction once the device memory is known
+    read: ReadBack | None = None  # the share as read, with what only a node's device memory can finish
 
 
 def parse_pod_spec(spec: Mapping[str, Any], annotations: Mapping[str, str], replicas: int = 1) -> ParsedSpec:
     """One replica's GPU allocation from a pod spec and the pod's (template's) annotations."""
     notes: list[str] = []
     res = {name: float(n) for name, n in pod_resources(spec, notes).items()}
-    mig = {name[len(MIG_PREFIX):]: n for name, n in res.items() if name.startswith(MIG_PREFIX) and n > 0}
-    mps_pct, mps_mib = _mps_env(spec.get("containers") or [], notes)
-    kai = _kai(annotations, notes)
     vllm, served = parse_vllm(spec.get("containers") or [], notes)
-    base = Allocation(sharing=Sharing.NONE, replicas=replicas, vllm=vllm,
-                      mps_active_thread_pct=mps_pct, mps_pinned_mem_mib=mps_mib)
-    gpus = _count(res.get(GPU, 0.0), GPU, notes)
-    if mig:
-        alloc = _mig(base, mig, notes)
-        if gpus:
-            notes.append(f"requests both {GPU} and MIG slices; sized by the MIG slices")
-    elif kai is not None:
-        alloc = replace(base, sharing=Sharing.KAI, gpus=kai[1], kai_gpu_fraction=kai[0])
-    elif any(k in res for k in (HAMI_MEM_MIB, HAMI_MEM_PCT, HAMI_CORES_PCT)):
-        alloc = replace(base, sharing=Sharing.HAMI, gpus=gpus or 1, hami_gpumem_mib=res.get(HAMI_MEM_MIB),
-                        hami_gpucores_pct=res.get(HAMI_CORES_PCT))
-    elif mps_pct is not None or mps_mib is not None:
-        alloc = replace(base, sharing=Sharing.MPS, gpus=gpus)
-    elif res.get(GPU_SHARED, 0) > 0:
-        alloc = replace(base, sharing=Sharing.TIME_SLICING, gpus=_count(res[GPU_SHARED], GPU_SHARED, notes))
-    else:
-        alloc = replace(base, sharing=Sharing.EXCLUSIVE if gpus else Sharing.NONE, gpus=gpus)
+    pod = PodView(res, _count(res.get(GPU, 0.0), GPU, notes), spec.get("containers") or [], annotations, notes)
+    alloc, read = Allocation(sharing=Sharing.NONE, replicas=replicas, vllm=vllm), None
+    for mechanism in in_read_order():  # the first that finds its share wins (MIG, KAI, HAMi, MPS, ...)
+        read = mechanism.read(pod)
+        if read is not None:
+            alloc = replace(alloc, sharing=mechanism.sharing, gpus=read.gpus, share=read.share)
+            break
+    if alloc.sharing is Sharing.MIG and pod.gpus:
+        notes.append(f"requests both {GPU} and MIG slices; sized by the MIG slices")
     product = selected_product(spec, notes)
-    return ParsedSpec(alloc, served, tuple(notes), product, res.get(HAMI_MEM_PCT), kai[2] if kai else None)
+    return ParsedSpec(alloc, served, tuple(notes), product, read)
 
 
 def pod_resources(spec: Mapping[str, Any], notes: list[str], keep: Callable[[str], bool] | None = None
@@ -135,74 +115,6 @@ def _sum(dicts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
     return total
 
 
-def _count(n: float, name: str, notes: list[str]) -> int:
-    if n != int(n):
-        notes.append(f"{name}={n:g} is not a whole number; rounded up")
-    return math.ceil(n)
-
-
-def _mig(base: Allocation, mig: Mapping[str, float], notes: list[str]) -> Allocation:
-    """``nvidia.com/mig-1g.10gb.me`` names the profile ``1g.10gb+me`` (the device plugin turns + into .)."""
-    name, n = max(mig.items(), key=lambda kv: kv[1])
-    if len(mig) > 1:
-        notes.append(f"requests several MIG profiles ({', '.join(sorted(mig))}); sized by {name}")
-    profile = name[: -len(".me")] + "+me" if name.endswith(".me") else name
-    return replace(base, sharing=Sharing.MIG, mig_profile=profile, mig_count=_count(n, MIG_PREFIX + name, notes))
-
-
-def _kai(annotations: Mapping[str, str], notes: list[str]) -> tuple[float | None, int, float | None] | None:
-    """KAI scheduler's (gpu-fraction, devices, gpu-memory MiB), or None when the pod asks for neither."""
-    if KAI_FRACTION not in annotations and KAI_MEMORY_MIB not in annotations:
-        return None
-    fraction = _number(annotations, KAI_FRACTION, notes)
-    if fraction is not None and not 0 < fraction <= 1:
-        notes.append(f"{KAI_FRACTION}={fraction:g} is outside (0, 1]; ignored")
-        fraction = None
-    devices = _number(annotations, KAI_NUM_DEVICES, notes) or 1.0
-    return fraction, math.ceil(devices), _number(annotations, KAI_MEMORY_MIB, notes)
-
-
-def _number(values: Mapping[str, Any], key: str, notes: list[str]) -> float | None:
-    raw = values.get(key)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        notes.append(f"could not parse {key}={raw}")
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _mps_env(containers: Iterable[Mapping[str, Any]], notes: list[str]) -> tuple[float | None, float | None]:
-    """MPS client limits from the first container that sets them (literal ``value`` only)."""
-    for c in containers:
-        env = {e.get("name"): e.get("value") for e in c.get("env") or [] if "value" in e}
-        if MPS_THREADS_ENV in env or MPS_MEM_ENV in env:
-            pct = _number(env, MPS_THREADS_ENV, notes)
-            raw = env.get(MPS_MEM_ENV)
-            return pct, parse_mps_mem_limit_mib(raw, notes) if raw is not None else None
-    return None, None
-
-
-def parse_mps_mem_limit_mib(text: str, notes: list[str]) -> float | None:
-    """``"0=10G,1=512M"`` → the largest per-device limit in MiB (units K/M/G/T, optional B, binary).
-
-    The largest bounds what one device may hold; differing limits per device are noted. A value with no
-    unit is read as bytes (inferred: NVIDIA's docs show only suffixed values).
-    """
-    limits: list[float] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        m = _MPS_LIMIT.match(part)
-        if not m:
-            notes.append(f"could not parse {MPS_MEM_ENV} entry {part!r}")
-            continue
-        limits.append(float(m.group(2)) * _MIB_PER_UNIT[m.group(3).upper()])
-    if len(set(limits)) > 1:
-        notes.append(f"{MPS_MEM_ENV}={text} differs per device; using the largest")
-    return max(limits) if limits else None
-
-
 def selected_product(spec: Mapping[str, Any], notes: list[str]) -> str | None:
     """The GPU product a pod asks for by nodeSelector or required node affinity (``In``), if any."""
     product = (spec.get("nodeSelector") or {}).get(PRODUCT_LABEL)
@@ -251,28 +163,28 @@ def _node_sharing(
     mig = re.search(r"-MIG-(\d+g\.\d+gb)(\+?me)?", product)  # GFD strips "+": 1g.10gb+me → 1g.10gbme
     if labels.get("nvidia.com/mig.strategy") == "single" and mig:
         profile = mig.group(1) + ("+me" if mig.group(2) else "")
-        return replace(alloc, sharing=Sharing.MIG, mig_profile=profile, mig_count=alloc.gpus, gpus=0)
+        return replace(alloc, sharing=Sharing.MIG, share=MigShare(profile, alloc.gpus), gpus=0)
     strategy = labels.get("nvidia.com/gpu.sharing-strategy", "")
     per_gpu = int(_number(labels, "nvidia.com/gpu.replicas", notes) or 1)
     if strategy == "mps":  # the device plugin's MPS daemon splits each GPU evenly between replicas
-        return replace(alloc, sharing=Sharing.MPS,
-                       mps_active_thread_pct=alloc.mps_active_thread_pct or float(100 // max(per_gpu, 1)),
-                       mps_pinned_mem_mib=alloc.mps_pinned_mem_mib
-                       or (memory_mib // max(per_gpu, 1) if memory_mib else None))
+        return replace(alloc, sharing=Sharing.MPS, share=MpsShare(
+            alloc.mps_active_thread_pct or float(100 // max(per_gpu, 1)),
+            alloc.mps_pinned_mem_mib or (memory_mib // max(per_gpu, 1) if memory_mib else None)))
     if strategy == "time-slicing" or per_gpu > 1 or product.endswith("-SHARED"):
         return replace(alloc, sharing=Sharing.TIME_SLICING)
     return alloc
 
 
 def _fill_fractions(parsed: ParsedSpec, memory_mib: float | None) -> ParsedSpec:
-    """HAMi's memory percentage and KAI's gpu-memory become MiB / a fraction once the device is known."""
-    alloc, notes = parsed.allocation, list(parsed.notes)
-    if parsed.hami_gpumem_pct is not None and alloc.hami_gpumem_mib is None and memory_mib:
-        alloc = replace(alloc, hami_gpumem_mib=memory_mib * parsed.hami_gpumem_pct / 100)
-    if parsed.kai_gpu_memory_mib is not None and alloc.kai_gpu_fraction is None and memory_mib:
-        alloc = replace(alloc, kai_gpu_fraction=min(1.0, parsed.kai_gpu_memory_mib / memory_mib))
-        notes.append(f"KAI {KAI_MEMORY_MIB}={parsed.kai_gpu_memory_mib:g} MiB of {memory_mib:g} MiB read as a fraction")
-    return replace(parsed, allocation=alloc, notes=tuple(notes))
+    """What only the device memory finishes (HAMi's memory percentage, KAI's gpu-memory) by the share's
+    mechanism, once a node tells it."""
+    mechanism = for_sharing(parsed.allocation.sharing)
+    if parsed.read is None or mechanism is None or parsed.read.pending is None:
+        return parsed
+    notes = list(parsed.notes)
+    read = mechanism.finish(parsed.read, memory_mib, notes)
+    alloc = replace(parsed.allocation, share=read.share) if read.share is not None else parsed.allocation
+    return replace(parsed, allocation=alloc, notes=tuple(notes), read=read)
 
 
 def parse_vllm(containers: Iterable[Mapping[str, Any]], notes: list[str]) -> tuple[VllmArgs | None, str | None]:
@@ -380,9 +292,8 @@ def parse_max_model_len(text: str) -> int | None:
 
 def unresolved(parsed: ParsedSpec) -> ParsedSpec:
     """Say what stayed unknown because no node told us the device memory."""
-    alloc, extra = parsed.allocation, []
-    if parsed.hami_gpumem_pct is not None and alloc.hami_gpumem_mib is None:
-        extra.append(f"HAMi {HAMI_MEM_PCT}={parsed.hami_gpumem_pct:g}: MiB unknown without GPU memory")
-    if parsed.kai_gpu_memory_mib is not None and alloc.kai_gpu_fraction is None:
-        extra.append(f"KAI {KAI_MEMORY_MIB}={parsed.kai_gpu_memory_mib:g} MiB: fraction unknown without GPU memory")
-    return replace(parsed, notes=(*parsed.notes, *extra)) if extra else parsed
+    mechanism = for_sharing(parsed.allocation.sharing)
+    if parsed.read is None or mechanism is None or parsed.allocation.share is not parsed.read.share:
+        return parsed
+    extra = mechanism.unresolved(parsed.read)
+    return replace(parsed, notes=(*parsed.notes, extra)) if extra else parsed

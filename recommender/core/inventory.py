@@ -7,9 +7,10 @@ nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, ClassVar
 
 
 class Sharing(StrEnum):
@@ -51,6 +52,27 @@ class VllmArgs:
     tensor_parallel_size: int = 1
 
 
+class Share:
+    """One sharing mechanism's parameters for a replica (a MIG profile, an MPS thread and memory cap, ...).
+
+    The concrete shares live beside their mechanism in :mod:`recommender.mechanisms` (the core cannot import
+    them); ``sharing`` tags which one it is. ``flat`` gives the share as the snapshot's and the report's flat
+    fields (``mig_profile``, ``mps_active_thread_pct``, ...), the names the on-disk formats keep.
+    """
+
+    sharing: ClassVar[Sharing]
+    FLAT: ClassVar[tuple[str, ...]] = ()  # the flat name of each of the subclass's fields, in field order
+
+    def flat(self) -> Mapping[str, Any]:
+        return dict(zip(self.FLAT, (getattr(self, f.name) for f in fields(self)), strict=True))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any]) -> Share | None:
+        """The share the flat fields describe; None when they say nothing (all absent or 0)."""
+        got = [values.get(k) for k in cls.FLAT]
+        return cls(*got) if any(v not in (None, 0) for v in got) else None
+
+
 @dataclass(frozen=True)
 class Allocation:
     """What one replica holds today (or is recommended to hold).
@@ -58,27 +80,54 @@ class Allocation:
     ``gpu_equivalents`` is the share of whole physical GPUs one replica occupies, so that workloads of
     every sharing mechanism add up in one unit: a whole GPU is 1, a 3g MIG slice of a 7-slice GPU 3/7
     (by SM slices; 4/8 by memory: the larger counts), a time-sliced replica 1/replicas of the device.
+    ``share`` holds the mechanism's own parameters (None for whole GPUs, time-slicing and none); the
+    read-only ``mig_profile`` ... ``kai_gpu_fraction`` read them back by their flat names.
     """
 
     sharing: Sharing
     gpus: int = 0  # whole devices requested (nvidia.com/gpu, or gpu.shared replicas)
-    mig_profile: str | None = None  # e.g. "3g.40gb"
-    mig_count: int = 0
+    share: Share | None = None
     gpu_equivalents: float = 0.0
     gpu_model: str | None = None  # canonical model key, e.g. "A100-80GB"; None when unknown
     gpu_product: str | None = None  # raw product label as found (GFD nvidia.com/gpu.product, DCGM modelName)
     device_memory_mib: float | None = None  # memory one device/slice shows the process
-    mps_active_thread_pct: float | None = None
-    mps_pinned_mem_mib: float | None = None
-    hami_gpumem_mib: float | None = None
-    hami_gpucores_pct: float | None = None
-    kai_gpu_fraction: float | None = None
     vllm: VllmArgs | None = None
     replicas: int = 1
 
     @property
     def total_gpu_equivalents(self) -> float:
         return self.gpu_equivalents * self.replicas
+
+    def _flat(self, name: str) -> Any:
+        return self.share.flat().get(name) if self.share is not None else None
+
+    @property
+    def mig_profile(self) -> str | None:  # e.g. "3g.40gb"
+        return self._flat("mig_profile")
+
+    @property
+    def mig_count(self) -> int:
+        return self._flat("mig_count") or 0
+
+    @property
+    def mps_active_thread_pct(self) -> float | None:
+        return self._flat("mps_active_thread_pct")
+
+    @property
+    def mps_pinned_mem_mib(self) -> float | None:
+        return self._flat("mps_pinned_mem_mib")
+
+    @property
+    def hami_gpumem_mib(self) -> float | None:
+        return self._flat("hami_gpumem_mib")
+
+    @property
+    def hami_gpucores_pct(self) -> float | None:
+        return self._flat("hami_gpucores_pct")
+
+    @property
+    def kai_gpu_fraction(self) -> float | None:
+        return self._flat("kai_gpu_fraction")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,36 @@
+"""Whole GPUs: ``nvidia.com/gpu`` devices a replica holds alone. Always fits (as many devices as the memory
+needs); read back from an ``nvidia.com/gpu`` request, which a node's labels may turn into a shared one
+(:func:`collectors.kubernetes.parse.with_node`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from recommender.core.catalogue import GpuModel
+from recommender.core.inventory import Allocation, Sharing
+from recommender.mechanisms import MECHANISMS
+from recommender.mechanisms.base import GPU, GPU_SHARED, MIG_PREFIX, Base, Need, PodEdits, PodView, ReadBack, Sized
+
+
+class Exclusive(Base):
+    name, sharing, read_rank = "exclusive", Sharing.EXCLUSIVE, 90
+
+    def size(self, need: Need, gpu: GpuModel) -> Sized:
+        gpus = max(1, math.ceil(need.memory_mib / gpu.memory_mib - 1e-9), math.ceil(need.compute_frac - 1e-9))
+        return Sized(None, gpus, float(gpus), float(gpu.memory_mib))
+
+    def gpu_equivalents(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        return float(alloc.gpus), None
+
+    def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
+        return {"resources": {GPU: str(alloc.gpus)}}
+
+    def pod_edits(self, alloc: Allocation) -> PodEdits:
+        return PodEdits(resources=((GPU, str(max(1, alloc.gpus))),), drop_resources=(GPU_SHARED, MIG_PREFIX + "*"))
+
+    def read(self, pod: PodView) -> ReadBack | None:
+        return ReadBack(None, pod.gpus) if pod.gpus else None
+
+
+MECHANISMS.add("exclusive", Exclusive())

@@ -1,0 +1,86 @@
+"""KAI scheduler: a pod annotation ``gpu-fraction`` (of one GPU's memory) or ``gpu-memory`` (MiB), with
+``gpu-fraction-num-devices`` devices (reference.md §7). KAI enforces nothing, so the workload must keep
+itself within it (vLLM: --gpu-memory-utilization at most the fraction)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from recommender.core.catalogue import GpuModel
+from recommender.core.inventory import Allocation, Share, Sharing
+from recommender.mechanisms import MECHANISMS
+from recommender.mechanisms.base import Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized, number
+from recommender.mechanisms.sizing import size_share
+
+KAI_FRACTION, KAI_MEMORY = "gpu-fraction", "gpu-memory"  # alternatives, one at a time
+KAI_DEVICES, KAI_CONTAINER = "gpu-fraction-num-devices", "gpu-fraction-container-name"  # default: container 0
+
+
+@dataclass(frozen=True)
+class KaiShare(Share):
+    """KAI's fraction of one GPU's memory (0-1]; None: asked by ``gpu-memory`` and not yet read as one."""
+
+    sharing: ClassVar[Sharing] = Sharing.KAI
+    FLAT: ClassVar[tuple[str, ...]] = ("kai_gpu_fraction",)
+    gpu_fraction: float | None = None
+
+
+def kai_annotations(alloc: Allocation) -> dict[str, str]:
+    """KAI scheduler pod annotation (reference.md §7): the fraction of one GPU's memory."""
+    return {KAI_FRACTION: f"{alloc.kai_gpu_fraction:g}"} if alloc.kai_gpu_fraction is not None else {}
+
+
+class Kai(Base):
+    name, sharing, read_rank = "kai", Sharing.KAI, 20
+    share_type: type[Share] | None = KaiShare
+
+    def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
+        share = size_share(need.compute_frac, need.memory_mib, gpu.memory_mib)
+        if share is None:
+            return NoFit("the need is a whole GPU")
+        frac = math.ceil(share.memory_frac * 100 - 1e-9) / 100
+        return Sized(KaiShare(frac), 1, share.gpu_equivalents, float(gpu.memory_mib))
+
+    def gpu_equivalents(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None] | None:
+        return (alloc.kai_gpu_fraction, None) if alloc.kai_gpu_fraction else None
+
+    def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
+        return alloc.gpu_equivalents, alloc.gpu_equivalents * (alloc.device_memory_mib or 0.0)
+
+    def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
+        return {"annotations": kai_annotations(alloc)}
+
+    def pod_edits(self, alloc: Allocation) -> PodEdits:
+        values = kai_annotations(alloc)
+        return PodEdits(annotations=tuple(sorted(values.items())), drop_annotations=(KAI_MEMORY,) if values else ())
+
+    def read(self, pod: PodView) -> ReadBack | None:
+        """(gpu-fraction, devices) now, gpu-memory MiB pending the device memory; None when neither is asked."""
+        a = pod.annotations
+        if KAI_FRACTION not in a and KAI_MEMORY not in a:
+            return None
+        fraction = number(a, KAI_FRACTION, pod.notes)
+        if fraction is not None and not 0 < fraction <= 1:
+            pod.notes.append(f"{KAI_FRACTION}={fraction:g} is outside (0, 1]; ignored")
+            fraction = None
+        devices = number(a, KAI_DEVICES, pod.notes) or 1.0
+        return ReadBack(KaiShare(fraction), math.ceil(devices), number(a, KAI_MEMORY, pod.notes))
+
+    def finish(self, read: ReadBack, device_memory_mib: float | None, notes: list[str]) -> ReadBack:
+        """gpu-memory becomes a fraction once the device memory is known."""
+        share = read.share
+        if read.pending is None or not isinstance(share, KaiShare) or share.gpu_fraction is not None \
+                or not device_memory_mib:
+            return read
+        notes.append(f"KAI {KAI_MEMORY}={read.pending:g} MiB of {device_memory_mib:g} MiB read as a fraction")
+        return replace(read, share=replace(share, gpu_fraction=min(1.0, read.pending / device_memory_mib)))
+
+    def unresolved(self, read: ReadBack) -> str | None:
+        if read.pending is not None and isinstance(read.share, KaiShare) and read.share.gpu_fraction is None:
+            return f"KAI {KAI_MEMORY}={read.pending:g} MiB: fraction unknown without GPU memory"
+        return None
+
+
+MECHANISMS.add("kai", Kai())

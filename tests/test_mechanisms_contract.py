@@ -1,0 +1,69 @@
+"""One contract every sharing mechanism passes: size a need, count its GPU-equivalents, write it on a pod,
+read it back from that pod, say how to apply it, and say why a need does not fit.
+
+A new mechanism is covered by registering it: the parameters come from the registry.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collectors.kubernetes.parse import parse_pod_spec
+from recommender.core.catalogue import load_catalogue
+from recommender.core.inventory import Allocation
+from recommender.mechanisms import MECHANISMS
+from recommender.mechanisms.base import Mechanism, Need, NoFit, PodEdits, Sized
+
+GPU = load_catalogue().gpus["A100-80GB"]
+NEED = Need(memory_mib=10_000, compute_frac=0.2)  # fits every mechanism on an A100-80GB
+TOO_BIG = Need(memory_mib=GPU.memory_mib * 2, compute_frac=1.0)  # fits no share of one GPU
+
+
+def pod(edits: PodEdits) -> tuple[dict, dict[str, str]]:
+    """A pod spec and annotations with nothing but ``edits`` on it."""
+    container = {"name": "main", "image": "app", "resources": {"limits": dict(edits.resources)},
+                 "env": [{"name": k, "value": v} for k, v in edits.env]}
+    return {"containers": [container]}, dict(edits.annotations)
+
+
+@pytest.fixture(params=sorted(MECHANISMS.loaded()))
+def mechanism(request: pytest.FixtureRequest) -> Mechanism:
+    return MECHANISMS.get(request.param)
+
+
+def sized(m: Mechanism) -> tuple[Sized, Allocation]:
+    got = m.size(NEED, GPU)
+    assert isinstance(got, Sized), got
+    return got, Allocation(m.sharing, gpus=got.gpus, share=got.share, gpu_equivalents=got.gpu_equivalents,
+                           gpu_model=GPU.key, device_memory_mib=got.device_memory_mib)
+
+
+def test_sized_share_counts_and_reads_back_as_sized(mechanism: Mechanism) -> None:
+    got, alloc = sized(mechanism)
+    assert got.share is None or got.share.sharing is mechanism.sharing
+    held = mechanism.gpu_equivalents(alloc, GPU)
+    assert held is not None and 0 < held[0] <= max(alloc.gpus, 1)
+    spec, annotations = pod(mechanism.pod_edits(alloc))
+    back = parse_pod_spec(spec, annotations).allocation
+    assert (back.sharing, back.share) == (mechanism.sharing, alloc.share)
+
+
+def test_a_need_that_does_not_fit_says_why(mechanism: Mechanism) -> None:
+    got = mechanism.size(TOO_BIG, GPU)
+    if isinstance(got, Sized):  # only whole GPUs always fit: as many devices as the need takes
+        assert mechanism.name == "exclusive" and got.gpus >= 2
+    else:
+        assert isinstance(got, NoFit) and got.reason.strip()
+
+
+def test_how_to_apply_is_text(mechanism: Mechanism) -> None:
+    _, alloc = sized(mechanism)
+    how = mechanism.how_to_apply(alloc)
+    assert how and json.dumps(how)
+
+
+def test_every_mechanism_has_its_own_sharing_tag() -> None:
+    tags = [m.sharing for m in MECHANISMS.loaded().values()]
+    assert len(tags) == len(set(tags))
