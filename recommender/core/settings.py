@@ -201,14 +201,14 @@ class ScalingSettings(BaseModel):
     max_replicas: int = Field(100, ge=1, description="Never recommend more replicas than this.")
     no_forecast_floor_window_s: float = Field(
         6 * 3600, gt=0, description="Without a forecast, real-time's minReplicaCount covers the peak of this much "
-        "recent history (a peak from days ago held idle replicas for days in the replay; the quietest step let "
-        "bursts in)."
+        "recent history: an older peak holds idle replicas long after its burst, the quietest step lets bursts in "
+        "(benchmarks/REPLAY.md § Measurements behind the defaults)."
     )
     min_forecast_history_s: float = Field(
         2 * 86_400, ge=0, description="Request-rate history a forecast must stand on before replicas follow it: "
-        "on less, forecast_series widens its band (up to x5) for the daily season it cannot see yet, and in the "
-        "replay following that band held 11% more GPU-hours over sixteen clients (51% and 45% more on two) "
-        "than sizing on the observed rate, with more pod starts. Until then a plan sizes on the observed rate "
+        "on less, forecast_series widens its band (up to x5) for the daily season it cannot see yet, and replicas "
+        "following that band hold more GPU-hours and start more pods than sizing on the observed rate "
+        "(benchmarks/REPLAY.md § Measurements behind the defaults). Until then a plan sizes on the observed rate "
         "(no_forecast_floor_window_s) and the external scaler serves its recommended replicas; the report "
         "still shows the forecast."
     )
@@ -263,8 +263,8 @@ class ScalingSettings(BaseModel):
     max_burst_frac: float = Field(
         2.0, ge=0, description="maxReplicaCount = replicas for the larger of forecast and observed peak x (1 + this). "
         "The ceiling only bounds a runaway (a metric gone wrong): the HPA never scales above demand, so a loose "
-        "one costs nothing, while a tight one queues the first burst above last week's peak (at 0.5 the replay "
-        "left 4.8% of a bursty client's requests over the objective, at 2.0 1.4%)."
+        "one costs nothing, while a tight one queues the first burst above last week's peak "
+        "(benchmarks/REPLAY.md § Measurements behind the defaults)."
     )
     max_bound_history_s: float = Field(
         7 * 86_400, ge=0, description="History needed before maxReplicaCount is bounded by the peak; with less, "
