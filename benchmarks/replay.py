@@ -95,7 +95,7 @@ from replay_trace import LOADERS, Trace, load_servegen
 
 from recommender.core.catalogue import load_catalogue
 from recommender.core.plan import WorkloadClass
-from recommender.core.settings import ScalingSettings
+from recommender.core.settings_scaling import ScalingSettings
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

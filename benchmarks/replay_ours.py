@@ -29,7 +29,8 @@ from recommender.analysis.forecast import NotEnoughHistory, forecast_series
 from recommender.core.annotations import CAPACITY_ANNOTATION
 from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
 from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
-from recommender.core.settings import PolicySettings, ScalingSettings
+from recommender.core.settings import PolicySettings
+from recommender.core.settings_scaling import ScalingSettings
 
 
 class Ours:

@@ -330,7 +330,8 @@ def run_cycles(url: str, days: float, end_s: int, server_pid: int | None, interv
     from collectors.prometheus import PromClient, QueryStats, collect_pod_usage
     from collectors.prometheus.collect import UsageCache
     from recommender.core.progress import NullProgress
-    from recommender.core.settings import PrometheusSettings, Settings
+    from recommender.core.settings import Settings
+    from recommender.core.settings_sources import PrometheusSettings
 
     settings = Settings(history_s=days * 86_400, prometheus=PrometheusSettings(url=url))
     cache, fig = UsageCache(), {}

@@ -24,7 +24,8 @@ from policies.replicas import history_from_snapshot, idle_gaps_s
 from recommender.core import usage as m
 from recommender.core.inventory import WorkloadRef
 from recommender.core.progress import RecordingProgress
-from recommender.core.settings import KubernetesSettings, PrometheusSettings, Settings
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import KubernetesSettings, PrometheusSettings
 from recommender.core.usage import Snapshot
 from tests import promcluster as pc
 from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics

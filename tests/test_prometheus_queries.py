@@ -17,7 +17,7 @@ from collectors.prometheus import PromClient, PrometheusLimitError, parse, queri
 from collectors.prometheus.collect import join_usage, window_for
 from collectors.prometheus.queries import Chunk, Scope
 from recommender.core.errors import PrometheusError
-from recommender.core.settings import PrometheusSettings
+from recommender.core.settings_sources import PrometheusSettings
 
 P = PrometheusSettings()
 

@@ -27,7 +27,7 @@ from replay_trace import Trace
 from recommender.analysis.features import after_zero
 from recommender.core.catalogue import load_catalogue
 from recommender.core.plan import WorkloadClass
-from recommender.core.settings import ScalingSettings
+from recommender.core.settings_scaling import ScalingSettings
 
 CAP = Capacity(prefill_tps=1000.0, decode_tps=1000.0, seq_tps=100.0, kv_tokens=100_000.0, max_seqs=8, cold_start_s=30.0)
 

@@ -32,7 +32,8 @@ from recommender.core import usage as m
 from recommender.core.errors import PrometheusError
 from recommender.core.inventory import WorkloadRef
 from recommender.core.progress import Progress
-from recommender.core.settings import PrometheusSettings, Settings
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import PrometheusSettings
 
 INVENTORY_POINTS = 336  # coarse inventory series: hourly over 14 days
 MAX_SPLITS = 6  # a chunk is halved at most this often (1/64 of its steps) before we give up

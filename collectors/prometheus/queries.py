@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 
 from recommender.core import usage as m
-from recommender.core.settings import PrometheusSettings, ScalingSettings
+from recommender.core.settings_scaling import ScalingSettings
+from recommender.core.settings_sources import PrometheusSettings
 
 # Names as exported. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9 (reference §9.1).
 FB_USED = "DCGM_FI_DEV_FB_USED"
