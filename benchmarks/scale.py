@@ -328,7 +328,7 @@ def run_cycles(url: str, days: float, end_s: int, server_pid: int | None, interv
     reads only the steps added since): wall time, Prometheus CPU and points of each. In this process, without
     kube-state-metrics queries (the controller has the Kubernetes API)."""
     from collectors.prometheus import PromClient, QueryStats, collect_pod_usage
-    from collectors.prometheus.collect import UsageCache
+    from collectors.prometheus.cache import UsageCache
     from recommender.core.progress import NullProgress
     from recommender.core.settings import Settings
     from recommender.core.settings_sources import PrometheusSettings

@@ -16,7 +16,7 @@ import pytest
 
 from collectors.pods import PodUsage
 from collectors.prometheus import PromClient, QueryStats, collect_pod_usage, window_for
-from collectors.prometheus.collect import OVERLAP_STEPS, UsageCache
+from collectors.prometheus.cache import OVERLAP_STEPS, UsageCache
 from recommender.core import usage as m
 from recommender.core.errors import PrometheusError
 from recommender.core.progress import RecordingProgress

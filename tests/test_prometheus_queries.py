@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 
 from collectors.prometheus import PromClient, PrometheusLimitError, parse, queries
-from collectors.prometheus.collect import join_usage, window_for
+from collectors.prometheus.cache import join_usage
 from collectors.prometheus.queries import Chunk, Scope
+from collectors.prometheus.window import window_for
 from recommender.core.errors import PrometheusError
 from recommender.core.settings_sources import PrometheusSettings
 
