@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from collectors.prometheus import parse
+from collectors.prometheus.devices import DeviceTable
 from collectors.prometheus.parse import Grid
 
 OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or written late fill them in
@@ -29,7 +30,7 @@ class UsageCache:
     series: dict[str, pd.DataFrame] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     inventory: dict[str, parse.Latest] = field(default_factory=dict)  # latest values, oldest first
-    devices: parse.DeviceTable | None = None
+    devices: DeviceTable | None = None
     last_s: float = -math.inf  # the cached grid's last step
     full_s: float = -math.inf  # the grid's last step when everything was last read
     refresh_s: float = 86_400.0

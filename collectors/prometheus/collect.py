@@ -22,12 +22,14 @@ import numpy as np
 import pandas as pd
 
 from collectors.pods import PodDevices, PodUsage, pod_key
-from collectors.prometheus import parse, queries
+from collectors.prometheus import chunks, parse, queries
 from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError, QueryStats
+from collectors.prometheus.devices import DeviceTable, gpu_nodes
 from collectors.prometheus.jobs import GPU_NODES, Job, coarse_chunks, plan, run_jobs
 from collectors.prometheus.parse import Accumulator, Grid, Result
-from collectors.prometheus.queries import Chunk, Scope
+from collectors.prometheus.queries import Scope
 from collectors.prometheus.window import Window, window_for
 from recommender.core import usage as m
 from recommender.core.errors import PrometheusError
@@ -111,8 +113,8 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
         names = tuple((r.namespace, r.name) for r in wanted if r.kind == kind)
         if names:
             promql = queries.workload_replicas_query(kind, names, win.window_s, extra)
-            per = queries.steps_per_chunk(len(names), fine.step_s, p)
-            jobs += [Job(kind, promql, c, 0) for c in queries.chunks(fine.start_s, fine.end_s, fine.step_s, per)]
+            per = chunks.steps_per_chunk(len(names), fine.step_s, p)
+            jobs += [Job(kind, promql, c, 0) for c in chunks.chunks(fine.start_s, fine.end_s, fine.step_s, per)]
     jobs = [replace(j, origin=i) for i, j in enumerate(jobs)]
     acc = {kind: Accumulator(grid) for kind in queries.KSM_WORKLOAD_REPLICAS}
 
@@ -171,7 +173,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
     acc = {fam.metric: Accumulator(grid) for fam in queries.FAMILIES}
-    device_table = parse.DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
+    device_table = DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
     if first is not None and cache is not None:  # what the cache saw that is still in the window
         if cache.devices is not None:
@@ -209,5 +211,5 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         vllm=parse.vllm_info(inv.get("cache_config", []), inv.get("models", []),
                              scope.namespace_label, scope.pod_label),
         warnings=tuple(_missing(counts)),
-        gpu_nodes=parse.gpu_nodes(inv.get(GPU_NODES, []), p.node_labels),
+        gpu_nodes=gpu_nodes(inv.get(GPU_NODES, []), p.node_labels),
     )

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from collectors.prometheus import parse, queries
+from collectors.prometheus import chunks, parse, queries
+from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError
 from collectors.prometheus.parse import Result
-from collectors.prometheus.queries import Chunk, Scope
+from collectors.prometheus.queries import Scope
 from collectors.prometheus.window import Window
 from recommender.core.progress import Progress
 from recommender.core.settings_sources import PrometheusSettings
@@ -69,8 +70,8 @@ def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: i
     """The inventory step over the whole window, cut by the same limits as usage queries and into at least
     ``pieces`` queries (where it has the steps): Prometheus evaluates one query on one core."""
     c = win.coarse
-    per = min(queries.steps_per_chunk(series, c.step_s, p), math.ceil(c.steps / max(pieces, 1)))
-    return queries.chunks(c.start_s, c.end_s, c.step_s, per)
+    per = min(chunks.steps_per_chunk(series, c.step_s, p), math.ceil(c.steps / max(pieces, 1)))
+    return chunks.chunks(c.start_s, c.end_s, c.step_s, per)
 
 
 def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
@@ -83,10 +84,10 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
         series = parse.total(counts, fam.all_names)
         if series == 0:
             continue
-        per = queries.steps_per_chunk(series, win.grid.step_s, p, parse.total(counts, fam.read_names))
+        per = chunks.steps_per_chunk(series, win.grid.step_s, p, parse.total(counts, fam.read_names))
         promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
         f = fine or win.fine
-        jobs += [Job(fam.metric, promql, c, 0) for c in queries.chunks(f.start_s, f.end_s, f.step_s, per)]
+        jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
     spans = [fine] if fine is not None else coarse_chunks(win, p, pods)
@@ -120,7 +121,7 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
                     try:
                         result = fut.result()
                     except PrometheusLimitError:
-                        halves = queries.split(job.chunk) if job.depth < MAX_SPLITS else None
+                        halves = chunks.split(job.chunk) if job.depth < MAX_SPLITS else None
                         if halves is None:
                             raise
                         client.stats.count("splits")

@@ -9,9 +9,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from collectors.prometheus import queries
+from collectors.prometheus import chunks
+from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.parse import Grid
-from collectors.prometheus.queries import Chunk
 from recommender.core.settings_sources import PrometheusSettings
 
 INVENTORY_POINTS = 336  # coarse inventory series: hourly over 14 days
@@ -37,10 +37,10 @@ def window_for(start: datetime, end: datetime, p: PrometheusSettings) -> Window:
     Example: 14 d ending 12:34:56 at step 600 s → last point 12:30:00, first 14 d later + 600 s, 2,016 points.
     """
     history_s = (end - start).total_seconds()
-    step = queries.step_for(history_s, p)
+    step = chunks.step_for(history_s, p)
     last = math.floor(end.timestamp() / step) * step
     n = max(1, int(history_s // step))
     first = last - (n - 1) * step
     coarse_step = max(step, math.ceil(history_s / INVENTORY_POINTS / step) * step)
     coarse_first = last - math.floor((last - first) / coarse_step) * coarse_step
-    return Window(Grid(first, step, n), queries.rate_window_s(step, p), Chunk(coarse_first, last, coarse_step))
+    return Window(Grid(first, step, n), chunks.rate_window_s(step, p), Chunk(coarse_first, last, coarse_step))
