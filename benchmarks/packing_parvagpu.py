@@ -27,7 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from policies.slo_packing import A100_80GB_PROFILE_FOR_GPCS, Demand, ProfileRow, SloPackingResult, plan  # noqa: E402
+from slo_packing import Demand, SloPackingResult, plan  # noqa: E402
+from slo_packing_mixes import A100_80GB_PROFILE_FOR_GPCS, ProfileRow  # noqa: E402
+
 from recommender.core.catalogue import load_catalogue  # noqa: E402
 
 PARVAGPU_REPORTED = {1: 2, 2: 3, 3: 5}  # A100s in ParvaGPU's own deployments, scenarios 1-3

@@ -20,14 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from replay import GOAL_TERMS
 from replay_charts import ClientPoint, chart_path_problem, save, sweep_figure
+from replay_results import GOAL_TERMS
 
 REPLAY = Path(__file__).resolve().with_name("replay.py")
 LINE = re.compile(r"policy=(\S+) gpu_hours=(\S+) ttft_violation_pct=(\S+)")
 UNAVOIDABLE = re.compile(r"unavoidable_pct=(\S+)")
 REQUESTS = re.compile(r"policy=(\S+) .*?\brequests=(\d+)")
-GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay.verdict's line when it is met
+GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay_results.verdict's line when it is met
 
 
 Rows = dict[str, tuple[float, float]]  # policy → (GPU-hours, % of requests over the objective)

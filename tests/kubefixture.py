@@ -25,7 +25,8 @@ from typing import Any
 import kmock
 from kubernetes import client
 
-from recommender.core.settings import KubernetesSettings, Settings
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import KubernetesSettings
 
 # kind → (group/version/plural as kmock keys resources, namespaced)
 BUILTIN: dict[str, tuple[str, bool]] = {

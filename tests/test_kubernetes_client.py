@@ -14,7 +14,8 @@ from collectors.kubernetes.client import KubernetesDenied, list_objects
 from collectors.kubernetes.discover import NAMESPACED
 from recommender.core.errors import KubernetesError
 from recommender.core.progress import NullProgress, RecordingProgress
-from recommender.core.settings import KubernetesSettings, Settings
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import KubernetesSettings
 from tests.kubefixture import KubeEmulator, container, gpu_node, pod_from, template
 
 PODS = NAMESPACED[-1]

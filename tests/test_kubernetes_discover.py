@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from collectors.kubernetes import discover_workloads
-from collectors.kubernetes.discover import Listing, build_workloads, parse_controller, revision_of, shape_since
+from collectors.kubernetes.discover import Listing, build_workloads
+from collectors.kubernetes.revisions import revision_of, shape_since
+from collectors.kubernetes.templates import parse_controller
 from recommender.core.inventory import Sharing, VllmArgs, Workload
 from recommender.core.progress import NullProgress, RecordingProgress
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template

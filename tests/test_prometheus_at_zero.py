@@ -18,13 +18,14 @@ import pandas as pd
 import pytest
 
 from collectors.prometheus import collect_workload_replicas
-from collectors.prometheus.collect import OVERLAP_STEPS, UsageCache
+from collectors.prometheus.cache import OVERLAP_STEPS, UsageCache
 from collectors.registry import SourceRequest, get_source
 from policies.replicas import history_from_snapshot, idle_gaps_s
 from recommender.core import usage as m
 from recommender.core.inventory import WorkloadRef
 from recommender.core.progress import RecordingProgress
-from recommender.core.settings import KubernetesSettings, PrometheusSettings, Settings
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import KubernetesSettings, PrometheusSettings
 from recommender.core.usage import Snapshot
 from tests import promcluster as pc
 from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics

@@ -16,11 +16,13 @@ import pytest
 
 from collectors.pods import PodUsage
 from collectors.prometheus import PromClient, QueryStats, collect_pod_usage, window_for
-from collectors.prometheus.collect import OVERLAP_STEPS, UsageCache
+from collectors.prometheus.cache import OVERLAP_STEPS, UsageCache
 from recommender.core import usage as m
 from recommender.core.errors import PrometheusError
 from recommender.core.progress import RecordingProgress
-from recommender.core.settings import PrometheusSettings, ScalingSettings, Settings
+from recommender.core.settings import Settings
+from recommender.core.settings_scaling import ScalingSettings
+from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
 from tests.promcluster import Cluster
 from tests.promfixture import PromServer, Series, prometheus_binaries

@@ -13,11 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collectors.prometheus import PromClient, PrometheusLimitError, parse, queries
-from collectors.prometheus.collect import join_usage, window_for
-from collectors.prometheus.queries import Chunk, Scope
+from collectors.prometheus import PromClient, PrometheusLimitError, chunks, devices, parse, queries
+from collectors.prometheus.cache import join_usage
+from collectors.prometheus.chunks import Chunk
+from collectors.prometheus.queries import Scope
+from collectors.prometheus.window import window_for
 from recommender.core.errors import PrometheusError
-from recommender.core.settings import PrometheusSettings
+from recommender.core.settings_sources import PrometheusSettings
 
 P = PrometheusSettings()
 
@@ -29,7 +31,7 @@ P = PrometheusSettings()
     (30 * 86_400, 1320.0),  # 2,592,000 / 2,016 = 1,285.7 → 22 min
 ])
 def test_step_for(history_s: float, step_s: float) -> None:
-    assert queries.step_for(history_s, P) == step_s
+    assert chunks.step_for(history_s, P) == step_s
 
 
 @pytest.mark.parametrize(("series", "step_s", "limits", "steps"), [
@@ -43,15 +45,15 @@ def test_step_for(history_s: float, step_s: float) -> None:
     (10**7, 600.0, {}, 1),
 ])
 def test_steps_per_chunk(series: int, step_s: float, limits: dict[str, int], steps: int) -> None:
-    assert queries.steps_per_chunk(series, step_s, PrometheusSettings(**limits)) == steps  # type: ignore[arg-type]
+    assert chunks.steps_per_chunk(series, step_s, PrometheusSettings(**limits)) == steps  # type: ignore[arg-type]
 
 
 def test_a_query_reading_more_series_than_it_answers_is_cut_by_the_samples_it_reads() -> None:
     # the request rate answers one series per pod but reads three (the counter, two gauges): 2,000 pods at
     # 600 s read 20 M / (6,000 x 10) = 333 steps, where the answer's 2,000 series alone would allow 1,000
     wide = PrometheusSettings(max_points_per_query=10**7)  # so that samples bind
-    assert queries.steps_per_chunk(2_000, 600.0, wide) == 1_000
-    assert queries.steps_per_chunk(2_000, 600.0, wide, touched=6_000) == 333
+    assert chunks.steps_per_chunk(2_000, 600.0, wide) == 1_000
+    assert chunks.steps_per_chunk(2_000, 600.0, wide, touched=6_000) == 333
     fam = next(f for f in queries.FAMILIES if f.metric == "request_rate_per_s")
     counts = {n: 2_000 for n in (*queries.REQUESTS, *queries.RUNNING, *queries.WAITING)}
     assert parse.total(counts, fam.read_names) == 6_000 and parse.total(counts, fam.all_names) == 2_000
@@ -60,13 +62,13 @@ def test_a_query_reading_more_series_than_it_answers_is_cut_by_the_samples_it_re
 
 
 def test_chunks_cover_the_grid_once_and_split_halves_it() -> None:
-    got = queries.chunks(1000.0, 1000.0 + 99 * 60, 60.0, 30)  # 100 steps in chunks of 30
+    got = chunks.chunks(1000.0, 1000.0 + 99 * 60, 60.0, 30)  # 100 steps in chunks of 30
     assert [c.steps for c in got] == [30, 30, 30, 10]
     assert all(b.start_s - a.end_s == 60 for a, b in itertools.pairwise(got))
     assert (got[0].start_s, got[-1].end_s) == (1000.0, 1000.0 + 99 * 60)
-    halves = queries.split(Chunk(0.0, 9 * 60.0, 60.0))  # 10 steps → 5 + 5, no gap
+    halves = chunks.split(Chunk(0.0, 9 * 60.0, 60.0))  # 10 steps → 5 + 5, no gap
     assert halves is not None and [h.steps for h in halves] == [5, 5] and halves[1].start_s == halves[0].end_s + 60
-    assert queries.split(Chunk(60.0, 60.0, 60.0)) is None
+    assert chunks.split(Chunk(60.0, 60.0, 60.0)) is None
 
 
 def test_window_is_aligned_to_the_step() -> None:
@@ -114,7 +116,7 @@ def test_a_rolling_update_on_one_gpu_is_not_sharing() -> None:
               _dev("new", "GPU-1", [(300, "81920"), (400, "81920")]),
               _dev("a", "GPU-2", [(100, "81920"), (200, "81920")]),
               _dev("b", "GPU-2", [(200, "81920"), (300, "81920")])]  # a and b overlap at t=200
-    got = {d.pod: d.shared_with for d in parse.devices(result, "namespace", "pod")}
+    got = {d.pod: d.shared_with for d in devices.devices(result, "namespace", "pod")}
     assert got == {"old": 1, "new": 1, "a": 2, "b": 2}
 
 
@@ -122,7 +124,7 @@ def test_mig_instances_on_one_gpu_are_separate_devices() -> None:
     result = [_dev("x", "GPU-1", [(100, "40192")], GPU_I_ID="1", GPU_I_PROFILE="3g.40gb"),
               _dev("y", "GPU-1", [(100, "40192")], GPU_I_ID="2", GPU_I_PROFILE="3g.40gb"),
               _dev("y", "GPU-1", [(100, "NaN")], GPU_I_ID="3", GPU_I_PROFILE="3g.40gb")]
-    got = {d.pod: d for d in parse.devices(result, "namespace", "pod")}
+    got = {d.pod: d for d in devices.devices(result, "namespace", "pod")}
     assert got["x"].shared_with == 1 and got["x"].mig_profile == "3g.40gb"
     assert got["y"].device_count == 2 and got["y"].device_memory_mib == 40192
 
@@ -137,11 +139,11 @@ def test_gpu_nodes_from_node_query_answers() -> None:
              row(1, gpu="0"),  # no node: left out
              row(1, Hostname="n2", gpu="x"),  # no GPU index: left out
              row(1, Hostname="n2", gpu="1", node="elsewhere")]
-    got = {n.name: n for n in parse.gpu_nodes(found, ("Hostname", "hostname"))}
+    got = {n.name: n for n in devices.gpu_nodes(found, ("Hostname", "hostname"))}
     assert set(got) == {"n1", "n2"}
     assert got["n1"].mig_devices == ((), (), (("1g.10gb", 2), ("3g.40gb", 1)))  # GPU 1 exports nothing
     assert got["n2"].mig_devices == ((), ()) and got["n2"].gpu_product == "NVIDIA H100 80GB HBM3"
-    assert [n.name for n in parse.gpu_nodes(found, ("node",))] == ["elsewhere"]
+    assert [n.name for n in devices.gpu_nodes(found, ("node",))] == ["elsewhere"]
 
 
 def test_owner_chain_from_kube_state_metrics() -> None:
@@ -267,7 +269,7 @@ def test_a_device_table_forgets_what_left_the_window() -> None:
         labels = {"namespace": "ns", "pod": pod, "UUID": uuid, "Hostname": host, "modelName": "H100"}
         return [{"metric": labels, "values": [(t, "81559") for t in times]}]
 
-    table = parse.DeviceTable("namespace", "pod", ("Hostname",))
+    table = devices.DeviceTable("namespace", "pod", ("Hostname",))
     table.add(answer("old", "GPU-1", [0, 100]))  # shares GPU-1 with "new" at 100 only
     table.add(answer("new", "GPU-1", [100, 200, 300]))
     table.add(answer("new", "GPU-2", [0], host="n2"))  # a device it had before the window

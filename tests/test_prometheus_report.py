@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from recommender.cli.app import collect, make_report
 from recommender.cli.controller import Cycle
 from recommender.cli.main import main
-from recommender.core.settings import KubernetesSettings, PrometheusSettings, Settings
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import KubernetesSettings, PrometheusSettings
 from recommender.pipeline.planstore import PlanStore
 from tests import promcluster as pc
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template

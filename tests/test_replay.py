@@ -14,9 +14,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import replay
-from replay import Capacity, Reactive, Trace, simulate
+import replay_hpa
+import replay_ours
+import replay_results
+import replay_sim
+import replay_sizing
+from replay_capacity import Capacity
+from replay_hpa import Reactive
+from replay_sim import simulate
+from replay_trace import Trace
 
+from recommender.analysis.features import after_zero
 from recommender.core.catalogue import load_catalogue
+from recommender.core.plan import WorkloadClass
+from recommender.core.settings_scaling import ScalingSettings
 
 CAP = Capacity(prefill_tps=1000.0, decode_tps=1000.0, seq_tps=100.0, kv_tokens=100_000.0, max_seqs=8, cold_start_s=30.0)
 
@@ -50,14 +61,15 @@ def test_a_jump_marks_the_requests_of_its_first_cold_start() -> None:
     calm, burst = np.arange(0, 1200, 1.0), np.arange(1200, 1800, 0.1)  # 1/s for 20 min, then 10/s
     idle_then = np.arange(2700, 3000, 0.5)  # 15 minutes of nothing, then 2/s: waking from idle jumps too
     t = np.concatenate((calm, burst, idle_then))
-    marked = replay.after_jumps(t, 120.0)
+    marked = replay_results.after_jumps(t, 120.0)
     assert not marked[t < 1200].any()  # steady: no jump
     assert marked[(t >= 1200) & (t < 1320)].all() and not marked[(t >= 1320) & (t < 2700)].any()
     assert marked[(t >= 2700) & (t < 2820)].all() and not marked[t >= 2820].any()
-    assert not replay.after_jumps(calm, 120.0).any() and replay.after_jumps(np.array([]), 120.0).size == 0
+    assert not replay_results.after_jumps(calm, 120.0).any()
+    assert replay_results.after_jumps(np.array([]), 120.0).size == 0
     ttft = np.where(marked, 5.0, 0.1)
     ttft[-10:] = 5.0  # ten misses long after the last jump
-    line = replay.summary("p", replay.Result(1.0, ttft, 0, 0, 0, 1.0), 2.0, 0.0, marked)
+    line = replay_results.summary("p", replay_sim.Result(1.0, ttft, 0, 0, 0, 1.0), 2.0, 0.0, marked)
     assert f"misses_after_jumps_pct={100 * marked.sum() / (marked.sum() + 10):.1f}" in line
 
 
@@ -84,7 +96,7 @@ def test_a_policy_sees_a_request_only_once_it_has_arrived() -> None:
     trace = Trace(np.array([0.0, 15.5, 40.0]), np.full(3, 100.0), np.full(3, 10.0))
     seen: dict[int, tuple[int, int]] = {}
 
-    def spy(obs: replay.Observed) -> int:
+    def spy(obs: replay_sim.Observed) -> int:
         seen[obs.k] = (obs.waiting, obs.tokens_in.size)
         return 1
 
@@ -98,7 +110,7 @@ def test_a_policy_sees_a_request_only_once_it_has_arrived() -> None:
     (4, 4.5, 5), (4, 3.0, 3), (0, 0.5, 1), (1, 0.0, 0),
 ])
 def test_a_metric_proposes_replicas_as_the_hpa_does(cur: int, usage: float, want: int) -> None:
-    assert replay.hpa_proposal(cur, usage, 1.0) == want
+    assert replay_hpa.hpa_proposal(cur, usage, 1.0) == want
 
 
 def test_reactive_scales_on_waiting_and_back_down_after_the_window() -> None:
@@ -110,7 +122,7 @@ def test_reactive_scales_on_waiting_and_back_down_after_the_window() -> None:
     seen: list[int] = []
     policy = Reactive(min_replicas=1)
 
-    def spy(obs: replay.Observed) -> int:
+    def spy(obs: replay_sim.Observed) -> int:
         seen.append(obs.pods)
         return policy(obs)
 
@@ -125,7 +137,7 @@ def test_reactive_bounded_scales_on_the_queue_up_to_its_ceiling_only(tmp_path: P
     trace = Trace(burst, np.full(burst.size, 100.0), np.full(burst.size, 10.0))
     asked: dict[str, list[int]] = {"free": [], "bounded": []}
     for name, policy in (("free", Reactive(min_replicas=1)), ("bounded", Reactive(min_replicas=1, max_replicas=3))):
-        def spy(obs: replay.Observed, policy: Reactive = policy, name: str = name) -> int:
+        def spy(obs: replay_sim.Observed, policy: Reactive = policy, name: str = name) -> int:
             asked[name].append(policy(obs))
             return asked[name][-1]
         simulate(trace, CAP, spy, name, warm=1)
@@ -148,7 +160,7 @@ def test_reactive_zero_deactivates_after_the_cooldown() -> None:
 
 def test_ours_runs_the_product_policy_without_peeking(tmp_path: Path) -> None:
     trace = steady(3.0, 1800)
-    ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 300, replay.ScalingSettings())
+    ours = replay_ours.Ours(CAP, WorkloadClass.REAL_TIME, 300, ScalingSettings())
     r = simulate(trace, CAP, ours, "ours", warm=1)
     assert ours.refits >= 5 and ours.plan is not None
     assert ours.plan.min_replicas >= 1 and not ours.plan.scale_to_zero  # no idle gap: never to zero
@@ -165,9 +177,9 @@ def test_ours_takes_a_real_time_service_to_zero_where_its_wakes_fit_the_budget()
     trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
     runs = {}
     for frac in (0.5, None):  # hours, not the two days of history the wake budget waits for by default
-        settings_ = replay.ScalingSettings(wake_budget_frac=frac, wake_min_history_s=0.0,
+        settings_ = ScalingSettings(wake_budget_frac=frac, wake_min_history_s=0.0,
                                            min_forecast_history_s=3600.0)  # and a widened forecast after an hour
-        ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 300, settings_)
+        ours = replay_ours.Ours(CAP, WorkloadClass.REAL_TIME, 300, settings_)
         runs[frac] = (simulate(trace, CAP, ours, "ours", warm=1), ours)
     r, ours = runs[0.5]
     assert ours.plan is not None and ours.plan.scale_to_zero
@@ -181,14 +193,14 @@ def test_ours_takes_a_real_time_service_to_zero_where_its_wakes_fit_the_budget()
 def test_ours_reads_serving_replicas_as_the_collector_does() -> None:
     """Per step: ready pods averaged over its syncs; 0 only where no pod existed (kube-state-metrics' count);
     NaN where a pod was starting and none served (vLLM reports nothing in a cold start) or no sync ran."""
-    ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 300, replay.ScalingSettings())
+    ours = replay_ours.Ours(CAP, WorkloadClass.REAL_TIME, 300, ScalingSettings())
     ours.ready_sum = np.array([0.0, 0.0, 2.0, 8.0, 0.0])  # at zero, cold start, half the step ready, 2 ready, none
     ours.ready_n = np.array([4.0, 4.0, 4.0, 4.0, 0.0])
     ours.pods_sum = np.array([0.0, 4.0, 4.0, 8.0, 0.0])
     got = ours._serving(0, 5)
     np.testing.assert_array_equal(got[[0, 2, 3]], [0.0, 0.5, 2.0])
     assert np.isnan(got[1]) and np.isnan(got[4])
-    woke = replay.after_zero(pd.Series(got), 60.0, 60)
+    woke = after_zero(pd.Series(got), 60.0, 60)
     assert woke.tolist() == [False, True, True, False, False]  # from the pod's creation, a wake and a step
 
 
@@ -197,10 +209,10 @@ def test_ours_reads_each_steps_p95_ttft_once_the_step_is_over() -> None:
     the requests served so far, filled in only for minutes already over at the sync."""
     trace = steady(12.0, 400)  # one replica overloaded: TTFT grows through the trace
     truth = simulate(trace, CAP, lambda obs: 1, "truth", warm=1).ttft_s
-    ours = replay.Ours(CAP, replay.WorkloadClass.REAL_TIME, 60, replay.ScalingSettings())
+    ours = replay_ours.Ours(CAP, WorkloadClass.REAL_TIME, 60, ScalingSettings())
     filled: dict[int, int] = {}
 
-    def spy(obs: replay.Observed) -> int:
+    def spy(obs: replay_sim.Observed) -> int:
         if obs.k % 60 == 0:
             ours._observe_ttft(obs, obs.k // 60)
             filled[obs.k] = int(np.isfinite(ours.ttft_p95).sum())
@@ -216,14 +228,14 @@ def test_ours_reads_each_steps_p95_ttft_once_the_step_is_over() -> None:
 
 
 def oracle_on_a_jump(rate: float, until_s: int, headroom: float, field: str
-                     ) -> tuple[Trace, replay.Result, dict[int, int]]:
+                     ) -> tuple[Trace, replay_sim.Result, dict[int, int]]:
     """1 req/s until 600 s, then ``rate`` until ``until_s``, under the oracle; ``field`` of each sync's view."""
     t = np.concatenate([np.arange(0, 600, 1.0), np.arange(600, until_s, 1 / rate)])
     trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
     seen: dict[int, int] = {}
-    oracle = replay.Oracle(trace, CAP, headroom=headroom)
+    oracle = replay_hpa.Oracle(trace, CAP, headroom=headroom)
 
-    def spy(obs: replay.Observed) -> int:
+    def spy(obs: replay_sim.Observed) -> int:
         seen[obs.k] = getattr(obs, field)
         return oracle(obs)
 
@@ -245,7 +257,7 @@ def test_oracle_scales_up_before_a_burst_it_reads_ahead() -> None:
 @pytest.mark.parametrize(("pods", "need", "syncs"), [(1, 1, 0), (0, 40, 1), (1, 5, 1), (1, 6, 2), (2, 60, 5),
                                                     (10, 11, 1)])
 def test_the_hpa_ramp_takes_max_plus_4_or_double_per_sync(pods: int, need: int, syncs: int) -> None:
-    assert replay.ramp_syncs(pods, need) == syncs
+    assert replay_hpa.ramp_syncs(pods, need) == syncs
 
 
 def test_the_oracle_starts_a_large_jump_early_enough_for_the_hpa_ramp() -> None:
@@ -259,9 +271,9 @@ def test_the_oracle_starts_a_large_jump_early_enough_for_the_hpa_ramp() -> None:
     assert (r.ttft_s[t >= 600] > 2.0).mean() == 0.0
 
 
-def _result(gpu_hours: float, over: int, n: int = 1000) -> replay.Result:
+def _result(gpu_hours: float, over: int, n: int = 1000) -> replay_sim.Result:
     ttft = np.where(np.arange(n) < over, 9.0, 0.1)
-    return replay.Result(gpu_hours, ttft, 0, 0, 0, gpu_hours)
+    return replay_sim.Result(gpu_hours, ttft, 0, 0, 0, gpu_hours)
 
 
 @pytest.mark.parametrize(("ours", "over", "floor", "met"), [
@@ -272,7 +284,7 @@ def _result(gpu_hours: float, over: int, n: int = 1000) -> replay.Result:
 ])
 def test_verdict_needs_all_three_parts_of_the_goal(ours: float, over: int, floor: float, met: bool) -> None:
     results = {"static-peak": _result(10.0, 0), "reactive": _result(6.0, 0), "ours": _result(ours, over)}
-    line = replay.verdict("ours", results, 2.0, floor)
+    line = replay_results.verdict("ours", results, 2.0, floor)
     assert line.endswith(f"goal {'met' if met else 'NOT met'} (>= 50%, >= 15%, <= 1 point)")
 
 
@@ -359,7 +371,8 @@ def test_the_sweep_reads_the_goal_line_not_a_move_before_it(ours: float, met: bo
     results = {"static-peak": _result(10.0, 0), "reactive": _result(6.0, 0), "ours": _result(ours, 10),
                "oracle": _result(1.0, 0)}
     moved = "# ours moved from 3g.40gb to whole GPUs at 1.00 d: over 2x its TTFT error budget"
-    stdout = "\n".join([moved, replay.verdict("ours", results, 2.0, 0.0), replay.verdict("oracle", results, 2.0, 0.0)])
+    verdict = replay_results.verdict
+    stdout = "\n".join([moved, verdict("ours", results, 2.0, 0.0), verdict("oracle", results, 2.0, 0.0)])
     assert goal_met(stdout, "ours") is met
     assert goal_met(stdout, "oracle") is True
     assert goal_met("# ours moved from 3g.40gb to whole GPUs", "ours") is False  # no goal line: not met
@@ -425,16 +438,16 @@ def test_the_slice_is_the_smallest_that_fits_unless_prompts_or_throughput_suffer
     assert H100 is not None
     cap = Capacity()
     chat = steady(1.0, 3600, tin=1000.0, tout=250.0)
-    on, name = replay.choose_slice(chat, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)
+    on, name = replay_sizing.choose_slice(chat, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)
     assert name == "3g.40gb" and on.gpu_share == 0.5  # 1g/2g cannot hold the weights
     # prompts of 20,000 tokens: 1.3 s on the whole GPU, 3.1 s on 3g and 2.3 s on 4g: no slice keeps them
     long = steady(1.0, 600, tin=20_000.0, tout=10.0)
-    assert replay.choose_slice(long, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)[1] == "whole GPU"
+    assert replay_sizing.choose_slice(long, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)[1] == "whole GPU"
     # prefill-heavy: 3g serves 86% of the whole GPU's requests per GPU share (3 SM slices of 7 for half
     # the GPU), 4g 99%: 4g.40gb
     heavy = steady(1.0, 600, tin=2_000.0, tout=30.0)
-    assert replay.choose_slice(heavy, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)[1] == "4g.40gb"
-    assert replay.choose_slice(chat, cap, H100, 2.0, 200_000, 3600, 0.25, 0.9)[1] == "whole GPU"  # KV too small
+    assert replay_sizing.choose_slice(heavy, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)[1] == "4g.40gb"
+    assert replay_sizing.choose_slice(chat, cap, H100, 2.0, 200_000, 3600, 0.25, 0.9)[1] == "whole GPU"  # KV too small
 
 
 def test_cli_rejects_an_unknown_slice_and_runs_whole_gpus_with_none(tmp_path: Path,
@@ -460,7 +473,7 @@ class ShapeChange:
         self.cap, self.then, self.at_s = first, then, at_s
         self.seen: list[tuple[int, int]] = []
 
-    def __call__(self, obs: replay.Observed) -> int:
+    def __call__(self, obs: replay_sim.Observed) -> int:
         self.seen.append((obs.k, obs.pods))
         if obs.k >= self.at_s:
             self.cap = self.then
@@ -485,9 +498,9 @@ def test_a_shape_change_rolls_out_new_pods_while_the_old_ones_serve() -> None:
 def test_the_histogram_reads_misses_as_the_collector_query_does() -> None:
     ttft = np.array([0.5, 1.5, 3.0])
     # objective 2 s between vLLM's 1.0 and 2.5 bounds, 2/3 of the way: within = 1 x 1/3 + 2 x 2/3 = 5/3
-    assert replay.histogram_over(ttft, 2.0) == pytest.approx(3 - 5 / 3)
-    assert replay.histogram_over(ttft, 2.5) == 1.0  # a bound: what lies above it
-    assert replay.histogram_over(np.array([3000.0]), 5000.0) == 1.0  # past the last bound: above it
+    assert replay_ours.histogram_over(ttft, 2.0) == pytest.approx(3 - 5 / 3)
+    assert replay_ours.histogram_over(ttft, 2.5) == 1.0  # a bound: what lies above it
+    assert replay_ours.histogram_over(np.array([3000.0]), 5000.0) == 1.0  # past the last bound: above it
 
 
 @pytest.mark.parametrize("at_zero", [True, False], ids=["after-zero", "always-up"])
@@ -496,7 +509,7 @@ def test_ours_leaves_a_wakes_misses_out_of_the_whole_gpu_bar(at_zero: bool) -> N
     are the wake budget's to weigh, not the shape's, so the slice stays; the same misses with replicas up
     throughout move it to whole GPUs."""
     k = 86_400 + 600  # past the day of history the bar needs
-    ours = replay.Ours(replace(CAP, gpu_share=0.5), replay.WorkloadClass.REAL_TIME, 3600, replay.ScalingSettings(),
+    ours = replay_ours.Ours(replace(CAP, gpu_share=0.5), WorkloadClass.REAL_TIME, 3600, ScalingSettings(),
                        whole=CAP)
     steps = np.arange(k // 60 + 2)
     ours.ready_n = np.ones(steps.size)
@@ -505,7 +518,7 @@ def test_ours_leaves_a_wakes_misses_out_of_the_whole_gpu_bar(at_zero: bool) -> N
     arrival = np.array([t for t in range(k) if t % 600 in range(300, 330)], dtype=float)  # at each wake's start
     arrivals = np.bincount(arrival.astype(np.int64), minlength=k).astype(float)
     ttft = np.full(arrival.size, 20.0)  # first token within the wake's steps, far over the 2 s objective
-    obs = replay.Observed(k, 1, 1, 1, 0, arrivals, np.full(arrival.size, 100.0), np.full(arrival.size, 10.0),
+    obs = replay_sim.Observed(k, 1, 1, 1, 0, arrivals, np.full(arrival.size, 100.0), np.full(arrival.size, 10.0),
                           ttft, arrival)
     ours._escalate(obs)
     assert (ours.escalated_s is None) == at_zero
@@ -515,7 +528,7 @@ def test_ours_leaves_a_wakes_misses_out_of_the_whole_gpu_bar(at_zero: bool) -> N
 def test_ours_moves_a_slice_that_misses_its_objective_to_whole_gpus_after_a_day() -> None:
     """A service whose every request misses: ours on a half-GPU slice escalates once a day of history exists."""
     slow = replace(CAP, gpu_share=0.5, prefill_tps=40.0)  # 100-token prompts: 2.5 s of prefill, over 2 s
-    ours = replay.Ours(slow, replay.WorkloadClass.REAL_TIME, 3600, replay.ScalingSettings(), whole=CAP)
+    ours = replay_ours.Ours(slow, WorkloadClass.REAL_TIME, 3600, ScalingSettings(), whole=CAP)
     trace = steady(0.02, 26 * 3600)
     r = simulate(trace, slow, ours, "ours", warm=1)
     assert ours.escalated_s is not None and 86_400 <= ours.escalated_s < 86_400 + 3600

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from slo_packing import Demand, SloPackingResult, plan
+from slo_packing_mixes import A100_80GB_PROFILE_FOR_GPCS, ProfileRow, best_per_size, min_gpcs
+
 from policies.packing import GpuLayout
-from policies.slo_packing import (
-    A100_80GB_PROFILE_FOR_GPCS,
-    Demand,
-    ProfileRow,
-    SloPackingResult,
-    best_per_size,
-    min_gpcs,
-    plan,
-)
 from recommender.core.catalogue import load_catalogue
 
 A100 = load_catalogue().gpus["A100-80GB"]

@@ -20,7 +20,7 @@ from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from recommender.core.errors import KubernetesError
 from recommender.core.resources import Resource
-from recommender.core.settings import KubernetesSettings
+from recommender.core.settings_sources import KubernetesSettings
 
 PAGE_SIZE = 500  # objects per list page: big enough to be few calls, small enough for the API server
 _MESSAGE_CHARS = 300  # how much of the server's own message we keep in our one-line error

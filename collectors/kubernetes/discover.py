@@ -6,18 +6,16 @@ worker StatefulSet → leader Pod → leader StatefulSet → LeaderWorkerSet. It
 controller's pod template (what every replica gets), not from whichever pods happen to run; pods only
 say which node, and so which GPU, the workload runs on. A Deployment's ReplicaSets and a StatefulSet's or
 LeaderWorkerSet's ControllerRevisions, one per template rolled out, say since when its replicas have the shape
-they have now (:func:`shape_since`). Listing is the only I/O; :func:`build_workloads` is pure and tests without
+they have now (``revisions.shape_since``). Listing is the only I/O; :func:`build_workloads` is pure and tests without
 a server.
 """
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -29,15 +27,16 @@ from collectors.kubernetes.client import (
     make_api_client,
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
+from collectors.kubernetes.revisions import Revision, controller_ref, replaced_since, revision_of, shape_since
+from collectors.kubernetes.templates import int_or, parse_controller
 from recommender.core.annotations import MIG_CONFIG_LABEL, SCHEDULE_ANNOTATION
 from recommender.core.autoscalers import HPA, SCALED_OBJECT, by_target, describe
 from recommender.core.catalogue import Catalogue
-from recommender.core.inventory import Allocation, GpuNode, Sharing, Workload, WorkloadRef
+from recommender.core.inventory import GpuNode, Sharing, Workload, WorkloadRef
 from recommender.core.progress import Progress
 from recommender.core.resources import RESOURCES, Resource
 from recommender.core.settings import Settings
 from recommender.core.timestamps import parse_time
-from recommender.mechanisms.mig import MigShare
 
 NAMESPACED = tuple(RESOURCES[k] for k in (
     "Deployment", "StatefulSet", "ReplicaSet", "ControllerRevision", "Job", "CronJob", "Pod"))
@@ -147,7 +146,7 @@ def build_workloads(listing: Listing) -> tuple[Workload, ...]:
             pods.setdefault(top, []).append(obj)
         elif top == key:
             tops.add(key)
-        if (rev := revision_of(key[1], obj)) is not None and (ref := _controller_ref(obj)) is not None:
+        if (rev := revision_of(key[1], obj)) is not None and (ref := controller_ref(obj)) is not None:
             revisions.setdefault((key[0], str(ref.get("kind", "")), str(ref.get("name", ""))), []).append(rev)
     found = (_workload(k, listing, pods.get(k, []), notes.get(k, []), revisions.get(k, []))
              for k in sorted(tops | set(pods)))
@@ -159,7 +158,7 @@ def build_workloads(listing: Listing) -> tuple[Workload, ...]:
 def top_owner(key: Key, obj: Mapping[str, Any], objects: Mapping[Key, Mapping[str, Any]]) -> tuple[Key, list[str]]:
     """Follow controller ownerReferences up to the highest object we listed, saying where it stopped."""
     for _ in range(_MAX_OWNER_DEPTH):
-        ref = _controller_ref(obj)
+        ref = controller_ref(obj)
         if ref is None:
             bare = key[1] == "Pod"
             return key, ["bare pod: no controller owns it, so nothing recreates it"] if bare else []
@@ -173,11 +172,6 @@ def top_owner(key: Key, obj: Mapping[str, Any], objects: Mapping[Key, Mapping[st
             return key, [f"owner {kind} {name} {why}; {key[1]} {key[2]} taken as the workload"]
         key, obj = owner_key, owner
     return key, [f"ownerReferences deeper than {_MAX_OWNER_DEPTH} levels; stopped at {key[1]} {key[2]}"]
-
-
-def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
 
 
 def _missing_owner(ref: Key, pod: Mapping[str, Any]) -> tuple[Key, list[str]]:
@@ -233,104 +227,6 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
     )
 
 
-REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
-
-
-@dataclass(frozen=True)
-class Revision:
-    """One template a controller rolled out: its revision number, when it was created, what it ran."""
-
-    number: int
-    created: datetime
-    spec: ParsedSpec
-
-
-def revision_of(kind: str, obj: Mapping[str, Any]) -> Revision | None:
-    """The revision a ReplicaSet (a Deployment's: ``deployment.kubernetes.io/revision``) or a ControllerRevision
-    records: a StatefulSet's or a LeaderWorkerSet's ``revision``, its ``data`` the patch that restores
-    ``spec.template`` (``spec.leaderWorkerTemplate``). None for other kinds and owners, or where the number, the
-    creation time or the template cannot be read."""
-    owner = _controller_ref(obj)
-    owned_by = owner.get("kind") if owner is not None else None
-    meta = obj.get("metadata") or {}
-    data = obj.get("data")
-    patched = data.get("spec") if isinstance(data, Mapping) else None
-    patched = patched if isinstance(patched, Mapping) else {}
-    if (kind, owned_by) == ("ReplicaSet", "Deployment"):
-        number = _revision((meta.get("annotations") or {}).get(REVISION_ANNOTATION))
-        template = (obj.get("spec") or {}).get("template")
-    elif (kind, owned_by) in (("ControllerRevision", "StatefulSet"), ("ControllerRevision", "LeaderWorkerSet")):
-        number = _revision(obj.get("revision"))
-        template = patched.get("template" if owned_by == "StatefulSet" else "leaderWorkerTemplate")
-    else:
-        return None
-    created = _created(obj)
-    if number is None or created is None or not isinstance(template, Mapping):
-        return None  # a record we cannot read would count as another shape
-    spec = _leader_worker_set({"leaderWorkerTemplate": template}) if owned_by == "LeaderWorkerSet" \
-        else _template(template, 1)
-    return Revision(number, created, spec)
-
-
-def shape_since(current: ParsedSpec, revisions: Sequence[Revision]) -> datetime | None:
-    """When a controller's pods took the shape its template has now: GPU resources and serving arguments
-    (:func:`replica_shape`), from the revisions it keeps, one per template it has rolled out (a Deployment's
-    ReplicaSets, a StatefulSet's or a LeaderWorkerSet's ControllerRevisions).
-
-    Newest revision first, the revisions with the current shape run back to the first one of that run,
-    created when its rollout began (the old pods served until the new ones were ready; a StatefulSet updated
-    ``OnDelete`` changes its pods only as they are deleted, later: :func:`replaced_since`). A rollback reuses an
-    old revision's record under a new number with its old creation time, so no revision of another shape may
-    be newer: the start is the later of the two. None where every revision kept (``revisionHistoryLimit``)
-    has the current shape, or none can be read: the shape is older than what the API remembers.
-    """
-    shape = replica_shape(current)
-    dated = sorted(((r.number, r.created, replica_shape(r.spec) == shape) for r in revisions),
-                   key=lambda d: d[0], reverse=True)
-    others = [created for _, created, same in dated if not same]
-    if not others:
-        return None
-    run = list(itertools.takewhile(lambda d: d[2], dated))
-    return max(min((created for _, created, _ in run), default=max(others)), max(others))
-
-
-def replaced_since(kind: str, obj: Mapping[str, Any] | None, since: datetime | None,
-                   pods: Sequence[Mapping[str, Any]]) -> tuple[datetime | None, list[str]]:
-    """``since`` for a StatefulSet updated ``OnDelete``, whose pods take a new template only as they are deleted:
-    no earlier than its newest pod's creation, when the pool last changed (homogeneous if every old pod is gone,
-    a steady mix if not). A pod recreated for another reason moves it too: the price of not knowing. Other
-    controllers roll their pods out on their own, at the revision's time."""
-    strategy = (((obj or {}).get("spec") or {}).get("updateStrategy") or {}).get("type")
-    if since is None or kind != "StatefulSet" or strategy != "OnDelete":
-        return since, []
-    newest = max((t for p in pods if (t := _created(p)) is not None), default=since)
-    if newest <= since:
-        return since, []
-    return newest, [f"updated OnDelete: its pods take a new template only as they are deleted; capacity is read "
-                    f"from its newest pod's start ({newest:%Y-%m-%d %H:%M} UTC), not the revision's "
-                    f"({since:%Y-%m-%d %H:%M} UTC)"]
-
-
-def replica_shape(parsed: ParsedSpec) -> Allocation:
-    """What one replica holds and serves with, from a pod template: a change in it changes how many requests a
-    replica serves within the objective (the replica count aside)."""
-    return replace(parsed.allocation, replicas=0)
-
-
-def _created(obj: Mapping[str, Any]) -> datetime | None:
-    """An object's ``creationTimestamp``, in UTC (the API writes UTC; one without a zone is read as UTC, so it
-    compares with the others)."""
-    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
-    return created.replace(tzinfo=UTC) if created is not None and created.tzinfo is None else created
-
-
-def _revision(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def cold_start_s(pods: Sequence[Mapping[str, Any]]) -> float | None:
     """Median seconds from pod start to Ready over pods that became ready: what scale-from-zero costs
     (image pull, weights load, warm-up). None when no pod tells."""
@@ -349,53 +245,11 @@ def gpu_nodes(listing: Listing, catalogue: Catalogue) -> tuple[GpuNode, ...]:
     """GPU nodes from their GFD labels: model, device count and the MIG config label they carry."""
     out = []
     for name, labels in sorted(listing.node_labels.items()):
-        count = _int(labels.get(GPU_COUNT_LABEL), 0)
+        count = int_or(labels.get(GPU_COUNT_LABEL), 0)
         if count <= 0:
             continue
         out.append(GpuNode(name, catalogue.canonical(labels.get(PRODUCT_LABEL)), count, labels.get(MIG_CONFIG_LABEL)))
     return tuple(out)
-
-
-def parse_controller(kind: str, obj: Mapping[str, Any]) -> ParsedSpec:
-    """One replica's allocation from a controller's pod template, with its replica count."""
-    spec = obj.get("spec") or {}
-    if kind == "CronJob":
-        job = (spec.get("jobTemplate") or {}).get("spec") or {}
-        return _template(job.get("template"), _int(job.get("parallelism"), 1))
-    if kind == "Job":
-        return _template(spec.get("template"), _int(spec.get("parallelism"), 1))
-    if kind == "LeaderWorkerSet":
-        return _leader_worker_set(spec)
-    return _template(spec.get("template"), _int(spec.get("replicas"), 1))  # 0 replicas is valid
-
-
-def _template(template: Mapping[str, Any] | None, replicas: int) -> ParsedSpec:
-    t = template or {}
-    return parse_pod_spec(t.get("spec") or {}, (t.get("metadata") or {}).get("annotations") or {}, replicas)
-
-
-def _int(value: Any, default: int) -> int:
-    return default if value is None else int(value)
-
-
-def _leader_worker_set(spec: Mapping[str, Any]) -> ParsedSpec:
-    """One LeaderWorkerSet replica is a group: a leader plus ``size - 1`` workers, GPUs added up."""
-    lwt = spec.get("leaderWorkerTemplate") or {}
-    size, replicas = _int(lwt.get("size"), 1), _int(spec.get("replicas"), 1)
-    worker = _template(lwt.get("workerTemplate"), replicas)
-    leader = _template(lwt.get("leaderTemplate"), replicas) if lwt.get("leaderTemplate") else worker
-    base = worker if worker.allocation.sharing is not Sharing.NONE else leader
-    slices = leader.allocation.mig_count + (size - 1) * worker.allocation.mig_count
-    share = base.allocation.share
-    group = replace(
-        base.allocation,
-        gpus=leader.allocation.gpus + (size - 1) * worker.allocation.gpus,
-        share=replace(share, count=slices) if isinstance(share, MigShare) else share,
-        vllm=leader.allocation.vllm or worker.allocation.vllm,
-    )
-    notes = (*leader.notes, *worker.notes, f"LeaderWorkerSet: one replica is a group of {size} pods")
-    return replace(base, allocation=group, served_model=leader.served_model or worker.served_model,
-                   notes=tuple(dict.fromkeys(notes)))
 
 
 def place(parsed: ParsedSpec, pods: Sequence[Mapping[str, Any]], listing: Listing) -> ParsedSpec:

@@ -26,7 +26,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from urllib3.util.retry import Retry
 
 from recommender.core.errors import PrometheusError
-from recommender.core.settings import PrometheusSettings
+from recommender.core.settings_sources import PrometheusSettings
 
 Result = list[dict[str, Any]]  # Prometheus' data.result: [{"metric": {...}, "values": [[ts, "v"], ...]}]
 _LIMIT = re.compile(r"too many samples|maximum resolution|exceeded|max.?samples|limit", re.IGNORECASE)

@@ -1,8 +1,8 @@
 """Prometheus answers → pod-level arrays and inventory records. Pure functions over JSON-shaped data.
 
 Range answers are written into per-pod arrays on the query grid as they arrive, so a large answer is
-freed as soon as it is read; the inventory (devices, owners, requests, vLLM cache config) comes from
-coarse range queries whose latest value per label set is what counts.
+freed as soon as it is read; the inventory (owners, requests, vLLM cache config; devices in ``devices.py``)
+comes from coarse range queries whose latest value per label set is what counts.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from collectors.pods import NodeDevices, PodDevices, PodOwner, PodRequests, VllmInfo, pod_key
+from collectors.pods import PodOwner, PodRequests, VllmInfo, pod_key
 
 Result = list[dict[str, Any]]
 Latest = list[tuple[dict[str, str], float, float]]  # (labels, last finite value, its time), oldest first
@@ -90,109 +90,6 @@ def newest(found: Latest) -> Latest:
     ones (a loop that joins every cycle's answers would otherwise hold one entry per series per cycle)."""
     last = {frozenset(labels.items()): (labels, value, t) for labels, value, t in sorted(found, key=lambda x: x[2])}
     return sorted(last.values(), key=lambda x: x[2])
-
-
-_UUID_LABELS = ("UUID", "uuid", "gpu_uuid")
-
-
-def _device_id(labels: Mapping[str, str]) -> str:
-    """A physical GPU (UUID, else host + index) plus the MIG instance on it, if any."""
-    gpu = next((labels[k] for k in _UUID_LABELS if labels.get(k)), None)
-    gpu = gpu or f"{labels.get('Hostname') or labels.get('hostname', '?')}/{labels.get('gpu', '?')}"
-    return f"{gpu}/{labels.get('GPU_I_ID', '')}"
-
-
-class DeviceTable:
-    """What dcgm-exporter attributed to each pod, folded in chunk by chunk so no answer is kept.
-
-    ``shared_with`` is the most pods seen on one device at the same time, so a rolling update that puts
-    a new pod on the GPU its predecessor left is not mistaken for time-slicing. Devices and nodes keep the
-    time each was last seen, so that a loop can :meth:`forget` what left its window and add only new steps.
-    """
-
-    def __init__(self, ns_label: str, pod_label: str, node_labels: Sequence[str] = ()) -> None:
-        self.ns_label, self.pod_label, self.node_labels = ns_label, pod_label, tuple(node_labels)
-        self.on_device: dict[tuple[str, float], set[str]] = defaultdict(set)
-        self.per_pod: dict[str, dict[str, Any]] = {}
-
-    def add(self, result: Result) -> DeviceTable:
-        for item in result:
-            labels = item.get("metric") or {}
-            ns, pod = labels.get(self.ns_label), labels.get(self.pod_label)
-            if not ns or not pod:
-                continue
-            key, dev = pod_key(ns, pod), _device_id(labels)
-            points = item.get("values") or [item.get("value", (0, "NaN"))]
-            finite = [(float(t), float(v)) for t, v in points if math.isfinite(float(v))]
-            for t, _ in finite:
-                self.on_device[(dev, t)].add(key)
-            seen = max((float(t) for t, _ in points), default=-math.inf)
-            info = self.per_pod.setdefault(key, {"ns": ns, "pod": pod, "devices": {}, "product": None,
-                                                 "profile": None, "mib": None, "t": -math.inf, "nodes": {}})
-            info["devices"][dev] = max(info["devices"].get(dev, -math.inf), seen)
-            if node := _node(labels, self.node_labels):
-                info["nodes"][node] = max(info["nodes"].get(node, -math.inf), seen)
-            info["product"] = info["product"] or labels.get("modelName")
-            info["profile"] = info["profile"] or labels.get("GPU_I_PROFILE")
-            if finite and finite[-1][0] >= info["t"]:
-                info["t"], info["mib"] = finite[-1]
-        return self
-
-    def forget(self, before_s: float) -> DeviceTable:
-        """Drop what was last seen before ``before_s`` (devices, nodes, then pods with no device left), and the
-        instants a device had one pod: only shared ones change ``shared_with``, and a loop that keeps the table
-        for a whole window at its fine step would otherwise hold an entry per device per step."""
-        self.on_device = defaultdict(set, {k: v for k, v in self.on_device.items() if k[1] >= before_s and len(v) > 1})
-        for key, info in list(self.per_pod.items()):
-            info["devices"] = {d: t for d, t in info["devices"].items() if t >= before_s}
-            info["nodes"] = {n: t for n, t in info["nodes"].items() if t >= before_s}
-            if not info["devices"]:
-                del self.per_pod[key]
-            elif info["t"] < before_s:
-                info["t"], info["mib"] = -math.inf, None
-        return self
-
-    def records(self) -> tuple[PodDevices, ...]:
-        shared: dict[str, int] = defaultdict(lambda: 1)
-        for pods in self.on_device.values():
-            for key in pods:
-                shared[key] = max(shared[key], len(pods))
-        return tuple(
-            PodDevices(i["ns"], i["pod"], i["product"], len(i["devices"]), i["profile"], i["mib"], shared[key],
-                       tuple(sorted(i["nodes"])))
-            for key, i in sorted(self.per_pod.items())
-        )
-
-
-def devices(result: Result, ns_label: str, pod_label: str, node_labels: Sequence[str] = ()
-            ) -> tuple[PodDevices, ...]:
-    """:class:`DeviceTable` over one answer."""
-    return DeviceTable(ns_label, pod_label, node_labels).add(result).records()
-
-
-def _node(labels: Mapping[str, str], node_labels: Sequence[str]) -> str | None:
-    return next((labels[k] for k in node_labels if labels.get(k)), None)
-
-
-def gpu_nodes(found: Latest, node_labels: Sequence[str]) -> tuple[NodeDevices, ...]:
-    """GPU nodes from :func:`~collectors.prometheus.queries.node_query` answers (MIG instances counted per
-    GPU and profile): GPU indexes 0 to the highest exported, a GPU with no MIG label holds no MIG devices.
-    Series without a node or GPU index name no node and are left out."""
-    per_node: dict[str, dict[int, dict[str, int]]] = defaultdict(dict)
-    product: dict[str, str | None] = {}
-    for labels, value, _ in found:
-        node, index = _node(labels, node_labels), labels.get("gpu", "")
-        if not node or not index.isdigit():
-            continue
-        gpu = per_node[node].setdefault(int(index), {})
-        if profile := labels.get("GPU_I_PROFILE"):
-            gpu[profile] = int(value)
-        product[node] = product.get(node) or labels.get("modelName")
-    return tuple(
-        NodeDevices(node, product.get(node), tuple(tuple(sorted(gpus.get(i, {}).items()))
-                                                   for i in range(max(gpus) + 1)))
-        for node, gpus in sorted(per_node.items())
-    )
 
 
 def _owner_map(found: Latest, child_label: str) -> dict[tuple[str, str], tuple[str, str]]:

@@ -1,11 +1,9 @@
-"""PromQL for every metric family we read, and how a window is cut into queries. Pure: no I/O.
+"""PromQL for every metric family we read. Pure: no I/O.
 
 One range query per metric family covers every selected namespace, aggregated ``by (namespace, pod)``
 so the answer has one series per pod, never one query per pod. Old and new vLLM names are selected
-together with a ``__name__`` regex, so a fleet that runs both versions needs no second query. The
-window is cut into time chunks so that no query returns more than ``max_points_per_series`` points per
-series, touches more than ``max_samples_per_query`` raw samples, or returns more than
-``max_points_per_query`` points in all (the last bounds our memory while one answer is parsed).
+together with a ``__name__`` regex, so a fleet that runs both versions needs no second query. How the
+window is cut into queries is ``chunks.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +13,8 @@ import re
 from dataclasses import dataclass
 
 from recommender.core import usage as m
-from recommender.core.settings import PrometheusSettings, ScalingSettings
+from recommender.core.settings_scaling import ScalingSettings
+from recommender.core.settings_sources import PrometheusSettings
 
 # Names as exported. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9 (reference §9.1).
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -242,65 +241,3 @@ def node_query(scope: Scope, node_labels: tuple[str, ...], window_s: int) -> str
     labels = ", ".join((*node_labels, "gpu", "modelName", "GPU_I_PROFILE"))
     selector = "{" + ",".join([f"__name__={_quote(FB_FREE)}", *([scope.extra] if scope.extra else [])]) + "}"
     return f"count by ({labels}) (group by ({labels}, GPU_I_ID) (last_over_time({selector}[{window_s}s])))"
-
-
-def step_for(history_s: float, p: PrometheusSettings) -> float:
-    """Query step: about ``target_points`` over the history, never below the scrape interval, whole minutes.
-
-    Example: 14 d / 2,016 points = 600 s; 1 h / 2,016 → 60 s (the floor).
-    """
-    raw = max(history_s / p.target_points, p.min_step_s)
-    unit = 60.0 if raw >= 60 else 1.0
-    return float(math.ceil(raw / unit) * unit)
-
-
-def rate_window_s(step_s: float, p: PrometheusSettings) -> int:
-    """Window of ``rate`` and ``*_over_time``: the step, but at least two scrapes so rate() has two samples."""
-    return int(max(step_s, 2 * p.min_step_s))
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One query's time range: evaluation timestamps ``start_s, start_s + step_s, ..., end_s`` (inclusive)."""
-
-    start_s: float
-    end_s: float
-    step_s: float
-
-    @property
-    def steps(self) -> int:
-        return round((self.end_s - self.start_s) / self.step_s) + 1
-
-
-def steps_per_chunk(series: int, step_s: float, p: PrometheusSettings, touched: int | None = None) -> int:
-    """How many steps one query may cover, from the three limits; at least one. ``touched``: the raw series
-    its selectors read, where more than the ``series`` it answers with (``Family.read_names``).
-
-    Example: 2,000 series at step 600 s, scrape 60 s, limits 11,000 points/series, 20 M samples and
-    500 k points/query: samples allow 20 M / (2,000 x 10) = 1,000 steps, points/query 500 k / 2,000 = 250
-    steps → 250 steps (about 42 h) per query.
-    """
-    series = max(series, 1)
-    samples_per_step = max(series, touched or 0) * max(step_s / p.min_step_s, 1.0)
-    by_samples = p.max_samples_per_query / samples_per_step
-    by_points = p.max_points_per_query / series
-    return max(1, int(min(p.max_points_per_series, by_samples, by_points)))
-
-
-def chunks(start_s: float, end_s: float, step_s: float, per_chunk: int) -> list[Chunk]:
-    """Cut the aligned grid ``start_s .. end_s`` (every step) into consecutive chunks of ``per_chunk`` steps."""
-    total = round((end_s - start_s) / step_s) + 1
-    out = []
-    for first in range(0, total, per_chunk):
-        last = min(first + per_chunk, total) - 1
-        out.append(Chunk(start_s + first * step_s, start_s + last * step_s, step_s))
-    return out
-
-
-def split(chunk: Chunk) -> tuple[Chunk, Chunk] | None:
-    """Halve a chunk that Prometheus found too large; None when it is one step already."""
-    n = chunk.steps
-    if n < 2:
-        return None
-    mid = chunk.start_s + (n // 2 - 1) * chunk.step_s
-    return Chunk(chunk.start_s, mid, chunk.step_s), Chunk(mid + chunk.step_s, chunk.end_s, chunk.step_s)

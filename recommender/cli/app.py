@@ -20,7 +20,7 @@ from recommender.core.usage import Snapshot
 from recommender.pipeline.run import run_once
 
 if TYPE_CHECKING:
-    from collectors.prometheus.collect import UsageCache
+    from collectors.prometheus.cache import UsageCache
     from recommender.controller.policy import LabelSelector
 
 

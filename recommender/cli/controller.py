@@ -137,7 +137,7 @@ class Cycle:
     a collector's line that the last cycle logged too is not logged again."""
 
     def __init__(self, source: str, path: str | None, settings: Settings, store: PlanStore) -> None:
-        from collectors.prometheus.collect import UsageCache
+        from collectors.prometheus.cache import UsageCache
 
         self.source, self.path, self.settings, self.store = source, path, settings, store
         self.cache = UsageCache()

@@ -165,8 +165,9 @@ def residual_bands(mean: FloatArray, residuals: FloatArray, fitted: FloatArray, 
 
     The quantiles are taken among the residuals whose fitted value was at the level of the forecast
     (its quartile of the fitted values, ``LEVEL_BINS``): demand counts spread more where they are
-    high, so one pooled quantile is too narrow at the peak and too wide in the trough; in the replay
-    a night burst seen once held its width over every quiet hour. Bins short of
+    high, so one pooled quantile is too narrow at the peak and too wide in the trough, where a burst seen
+    once would hold its width over every quiet hour (benchmarks/REPLAY.md § Measurements behind the
+    defaults). Bins short of
     ``MIN_RESIDUALS_PER_BIN`` use the pooled quantiles. ``growth[i]`` is how much wider the error is
     ``i + 1`` steps ahead than one step ahead (sqrt of the model's h-step variance factor), so the
     band widens with the horizon.

@@ -1,0 +1,196 @@
+"""``ours`` in the replay: the product's replica policy (``policies.replicas.scaling_plan``) refitted on the
+history so far every refit period and applied at every HPA sync through the triggers the plan publishes
+(forecast band, arrival rate, waiting requests), with scale to zero where the plan allows it and the move
+from a MIG slice to whole GPUs where the right-size policy would make it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import pandas as pd
+from replay_capacity import Capacity
+from replay_hpa import KEDA_POLL_S, KEDA_WAITING_TARGET, hpa_proposal, hpa_step
+from replay_sim import Observed
+
+from collectors.prometheus.queries import within_objective
+from policies.mig import missed_too_often
+from policies.replicas import (
+    BAND_BY_CLASS,
+    NoScalingPlan,
+    ReplicaHistory,
+    scale_down_window_s,
+    scaling_plan,
+)
+from recommender.analysis.features import after_zero
+from recommender.analysis.forecast import NotEnoughHistory, forecast_series
+from recommender.core.annotations import CAPACITY_ANNOTATION
+from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
+from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
+from recommender.core.settings import PolicySettings
+from recommender.core.settings_scaling import ScalingSettings
+
+
+class Ours:
+    """The product's replica policy, refitted on the past every ``refit_s`` and applied every 15 s."""
+
+    def __init__(self, cap: Capacity, cls: WorkloadClass, refit_s: int, settings: ScalingSettings,
+                 bin_s: int = 60, history_s: int = 7 * 86_400, whole: Capacity | None = None) -> None:
+        self.cap, self.cls, self.refit_s, self.settings = cap, cls, refit_s, settings
+        self.whole = whole  # the whole GPU a slice gives way to (policies.mig.missed_too_often); None: no change
+        self.escalated_s: float | None = None
+        self.bin_s, self.history_s = bin_s, history_s
+        self.plan: ScalingPlan | None = None
+        self.band = np.array([0.0])
+        self.band_start = 0
+        self.next_refit = 0
+        self.recs: list[tuple[int, int]] = []
+        self.last_arrival = -10**9
+        self.refits = 0
+        self.pending_served = 0
+        self.ttft_p95 = np.array([])  # per step, by first-token time: what the TTFT histogram gives
+        self.pending = pd.DataFrame({"step": np.array([], dtype=np.int64), "ttft": np.array([])})
+        self.ready_sum = np.zeros(0)  # ready replicas summed over the syncs of each step, and their count
+        self.ready_n = np.zeros(0)
+        self.pods_sum = np.zeros(0)  # pods (starting or ready) summed likewise: kube-state-metrics' count
+
+    @property
+    def shape_since(self) -> pd.Timestamp | None:
+        """When the pool took its current shape (the move's start, as its ReplicaSet's creation): the knee and
+        the error budget read from here on (``Workload.shape_since``)."""
+        return None if self.escalated_s is None else pd.Timestamp(self.escalated_s, unit="s", tz="UTC")
+
+    def __call__(self, obs: Observed) -> int:
+        step = obs.k // self.bin_s
+        if step >= self.ready_sum.size:
+            grow = step + 1 - self.ready_sum.size + 1440
+            self.ready_sum, self.ready_n = np.pad(self.ready_sum, (0, grow)), np.pad(self.ready_n, (0, grow))
+            self.pods_sum = np.pad(self.pods_sum, (0, grow))
+        self.ready_sum[step] += obs.ready
+        self.ready_n[step] += 1
+        self.pods_sum[step] += obs.pods
+        if obs.k >= self.next_refit:
+            self._refit(obs)
+        recent = obs.arrivals_per_s[-self.bin_s:]
+        if recent.any():
+            self.last_arrival = obs.k - (recent.size - 1 - int(np.flatnonzero(recent)[-1]))
+        plan = self.plan
+        if plan is None:  # no plan yet: KEDA's usual 5 waiting per replica
+            return max(1, math.ceil(obs.waiting / KEDA_WAITING_TARGET), obs.pods)
+        ahead = self._band_ahead(obs.k)  # the external scaler's metric
+        # the rate trigger: arrivals, as policies.replicas.arrival_rate_query reads them (finished + growth); both
+        # it and the waiting trigger read vLLM, whose metrics come from serving replicas: while none serves (a
+        # wake from zero) they read nothing, 0 for KEDA, and the requests held at zero only activate the service
+        observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s if obs.serving else 0.0
+        waiting = obs.waiting if obs.serving else 0
+        want = max(hpa_proposal(obs.pods, ahead, plan.target_per_replica),
+                   hpa_proposal(obs.pods, observed, plan.target_per_replica),
+                   hpa_proposal(obs.pods, waiting, plan.waiting_per_replica or KEDA_WAITING_TARGET))
+        if plan.scale_to_zero:
+            if obs.pods == 0:  # KEDA activates 0 -> 1 at its polling interval: forecast ahead, or a request held
+                active = ahead > plan.activation_threshold or obs.waiting > 0
+                return 1 if active and obs.k % KEDA_POLL_S == 0 else 0
+            idle = ahead <= plan.activation_threshold and obs.waiting == 0
+            if idle and obs.k - self.last_arrival >= plan.cooldown_s:
+                return 0
+            want = max(want, 1)
+        want = min(max(want, plan.min_replicas), plan.max_replicas)
+        if obs.pods == 0:
+            return want
+        window = scale_down_window_s(plan, self.cap.cold_start_s)
+        return hpa_step(self.recs, obs.k, obs.pods, want, window)
+
+    def _band_ahead(self, k: int) -> float:
+        """Largest forecast band value over the next cold start (the horizon's last value beyond it)."""
+        lo = max(0, (k - self.band_start) // self.bin_s)
+        hi = max(lo + 1, (k + int(self.cap.cold_start_s) - self.band_start) // self.bin_s + 1)
+        part = self.band[min(lo, self.band.size - 1): hi]
+        return float(part.max()) if part.size else float(self.band[-1])
+
+    def _refit(self, obs: Observed) -> None:
+        self.next_refit = obs.k + self.refit_s
+        full = obs.k // self.bin_s
+        if full < 1 or obs.tokens_in.size == 0:
+            return
+        start = max(0, full - self.history_s // self.bin_s)
+        counts = obs.arrivals_per_s[start * self.bin_s: full * self.bin_s].reshape(-1, self.bin_s).sum(axis=1)
+        index = pd.to_datetime((np.arange(start, full) * self.bin_s), unit="s", utc=True)
+        rate = pd.Series(counts / self.bin_s, index=index)
+        self._observe_ttft(obs, full)
+        history = ReplicaHistory(float(self.bin_s), rate, pd.Series(self.ttft_p95[start:full], index=index),
+                                 replicas=pd.Series(self._serving(start, full), index=index))
+        capacity = self.cap.requests_per_s(float(obs.tokens_in.mean()), float(obs.tokens_out.mean()))
+        workload = Workload(WorkloadRef("replay", "Deployment", "vllm"), Allocation(Sharing.EXCLUSIVE, gpus=1),
+                            annotations={CAPACITY_ANNOTATION: f"{capacity:.6g}"}, cold_start_s=self.cap.cold_start_s,
+                            shape_since=self.shape_since)
+        horizon = (self.refit_s + int(self.cap.cold_start_s)) // self.bin_s + 2
+        forecasts = []
+        self.band, self.band_start = np.array([0.0]), full * self.bin_s
+        with contextlib.suppress(NotEnoughHistory):  # as the pipeline: on any history, its band widened while short
+            forecasts.append(forecast_series(rate, horizon, metric="request_rate_per_s"))
+        cls = Classification(self.cls, 1.0, ("--class",), "annotation")
+        plan = scaling_plan(workload, history, cls, forecasts, self.settings, self.plan)
+        self.plan = None if isinstance(plan, NoScalingPlan) else plan
+        if forecasts and self.plan is not None and self.plan.demand_source == "forecast":  # as serve.targets
+            self.band = forecasts[0].frame[BAND_BY_CLASS[self.cls]].clip(lower=0).to_numpy(dtype="float64")
+        self.refits += 1
+        self._escalate(obs)
+
+    def _serving(self, lo: int, hi: int) -> np.ndarray:
+        """Serving replicas of steps ``lo:hi`` as the product collects them (``m.SERVING_REPLICAS``): the pods that
+        report vLLM metrics (ready ones, averaged over the step's syncs), 0 only where no pod existed at all
+        (``snapshot.fill_at_zero`` on kube-state-metrics' count), NaN where pods were starting and none served
+        (a cold start) or no sync has run yet. So a wake's run at zero ends when its pod is created."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ready = self.ready_sum[lo:hi] / self.ready_n[lo:hi]
+        return np.where((ready == 0) & (self.pods_sum[lo:hi] > 0), np.nan, ready)
+
+    def _escalate(self, obs: Observed) -> None:
+        """Whole GPUs instead of the slice where the right-size policy would give them (``policies.mig``): over
+        the error-budget window, once a day of history exists (``policy.min_history_s``), the requests over the
+        objective, as the collector reads them from vLLM's TTFT histogram, against the requests that arrived;
+        the steps of a wake from zero left out of both, as ``over_objective_share`` leaves them out."""
+        s = self.settings
+        if self.whole is None or self.cls is WorkloadClass.BATCH or obs.k < PolicySettings().min_history_s:
+            return
+        window = int(s.error_budget_window_s)
+        start = max(0, obs.k - window)
+        first = obs.served_arrival_s + obs.served_ttft_s
+        done = first >= start
+        lo, hi = start // self.bin_s, (obs.k + 1) // self.bin_s + 1  # a first token comes within k + 1
+        woke = after_zero(pd.Series(self._serving(lo, hi)), s.wake_s(self.cap.cold_start_s),
+                          self.bin_s).to_numpy(dtype=bool)
+        arrived = float(obs.arrivals_per_s[start:obs.k][~woke[np.arange(start, obs.k) // self.bin_s - lo]].sum())
+        at = np.minimum((first[done] // self.bin_s).astype(np.int64) - lo, woke.size - 1)
+        recent = obs.served_ttft_s[done][~woke[at]]
+        share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
+        if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
+            self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
+            self.recs.clear()  # the HPA's recommendations were counts of the old shape
+
+    def _observe_ttft(self, obs: Observed, full: int) -> None:
+        """p95 TTFT of each step before ``full``, by first-token time, from the requests served since the last
+        refit (a step is complete once the sync is past it: a request admitted in second k has its first
+        token within k + 1)."""
+        done = self.pending_served
+        first = obs.served_arrival_s[done:] + obs.served_ttft_s[done:]
+        self.pending_served = obs.served_ttft_s.size
+        new = pd.DataFrame({"step": (first // self.bin_s).astype(np.int64), "ttft": obs.served_ttft_s[done:]})
+        frame = pd.concat([self.pending, new], ignore_index=True) if len(self.pending) else new
+        complete = frame["step"] < full
+        if self.ttft_p95.size < full:
+            self.ttft_p95 = np.pad(self.ttft_p95, (0, full - self.ttft_p95.size), constant_values=np.nan)
+        if complete.any():
+            p95 = frame[complete].groupby("step")["ttft"].quantile(0.95)
+            self.ttft_p95[p95.index.to_numpy()] = p95.to_numpy()
+        self.pending = frame[~complete]
+
+
+def histogram_over(ttft_s: np.ndarray, objective_s: float) -> float:
+    """How many of these TTFTs exceed the objective as vLLM's histogram tells it: all of them less those its
+    buckets put within the objective (``collectors.prometheus.queries.within_objective``, as the collector's
+    query reads them)."""
+    within = sum(float((ttft_s <= bound).sum()) * weight for bound, weight in within_objective(objective_s))
+    return float(ttft_s.size - within)

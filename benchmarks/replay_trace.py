@@ -1,0 +1,68 @@
+"""Request traces for the replay: arrival times (s, from 0) and token lengths, read from the Azure LLM
+inference, Mooncake and ServeGen formats. ServeGen files give each 10-minute window's rate and inter-arrival
+law, not requests: arrivals are drawn from them with a seed, and token lengths from lognormals with given means.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Trace:
+    arrival_s: np.ndarray  # sorted, from 0
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+
+def load_azure(path: Path) -> Trace:
+    df = pd.read_csv(path)
+    t = pd.to_datetime(df["TIMESTAMP"]).astype("int64").to_numpy() / 1e9
+    return make_trace(t, df["ContextTokens"].to_numpy(), df["GeneratedTokens"].to_numpy())
+
+
+def load_mooncake(path: Path) -> Trace:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return make_trace(np.array([r["timestamp"] for r in rows]) / 1000.0, np.array([r["input_length"] for r in rows]),
+                  np.array([r["output_length"] for r in rows]))
+
+
+def load_servegen(path: Path, seed: int, mean_in: float, mean_out: float) -> Trace:
+    """Arrivals from each 10-minute window's rate and inter-arrival law (Gamma/Weibull shape, scale),
+    rescaled to the window's rate; token lengths are not in these files: lognormal (sigma 1) with the given means."""
+    rng = np.random.default_rng(seed)
+    df = pd.read_csv(path, header=None, names=["start", "rate", "cv", "dist", "p1", "p2"])
+    times = []
+    for start, rate, dist, p1, _p2 in df[["start", "rate", "dist", "p1", "p2"]].itertuples(index=False):
+        if not rate > 0:
+            continue
+        n = int(rate * 600 * 1.5 + 20)
+        if dist == "Gamma" and p1 > 0:
+            gaps = rng.gamma(p1, 1.0, n)
+        elif dist == "Weibull" and p1 > 0:
+            gaps = rng.weibull(p1, n)
+        else:
+            gaps = rng.exponential(1.0, n)
+        gaps *= (1.0 / rate) / max(gaps.mean(), 1e-12)
+        arr = np.cumsum(gaps) - gaps[0] * rng.random()
+        times.append(start + arr[(arr >= 0) & (arr < 600)])
+    t = np.concatenate(times) if times else np.array([])
+    sigma = 1.0
+    lengths = [rng.lognormal(math.log(m) - sigma**2 / 2, sigma, t.size) for m in (mean_in, mean_out)]
+    return make_trace(t, np.maximum(1, lengths[0].round()), np.maximum(1, lengths[1].round()))
+
+
+def make_trace(t: np.ndarray, tin: np.ndarray, tout: np.ndarray) -> Trace:
+    order = np.argsort(t, kind="stable")
+    t = t[order] - t[order][0] if t.size else t
+    return Trace(t.astype("float64"), tin[order].astype("float64"), np.maximum(tout[order], 1).astype("float64"))
+
+
+LOADERS = {"azure": load_azure, "mooncake": load_mooncake}
+

@@ -1,0 +1,56 @@
+"""One replica's allocation from a controller's pod template: a Deployment's, StatefulSet's, Job's or
+CronJob's template with its replica count (parallelism for Jobs), and a LeaderWorkerSet's group of a leader
+and ``size - 1`` workers, their GPUs added up. Pure: the pod spec itself is read by ``parse.parse_pod_spec``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from collectors.kubernetes.parse import ParsedSpec, parse_pod_spec
+from recommender.core.inventory import Sharing
+from recommender.mechanisms.mig import MigShare
+
+
+def parse_controller(kind: str, obj: Mapping[str, Any]) -> ParsedSpec:
+    """One replica's allocation from a controller's pod template, with its replica count."""
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        return template_spec(job.get("template"), int_or(job.get("parallelism"), 1))
+    if kind == "Job":
+        return template_spec(spec.get("template"), int_or(spec.get("parallelism"), 1))
+    if kind == "LeaderWorkerSet":
+        return leader_worker_set(spec)
+    return template_spec(spec.get("template"), int_or(spec.get("replicas"), 1))  # 0 replicas is valid
+
+
+def template_spec(template: Mapping[str, Any] | None, replicas: int) -> ParsedSpec:
+    t = template or {}
+    return parse_pod_spec(t.get("spec") or {}, (t.get("metadata") or {}).get("annotations") or {}, replicas)
+
+
+def int_or(value: Any, default: int) -> int:
+    return default if value is None else int(value)
+
+
+def leader_worker_set(spec: Mapping[str, Any]) -> ParsedSpec:
+    """One LeaderWorkerSet replica is a group: a leader plus ``size - 1`` workers, GPUs added up."""
+    lwt = spec.get("leaderWorkerTemplate") or {}
+    size, replicas = int_or(lwt.get("size"), 1), int_or(spec.get("replicas"), 1)
+    worker = template_spec(lwt.get("workerTemplate"), replicas)
+    leader = template_spec(lwt.get("leaderTemplate"), replicas) if lwt.get("leaderTemplate") else worker
+    base = worker if worker.allocation.sharing is not Sharing.NONE else leader
+    slices = leader.allocation.mig_count + (size - 1) * worker.allocation.mig_count
+    share = base.allocation.share
+    group = replace(
+        base.allocation,
+        gpus=leader.allocation.gpus + (size - 1) * worker.allocation.gpus,
+        share=replace(share, count=slices) if isinstance(share, MigShare) else share,
+        vllm=leader.allocation.vllm or worker.allocation.vllm,
+    )
+    notes = (*leader.notes, *worker.notes, f"LeaderWorkerSet: one replica is a group of {size} pods")
+    return replace(base, allocation=group, served_model=leader.served_model or worker.served_model,
+                   notes=tuple(dict.fromkeys(notes)))

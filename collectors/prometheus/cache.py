@@ -1,0 +1,75 @@
+"""What one collection read, kept for the next: a loop (the controller) then reads only the steps added since
+its last collection (and the last ``OVERLAP_STEPS`` again, where late samples land) and joins them to the
+cached ones, instead of the whole history every cycle; a change of query, grid or a daily refresh reads all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from collectors.prometheus import parse
+from collectors.prometheus.devices import DeviceTable
+from collectors.prometheus.parse import Grid
+
+OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or written late fill them in
+
+
+@dataclass
+class UsageCache:
+    """What the last collection read, so that the next reads only the steps added since (a loop's cycles).
+
+    ``key`` is everything that shapes the queries and the grid (server, selection, step, window): when it
+    changes, when the new window does not overlap the cached one, or ``refresh_s`` after the last full read
+    (data corrected later than the overlap: a backfill, a late remote write), the next collection reads
+    everything."""
+
+    key: tuple[object, ...] | None = None
+    series: dict[str, pd.DataFrame] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    inventory: dict[str, parse.Latest] = field(default_factory=dict)  # latest values, oldest first
+    devices: DeviceTable | None = None
+    last_s: float = -math.inf  # the cached grid's last step
+    full_s: float = -math.inf  # the grid's last step when everything was last read
+    refresh_s: float = 86_400.0
+    workloads: UsageCache | None = None  # the same for ``collect.collect_workload_replicas`` (its series: "replicas")
+
+    def fresh_start(self, key: tuple[object, ...], grid: Grid) -> float | None:
+        """The first step to read for ``grid``, or None when the cache cannot serve it (read everything)."""
+        last = grid.start_s + (grid.n - 1) * grid.step_s
+        if self.key is None or key != self.key or not self.series or not grid.start_s <= self.last_s <= last \
+                or last - self.full_s >= self.refresh_s:
+            return None
+        return max(grid.start_s, self.last_s - (OVERLAP_STEPS - 1) * grid.step_s)
+
+    def keep(self, key: tuple[object, ...], fresh: dict[str, pd.DataFrame], grid: Grid, first: float | None
+             ) -> dict[str, pd.DataFrame]:
+        """What a collection over ``grid`` read from ``first`` on (None: all of it, from :meth:`fresh_start`),
+        joined to the cached steps before, and kept for the next collection."""
+        series = fresh if first is None else join_usage(self.series, fresh, grid, first)
+        last = grid.start_s + (grid.n - 1) * grid.step_s
+        self.key, self.series, self.last_s = key, dict(series), last
+        self.full_s = self.full_s if first is not None else last
+        return series
+
+
+def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], grid: Grid, fresh_start: float
+               ) -> dict[str, pd.DataFrame]:
+    """The cached steps before ``fresh_start`` that are still in ``grid``, then the fresh ones, per metric.
+
+    Pods are the columns with a value in the window, as a full collection's answers would hold them (a pod
+    whose only points in the window are NaN is left out: it says nothing either way)."""
+    index = grid.index()
+    cut = pd.Timestamp(fresh_start, unit="s", tz="UTC")
+    out: dict[str, pd.DataFrame] = {}
+    for metric in sorted(cached.keys() | fresh.keys()):
+        old = cached.get(metric)
+        kept = None if old is None else old[(old.index >= index[0]) & (old.index < cut)].dropna(axis=1, how="all")
+        parts = [f for f in (kept, fresh.get(metric)) if f is not None and len(f.columns)]
+        if not parts:
+            continue
+        frame = pd.concat(parts, axis=0).reindex(index=index)
+        out[metric] = frame[sorted(frame.columns)]
+    return out

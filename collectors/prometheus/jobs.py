@@ -1,0 +1,139 @@
+"""The query plan of one collection and the pool that runs it: one range query per (metric family, time
+chunk), chunks sized by the series a census counted, plus the coarse inventory queries; at most
+``max_workers`` in flight, each answer handed on as soon as it is read, a query the server refuses as too
+large halved and retried (at most ``MAX_SPLITS`` times).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from collectors.prometheus import chunks, parse, queries
+from collectors.prometheus.chunks import Chunk
+from collectors.prometheus.client import PromClient, PrometheusLimitError
+from collectors.prometheus.parse import Result
+from collectors.prometheus.queries import Scope
+from collectors.prometheus.window import Window
+from recommender.core.progress import Progress
+from recommender.core.settings_sources import PrometheusSettings
+
+MAX_SPLITS = 6  # a chunk is halved at most this often (1/64 of its steps) before we give up
+_DEVICE_LABELS = ("UUID", "uuid", "gpu", "Hostname", "GPU_I_ID", "GPU_I_PROFILE", "modelName")
+TASK = "querying Prometheus"
+GPU_NODES = "gpu_nodes"
+_GPU_RESOURCES = 'resource=~"nvidia.*"'  # KSM's sanitised names of nvidia.com/* resources start "nvidia_com_"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One query of the plan: what it fills (a metric or an inventory name), its PromQL and range."""
+
+    key: str
+    promql: str
+    chunk: Chunk
+    origin: int  # index of the planned job it was split from (for progress)
+    depth: int = 0
+
+
+def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tuple[str, ...] = ()
+                      ) -> dict[str, str]:
+    """Coarse queries for what the spec cannot say: devices, vLLM config, and (without the API) owners
+    and GPU nodes."""
+    by = scope.by
+    out = {
+        "devices": queries.device_query(scope, tuple(dict.fromkeys((*_DEVICE_LABELS, *node_labels)))),
+        "cache_config": f"max by ({by}, num_gpu_blocks, block_size, gpu_memory_utilization, model_name) "
+                        f"(last_over_time({scope.matchers(queries.CACHE_CONFIG)}[{int(win.coarse.step_s)}s]))",
+        "models": f"group by ({by}, model_name) ({scope.matchers(queries.RUNNING)})",
+    }
+    if with_ksm:
+        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra)
+        out |= {
+            "pod_owner": f"max by (namespace, pod, owner_kind, owner_name) ({ksm.matchers(queries.KSM_POD_OWNER)})",
+            "rs_owner": "max by (namespace, replicaset, owner_kind, owner_name) "
+                        f"({ksm.matchers(queries.KSM_REPLICASET_OWNER, pods=False)})",
+            "job_owner": "max by (namespace, job_name, owner_kind, owner_name) "
+                         f"({ksm.matchers(queries.KSM_JOB_OWNER, pods=False)})",
+            "requests": "sum by (namespace, pod, resource) "
+                        f"({ksm.matchers(queries.KSM_REQUESTS, also=_GPU_RESOURCES)})",
+        }
+        if node_labels:
+            out[GPU_NODES] = queries.node_query(scope, node_labels, int(win.coarse.step_s))
+    return out
+
+
+def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: int = 1) -> list[Chunk]:
+    """The inventory step over the whole window, cut by the same limits as usage queries and into at least
+    ``pieces`` queries (where it has the steps): Prometheus evaluates one query on one core."""
+    c = win.coarse
+    per = min(chunks.steps_per_chunk(series, c.step_s, p), math.ceil(c.steps / max(pieces, 1)))
+    return chunks.chunks(c.start_s, c.end_s, c.step_s, per)
+
+
+def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
+         with_ksm: bool, fine: Chunk | None = None, objective_s: float | None = None) -> list[Job]:
+    """Every query of one collection: each present family over its chunks, then the inventory. ``fine``: the
+    steps to read (those a cache lacks), for the inventory too; by default the whole grid, and the inventory
+    at its coarse step. ``objective_s``: the TTFT objective the over-objective rate counts against."""
+    jobs: list[Job] = []
+    for fam in queries.FAMILIES:
+        series = parse.total(counts, fam.all_names)
+        if series == 0:
+            continue
+        per = chunks.steps_per_chunk(series, win.grid.step_s, p, parse.total(counts, fam.read_names))
+        promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
+        f = fine or win.fine
+        jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
+    pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
+    last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
+    spans = [fine] if fine is not None else coarse_chunks(win, p, pods)
+    for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
+        # GPU nodes as they are now: MIG devices an earlier layout had are gone
+        jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else spans)]
+    return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]
+
+
+def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Result], None],
+             progress: Progress, task: str = TASK) -> None:
+    """Run the plan in a bounded pool; halve a query the server finds too large; stop at the first error.
+
+    At most ``max_workers`` queries are in flight and each answer is handed to ``on_result`` as soon as
+    it is read, so no more than that many decoded answers exist at once (memory).
+    """
+    progress.start(task, len(jobs))
+    parts = {j.origin: 1 for j in jobs}
+    waiting = deque(jobs)
+    with ThreadPoolExecutor(max_workers=client.settings.max_workers, thread_name_prefix="promql") as pool:
+        pending: dict[Future[Result], Job] = {}
+        try:
+            while waiting or pending:
+                while waiting and len(pending) < client.settings.max_workers:
+                    job = waiting.popleft()
+                    c = job.chunk
+                    pending[pool.submit(client.query_range, job.promql, c.start_s, c.end_s, c.step_s)] = job
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    job = pending.pop(fut)
+                    try:
+                        result = fut.result()
+                    except PrometheusLimitError:
+                        halves = chunks.split(job.chunk) if job.depth < MAX_SPLITS else None
+                        if halves is None:
+                            raise
+                        client.stats.count("splits")
+                        parts[job.origin] += 1
+                        waiting.extendleft(Job(job.key, job.promql, h, job.origin, job.depth + 1)
+                                           for h in reversed(halves))
+                        continue
+                    on_result(job, result)
+                    del result
+                    parts[job.origin] -= 1
+                    if parts[job.origin] == 0:
+                        progress.advance(task)
+        finally:
+            for fut in pending:
+                fut.cancel()

@@ -1,0 +1,83 @@
+"""Settings of the two sources a run reads: the Prometheus-compatible API (where, with which credentials,
+and how hard it may be queried) and the Kubernetes API (where the workload inventory comes from). Groups of
+``recommender.core.settings.Settings``; credentials given in the Prometheus URL are moved out of it so that the
+URL can be shown anywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class PrometheusSettings(BaseModel):
+    """How to reach a Prometheus-compatible API and how hard we may query it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
+
+    url: str | None = Field(None, description="Base URL of Prometheus, Thanos, Mimir or VictoriaMetrics.")
+    bearer_token: str | None = Field(None, repr=False, description="Bearer token sent as Authorization header.")
+    username: str | None = Field(None, description="Basic-auth user.")
+    password: str | None = Field(None, repr=False, description="Basic-auth password (or user:pass@ in the URL).")
+    ca_file: str | None = Field(None, description="CA bundle to verify the server's TLS certificate.")
+    client_cert: str | None = Field(None, description="Client certificate (PEM) for mutual TLS.")
+    client_key: str | None = Field(None, description="Client key (PEM) for mutual TLS.")
+    insecure_skip_verify: bool = Field(False, description="Do not verify TLS (testing only).")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. X-Scope-OrgID).")
+    timeout_s: float = Field(60.0, gt=0, description="Timeout of one HTTP request, seconds.")
+    retries: int = Field(3, ge=0, description="Retries with exponential backoff on transient errors.")
+    max_workers: int = Field(4, ge=1, le=32, description="Queries in flight at once (bounded pool).")
+    max_points_per_series: int = Field(
+        11_000, ge=100, le=11_000, description="Points per series per query; ranges are chunked below it."
+    )
+    max_samples_per_query: int = Field(
+        20_000_000, ge=10_000, description="Samples one query may touch; kept well under query.max-samples."
+    )
+    max_points_per_query: int = Field(
+        500_000, ge=1_000, description="Points one answer may hold in all; bounds memory while it is parsed."
+    )
+    target_points: int = Field(
+        2_016, ge=50, le=100_000, description="Points per series over the whole history; sets the step (≥ 60 s)."
+    )
+    min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
+    namespace_label: str = Field("namespace", description="Label that holds the pod's namespace.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_out_of_the_url(cls, data: Any) -> Any:
+        """``http://user:pass@host`` → ``url`` without them, ``username``/``password`` set (where not given): the
+        URL is shown in errors, logs, reports and snapshots, the credentials never are."""
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            return data
+        parts = urlsplit(data["url"])
+        if "@" not in parts.netloc:
+            return data
+        user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+        out = {**data, "url": urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))}
+        if user and not data.get("username"):
+            out["username"] = unquote(user)
+        if password and not data.get("password"):
+            out["password"] = unquote(password)
+        return out
+    pod_label: str = Field("pod", description="Label that holds the pod name.")
+    node_labels: tuple[str, ...] = Field(
+        ("Hostname", "hostname"),
+        description="DCGM labels that may hold the GPU's node, first present wins: dcgm-exporter's Helm chart "
+                    "and the GPU operator set it from NODE_NAME. Used for per-node MIG plans when the "
+                    "Kubernetes API is not.",
+    )
+    extra_selector: str = Field("", description='Extra label matchers added to every query, e.g. cluster="a".')
+
+
+class KubernetesSettings(BaseModel):
+    """Where the workload inventory comes from when a cluster is reachable."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
+
+    enabled: bool = Field(True, description="Read workloads from the Kubernetes API when reachable.")
+    kubeconfig: str | None = Field(None, description="Path to a kubeconfig; default: in-cluster, then ~/.kube.")
+    context: str | None = Field(None, description="kubeconfig context to use.")
+    host: str | None = Field(None, description="API server URL (overrides kubeconfig; for tests).")
+    timeout_s: float = Field(30.0, gt=0, description="Timeout of one API call, seconds.")
