@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from urllib.parse import urlsplit, urlunsplit
 
+from recommender.core.advice import AutoscalerObjects
 from recommender.core.plan import PLACEHOLDER_PROMETHEUS, PrometheusAddress, ScalingPlan
 from recommender.core.settings import PrometheusSettings
 
@@ -16,6 +17,14 @@ RATE_TRIGGER_METRIC = "vllm:request_success_total"  # the KEDA triggers' queries
 WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
 HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
+
+
+def autoscaler_objects(plan: ScalingPlan, namespace: str, name: str, kind: str = "Deployment",
+                       server_address: str = PLACEHOLDER_PROMETHEUS.url) -> AutoscalerObjects:
+    """The KEDA ScaledObject spec fragment and the HPA (External metric) that carry ``plan`` for one workload:
+    Prometheus triggers on its arrival rate and requests waiting, its pods matched by name prefix."""
+    pods = f'namespace="{namespace}",pod=~"{name}-.*"'
+    return AutoscalerObjects(keda_parameters(plan, pods, server_address), hpa_external(plan, namespace, kind, name))
 
 
 def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"',
