@@ -204,7 +204,7 @@ class Recommendation:
     # made on less history than policy.min_history_s (down to provisional_min_history_s): shown, never applied by Auto
     provisional: bool = False
     risk_reasons: tuple[str, ...] = ()  # why ``risk`` is what it is, in words (set where risk is decided)
-    advice: Advice = Advice()  # what the formats show beyond the numbers (recommender.pipeline.advice)
+    advice: Advice = field(default_factory=Advice)  # shown beyond the numbers (recommender.pipeline.advice)
 
     @property
     def ref(self) -> WorkloadRef:

@@ -11,8 +11,9 @@ from datetime import datetime
 
 from policies.autoscalerobjects import trigger_prometheus
 from policies.bounds import within_replica_bounds
+from policies.migdemand import mig_demands
 from policies.modelcards import ModelCards, load_model_cards
-from policies.nodeplan import mig_demands, plan_nodes
+from policies.nodeplan import plan_nodes
 from policies.registry import get_policy
 from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
 from policies.rightscale import shape_scale
