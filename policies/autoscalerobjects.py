@@ -1,13 +1,112 @@
-"""Autoscaler objects beside KEDA's fragment: the HPA on this project's external metrics adapter, and the
-Prometheus address the generated KEDA triggers read (never with credentials). Pure: no I/O."""
+"""The autoscaler objects a scaling plan renders to, in one place for the reports and the controller: KEDA's
+ScaledObject fragment (its Prometheus triggers, their thresholds and the arrival-rate query), the HPA
+``behavior``, an HPA on this project's external metrics adapter, and the Prometheus address the generated
+KEDA triggers read (never with credentials). Thresholds in the plan's units (req/s or requests waiting per
+replica), windows in seconds. Pure: no I/O."""
 
 from __future__ import annotations
 
+import math
 from urllib.parse import urlsplit, urlunsplit
 
-from policies.replicas import hpa_behavior
+from recommender.core.advice import AutoscalerObjects
 from recommender.core.plan import PLACEHOLDER_PROMETHEUS, PrometheusAddress, ScalingPlan
 from recommender.core.settings import PrometheusSettings
+
+RATE_TRIGGER_METRIC = "vllm:request_success_total"  # the KEDA triggers' queries read these (keda_parameters)
+WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
+RUNNING_METRIC = "vllm:num_requests_running"
+HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
+
+
+def autoscaler_objects(plan: ScalingPlan, namespace: str, name: str, kind: str = "Deployment",
+                       server_address: str = PLACEHOLDER_PROMETHEUS.url) -> AutoscalerObjects:
+    """The KEDA ScaledObject spec fragment and the HPA (External metric) that carry ``plan`` for one workload:
+    Prometheus triggers on its arrival rate and requests waiting, its pods matched by name prefix."""
+    pods = f'namespace="{namespace}",pod=~"{name}-.*"'
+    return AutoscalerObjects(keda_parameters(plan, pods, server_address), hpa_external(plan, namespace, kind, name))
+
+
+def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"',
+                    server_address: str = PLACEHOLDER_PROMETHEUS.url, polling_interval_s: int = 30
+                    ) -> dict[str, object]:
+    """A KEDA ScaledObject ``spec`` fragment (reference.md §10): a Prometheus trigger on request rate and,
+    where the plan sets ``waiting_per_replica``, one on requests waiting (the HPA follows the larger), both
+    summed over the series ``matchers`` select (the workload's pods).
+
+    Trigger metadata values are strings, as KEDA expects; each query must return exactly one element.
+    """
+    query = arrival_rate_query(matchers, plan.rate_window_s)
+    waiting_query = f"sum({WAITING_TRIGGER_METRIC}{{{matchers}}})"
+    thresholds = trigger_thresholds(plan)
+    triggers: list[dict[str, object]] = [{
+        "type": "prometheus",
+        "metricType": "AverageValue",
+        "metadata": {"serverAddress": server_address, "query": query,
+                     "threshold": thresholds[RATE_TRIGGER_METRIC],
+                     "activationThreshold": f"{plan.activation_threshold:.6g}"},
+    }]
+    if WAITING_TRIGGER_METRIC in thresholds:
+        triggers.append({"type": "prometheus", "metricType": "AverageValue",
+                         "metadata": {"serverAddress": server_address, "query": waiting_query,
+                                      "threshold": thresholds[WAITING_TRIGGER_METRIC]}})
+    return {
+        "pollingInterval": polling_interval_s,
+        "cooldownPeriod": plan.cooldown_s,
+        "minReplicaCount": plan.min_replicas,
+        "maxReplicaCount": plan.max_replicas,
+        "advanced": {"horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(plan)}},
+        "triggers": triggers,
+    }
+
+
+def arrival_rate_query(matchers: str, window_s: int) -> str:
+    """PromQL for the requests/s arriving at the pods ``matchers`` select: finished + growth of running +
+    growth of waiting (every request that arrives either finished, runs or waits).
+
+    vLLM exports no arrival counter, and the finished rate alone stops at the capacity being served: an
+    overloaded service would read as a busy one, and the HPA would add replicas only as the new ones finish
+    more. The growth terms (``deriv`` per pod) carry the excess. Each term is 0 where its series are absent
+    (a pod with one sample yet), so the query always returns one element; clamped at 0: a queue drained
+    faster than the window's finished count reads negative, and KEDA has passed negative values on to the
+    HPA (kedacore/keda#7880).
+    """
+    def term(expr: str) -> str:
+        return f"(sum({expr}) or vector(0))"
+
+    window = f"[{window_s}s]"
+    return (f"clamp_min({term(f'rate({RATE_TRIGGER_METRIC}{{{matchers}}}{window})')} + "
+            f"{term(f'deriv({RUNNING_METRIC}{{{matchers}}}{window})')} + "
+            f"{term(f'deriv({WAITING_TRIGGER_METRIC}{{{matchers}}}{window})')}, 0)")
+
+
+def trigger_thresholds(plan: ScalingPlan) -> dict[str, str]:
+    """The plan's per-replica thresholds by the metric each Prometheus trigger reads, as KEDA's metadata strings
+    (one place for the report's fragment and the actuator that keeps a live ScaledObject in step)."""
+    out = {RATE_TRIGGER_METRIC: f"{plan.target_per_replica:.6g}"}
+    if plan.waiting_per_replica is not None:
+        out[WAITING_TRIGGER_METRIC] = f"{plan.waiting_per_replica:.6g}"
+    return out
+
+
+def scale_down_window_s(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> int:
+    """The HPA scale-down stabilisation window: at least the HPA default of 300 s and at least the cold
+    start (releasing a replica needed again within a cold start costs more than keeping it), at most 3600 s."""
+    cold = plan.cold_start_s or default_cold_start_s
+    return int(min(HPA_MAX_WINDOW_S, max(300, math.ceil(cold))))
+
+
+def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:
+    """HPA ``behavior`` (reference.md §12): scale up at once, scale down only after one cold start
+    (:func:`scale_down_window_s`)."""
+    window = scale_down_window_s(plan, default_cold_start_s)
+    return {
+        "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                    "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
+                                 {"type": "Percent", "value": 100, "periodSeconds": 15}]},
+        "scaleDown": {"stabilizationWindowSeconds": window, "selectPolicy": "Max",
+                      "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]},
+    }
 
 
 def hpa_external(plan: ScalingPlan, namespace: str, kind: str, name: str) -> dict[str, object]:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from recommender.core import usage as m
+from recommender.core.catalogue import load_catalogue
 from recommender.core.inventory import Allocation, Sharing, VllmArgs, Workload, WorkloadRef
 from recommender.core.plan import (
     Bound,
@@ -39,6 +40,7 @@ from recommender.core.plan import (
 )
 from recommender.core.usage import Snapshot
 from recommender.mechanisms.mig import MigShare
+from recommender.pipeline.advice import with_advice
 
 END = datetime(2026, 11, 1, tzinfo=UTC)
 STEP_S = 600.0
@@ -217,8 +219,13 @@ MIG_PARTED_CONFIG = {"version": "v1", "mig-configs": {
 
 def plan() -> Plan:
     recs = recommendations()
-    return Plan(END, START, END, STEP_S, recs, summary(recs), WARNINGS, {"features": 0.01}, "prometheus",
-                mig_nodes(), MIG_PARTED_CONFIG)
+    return advised(Plan(END, START, END, STEP_S, recs, summary(recs), WARNINGS, {"features": 0.01}, "prometheus",
+                        mig_nodes(), MIG_PARTED_CONFIG), snapshot())
+
+
+def advised(p: Plan, snap: Snapshot | None) -> Plan:
+    """``p`` with what its formats show beyond the numbers, as ``run_once`` leaves it."""
+    return with_advice(p, snap, load_catalogue())
 
 
 def fleet(n: int, days: float = 14, step_s: float = 60.0) -> tuple[Plan, Snapshot]:
@@ -236,4 +243,4 @@ def fleet(n: int, days: float = 14, step_s: float = 60.0) -> tuple[Plan, Snapsho
     start = idx[0].to_pydatetime() - timedelta(seconds=step_s)
     snap = Snapshot(tuple(r.workload for r in recs), {m.FB_USED_MIB: fb, m.GR_ENGINE_ACTIVE_FRAC: act}, start, END,
                     step_s, (), "test")
-    return Plan(END, start, END, step_s, recs, summary(recs), (), {}, "test"), snap
+    return advised(Plan(END, start, END, step_s, recs, summary(recs), (), {}, "test"), snap), snap

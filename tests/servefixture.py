@@ -79,7 +79,7 @@ def plan(**llama_scaling: object) -> Plan:
         elif rec.ref.key == EMBED:
             rec = replace(rec, scaling=scaling(recommended_replicas=1, cold_start_s=None), forecasts=(idle_forecast(),))
         recs.append(rec)
-    return replace(base, recommendations=tuple(recs))
+    return pf.advised(replace(base, recommendations=tuple(recs)), pf.snapshot())
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,24 @@ import jsonpatch
 import pytest
 from click.testing import CliRunner
 
+from policies.autoscalerobjects import autoscaler_objects
 from recommender.cli.main import main
 from recommender.controller.changes import apply_local, inverse, scaledobject_changes
 from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller
 from recommender.core.annotations import LAST_CHANGE
-from recommender.outputs.jsondoc import scaling
+from recommender.core.plan import ScalingPlan
+from recommender.outputs import jsondoc
 from tests import planfixture as pf
 from tests.controllerfixture import KEY, NAME, NS, auto_spec, deployment, plan, policy, recommendation, snapshot
 from tests.kubewrite import WriteCluster
 
 NOW = pf.END
+
+
+def scaling(plan: ScalingPlan, namespace: str, name: str) -> dict[str, Any] | None:
+    """The JSON report's ``scaling`` of ``plan`` for one workload, with the objects the pipeline would make."""
+    return jsondoc.scaling(plan, autoscaler_objects(plan, namespace, name))
 
 
 def scaled_object(name: str = NAME, kind: str | None = None, lo: int | None = 1, hi: int = 10,

@@ -9,7 +9,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from policies.replicas import recorded_capacity
+from policies.replicas import Carried, recorded_capacity
 from recommender.cli.main import main
 from recommender.controller.kube import Kube
 from recommender.controller.loop import Controller
@@ -42,7 +42,7 @@ def test_the_recorded_capacity_holds_only_for_the_shape_it_was_measured_on() -> 
         annotations = cluster.obj("Deployment", NS, NAME)["metadata"]["annotations"]
         assert json.loads(annotations[RECOMMENDATION])["shapeSince"] == since.isoformat()
         same = replace(r.workload, annotations=annotations)
-        assert recorded_capacity(same) == (10.0, f"recorded on the workload ({RECOMMENDATION}: measured)")
+        assert recorded_capacity(same) == Carried(10.0, f"recorded on the workload ({RECOMMENDATION}: measured)")
         assert recorded_capacity(replace(same, shape_since=NOW)) is None  # the replicas changed shape since
 
 
@@ -57,7 +57,7 @@ def test_recommend_writes_status_annotation_event_and_leaves_the_deployment_alon
         assert shown["workload"] == KEY and shown["migProfile"] == "3g.40gb" and shown["replicas"] == 4
         # the capacity, as the next plan reads it back from the workload after a controller restart
         read_back = replace(recommendation().workload, annotations=after["metadata"]["annotations"])
-        assert recorded_capacity(read_back) == (10.0, f"recorded on the workload ({RECOMMENDATION}: measured)")
+        assert recorded_capacity(read_back) == Carried(10.0, f"recorded on the workload ({RECOMMENDATION}: measured)")
         status = cluster.obj("GPURightsizingPolicy", NS, "watch")["status"]
         assert status["conditions"][0]["status"] == "True"
         assert [r["workload"] for r in status["recommendations"]] == [KEY]

@@ -23,10 +23,11 @@ import pytest
 import yaml
 
 from collectors.prometheus import queries
+from policies.autoscalerobjects import autoscaler_objects
 from recommender.core import usage as m
 from recommender.core.inventory import WorkloadRef
 from recommender.core.plan import ScalingPlan
-from recommender.outputs.jsondoc import scaling
+from recommender.outputs import jsondoc
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 OVERLAYS = ("recommend", "auto", "auto-cluster-wide", "external-metrics")
@@ -55,6 +56,11 @@ WRITES_AUTO = WRITES_RECOMMEND | WORKLOAD_WRITES | NODE_WRITES | {
 SIGNING_KEY = "gpu-rightsizer-signing-key"
 OPT_IN = sorted((DEPLOY / "overlays" / "auto" / "opt-in").glob("*.yaml"))
 BUILTIN_ROLES = {"system:auth-delegator", "extension-apiserver-authentication-reader"}
+
+
+def scaling(plan: ScalingPlan, namespace: str, name: str) -> dict[str, Any] | None:
+    """The JSON report's ``scaling`` of ``plan`` for one workload, with the objects the pipeline would make."""
+    return jsondoc.scaling(plan, autoscaler_objects(plan, namespace, name))
 
 
 def _kubectl() -> str:

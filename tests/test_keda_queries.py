@@ -13,9 +13,10 @@ import pytest
 import requests
 
 from collectors.prometheus import queries
+from policies.autoscalerobjects import autoscaler_objects
 from recommender.core import usage as m
 from recommender.core.plan import ScalingPlan
-from recommender.outputs.jsondoc import scaling
+from recommender.outputs import jsondoc
 from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
 
 pytestmark = [
@@ -37,6 +38,11 @@ DRAINED = {"qwen-41c2-d4": 600.0}  # 600 queued requests gone in 300 s (clients 
 PLAN = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
                      max_replicas=6, recommended_replicas=2, activation_threshold=0.0, cooldown_s=300,
                      scale_to_zero=False, headroom_frac=0.3, cold_start_s=None, waiting_per_replica=14.0)
+
+
+def scaling(plan: ScalingPlan, namespace: str, name: str) -> dict[str, Any] | None:
+    """The JSON report's ``scaling`` of ``plan`` for one workload, with the objects the pipeline would make."""
+    return jsondoc.scaling(plan, autoscaler_objects(plan, namespace, name))
 
 
 @pytest.fixture(scope="module", params=[15, 60], ids=lambda s: f"scrape-{s}s")

@@ -553,9 +553,9 @@ def test_measured_cold_start_moves_the_scale_to_zero_line() -> None:
 
 def test_cooldown_is_p90_of_short_gaps_clamped() -> None:
     # short gaps (< 1,800): [60, 120, 600, 900] → p90 at position 2.7 = 600 + 0.7 x 300 = 810 → 810 (x30)
-    assert cooldown_s(np.array([60.0, 120, 600, 900, 36000]), 180.0, True, S)[0] == 810
+    assert cooldown_s(np.array([60.0, 120, 600, 900, 36000]), 180.0, True, S).seconds == 810
     # only tiny gaps: p90 = 60 → raised to one cold start, 180
-    assert cooldown_s(np.array([60.0, 60, 36000]), 180.0, True, S)[0] == 180
+    assert cooldown_s(np.array([60.0, 60, 36000]), 180.0, True, S).seconds == 180
 
 
 @pytest.mark.parametrize(("cold", "window"), [(600.0, 600), (None, 300), (7200.0, 3600), (100.0, 300)])

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from recommender.core.advice import Advice
 from recommender.core.inventory import Allocation, Workload, WorkloadRef
 
 
@@ -203,6 +204,7 @@ class Recommendation:
     # made on less history than policy.min_history_s (down to provisional_min_history_s): shown, never applied by Auto
     provisional: bool = False
     risk_reasons: tuple[str, ...] = ()  # why ``risk`` is what it is, in words (set where risk is decided)
+    advice: Advice = field(default_factory=Advice)  # shown beyond the numbers (recommender.pipeline.advice)
 
     @property
     def ref(self) -> WorkloadRef:
@@ -211,6 +213,22 @@ class Recommendation:
     @property
     def actionable(self) -> bool:
         return self.recommended is not None
+
+    @property
+    def gpus_right_sized_autoscaled(self) -> float | None:
+        """GPU-equivalents the recommended shape's replicas would hold on average under the scaling plan, None
+        without a mean there (policies.savings.right_sized_autoscaled_gpus)."""
+        mean = self.scaling.mean_replicas_right_sized if self.scaling is not None else None
+        if mean is None or self.recommended is None:
+            return None
+        return self.recommended.gpu_equivalents * mean
+
+    @property
+    def gpus_right_sized_autoscaled_or_needed(self) -> float:
+        """What the workload counts in the fleet's right-sized and autoscaled figure: its mean on the recommended
+        shape, else its GPUs needed (held where there is no recommendation)."""
+        gpus = self.gpus_right_sized_autoscaled
+        return self.gpus_needed if gpus is None else gpus
 
 
 @dataclass(frozen=True)

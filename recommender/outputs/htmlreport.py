@@ -18,7 +18,6 @@ from collections import defaultdict
 from html import escape
 from importlib.resources import files
 
-from policies.savings import right_sized_autoscaled_or_needed
 from recommender.core.annotations import MIG_CONFIG_LABEL
 from recommender.core.plan import NodeMigPlan, Plan, Recommendation
 from recommender.core.usage import Snapshot
@@ -93,7 +92,7 @@ def _fleet(plan: Plan) -> str:
     for r in plan.recommendations:
         held[r.ref.namespace] += r.gpus_held
         needed[r.ref.namespace] += r.gpus_needed
-        both[r.ref.namespace] += right_sized_autoscaled_or_needed(r)
+        both[r.ref.namespace] += r.gpus_right_sized_autoscaled_or_needed
     if not held:
         return '<p class="none">No workloads.</p>'
     names = sorted(held, key=lambda ns: (-held[ns], ns))

@@ -17,20 +17,16 @@ from typing import Any
 
 import pandas as pd
 
-from policies.autoscalerobjects import hpa_external
-from policies.replicas import keda_parameters
-from policies.shares import how_to_apply
 from recommender.analysis.forecast import upper_band
+from recommender.core.advice import AutoscalerObjects
 from recommender.core.annotations import MIG_CONFIG_LABEL
 from recommender.core.inventory import Allocation, VllmArgs
 from recommender.core.plan import (
-    PLACEHOLDER_PROMETHEUS,
     Bound,
     Classification,
     Forecast,
     NodeMigPlan,
     Plan,
-    PrometheusAddress,
     Recommendation,
     ScalingPlan,
     Summary,
@@ -142,7 +138,7 @@ def forecast(f: Forecast) -> dict[str, Any]:
     }
 
 
-def workload(rec: Recommendation, prometheus: PrometheusAddress = PLACEHOLDER_PROMETHEUS) -> dict[str, Any]:
+def workload(rec: Recommendation) -> dict[str, Any]:
     ref = rec.ref
     return {
         "namespace": ref.namespace,
@@ -164,20 +160,18 @@ def workload(rec: Recommendation, prometheus: PrometheusAddress = PLACEHOLDER_PR
         "class": _class(rec.classification),
         "forecasts": [forecast(f) for f in rec.forecasts],
         "mechanism": rec.mechanism,
-        "apply": how_to_apply(rec.recommended) if rec.recommended is not None else None,
-        "scaling": scaling(rec.scaling, rec.ref.namespace, rec.ref.name, rec.ref.kind, prometheus.url),
+        "apply": dict(rec.advice.apply) if rec.advice.apply is not None else None,
+        "scaling": scaling(rec.scaling, rec.advice.autoscaler),
         "autoscaler": rec.workload.autoscaler,
     }
 
 
-def scaling(p: ScalingPlan | None, namespace: str, name: str, kind: str = "Deployment",
-            server_address: str = PLACEHOLDER_PROMETHEUS.url) -> dict[str, Any] | None:
+def scaling(p: ScalingPlan | None, objects: AutoscalerObjects | None) -> dict[str, Any] | None:
     """Replica bounds on the recommended shape, the KEDA ScaledObject spec fragment and the HPA (External metric)
-    that carry them (Prometheus triggers on the workload's arrival rate and requests waiting; its pods are
-    matched by name prefix). Numbers are the plan's: printed, never recomputed."""
+    that carry them (``objects``, made with the plan: recommender.pipeline.advice). Numbers are the plan's:
+    printed, never recomputed."""
     if p is None:
         return None
-    pods = f'namespace="{namespace}",pod=~"{name}-.*"'
     return {
         "metric": p.metric,
         "shape": p.shape,
@@ -200,8 +194,8 @@ def scaling(p: ScalingPlan | None, namespace: str, name: str, kind: str = "Deplo
         "mean_replicas": frac(p.mean_replicas),
         "mean_replicas_right_sized": frac(p.mean_replicas_right_sized),
         "reasons": list(p.reasons),
-        "keda": keda_parameters(p, pods, server_address),
-        "hpa": hpa_external(p, namespace, kind, name),
+        "keda": dict(objects.keda) if objects is not None else None,
+        "hpa": dict(objects.hpa) if objects is not None else None,
     }
 
 
@@ -244,7 +238,7 @@ def _raw(plan: Plan) -> dict[str, Any]:
         "source": plan.source,
         "summary": summary(plan.summary),
         "warnings": list(plan.warnings),
-        "workloads": [workload(r, plan.autoscaler_prometheus) for r in plan.recommendations],
+        "workloads": [workload(r) for r in plan.recommendations],
         "mig_nodes": [mig_node(n) for n in plan.mig_nodes],
         "mig_parted_config": dict(plan.mig_parted_config) or None,
         "autoscaler_prometheus": {"url": plan.autoscaler_prometheus.url, "source": plan.autoscaler_prometheus.source,

@@ -3,8 +3,8 @@
 The reader sees what the autoscaling estimate is made of, on the shape the plan is for (the recommended one:
 ``scaling.mean_replicas_right_sized`` where it has a figure, else ``mean_replicas``): the request rate as
 replicas at the plan's target (unrounded), the replicas the autoscaler would have held (whole pods, started
-one cold start ahead, held through the scale-down window) and today's fixed count. Drawn from
-the snapshot's request rate with the same pure function that made the estimate, so they cannot differ.
+one cold start ahead, held through the scale-down window) and today's fixed count. Drawn from the series the
+pipeline made with the same pure function that made the estimate (``Advice.replicas``), so they cannot differ.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import matplotlib.dates as mdates
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from policies.replicas import autoscaled_series, history_from_snapshot
 from recommender.core.plan import Recommendation
 from recommender.core.usage import Snapshot
 from recommender.outputs import charts
@@ -24,14 +23,10 @@ HEIGHT_IN, TOP_IN, BOTTOM_IN = 2.2, 0.35, 0.5
 
 def replica_figure(rec: Recommendation, snapshot: Snapshot | None) -> Figure | None:
     """None when there is nothing to draw: no snapshot, no scaling plan with a mean, or no request rate."""
-    plan = rec.scaling
-    if snapshot is None or plan is None or plan.mean_replicas is None or plan.mean_on_shape is None:
+    plan, series = rec.scaling, rec.advice.replicas
+    if snapshot is None or plan is None or plan.mean_on_shape is None or series is None:
         return None
-    history = history_from_snapshot(snapshot, rec.workload)
-    held = autoscaled_series(history, plan)
-    if held is None or history.request_rate_per_s is None:
-        return None
-    demand = (history.request_rate_per_s / plan.target_per_replica).reindex(held.index)
+    held, demand = series.held, series.demand
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN))
     ax = fig.add_axes((LEFT_IN / WIDTH_IN, BOTTOM_IN / HEIGHT_IN, 1 - (LEFT_IN + RIGHT_IN) / WIDTH_IN,
                        1 - (TOP_IN + BOTTOM_IN) / HEIGHT_IN))

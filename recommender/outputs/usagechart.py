@@ -10,12 +10,9 @@ the compute need. A panel whose series is absent is left out; no series at all m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import pandas as pd
 
-from policies.compute import sm_share_held
-from recommender.core.catalogue import Catalogue, load_catalogue
 from recommender.core.inventory import Allocation, Sharing
 from recommender.core.plan import Bound, Recommendation
 from recommender.core.usage import FB_USED_MIB, GR_ENGINE_ACTIVE_FRAC, Snapshot
@@ -32,14 +29,6 @@ class Chart:
     notes: tuple[str, ...]
 
 
-@lru_cache(maxsize=1)
-def _catalogue() -> Catalogue:
-    return load_catalogue()
-
-
-def _share(alloc: Allocation) -> tuple[float, str | None]:
-    """SM share of one GPU a replica's device or slice gives it, as the compute policy computes it."""
-    return sm_share_held(alloc, _catalogue())
 
 
 def _per_device(alloc: Allocation, share: float) -> bool:
@@ -70,8 +59,8 @@ def _compute_levels(rec: Recommendation, held_share: float, per_device: bool) ->
     held = rec.workload.allocation
     label = f"device (holds {alloc_text(held)})" if per_device else f"held share {held_share:.2f}"
     levels = [Level(label, held_share, COLORS["held"])]
-    if rec.recommended is not None:
-        rec_share, _ = _share(rec.recommended)
+    if rec.advice.share_recommended is not None:
+        rec_share = rec.advice.share_recommended.frac
         levels.append(Level(f"recommended share {rec_share:.2f}", rec_share, COLORS["rec"], "--"))
     return levels + _need(rec.compute_need_frac, ".2f", "")
 
@@ -99,7 +88,8 @@ def usage_chart(rec: Recommendation, snapshot: Snapshot | None, salt: str) -> Ch
     engine = snapshot.series(GR_ENGINE_ACTIVE_FRAC, rec.ref)
     if memory is None and engine is None:
         return Chart(None, ("no usage series for this workload",))
-    held_share, caveat = _share(rec.workload.allocation)
+    share = rec.advice.share_today  # the SM share the compute policy gives a replica (recommender.pipeline.advice)
+    held_share, caveat = (share.frac, share.caveat) if share else (1.0, "SM share held unknown: a plan without advice")
     panels = []
     if memory is not None:
         panels.append(Panel(memory, "max", "framebuffer used", "MiB per device", _memory_levels(rec)))

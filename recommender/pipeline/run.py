@@ -11,8 +11,9 @@ from datetime import datetime
 
 from policies.autoscalerobjects import trigger_prometheus
 from policies.bounds import within_replica_bounds
+from policies.migdemand import mig_demands
 from policies.modelcards import ModelCards, load_model_cards
-from policies.nodeplan import mig_demands, plan_nodes
+from policies.nodeplan import plan_nodes
 from policies.registry import get_policy
 from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
 from policies.rightscale import shape_scale
@@ -31,6 +32,7 @@ from recommender.core.inventory import Workload
 from recommender.core.plan import Classification, Forecast, Plan, Recommendation, ScalingPlan, WorkloadConstraints
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
+from recommender.pipeline.advice import with_advice
 
 
 @contextmanager
@@ -54,6 +56,7 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     catalogue = catalogue or load_catalogue(settings.policy.catalogue_override)
     cards = cards or load_model_cards(settings.policy.models_override)
     decide: Callable[[Context], Recommendation] = get_policy(policy)
+    given = snapshot  # what the formats are handed beside the plan: its advice reads the same series
     with _timed(timings, "quality"):
         snapshot, quality = clean(snapshot, catalogue, load_bounds(), settings.policy.min_usable_frac)
     with _timed(timings, "features"):
@@ -89,9 +92,11 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     with _timed(timings, "mig_nodes"):
         nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
     prometheus, auth_why = trigger_prometheus(settings.scaling.keda_prometheus_url, settings.prometheus)
-    return Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
+    plan = Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
                 (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings, *auth_why), timings, snapshot.source,
                 nodes.nodes, nodes.mig_parted_config, prometheus)
+    with _timed(timings, "advice"):
+        return with_advice(plan, given, catalogue)
 
 
 def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None

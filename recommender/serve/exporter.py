@@ -13,7 +13,6 @@ import pandas as pd
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from policies.savings import right_sized_autoscaled_gpus, right_sized_autoscaled_or_needed
 from recommender.core.plan import Plan, Recommendation
 from recommender.serve.lookup import Lookup
 from recommender.serve.targets import PlanState, TargetError, forecast_rows, plan_state, target_for
@@ -63,7 +62,7 @@ def fleet_metrics(plan: Plan) -> Iterator[GaugeMetricFamily]:
     gpus.add_metric(["held"], s.gpus_held)
     gpus.add_metric(["needed"], s.gpus_needed)
     if s.gpu_hours_right_sized_autoscaled is not None:
-        gpus.add_metric(["right_sized_autoscaled"], sum(right_sized_autoscaled_or_needed(r)
+        gpus.add_metric(["right_sized_autoscaled"], sum(r.gpus_right_sized_autoscaled_or_needed
                                                         for r in plan.recommendations))
     yield gpus
     yield _gauge("rightsizer_fleet_monthly_savings_usd", "Money the plan saves a month, USD", s.monthly_savings_usd)
@@ -85,7 +84,7 @@ def workload_metrics(plan: Plan) -> Iterator[GaugeMetricFamily | InfoMetricFamil
     for rec in plan.recommendations:
         gpus.add_metric([*_wl(rec), "held"], rec.gpus_held)
         gpus.add_metric([*_wl(rec), "recommended"], rec.gpus_needed)
-        if (both := right_sized_autoscaled_gpus(rec)) is not None:
+        if (both := rec.gpus_right_sized_autoscaled) is not None:
             gpus.add_metric([*_wl(rec), "right_sized_autoscaled"], both)
         if rec.monthly_savings_usd is not None:
             savings.add_metric(_wl(rec), rec.monthly_savings_usd)

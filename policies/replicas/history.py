@@ -1,0 +1,111 @@
+"""The series the replica policy reads (request rate, p95 TTFT, requests waiting, ready replicas per step) and
+the views every estimator shares: the steps since the replicas took their current shape, the rate per replica,
+idle runs, how much history there is. Rates in requests/s, times in seconds. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from recommender.analysis.features import split_at
+from recommender.core import usage as m
+from recommender.core.inventory import Workload
+from recommender.core.usage import Snapshot
+
+
+@dataclass(frozen=True)
+class ReplicaHistory:
+    """The series the replica policy reads, one value per step (whole workload, pods summed).
+
+    ``replicas`` is the ready replica count per step; None means the allocation's count throughout.
+    """
+
+    step_s: float
+    request_rate_per_s: pd.Series | None = None
+    ttft_p95_s: pd.Series | None = None
+    requests_waiting: pd.Series | None = None
+    replicas: pd.Series | None = None
+
+
+def history_from_snapshot(snapshot: Snapshot, workload: Workload) -> ReplicaHistory:
+    """The replica policy's inputs from a snapshot; the replica count is the pods that served at each step
+    (a snapshot without it: the allocation's, held constant)."""
+    ref = workload.ref
+    return ReplicaHistory(snapshot.step_s, snapshot.series(m.REQUEST_RATE, ref), snapshot.series(m.TTFT_P95_S, ref),
+                          snapshot.series(m.REQUESTS_WAITING, ref), snapshot.series(m.SERVING_REPLICAS, ref))
+
+
+def this_shape(frame: pd.DataFrame, workload: Workload) -> pd.DataFrame:
+    """The steps of a time-indexed frame since the replicas took their current shape (``Workload.shape_since``;
+    all of them where it is unknown): per replica, the steps before were another shape's, so the capacity and
+    the error budget read only these."""
+    return split_at(frame, workload.shape_since)[1]
+
+
+def changed_within(workload: Workload, history: ReplicaHistory) -> bool:
+    """Whether the history holds steps from before the replicas took their current shape."""
+    rate = history.request_rate_per_s
+    return rate is not None and len(this_shape(rate.to_frame(), workload)) < len(rate)
+
+
+def shape_note(workload: Workload, history: ReplicaHistory, min_steps: int) -> list[str]:
+    """Why the capacity and error budget read part of the history, where they do."""
+    since = workload.shape_since
+    if since is None or not changed_within(workload, history):
+        return []
+    return [f"capacity and error budget read from {since:%Y-%m-%d %H:%M} UTC on, when the replicas took their "
+            f"current GPU shape (per replica, the steps before were another shape's), once {min_steps} steps "
+            "there tell; across the change until then"]
+
+
+def history_span_s(history: ReplicaHistory) -> float:
+    """Seconds of request-rate history with a value (gaps in the series do not count)."""
+    rate = history.request_rate_per_s
+    return 0.0 if rate is None else float(np.isfinite(rate.to_numpy(dtype="float64")).sum() * history.step_s)
+
+
+def per_replica_rate(workload: Workload, history: ReplicaHistory) -> pd.Series | None:
+    """Request rate per replica at each step: the history's ready replicas, else the allocation's count."""
+    rate = history.request_rate_per_s
+    if rate is None:
+        return None
+    return rate / (history.replicas if history.replicas is not None else max(1, workload.allocation.replicas))
+
+
+def step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: float) -> pd.DataFrame | None:
+    """Per step with a request rate: the rate per replica (``per``) and whether the step missed the objective
+    or queued (``missed``); None without rate or TTFT history."""
+    rate, ttft = history.request_rate_per_s, history.ttft_p95_s
+    if rate is None or ttft is None:
+        return None
+    frame = pd.DataFrame({"rate": rate, "ttft": ttft})
+    waiting = history.requests_waiting
+    frame["waiting"] = 0.0 if waiting is None else waiting
+    frame["per"] = per_replica_rate(workload, history)
+    frame = this_shape(frame, workload)
+    frame = frame[np.isfinite(frame["rate"]) & np.isfinite(frame["ttft"]) & np.isfinite(frame["per"])
+                  & (frame["rate"] > 0)]
+    frame["missed"] = (frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)
+    return frame[["per", "missed"]]
+
+
+def idle_runs(history: ReplicaHistory) -> tuple[np.ndarray, np.ndarray]:
+    """First and one-past-last step index of each run of steps with no requests and nothing waiting."""
+    rate = history.request_rate_per_s
+    if rate is None:
+        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+    values = rate.to_numpy(dtype="float64")
+    idle = np.isfinite(values) & (values <= 0)
+    if history.requests_waiting is not None:
+        idle &= ~(history.requests_waiting.reindex(rate.index).fillna(0).to_numpy() > 0)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], idle.astype(np.int8), [0]))))
+    return edges[::2], edges[1::2]
+
+
+def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:
+    """Lengths (s) of runs of steps with no requests and nothing waiting; unknown steps break a run."""
+    starts, ends = idle_runs(history)
+    return (ends - starts) * history.step_s
