@@ -67,22 +67,6 @@ def autoscaled_gpus(rec: Recommendation) -> float | None:
     return rec.gpus_held / max(1, rec.workload.allocation.replicas) * mean
 
 
-def right_sized_autoscaled_gpus(rec: Recommendation) -> float | None:
-    """GPU-equivalents the recommended shape's replicas would hold on average under the scaling plan, None
-    without a mean there."""
-    mean = rec.scaling.mean_replicas_right_sized if rec.scaling is not None else None
-    if mean is None or rec.recommended is None:
-        return None
-    return rec.recommended.gpu_equivalents * mean
-
-
-def right_sized_autoscaled_or_needed(rec: Recommendation) -> float:
-    """What a workload counts in the fleet's right-sized and autoscaled figure: its mean on the recommended
-    shape, else its GPUs needed (held where there is no recommendation)."""
-    gpus = right_sized_autoscaled_gpus(rec)
-    return rec.gpus_needed if gpus is None else gpus
-
-
 def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalogue) -> Summary:
     hours = window_s / 3600.0
     held = sum(r.gpus_held for r in recs)
@@ -90,8 +74,8 @@ def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalo
     scaled = [autoscaled_gpus(r) for r in recs]
     autoscaled = sum(r.gpus_held if a is None else a for r, a in zip(recs, scaled, strict=True))
     n_scaled = sum(a is not None for a in scaled)
-    right_sized_autoscaled = sum(right_sized_autoscaled_or_needed(r) for r in recs)
-    n_both = sum(right_sized_autoscaled_gpus(r) is not None for r in recs)
+    right_sized_autoscaled = sum(r.gpus_right_sized_autoscaled_or_needed for r in recs)
+    n_both = sum(r.gpus_right_sized_autoscaled is not None for r in recs)
     return Summary(
         workloads=len(recs),
         with_recommendation=sum(1 for r in recs if r.recommended is not None),

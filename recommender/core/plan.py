@@ -217,7 +217,7 @@ class Recommendation:
     @property
     def gpus_right_sized_autoscaled(self) -> float | None:
         """GPU-equivalents the recommended shape's replicas would hold on average under the scaling plan, None
-        without a mean there (policies.savings.right_sized_autoscaled_gpus)."""
+        without a mean there."""
         mean = self.scaling.mean_replicas_right_sized if self.scaling is not None else None
         if mean is None or self.recommended is None:
             return None
