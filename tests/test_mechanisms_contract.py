@@ -67,3 +67,15 @@ def test_how_to_apply_is_text(mechanism: Mechanism) -> None:
 def test_every_mechanism_has_its_own_sharing_tag() -> None:
     tags = [m.sharing for m in MECHANISMS.loaded().values()]
     assert len(tags) == len(set(tags))
+
+
+def test_label_names_the_share_in_a_few_words(mechanism: Mechanism) -> None:
+    """What the table shows: non-empty, one line, and different for two different sizes of one mechanism."""
+    _, alloc = sized(mechanism)
+    label = mechanism.label(alloc)
+    assert label.strip() and "\n" not in label and len(label) <= 40
+    bigger = mechanism.size(Need(memory_mib=GPU.memory_mib * 0.7, compute_frac=0.7), GPU)
+    if isinstance(bigger, Sized) and bigger.share != alloc.share:
+        other = Allocation(mechanism.sharing, gpus=bigger.gpus, share=bigger.share,
+                           gpu_equivalents=bigger.gpu_equivalents, gpu_model=GPU.key)
+        assert mechanism.label(other) != label

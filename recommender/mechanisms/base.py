@@ -117,6 +117,10 @@ class Mechanism(Protocol):
         fraction (whole GPUs, MIG slices: packed by count or by layout)."""
         ...
 
+    def label(self, alloc: Allocation) -> str:
+        """A replica's share in the fewest words, for tables ("mig 3g.40gb", "mps 50%")."""
+        ...
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         """What to write where, in the mechanism's own terms (the report's ``how_to_apply``)."""
         ...
@@ -142,6 +146,10 @@ class Base:
     """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size."""
 
     share_type: type[Share] | None = None
+    name: str
+
+    def label(self, alloc: Allocation) -> str:
+        return self.name
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return None

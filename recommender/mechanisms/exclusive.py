@@ -23,6 +23,10 @@ class Exclusive(Base):
     def gpu_equivalents(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
         return float(alloc.gpus), None
 
+    def label(self, alloc: Allocation) -> str:
+        model = alloc.gpu_model or (f"unknown GPU ({alloc.gpu_product})" if alloc.gpu_product else "unknown GPU")
+        return f"{alloc.gpus}× {model}"
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": {GPU: str(alloc.gpus)}}
 

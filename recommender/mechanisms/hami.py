@@ -71,6 +71,11 @@ class Hami(Base):
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return (alloc.hami_gpucores_pct or 100.0) / 100, alloc.hami_gpumem_mib or 0.0
 
+    def label(self, alloc: Allocation) -> str:
+        mem = f" {alloc.hami_gpumem_mib:,.0f} MiB" if alloc.hami_gpumem_mib is not None else ""
+        cores = f" {alloc.hami_gpucores_pct:g}%" if alloc.hami_gpucores_pct is not None else ""
+        return f"hami{mem}{cores}"
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": hami_resources(alloc)}
 

@@ -49,6 +49,10 @@ class Kai(Base):
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return alloc.gpu_equivalents, alloc.gpu_equivalents * (alloc.device_memory_mib or 0.0)
 
+    def label(self, alloc: Allocation) -> str:
+        frac = f" {alloc.kai_gpu_fraction:g}" if alloc.kai_gpu_fraction is not None else ""
+        return f"kai{frac} gpu"
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"annotations": kai_annotations(alloc)}
 

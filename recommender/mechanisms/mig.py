@@ -76,6 +76,10 @@ class Mig(Base):
                                                  f"for {alloc.gpu_model or 'an unknown GPU'}: share guessed from "
                                                  "its SM slices")
 
+    def label(self, alloc: Allocation) -> str:
+        count = f"{alloc.mig_count}× " if alloc.mig_count > 1 else ""
+        return f"{count}mig {alloc.mig_profile or '?'}"
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         if not alloc.mig_profile:
             return {}

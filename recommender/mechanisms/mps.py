@@ -114,6 +114,10 @@ class Mps(Base):
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return (alloc.mps_active_thread_pct or 100.0) / 100, alloc.mps_pinned_mem_mib or 0.0
 
+    def label(self, alloc: Allocation) -> str:
+        pct = f" {alloc.mps_active_thread_pct:g}%" if alloc.mps_active_thread_pct is not None else ""
+        return f"mps{pct}"
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         """Three ways, because clusters hand out MPS three ways: the client environment, the device plugin's
         equal split (replicas per GPU) and the DRA driver's ``GpuConfig``."""

@@ -5,6 +5,7 @@ change it); read back from ``nvidia.com/gpu.shared`` (renameByDefault) or a node
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 from recommender.core.catalogue import GpuModel
@@ -41,6 +42,10 @@ class TimeSlicing(Base):
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return alloc.gpu_equivalents, alloc.gpu_equivalents * (alloc.device_memory_mib or 0.0)
+
+    def label(self, alloc: Allocation) -> str:
+        frac = Fraction(alloc.gpu_equivalents).limit_denominator(64)  # 0.25 → 1/4
+        return f"ts {frac.numerator}/{frac.denominator}" if frac else "ts 0"
 
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": {GPU: "1"}, "device_plugin_time_slicing_replicas":

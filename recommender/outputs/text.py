@@ -10,7 +10,6 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -18,9 +17,10 @@ import numpy as np
 from recommender.analysis.demand import DEMAND_METRICS, LABELS
 from recommender.analysis.forecast import upper_band
 from recommender.core.annotations import MIG_CONFIG_LABEL
-from recommender.core.inventory import Allocation, Sharing
+from recommender.core.inventory import Allocation
 from recommender.core.plan import Forecast, NodeMigPlan, Plan, Recommendation, Summary
 from recommender.core.usage import FB_USED_MIB, Snapshot
+from recommender.mechanisms import for_sharing
 
 DASH = "–"
 NO_REC = "no recommendation: "
@@ -53,12 +53,6 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
-def share_fraction(gpu_equivalents: float) -> str:
-    """A time-sliced share as a small fraction (0.25 → ``1/4``)."""
-    frac = Fraction(gpu_equivalents).limit_denominator(64)
-    return f"{frac.numerator}/{frac.denominator}" if frac else "0"
-
-
 def alloc_text(a: Allocation | None, *, vllm: bool = False) -> str:
     """What one replica holds, in the fewest words; replicas and the vLLM memory fraction appended."""
     if a is None:
@@ -74,26 +68,8 @@ def alloc_text(a: Allocation | None, *, vllm: bool = False) -> str:
 
 
 def _mechanism(a: Allocation) -> str:
-    model = a.gpu_model or (f"unknown GPU ({a.gpu_product})" if a.gpu_product else "unknown GPU")
-    match a.sharing:
-        case Sharing.EXCLUSIVE:
-            return f"{a.gpus}× {model}"
-        case Sharing.MIG:
-            count = f"{a.mig_count}× " if a.mig_count > 1 else ""
-            return f"{count}mig {a.mig_profile or '?'}"
-        case Sharing.TIME_SLICING:
-            return f"ts {share_fraction(a.gpu_equivalents)}"
-        case Sharing.MPS:
-            pct = f" {a.mps_active_thread_pct:g}%" if a.mps_active_thread_pct is not None else ""
-            return f"mps{pct}"
-        case Sharing.HAMI:
-            mem = f" {a.hami_gpumem_mib:,.0f} MiB" if a.hami_gpumem_mib is not None else ""
-            cores = f" {a.hami_gpucores_pct:g}%" if a.hami_gpucores_pct is not None else ""
-            return f"hami{mem}{cores}"
-        case Sharing.KAI:
-            frac = f" {a.kai_gpu_fraction:g}" if a.kai_gpu_fraction is not None else ""
-            return f"kai{frac} gpu"
-    return "no GPU"
+    mechanism = for_sharing(a.sharing)
+    return mechanism.label(a) if mechanism is not None else "no GPU"
 
 
 def short_reason(rec: Recommendation) -> str:
