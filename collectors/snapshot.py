@@ -1,9 +1,8 @@
 """Group pod-level facts into workloads and workload-level usage: the hand-off from collectors.
 
-Pods come and go over a 14-day window (rolling updates change ReplicaSet hashes), so a pod's usage
-is attributed to a workload by, in order: the workload's current pod list, kube-state-metrics owner
-series, a name-prefix match against known workloads, and finally the pod-name pattern (marked as
-inferred). Pure functions over typed data.
+Which pod belongs to which workload is :mod:`collectors.owners`; how pod columns become workload columns is
+:mod:`collectors.usageframes`; this module puts workloads, their allocations and their usage together into
+one :class:`Snapshot`. Pure functions over typed data.
 """
 
 from __future__ import annotations
@@ -16,9 +15,10 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from pandas.api.typing import DataFrameGroupBy
 
-from collectors.pods import NodeDevices, PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo, pod_key
+from collectors.owners import attribute_pods
+from collectors.pods import NodeDevices, PodDevices, PodRequests, PodUsage, VllmInfo, pod_key
+from collectors.usageframes import aggregate_usage
 from recommender.core import usage as m
 from recommender.core.catalogue import Catalogue
 from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
@@ -26,121 +26,6 @@ from recommender.core.usage import Snapshot
 from recommender.mechanisms import for_sharing
 from recommender.mechanisms.hami import HamiShare
 from recommender.mechanisms.mig import MigShare
-
-# How a workload's value is formed from its pods' values at one step.
-SUM_METRICS = frozenset(
-    {m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE,
-     m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.TTFT_OVER_OBJECTIVE_RATE, m.POWER_W}
-)  # demand adds up across replicas; everything else is per replica/device: max
-
-# Demand a workload has none of while it has no pod: at zero it reads 0, not unknown (fill_at_zero).
-AT_ZERO_METRICS = frozenset(
-    {m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE, m.GENERATION_TOKENS_RATE,
-     m.PREEMPTIONS_RATE, m.TTFT_OVER_OBJECTIVE_RATE, m.SERVING_REPLICAS}
-)
-
-# Whose pods count as serving replicas at a step: vLLM's running gauge, else its request counter's rate.
-SERVING_FROM = (m.REQUESTS_RUNNING, m.REQUEST_RATE)
-
-_RS_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' SafeEncodeString alphabet
-_DEPLOY_POD = re.compile(rf"^(?P<name>.+)-[{_RS_CHARS}]{{6,10}}-[{_RS_CHARS}]{{5}}$")
-_CRONJOB_POD = re.compile(rf"^(?P<name>.+)-\d{{8,10}}-[{_RS_CHARS}]{{5}}$")
-_JOB_POD = re.compile(rf"^(?P<name>.+)-[{_RS_CHARS}]{{5}}$")
-_STS_POD = re.compile(r"^(?P<name>.+)-\d+$")
-
-
-def infer_owner(namespace: str, pod: str) -> PodOwner:
-    """Guess a pod's owner from Kubernetes' pod-naming conventions (used when no API/KSM says)."""
-    for pattern, kind in ((_CRONJOB_POD, "CronJob"), (_DEPLOY_POD, "Deployment"), (_STS_POD, "StatefulSet"),
-                          (_JOB_POD, "Job")):
-        hit = pattern.match(pod)
-        if hit:
-            return PodOwner(namespace, pod, kind, hit.group("name"), inferred=True)
-    return PodOwner(namespace, pod, "Pod", pod, inferred=True)
-
-
-def _by_prefix(namespace: str, pod: str, names: Mapping[str, Sequence[WorkloadRef]]) -> WorkloadRef | None:
-    """The workload in the namespace whose name is the longest ``<name>-`` prefix of the pod name."""
-    best: WorkloadRef | None = None
-    for ref in names.get(namespace, ()):
-        if pod.startswith(ref.name + "-") and (best is None or len(ref.name) > len(best.name)):
-            best = ref
-    return best
-
-
-def attribute_pods(
-    pods: Iterable[str], workloads: Sequence[Workload], owners: Sequence[PodOwner]
-) -> tuple[dict[str, WorkloadRef], dict[WorkloadRef, list[str]]]:
-    """Map pod keys ("ns/pod") to workloads; returns the map and notes per workload ref."""
-    by_pod = {pod_key(w.ref.namespace, p): w.ref for w in workloads for p in w.pods}
-    by_owner = {pod_key(o.namespace, o.pod): o for o in owners}
-    names: dict[str, list[WorkloadRef]] = defaultdict(list)
-    for w in workloads:
-        names[w.ref.namespace].append(w.ref)
-    mapping: dict[str, WorkloadRef] = {}
-    notes: dict[WorkloadRef, list[str]] = defaultdict(list)
-    for key in pods:
-        ns, pod = key.split("/", 1)
-        ref = by_pod.get(key) or _by_prefix(ns, pod, names)
-        if ref is None:
-            owner = by_owner.get(key) or infer_owner(ns, pod)
-            ref = WorkloadRef(ns, owner.kind, owner.name)
-            if owner.inferred:
-                notes[ref].append(f"owner {owner.kind}/{owner.name} inferred from pod names (no API or KSM)")
-            if owner.kind == "Pod":
-                notes[ref].append("bare pod without an owner: sized as its own workload")
-        mapping[key] = ref
-    return mapping, notes
-
-
-def aggregate_usage(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, WorkloadRef]
-                    ) -> dict[str, pd.DataFrame]:
-    """Pod columns → workload columns, summing demand metrics and taking the max of the rest, plus
-    ``SERVING_REPLICAS``: how many of a workload's pods reported vLLM metrics at each step (NaN where none
-    did). A workload the HPA scales has a different count at each step; its capacity per replica is read
-    against this count, not today's."""
-    out: dict[str, pd.DataFrame] = {}
-    for metric, frame in series.items():
-        grouped = _by_workload(frame, mapping)
-        if grouped is None:
-            continue
-        agg = grouped.sum(min_count=1) if metric in SUM_METRICS else grouped.max()
-        out[metric] = agg.T.astype("float64")
-    source = next((series[x] for x in SERVING_FROM if x in series), None)
-    present = None if source is None else _by_workload(source.notna(), mapping)
-    if present is not None:
-        out[m.SERVING_REPLICAS] = present.sum().T.astype("float64").replace(0.0, np.nan)
-    return out
-
-
-def fill_at_zero(usage: Mapping[str, pd.DataFrame], replicas: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Workload usage with 0 for its demand (``AT_ZERO_METRICS``) at the steps where it had no pod throughout
-    (``replicas`` 0: kube-state-metrics' count, columns ``WorkloadRef.key``) and no pod reported one (NaN).
-
-    A step at zero has no vLLM metric, so without this it reads as a step without metrics: an idle gap spent at
-    zero is unknown, not idle, the next cycle sees shorter gaps, and the scale-to-zero verdict can flip. Only
-    the columns a metric already has are filled (workloads whose pods reported it in the window); per-device
-    metrics stay NaN (no device), and so does a step kube-state-metrics has no count for."""
-    out = dict(usage)
-    for metric in sorted(AT_ZERO_METRICS & usage.keys()):
-        frame = usage[metric]
-        cols = [c for c in frame.columns if c in replicas.columns]
-        if not cols:
-            continue
-        zero = replicas[cols].reindex(frame.index).eq(0) & frame[cols].isna()
-        if zero.to_numpy().any():
-            frame = frame.copy()
-            frame[cols] = frame[cols].mask(zero, 0.0)
-            out[metric] = frame
-    return out
-
-
-def _by_workload(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef]) -> DataFrameGroupBy | None:
-    """The frame's pod columns grouped by workload key (transposed: one row per pod), or None without any."""
-    cols = [c for c in frame.columns if c in mapping]
-    if not cols:
-        return None
-    return frame[cols].T.groupby(pd.Index([mapping[c].key for c in cols]))
 
 
 def _resources_allocation(resources: Iterable[tuple[str, float]]) -> Allocation | None:

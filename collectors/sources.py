@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from collectors.registry import SourceRequest, register_source
-from collectors.snapshot import assemble, fill_at_zero
+from collectors.snapshot import assemble
+from collectors.usageframes import fill_at_zero
 from recommender.core.catalogue import load_catalogue
 from recommender.core.errors import ConfigError, KubernetesError
 from recommender.core.inventory import GpuNode, Workload

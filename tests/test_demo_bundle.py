@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from collectors.files import read_snapshot
-from collectors.snapshot import infer_owner
+from collectors.owners import infer_owner
 from recommender.core import usage as m
 from recommender.core.catalogue import load_catalogue
 from recommender.core.inventory import Sharing, Workload

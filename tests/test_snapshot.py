@@ -9,15 +9,10 @@ import pandas as pd
 import pytest
 
 from collectors.files import read_snapshot, write_snapshot
+from collectors.owners import attribute_pods, infer_owner
 from collectors.pods import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
-from collectors.snapshot import (
-    aggregate_usage,
-    assemble,
-    attribute_pods,
-    fill_at_zero,
-    gpu_equivalents,
-    infer_owner,
-)
+from collectors.snapshot import assemble, gpu_equivalents
+from collectors.usageframes import aggregate_usage, fill_at_zero
 from recommender.core import usage as m
 from recommender.core.catalogue import load_catalogue
 from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
