@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # demo_specs and demo_series, beside it
 from demo_series import (
     TIME_SLICE_NEIGHBOURS,
     kv_capacity_tokens,
