@@ -21,6 +21,8 @@ from recommender.core.inventory import Allocation, Share, Sharing
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"  # time-slicing or MPS with renameByDefault (reference.md §3)
 MIG_PREFIX = "nvidia.com/mig-"
+# engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE) is per device: shared, it counts the other tenants' work too
+PER_DEVICE_ACTIVITY = "engine activity is per device under GPU sharing: it includes the other tenants"
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,15 @@ class Mechanism(Protocol):
         fraction (whole GPUs, MIG slices: packed by count or by layout)."""
         ...
 
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        """Share of one whole GPU's SMs a replica's device or slice gives it (0-1], with a caveat where guessed
+        or where engine activity counts other tenants too."""
+        ...
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """Whole GPUs' worth of compute one replica can use; None where that is unknown."""
+        ...
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         """What to write where, in the mechanism's own terms (the report's ``how_to_apply``)."""
         ...
@@ -139,12 +150,20 @@ class Mechanism(Protocol):
 
 
 class Base:
-    """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size."""
+    """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size; the SMs of its
+    devices, each of them."""
 
     share_type: type[Share] | None = None
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return None
+
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        return 1.0, None
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """The SM share of each device times the devices."""
+        return self.sm_share(alloc, gpu)[0] * max(alloc.gpus, 1)
 
     def finish(self, read: ReadBack, device_memory_mib: float | None, notes: list[str]) -> ReadBack:
         return read

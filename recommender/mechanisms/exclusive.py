@@ -23,6 +23,9 @@ class Exclusive(Base):
     def gpu_equivalents(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
         return float(alloc.gpus), None
 
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        return float(alloc.gpus) if alloc.gpus > 0 else None
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": {GPU: str(alloc.gpus)}}
 

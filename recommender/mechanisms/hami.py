@@ -71,6 +71,10 @@ class Hami(Base):
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return (alloc.hami_gpucores_pct or 100.0) / 100, alloc.hami_gpumem_mib or 0.0
 
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        """The gpucores cap; without one, the whole device."""
+        return (alloc.hami_gpucores_pct / 100, None) if alloc.hami_gpucores_pct else (1.0, None)
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": hami_resources(alloc)}
 

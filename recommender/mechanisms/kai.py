@@ -11,7 +11,17 @@ from typing import Any, ClassVar
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized, number
+from recommender.mechanisms.base import (
+    PER_DEVICE_ACTIVITY,
+    Base,
+    Need,
+    NoFit,
+    PodEdits,
+    PodView,
+    ReadBack,
+    Sized,
+    number,
+)
 from recommender.mechanisms.sizing import size_share
 
 KAI_FRACTION, KAI_MEMORY = "gpu-fraction", "gpu-memory"  # alternatives, one at a time
@@ -48,6 +58,13 @@ class Kai(Base):
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return alloc.gpu_equivalents, alloc.gpu_equivalents * (alloc.device_memory_mib or 0.0)
+
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        return 1.0, PER_DEVICE_ACTIVITY
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """Its time share: KAI's fraction, which caps no SMs."""
+        return alloc.gpu_equivalents or None
 
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"annotations": kai_annotations(alloc)}

@@ -13,7 +13,17 @@ from typing import Any, ClassVar
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized, number
+from recommender.mechanisms.base import (
+    PER_DEVICE_ACTIVITY,
+    Base,
+    Need,
+    NoFit,
+    PodEdits,
+    PodView,
+    ReadBack,
+    Sized,
+    number,
+)
 from recommender.mechanisms.sizing import size_share
 
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # reference.md §4, per client
@@ -113,6 +123,12 @@ class Mps(Base):
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return (alloc.mps_active_thread_pct or 100.0) / 100, alloc.mps_pinned_mem_mib or 0.0
+
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        """The active-thread cap; without one, the whole device shared with the other clients."""
+        if alloc.mps_active_thread_pct:
+            return alloc.mps_active_thread_pct / 100, None
+        return 1.0, PER_DEVICE_ACTIVITY
 
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         """Three ways, because clusters hand out MPS three ways: the client environment, the device plugin's

@@ -10,7 +10,19 @@ from typing import Any
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Sharing
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import GPU, GPU_SHARED, Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized, count
+from recommender.mechanisms.base import (
+    GPU,
+    GPU_SHARED,
+    PER_DEVICE_ACTIVITY,
+    Base,
+    Need,
+    NoFit,
+    PodEdits,
+    PodView,
+    ReadBack,
+    Sized,
+    count,
+)
 
 NOT_APPLIED = ("time-slicing: set in the node's device-plugin config, which the controller does not change: "
                "recommended only")
@@ -41,6 +53,13 @@ class TimeSlicing(Base):
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return alloc.gpu_equivalents, alloc.gpu_equivalents * (alloc.device_memory_mib or 0.0)
+
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        return 1.0, PER_DEVICE_ACTIVITY
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """Its time share: the GPU-equivalents measured (pods per device)."""
+        return alloc.gpu_equivalents or None
 
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": {GPU: "1"}, "device_plugin_time_slicing_replicas":
