@@ -55,22 +55,36 @@ class NoFit:
 class PodEdits:
     """What applying a share writes on the pod template: resources set on the GPU container's limits (and
     its requests where they hold a GPU resource) and those ``drop_resources`` names removed (a trailing ``*``
-    names a prefix); literal env values set and removed; pod-template annotations set and removed."""
+    names a prefix); literal env values set and removed; keys set in the pod's node selector; pod-template
+    annotations set and removed. ``share_container``: the pod annotation naming the container that holds a
+    share no GPU resource shows (KAI's; absent, the first), where no container requests a GPU."""
 
     resources: tuple[tuple[str, str], ...] = ()
     drop_resources: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     drop_env: tuple[str, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     drop_annotations: tuple[str, ...] = ()
+    share_container: str | None = None
 
     def drops(self, resource: str) -> bool:
         """Whether ``resource`` is one ``drop_resources`` removes."""
         return any(resource.startswith(d[:-1]) if d.endswith("*") else resource == d for d in self.drop_resources)
 
     @property
+    def on_container(self) -> bool:
+        """Whether any of it is written on the GPU container (resources or env)."""
+        return bool(self.resources or self.env or self.drop_env)
+
+    @property
     def empty(self) -> bool:
         return not (self.resources or self.env or self.annotations or self.drop_env or self.drop_annotations)
+
+
+def whole_gpus(gpus: int) -> PodEdits:
+    """``gpus`` whole ``nvidia.com/gpu`` devices in place of any shared GPU or MIG slice."""
+    return PodEdits(resources=((GPU, str(gpus)),), drop_resources=(GPU_SHARED, MIG_PREFIX + "*"))
 
 
 @dataclass(frozen=True)
@@ -99,11 +113,13 @@ class ReadBack:
 class Mechanism(Protocol):
     """One way of handing out a GPU. ``name`` is the settings' name (``mechanisms.allowed``); ``sharing``
     the tag on allocations; ``read_rank`` orders read-back (lower first: a pod with a MIG slice and an MPS
-    env is a MIG pod)."""
+    env is a MIG pod); ``node_wide``: the node's device plugin shares every GPU of the node this way, so whole
+    GPUs are only found on other nodes (``mechanisms.exclusive_node_selector``)."""
 
     name: str
     sharing: Sharing
     read_rank: int
+    node_wide: bool
     share_type: type[Share] | None  # its share's parameters; None: the allocation's device count says it all
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
@@ -136,6 +152,15 @@ class Mechanism(Protocol):
         """The pod-template edits that give a replica ``alloc``'s share."""
         ...
 
+    def not_applied(self, alloc: Allocation) -> str | None:
+        """Why the controller does not write ``alloc``'s share on a pod (set elsewhere, or not sized), in words
+        beginning with the mechanism's name; None where :meth:`pod_edits` says it all."""
+        ...
+
+    def leave(self, gpus: int) -> PodEdits:
+        """The pod-template edits that move a replica off this mechanism onto ``gpus`` whole GPUs."""
+        ...
+
     def read(self, pod: PodView) -> ReadBack | None:
         """The share ``pod`` holds by this mechanism, None when it holds none of it."""
         ...
@@ -154,9 +179,17 @@ class Base:
     devices, each of them."""
 
     share_type: type[Share] | None = None
+    node_wide = False
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return None
+
+    def not_applied(self, alloc: Allocation) -> str | None:
+        return None
+
+    def leave(self, gpus: int) -> PodEdits:
+        """Whole GPUs in place of whatever GPU resource the container asks for."""
+        return whole_gpus(gpus)
 
     def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
         return 1.0, None

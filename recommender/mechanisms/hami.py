@@ -84,6 +84,16 @@ class Hami(Base):
         values = hami_resources(alloc)
         return PodEdits(resources=tuple(sorted(values.items())), drop_resources=hami_drops(values))
 
+    def not_applied(self, alloc: Allocation) -> str | None:
+        if alloc.hami_gpumem_mib is None and alloc.hami_gpucores_pct is None:
+            return "hami: the recommendation sizes neither gpumem nor gpucores"
+        return None
+
+    def leave(self, gpus: int) -> PodEdits:
+        """HAMi's own whole GPUs (:func:`hami_whole_resources`): the workload stays with HAMi's scheduler."""
+        values = hami_whole_resources(gpus)
+        return PodEdits(resources=tuple(sorted(values.items())), drop_resources=hami_drops(values))
+
     def read(self, pod: PodView) -> ReadBack | None:
         res = pod.resources
         if not any(k in res for k in (HAMI_MEM_MIB, HAMI_MEM_PCT, HAMI_CORES_PCT)):

@@ -21,6 +21,7 @@ from recommender.mechanisms.base import (
     ReadBack,
     Sized,
     number,
+    whole_gpus,
 )
 from recommender.mechanisms.sizing import size_share
 
@@ -72,6 +73,14 @@ class Kai(Base):
     def pod_edits(self, alloc: Allocation) -> PodEdits:
         values = kai_annotations(alloc)
         return PodEdits(annotations=tuple(sorted(values.items())), drop_annotations=(KAI_MEMORY,) if values else ())
+
+    def not_applied(self, alloc: Allocation) -> str | None:
+        return "kai: the recommendation has no gpu-fraction" if alloc.kai_gpu_fraction is None else None
+
+    def leave(self, gpus: int) -> PodEdits:
+        """Whole GPUs on the container the share belongs to, KAI's share annotations gone."""
+        return replace(whole_gpus(gpus), drop_annotations=(KAI_FRACTION, KAI_MEMORY, KAI_DEVICES),
+                       share_container=KAI_CONTAINER)
 
     def read(self, pod: PodView) -> ReadBack | None:
         """(gpu-fraction, devices) now, gpu-memory MiB pending the device memory; None when neither is asked."""

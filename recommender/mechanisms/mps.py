@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from recommender.core.catalogue import GpuModel
@@ -23,6 +23,7 @@ from recommender.mechanisms.base import (
     ReadBack,
     Sized,
     number,
+    whole_gpus,
 )
 from recommender.mechanisms.sizing import size_share
 
@@ -107,6 +108,7 @@ def read_env(containers: Any, notes: list[str]) -> MpsShare | None:
 
 class Mps(Base):
     name, sharing, read_rank = "mps", Sharing.MPS, 40
+    node_wide = True
     share_type: type[Share] | None = MpsShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
@@ -140,7 +142,13 @@ class Mps(Base):
         env = mps_env(alloc)
         if alloc.mps_active_thread_pct:  # the controller writes a whole percentage
             env[MPS_THREADS_ENV] = str(round(alloc.mps_active_thread_pct))
+        else:  # 0 caps nothing: not written
+            env.pop(MPS_THREADS_ENV, None)
         return PodEdits(env=tuple(env.items()))
+
+    def leave(self, gpus: int) -> PodEdits:
+        """Whole GPUs, the client's limits gone from its env."""
+        return replace(whole_gpus(gpus), drop_env=(MPS_THREADS_ENV, MPS_MEM_ENV))
 
     def read(self, pod: PodView) -> ReadBack | None:
         share = read_env(pod.containers, pod.notes)

@@ -5,6 +5,7 @@ change it); read back from ``nvidia.com/gpu.shared`` (renameByDefault) or a node
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from recommender.core.catalogue import GpuModel
@@ -22,7 +23,9 @@ from recommender.mechanisms.base import (
     ReadBack,
     Sized,
     count,
+    whole_gpus,
 )
+from recommender.mechanisms.mps import MPS_MEM_ENV, MPS_THREADS_ENV
 
 NOT_APPLIED = ("time-slicing: set in the node's device-plugin config, which the controller does not change: "
                "recommended only")
@@ -40,7 +43,14 @@ def time_slices(compute_frac: float, memory_mib: float, device_memory_mib: float
 
 class TimeSlicing(Base):
     name, sharing, read_rank = "time-slicing", Sharing.TIME_SLICING, 80
-    not_applied = NOT_APPLIED
+    node_wide = True
+
+    def not_applied(self, alloc: Allocation) -> str | None:
+        return NOT_APPLIED
+
+    def leave(self, gpus: int) -> PodEdits:
+        """Whole GPUs; MPS client limits left in the env (from an MPS share before) go too."""
+        return replace(whole_gpus(gpus), drop_env=(MPS_THREADS_ENV, MPS_MEM_ENV))
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         n = time_slices(need.compute_frac, need.memory_mib, gpu.memory_mib)
