@@ -1,11 +1,12 @@
 """The protocol every GPU sharing mechanism implements, and the typed values it hands over.
 
-A mechanism (whole GPUs, MIG, MPS, HAMi, KAI, time-slicing; DRA or Volcano vGPU next) knows five things
-about its share of a GPU: how to size a need (memory MiB, compute as a share of one GPU's SMs) on a GPU
-model into a share or a reason it does not fit; how many GPU-equivalents a share holds; how a person
-applies it; the pod edits that apply it; and how to read it back from a pod. Policies size, collectors
-read back, the controller applies and the outputs describe, all through :data:`recommender.mechanisms.MECHANISMS`,
-so adding a mechanism is one module here plus its registration.
+A mechanism (whole GPUs, MIG, MPS, HAMi, KAI, time-slicing; DRA or Volcano vGPU next) knows about its
+share of a GPU: how to size a need (memory MiB, compute as a share of one GPU's SMs) on a GPU model into a
+share or a reason it does not fit; how many GPU-equivalents and how much of the SMs a share holds; how a
+person applies it; the pod edits that apply it, and those that leave it for whole GPUs; and how to read it
+back from a pod. Policies size, collectors read back, the controller applies and the outputs describe, all
+through :data:`recommender.mechanisms.MECHANISMS`, so adding a mechanism is one module here plus its
+registration.
 """
 
 from __future__ import annotations
