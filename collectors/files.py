@@ -14,6 +14,8 @@ laptop, a bug report), and users can bring metrics from anywhere as a CSV. Layou
 - ``usage.csv``: accepted instead of the Parquet file, same columns; timestamps in unix seconds or
   ISO-8601 (a time without an offset is read as UTC). Used only when ``usage.parquet`` is absent.
 
+The document's mapping to and from the typed model is :mod:`collectors.snapshotdoc`.
+
 Typed fields round-trip exactly; values exactly when they are float32-representable. Read frames have
 float64 values and a UTC index in pandas' default datetime unit. Unknown metric names are skipped and
 usage of workloads missing from ``snapshot.json`` is kept, both with a warning in the snapshot;
@@ -24,22 +26,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, make_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, get_type_hints
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pandas.tseries.frequencies import to_offset
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
+from collectors.snapshotdoc import SnapshotDoc, without_absent, workload_doc, workload_from_doc
 from recommender.core.errors import SourceError
-from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload
 from recommender.core.usage import USAGE_METRICS, Snapshot
-from recommender.mechanisms import for_sharing
 
 FORMAT_VERSION = 1
 SNAPSHOT_FILE = "snapshot.json"
@@ -51,74 +50,6 @@ COLUMNS = ("metric", "workload", "timestamp", "value")
 _TIME_UNIT = pd.date_range("2000-01-01", periods=1, tz=UTC).unit
 
 
-@dataclass(frozen=True)
-class _AllocationDoc:
-    """An allocation as snapshot.json writes it: the share's parameters as flat fields (format 1), in this
-    order; :func:`_to_allocation` and :func:`_from_allocation` map them to and from the tagged share."""
-
-    sharing: Sharing
-    gpus: int = 0
-    mig_profile: str | None = None
-    mig_count: int = 0
-    gpu_equivalents: float = 0.0
-    gpu_model: str | None = None
-    gpu_product: str | None = None
-    device_memory_mib: float | None = None
-    mps_active_thread_pct: float | None = None
-    mps_pinned_mem_mib: float | None = None
-    hami_gpumem_mib: float | None = None
-    hami_gpucores_pct: float | None = None
-    kai_gpu_fraction: float | None = None
-    vllm: VllmArgs | None = None
-    replicas: int = 1
-
-
-_SHARE_FIELDS = ("mig_profile", "mig_count", "mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib",
-                 "hami_gpucores_pct", "kai_gpu_fraction")
-# Workload with its allocation in the flat form: the same fields, names and error locations
-_WorkloadDoc = make_dataclass("Workload", [
-    (f.name, _AllocationDoc if f.name == "allocation" else get_type_hints(Workload)[f.name],
-     field(default=f.default, default_factory=f.default_factory)) for f in fields(Workload)], frozen=True)
-
-
-def _to_allocation(doc: _AllocationDoc) -> Allocation:
-    values = {f.name: getattr(doc, f.name) for f in fields(doc)}
-    mechanism = for_sharing(doc.sharing)
-    kind = mechanism.share_type if mechanism is not None else None
-    share = kind.from_flat(values) if kind is not None else None
-    return Allocation(**{k: v for k, v in values.items() if k not in _SHARE_FIELDS}, share=share)
-
-
-def _from_allocation(alloc: Allocation) -> _AllocationDoc:
-    values = {f.name: getattr(alloc, f.name) for f in fields(alloc) if f.name != "share"}
-    return _AllocationDoc(**values, **{k: getattr(alloc, k) for k in _SHARE_FIELDS})
-
-
-def _workload_doc(w: Workload) -> Any:
-    values = {f.name: getattr(w, f.name) for f in fields(w)}
-    return _WorkloadDoc(**values | {"allocation": _from_allocation(w.allocation)})
-
-
-def _workload(doc: Any) -> Workload:
-    values = {f.name: getattr(doc, f.name) for f in fields(Workload)}
-    return Workload(**values | {"allocation": _to_allocation(doc.allocation)})
-
-
-class _SnapshotDoc(BaseModel):
-    """Boundary schema of snapshot.json; workloads validate straight into the core dataclasses."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    format_version: int
-    start: str  # ISO-8601, parsed by datetime.fromisoformat so naive/aware times come back as written
-    end: str
-    step_s: float
-    source: str = "file"
-    warnings: tuple[str, ...] = ()
-    workloads: tuple[_WorkloadDoc, ...] = ()  # type: ignore[valid-type]
-    nodes: tuple[GpuNode, ...] = ()
-
-
 # ---------------------------------------------------------------------------------------------- write
 
 
@@ -127,11 +58,11 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        doc = _SnapshotDoc(format_version=FORMAT_VERSION, start=snapshot.start.isoformat(),
-                           end=snapshot.end.isoformat(), step_s=snapshot.step_s, source=snapshot.source,
-                           warnings=snapshot.warnings, workloads=tuple(_workload_doc(w) for w in snapshot.workloads),
-                           nodes=snapshot.nodes)
-        text = json.dumps(_without_absent(doc.model_dump(mode="json")), indent=2, ensure_ascii=False) + "\n"
+        doc = SnapshotDoc(format_version=FORMAT_VERSION, start=snapshot.start.isoformat(),
+                          end=snapshot.end.isoformat(), step_s=snapshot.step_s, source=snapshot.source,
+                          warnings=snapshot.warnings, workloads=tuple(workload_doc(w) for w in snapshot.workloads),
+                          nodes=snapshot.nodes)
+        text = json.dumps(without_absent(doc.model_dump(mode="json")), indent=2, ensure_ascii=False) + "\n"
         (directory / SNAPSHOT_FILE).write_text(text, encoding="utf-8")
         pq.write_table(_long_table(snapshot.usage), directory / PARQUET_FILE, compression="zstd",
                        compression_level=19, use_byte_stream_split=["value"])
@@ -139,20 +70,6 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
         raise SourceError(f"{exc.filename or directory}: cannot write the snapshot: {exc.strerror}") from None
     except ValidationError as exc:  # a workload whose fields do not have their declared types
         raise SourceError(f"{directory}: cannot write the snapshot: {_first_error(exc)}") from None
-
-
-# workload fields added after format 1 was written: left out when absent
-_OPTIONAL_KEYS = ("autoscaler", "device_shared_with")
-
-
-def _without_absent(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document less the newer workload fields that are None, so a snapshot written without them reads
-    (and writes) byte for byte as before; reading fills in their defaults."""
-    for w in doc.get("workloads") or []:
-        for key in _OPTIONAL_KEYS:
-            if w.get(key) is None:
-                w.pop(key, None)
-    return doc
 
 
 def _long_table(usage: Mapping[str, pd.DataFrame]) -> pa.Table:
@@ -196,13 +113,13 @@ def read_snapshot(directory: Path) -> Snapshot:
     start, end = _fromiso(doc_path, "start", doc.start), _fromiso(doc_path, "end", doc.end)
     long, path, warnings = _read_long(directory)
     long, skipped = _known_metrics(long, path)
-    workloads = tuple(_workload(w) for w in doc.workloads)
+    workloads = tuple(workload_from_doc(w) for w in doc.workloads)
     orphans = _orphans(long, {w.ref.key for w in workloads}, path)
     return Snapshot(workloads, _wide(long, doc.step_s), start, end, doc.step_s,
                     (*doc.warnings, *warnings, *skipped, *orphans), doc.source, doc.nodes)
 
 
-def _read_doc(path: Path) -> _SnapshotDoc:
+def _read_doc(path: Path) -> SnapshotDoc:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -218,7 +135,7 @@ def _read_doc(path: Path) -> _SnapshotDoc:
     if isinstance(version, int) and version > FORMAT_VERSION:
         raise SourceError(f"{path}: format_version {version} is newer than this reader ({FORMAT_VERSION})")
     try:
-        return _SnapshotDoc.model_validate(raw)
+        return SnapshotDoc.model_validate(raw)
     except ValidationError as exc:
         raise SourceError(f"{path}: {_first_error(exc)}") from None
 

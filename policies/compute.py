@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from policies.estimators import percentile, with_confidence, with_margin
 from recommender.analysis.features import Quantiles, WorkloadFeatures
 from recommender.core.catalogue import Catalogue
-from recommender.core.inventory import Allocation, Sharing
+from recommender.core.inventory import Allocation
 from recommender.core.plan import Bound
 from recommender.core.settings import PolicySettings
+from recommender.mechanisms import for_sharing
 
 
 @dataclass(frozen=True)
@@ -23,21 +24,10 @@ class ComputeNeed:
 
 
 def sm_share_held(alloc: Allocation, catalogue: Catalogue) -> tuple[float, str | None]:
-    """Share of one whole GPU's SMs a replica's device/slice gives it, with a caveat if approximate."""
-    gpu = catalogue.get(alloc.gpu_model)
-    match alloc.sharing:
-        case Sharing.MIG:
-            prof = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
-            if gpu and prof:
-                return prof.shape.sm_slices / gpu.sm_slices, None
-            return alloc.gpu_equivalents / max(alloc.mig_count, 1), "SM share of the MIG slice guessed"
-        case Sharing.MPS if alloc.mps_active_thread_pct:
-            return alloc.mps_active_thread_pct / 100, None
-        case Sharing.HAMI if alloc.hami_gpucores_pct:
-            return alloc.hami_gpucores_pct / 100, None
-        case Sharing.TIME_SLICING | Sharing.MPS | Sharing.KAI:
-            return 1.0, "engine activity is per device under GPU sharing: it includes the other tenants"
-    return 1.0, None
+    """Share of one whole GPU's SMs a replica's device/slice gives it, with a caveat if approximate (its
+    mechanism's :meth:`~recommender.mechanisms.base.Mechanism.sm_share`; no GPU: 1)."""
+    mechanism = for_sharing(alloc.sharing)
+    return mechanism.sm_share(alloc, catalogue.get(alloc.gpu_model)) if mechanism is not None else (1.0, None)
 
 
 def compute_need(alloc: Allocation, f: WorkloadFeatures, catalogue: Catalogue, p: PolicySettings) -> ComputeNeed:
@@ -58,14 +48,5 @@ def compute_held(alloc: Allocation, catalogue: Catalogue) -> float | None:
     HAMi core share (of each device; :func:`sm_share_held`), or its time share (time-slicing, KAI). None where
     that is unknown (a MIG profile the catalogue lacks, no GPU): what moving a replica to another shape
     multiplies its throughput by, in the estimate that assumes throughput follows compute."""
-    match alloc.sharing:
-        case Sharing.EXCLUSIVE:
-            return float(alloc.gpus) if alloc.gpus > 0 else None
-        case Sharing.TIME_SLICING | Sharing.KAI:
-            return alloc.gpu_equivalents or None
-        case Sharing.NONE:
-            return None
-    share, caveat = sm_share_held(alloc, catalogue)
-    if alloc.sharing is Sharing.MIG:
-        return None if caveat else share * max(alloc.mig_count, 1)  # a guessed slice share is no figure
-    return share * max(alloc.gpus, 1)
+    mechanism = for_sharing(alloc.sharing)
+    return mechanism.compute_held(alloc, catalogue.get(alloc.gpu_model)) if mechanism is not None else None

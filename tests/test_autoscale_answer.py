@@ -207,12 +207,12 @@ def test_auto_uses_todays_figures_where_it_does_not_apply_the_shape(plan: Plan) 
     s = rec.scaling
     assert s is not None and s.on_today is not None and s.on_today.target_per_replica > s.target_per_replica
     moved = desired_from(rec, ["replicas", "mig"])
-    assert moved.mig_profile == "4g.40gb"
+    assert dict(moved.edits.resources) == {"nvidia.com/mig-4g.40gb": "1"}
     assert dict(moved.keda_thresholds) == trigger_thresholds(s)
     assert (moved.replicas, moved.keda_min, moved.keda_max) == (s.recommended_replicas, s.min_replicas, s.max_replicas)
     kept = desired_from(rec, ["replicas", "vllm"])
     today = s.on_today
-    assert kept.mig_profile is None and dict(kept.keda_thresholds) == trigger_thresholds(today)
+    assert not kept.edits.resources and dict(kept.keda_thresholds) == trigger_thresholds(today)
     assert (kept.replicas, kept.keda_min, kept.keda_max) == (today.recommended_replicas, today.min_replicas,
                                                              today.max_replicas)
     assert any("sized for today's shape" in r for r in kept.reasons)

@@ -6,6 +6,10 @@ import jsonpatch
 import pytest
 
 from recommender.controller.changes import Desired, apply_local, inverse, plan_changes, to_patch
+from recommender.core.inventory import Allocation, Sharing
+from recommender.mechanisms import MECHANISMS
+from recommender.mechanisms.mig import MigShare
+from recommender.mechanisms.mps import MpsShare
 from tests.controllerfixture import deployment
 from tests.kubefixture import container, manifest, template
 
@@ -15,13 +19,18 @@ def mps_deployment() -> dict:
     return manifest("Deployment", "ml", "w", {"replicas": 1, "template": template({"app": "w"}, c)})
 
 
+# the pod edits of an MPS share (30 %, 20480 MiB) and of a 1g.10gb+me slice, from their mechanisms
+MPS_30 = MECHANISMS.get("mps").pod_edits(Allocation(Sharing.MPS, 1, share=MpsShare(30.0, 20480.0)))
+MIG_1G = MECHANISMS.get("mig").pod_edits(Allocation(Sharing.MIG, share=MigShare("1g.10gb+me")))
+
+
 @pytest.mark.parametrize(("obj", "desired", "expect"), [
     (deployment(args=["--model", "m", "--gpu-memory-utilization=0.9"]), Desired(gpu_memory_utilization=0.5,
      max_num_seqs=64), {"args": ["--model", "m", "--gpu-memory-utilization=0.5", "--max-num-seqs=64"]}),
-    (mps_deployment(), Desired(mps_thread_pct=30, mps_mem_limit="0=20480M"),
+    (mps_deployment(), Desired(edits=MPS_30),
      {"env": [{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "30"},
               {"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": "0=20480M"}]}),
-    (deployment(), Desired(mig_profile="1g.10gb+me"),
+    (deployment(), Desired(edits=MIG_1G),
      {"resources": {"limits": {"nvidia.com/mig-1g.10gb.me": "1"}, "requests": {"nvidia.com/mig-1g.10gb.me": "1"}}}),
 ])
 def test_changes_apply_and_invert_exactly(obj: dict, desired: Desired, expect: dict) -> None:

@@ -17,6 +17,7 @@ from recommender.controller.changes import Desired, apply_local, desired_from, i
 from recommender.controller.loop import Controller
 from recommender.core.annotations import LAST_CHANGE
 from recommender.core.inventory import Sharing
+from recommender.mechanisms.base import PodEdits
 from recommender.mechanisms.hami import HamiShare
 from recommender.mechanisms.kai import KaiShare
 from recommender.mechanisms.mig import MigShare
@@ -68,12 +69,13 @@ def reconcile_applied(cluster: WriteCluster, rec: Any) -> Any:
 
 def test_desired_carries_policies_shares_rendering_only_when_allowed() -> None:
     hami = desired_from(hami_rec(), ["hami"])
-    assert dict(hami.hami_limits) == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "30"}
-    assert desired_from(hami_rec(), ["replicas"]).hami_limits == ()
-    assert dict(desired_from(kai_rec(), ["kai"]).pod_annotations) == {"gpu-fraction": "0.5"}
-    assert desired_from(kai_rec(), ["hami"]).pod_annotations == ()
+    assert dict(hami.edits.resources) == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480",
+                                          "nvidia.com/gpucores": "30"}
+    assert desired_from(hami_rec(), ["replicas"]).edits == PodEdits()
+    assert dict(desired_from(kai_rec(), ["kai"]).edits.annotations) == {"gpu-fraction": "0.5"}
+    assert desired_from(kai_rec(), ["hami"]).edits == PodEdits()
     unsized = desired_from(with_allocation(hami_rec(), share=HamiShare(None, None)), ["hami"])
-    assert unsized.hami_limits == () and "neither gpumem nor gpucores" in unsized.reasons[0]
+    assert unsized.edits == PodEdits() and "neither gpumem nor gpucores" in unsized.reasons[0]
 
 
 @pytest.mark.parametrize("limits", [
@@ -102,7 +104,8 @@ def test_hami_leaves_requests_without_gpu_resources_to_default_to_the_limits() -
 def test_hami_patch_is_guarded_by_the_limits_it_read() -> None:
     obj = deployment(limits=HAMI_NOW)
     cs = plan_changes(obj, desired_from(hami_rec(), ["hami"]))
-    moved = apply_local(obj, plan_changes(obj, Desired(hami_limits=(("nvidia.com/gpumem", "30000"),))))
+    theirs = PodEdits(resources=(("nvidia.com/gpumem", "30000"),), drop_resources=("nvidia.com/gpumem-percentage",))
+    moved = apply_local(obj, plan_changes(obj, Desired(edits=theirs)))
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         jsonpatch.apply_patch(moved, to_patch(cs))
 
@@ -176,11 +179,10 @@ def whole_rec(held: Sharing = Sharing.MIG) -> Any:
 
 
 def test_whole_gpus_replace_a_slice_only_where_exclusive_is_allowed() -> None:
-    assert desired_from(whole_rec(), ["exclusive"]).whole_gpus == 1
-    assert desired_from(whole_rec(), ["mig", "replicas"]).whole_gpus is None
+    assert dict(desired_from(whole_rec(), ["exclusive"]).edits.resources) == {"nvidia.com/gpu": "1"}
+    assert desired_from(whole_rec(), ["mig", "replicas"]).edits == PodEdits()
     mps = desired_from(whole_rec(Sharing.MPS), ["exclusive"])
-    assert mps.whole_gpus is None and "whole GPUs in place of mps are not applied" in mps.reasons[0]
-    assert not mps.hami_limits and not mps.drop_pod_annotations
+    assert mps.edits == PodEdits() and "whole GPUs in place of mps are not applied" in mps.reasons[0]
     obj = deployment(limits=MIG_NOW)
     cs = plan_changes(obj, desired_from(whole_rec(), ["exclusive"]))
     changed = container_of(apply_local(obj, cs))
@@ -208,7 +210,7 @@ KAI_SHARE = {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "1", "team": "se
 
 def test_whole_gpus_replace_a_hami_share_with_hamis_own_exclusive_limits() -> None:
     hami = desired_from(whole_rec(Sharing.HAMI), ["exclusive"])
-    assert dict(hami.hami_limits) == HAMI_WHOLE and hami.whole_gpus is None
+    assert dict(hami.edits.resources) == HAMI_WHOLE and not hami.edits.drop_annotations and hami.moves_to is None
     obj = deployment(limits=HAMI_NOW)
     cs = plan_changes(obj, hami)
     changed = container_of(apply_local(obj, cs))["resources"]
@@ -236,7 +238,7 @@ def _kai_deployment(resources: dict[str, Any] | None, **annotations: str) -> dic
 def test_whole_gpus_replace_a_kai_share_its_annotations_go_and_a_gpu_limit_comes(
         resources: dict[str, Any] | None, expect: dict[str, Any]) -> None:
     kai = desired_from(whole_rec(Sharing.KAI), ["exclusive"])
-    assert kai.whole_gpus == 1 and "gpu-fraction" in kai.drop_pod_annotations
+    assert dict(kai.edits.resources) == {"nvidia.com/gpu": "1"} and "gpu-fraction" in kai.edits.drop_annotations
     obj = _kai_deployment(resources)
     cs = plan_changes(obj, kai)
     after = apply_local(obj, cs)
@@ -289,9 +291,10 @@ def _shared_deployment(limits: dict[str, str], env: dict[str, str] | None = None
 
 def test_whole_gpus_off_mps_need_a_node_selector_of_unshared_nodes() -> None:
     unset = desired_from(whole_rec(Sharing.MPS), ["exclusive"])
-    assert unset.whole_gpus is None and "mechanisms.exclusive_node_selector" in unset.reasons[0]
+    assert unset.edits == PodEdits() and "mechanisms.exclusive_node_selector" in unset.reasons[0]
     mps = desired_from(whole_rec(Sharing.MPS), ["exclusive"], exclusive_nodes=UNSHARED)
-    assert mps.whole_gpus == 1 and dict(mps.node_selector) == UNSHARED
+    assert dict(mps.edits.resources) == {"nvidia.com/gpu": "1"} and dict(mps.edits.node_selector) == UNSHARED
+    assert mps.moves_to == (UNSHARED, 1)
     obj = _shared_deployment({"nvidia.com/gpu": "1"}, MPS_ENV)
     cs = plan_changes(obj, mps)
     after = apply_local(obj, cs)
@@ -310,7 +313,7 @@ def test_whole_gpus_off_mps_need_a_node_selector_of_unshared_nodes() -> None:
 def test_whole_gpus_off_time_slicing_take_the_gpu_resource_and_the_unshared_nodes(
         limits: dict[str, str], selector: dict[str, str] | None) -> None:
     ts = desired_from(whole_rec(Sharing.TIME_SLICING), ["exclusive"], exclusive_nodes=UNSHARED)
-    assert ts.drop_envs == ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+    assert ts.edits.drop_env == ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
     obj = _shared_deployment(limits, node_selector=selector)
     cs = plan_changes(obj, ts)
     after = apply_local(obj, cs)

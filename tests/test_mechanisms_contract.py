@@ -50,6 +50,26 @@ def test_sized_share_counts_and_reads_back_as_sized(mechanism: Mechanism) -> Non
     assert (back.sharing, back.share) == (mechanism.sharing, alloc.share)
 
 
+def test_sized_share_holds_some_of_the_sms(mechanism: Mechanism) -> None:
+    _, alloc = sized(mechanism)
+    share, caveat = mechanism.sm_share(alloc, GPU)
+    assert 0 < share <= 1 and (caveat is None or caveat.strip())
+    held = mechanism.compute_held(alloc, GPU)
+    assert held is None or 0 < held <= max(alloc.gpus, 1)
+
+
+def test_the_controller_applies_a_sized_share_or_says_why_not(mechanism: Mechanism) -> None:
+    _, alloc = sized(mechanism)
+    why = mechanism.not_applied(alloc)
+    assert why is None or why.startswith(f"{mechanism.name}: ")
+
+
+def test_leaving_for_whole_gpus_asks_for_them(mechanism: Mechanism) -> None:
+    edits = mechanism.leave(2)
+    assert dict(edits.resources)["nvidia.com/gpu"] == "2" and not edits.drops("nvidia.com/gpu")
+    assert edits.drops("nvidia.com/mig-1g.10gb")  # a MIG slice is no whole GPU
+
+
 def test_a_need_that_does_not_fit_says_why(mechanism: Mechanism) -> None:
     got = mechanism.size(TOO_BIG, GPU)
     if isinstance(got, Sized):  # only whole GPUs always fit: as many devices as the need takes

@@ -229,7 +229,7 @@ def rollback(target: str, dry_run: bool, kubeconfig: str | None, context: str | 
              timeout: float, signing_secret: str) -> None:
     """Restore the values the last recorded change replaced (annotation rightsizer.io/last-change)."""
     from recommender.controller.actuator import Actuator
-    from recommender.controller.changes import ACTUATED_KINDS, ObjectRef
+    from recommender.controller.changeset import ACTUATED_KINDS, ObjectRef
     from recommender.controller.signing import SecretKeys
 
     parts = target.split("/")

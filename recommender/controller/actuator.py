@@ -19,17 +19,9 @@ from typing import Any
 
 from recommender.controller import records as rec
 from recommender.controller import rollback as undo
-from recommender.controller.changes import (
-    ChangeSet,
-    Desired,
-    ObjectRef,
-    hpa_changes,
-    inverse,
-    plan_changes,
-    removed_parents,
-    scaledobject_changes,
-    to_patch,
-)
+from recommender.controller.autoscaling import hpa_changes, scaledobject_changes
+from recommender.controller.changes import Desired, plan_changes
+from recommender.controller.changeset import ChangeSet, ObjectRef
 from recommender.controller.guardrails import (
     Health,
     PodState,
@@ -43,6 +35,7 @@ from recommender.controller.guardrails import (
 )
 from recommender.controller.kube import Conflict, Kube, KubeFailure, NotFound
 from recommender.controller.outcome import Outcome, Request
+from recommender.controller.patch import inverse, removed_parents, to_patch
 from recommender.controller.placement import unplaceable
 from recommender.controller.signing import Signer
 from recommender.core.autoscalers import HPA, SCALED_OBJECT, Autoscaler, describe, owners
@@ -109,10 +102,10 @@ class Actuator:
         diff = "; ".join(s.diff() for s in sets if not s.empty) + note
         if not verdict.allowed:
             return Outcome(key, "blocked", f"not applied ({'; '.join(verdict.reasons)}): {diff}", obj=obj)
-        if desired.node_selector and desired.whole_gpus:
+        if desired.moves_to is not None:
             template = (obj.get("spec") or {}).get("template") or {}
-            why = unplaceable(template, dict(desired.node_selector), desired.whole_gpus, self.kube.list("Node"),
-                              self.kube.list("Pod"))
+            selector, gpus = desired.moves_to
+            why = unplaceable(template, selector, gpus, self.kube.list("Node"), self.kube.list("Pod"))
             if why is not None:
                 return Outcome(key, "blocked", f"not applied ({why}): {diff}", obj=obj)
         log.info("dry-run diff %s: %s", key, diff)

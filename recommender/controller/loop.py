@@ -17,7 +17,7 @@ from typing import Any
 
 from recommender.controller import records as rec
 from recommender.controller.actuator import Actuator
-from recommender.controller.changes import ACTUATED_KINDS, ObjectRef
+from recommender.controller.changeset import ACTUATED_KINDS, ObjectRef
 from recommender.controller.constraints import Constrain, resolve_constraints
 from recommender.controller.kube import Kube, KubeFailure, NotFound
 from recommender.controller.leader import LeaderElector

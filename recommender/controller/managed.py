@@ -16,27 +16,16 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from recommender.controller.changes import (
-    GPU,
-    GPU_MEM_UTIL,
-    GPU_SHARED,
-    HAMI_MEM,
-    HAMI_MEM_PCT,
-    KAI_DEVICES,
-    KAI_FRACTION,
-    KAI_MEMORY,
-    MAX_NUM_SEQS,
-    MIG_PREFIX,
-    MPS_MEM,
-    MPS_THREADS,
-    Change,
-    _get,
-    _unesc,
-)
+from recommender.controller.changes import GPU_MEM_UTIL, MAX_NUM_SEQS
+from recommender.controller.changeset import Change
+from recommender.controller.patch import get, unesc
+from recommender.mechanisms.base import GPU, GPU_SHARED, MIG_PREFIX
+from recommender.mechanisms.hami import HAMI_CORES_PCT, HAMI_MEM_MIB, HAMI_MEM_PCT
+from recommender.mechanisms.kai import KAI_DEVICES, KAI_FRACTION, KAI_MEMORY
+from recommender.mechanisms.mps import MPS_MEM_ENV, MPS_THREADS_ENV
 
-HAMI_CORES = "nvidia.com/gpucores"
-GPU_RESOURCES = frozenset({GPU, GPU_SHARED, HAMI_MEM, HAMI_MEM_PCT, HAMI_CORES})
-MPS_ENVS = frozenset({MPS_THREADS, MPS_MEM})
+GPU_RESOURCES = frozenset({GPU, GPU_SHARED, HAMI_MEM_MIB, HAMI_MEM_PCT, HAMI_CORES_PCT})
+MPS_ENVS = frozenset({MPS_THREADS_ENV, MPS_MEM_ENV})
 VLLM_FLAGS = (GPU_MEM_UTIL, MAX_NUM_SEQS)
 KAI_KEYS = frozenset({KAI_FRACTION, KAI_MEMORY, KAI_DEVICES})
 MAX_REPLICAS = 100_000
@@ -92,18 +81,18 @@ def _workload_rule(c: Change, obj: Mapping[str, Any], selector_keys: Collection[
     if re.fullmatch(_C + r"/env", p):
         return c.old is None and _list_of(c.new, _mps_entry)
     if m := re.fullmatch(_C + r"/resources/(limits|requests)/" + _SEG, p):
-        return gpu_resource(_unesc(m.group(3))) and all(_text(v) for v in vals)
+        return gpu_resource(unesc(m.group(3))) and all(_text(v) for v in vals)
     if re.fullmatch(_C + r"/resources/limits", p):
         return all(_map_of(v, gpu_resource) for v in vals)
     if re.fullmatch(_C + r"/resources", p):
         return c.old is None and isinstance(c.new, Mapping) and set(c.new) == {"limits"} \
             and _map_of(c.new["limits"], gpu_resource)
     if m := re.fullmatch(r"/spec/template/metadata/annotations/" + _SEG, p):
-        return _unesc(m.group(1)) in KAI_KEYS and all(_text(v) for v in vals)
+        return unesc(m.group(1)) in KAI_KEYS and all(_text(v) for v in vals)
     if p == "/spec/template/metadata/annotations":
         return c.old is None and _map_of(c.new, KAI_KEYS.__contains__)
     if m := re.fullmatch(r"/spec/template/spec/nodeSelector/" + _SEG, p):
-        return _unesc(m.group(1)) in selector_keys and all(_text(v) for v in vals)
+        return unesc(m.group(1)) in selector_keys and all(_text(v) for v in vals)
     if p == "/spec/template/spec/nodeSelector":
         return c.old is None and _map_of(c.new, lambda k: k in selector_keys)
     return False
@@ -111,7 +100,7 @@ def _workload_rule(c: Change, obj: Mapping[str, Any], selector_keys: Collection[
 
 def _get_or_none(obj: Mapping[str, Any], pointer: str) -> Any:
     try:
-        return _get(obj, pointer)
+        return get(obj, pointer)
     except (IndexError, KeyError, TypeError, ValueError, AttributeError):
         return None
 

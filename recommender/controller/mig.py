@@ -22,8 +22,9 @@ from typing import Any
 
 import yaml
 
-from recommender.controller.changes import ObjectRef, _esc
+from recommender.controller.changeset import ObjectRef
 from recommender.controller.kube import Conflict, Kube, KubeFailure, TooManyRequests
+from recommender.controller.patch import esc
 from recommender.controller.records import annotation_ops, emit_event
 from recommender.core.annotations import MIG_CONFIG_LABEL as MIG_CONFIG
 from recommender.core.annotations import MIG_CONFIG_STATE_LABEL as MIG_STATE
@@ -171,7 +172,7 @@ def _drain(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: datetim
     labels = node["metadata"].get("labels") or {}
     ops = [*_guard(node), *_set_annotation(node, new), *_set_label(node, MIG_CONFIG, state["target"])]
     if MIG_STATE in labels:  # a stale "success" must not count for this change
-        ops.append({"op": "remove", "path": f"/metadata/labels/{_esc(MIG_STATE)}"})
+        ops.append({"op": "remove", "path": f"/metadata/labels/{esc(MIG_STATE)}"})
     kube.patch("Node", None, name, ops)
     return MigOutcome(name, "configuring", f"drained; {MIG_CONFIG}={state['target']} set, waiting for the MIG manager")
 
@@ -210,7 +211,7 @@ def _revert(kube: Kube, node: dict[str, Any], state: dict[str, Any], now: dateti
     known = isinstance(previous, str) or (previous is None and "previous" in state and "phase" in state)
     if known and labels.get(MIG_CONFIG) != previous:
         ops += (_set_label(node, MIG_CONFIG, previous) if isinstance(previous, str)
-                else [{"op": "remove", "path": f"/metadata/labels/{_esc(MIG_CONFIG)}"}])
+                else [{"op": "remove", "path": f"/metadata/labels/{esc(MIG_CONFIG)}"}])
     kube.patch("Node", None, name, ops)
     target = state.get("target") if isinstance(state.get("target"), str) else "an unknown config"
     emit_event(kube, ObjectRef("Node", "", name), "RightsizerMigReverted",
@@ -227,7 +228,7 @@ def _guard(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _drop_state() -> dict[str, Any]:
-    return {"op": "remove", "path": f"/metadata/annotations/{_esc(STATE_ANNOTATION)}"}
+    return {"op": "remove", "path": f"/metadata/annotations/{esc(STATE_ANNOTATION)}"}
 
 
 def _uncordon(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -241,7 +242,7 @@ def _set_annotation(node: dict[str, Any], state: dict[str, Any]) -> list[dict[st
 def _set_label(node: dict[str, Any], key: str, value: str) -> list[dict[str, Any]]:
     if node["metadata"].get("labels") is None:
         return [{"op": "add", "path": "/metadata/labels", "value": {key: value}}]
-    return [{"op": "add", "path": f"/metadata/labels/{_esc(key)}", "value": value}]
+    return [{"op": "add", "path": f"/metadata/labels/{esc(key)}", "value": value}]
 
 
 def _when(text: str) -> datetime:

@@ -15,7 +15,8 @@ from typing import Any
 
 from recommender.controller import records as rec
 from recommender.controller.actuator import Actuator
-from recommender.controller.changes import ObjectRef, desired_from
+from recommender.controller.changes import desired_from
+from recommender.controller.changeset import ObjectRef
 from recommender.controller.guardrails import health_from, pod_counts_since, regressions
 from recommender.controller.kube import Kube, KubeFailure
 from recommender.controller.outcome import Outcome, Request

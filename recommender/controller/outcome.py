@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from recommender.controller import records as rec
-from recommender.controller.changes import Desired, ObjectRef
+from recommender.controller.changes import Desired
+from recommender.controller.changeset import ObjectRef
 from recommender.controller.guardrails import Health
 from recommender.controller.policy import ChangeLimits
 

@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from collectors.kubernetes.parse import pod_resources
-from recommender.controller.changes import GPU, GPU_SHARED
+from recommender.mechanisms.base import GPU, GPU_SHARED
 
 BLOCKING = ("NoSchedule", "NoExecute")
 DONE = ("Succeeded", "Failed")

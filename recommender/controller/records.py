@@ -18,10 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from recommender.controller.changes import Change, ChangeSet, ObjectRef, _esc
+from recommender.controller.changeset import Change, ChangeSet, ObjectRef
 from recommender.controller.guardrails import Health
 from recommender.controller.kube import Kube, KubeFailure
 from recommender.controller.managed import unmanaged
+from recommender.controller.patch import esc
 from recommender.controller.signing import Signer, subject_of
 from recommender.core.annotations import LAST_CHANGE, RECOMMENDATION_ANNOTATION, SIGNATURE
 
@@ -151,7 +152,7 @@ def annotation_ops(obj: dict[str, Any], values: Mapping[str, str]) -> list[dict[
     """JSON-patch ops that set annotations (``add`` replaces an existing key)."""
     if (obj.get("metadata") or {}).get("annotations") is None:
         return [{"op": "add", "path": "/metadata/annotations", "value": dict(values)}]
-    return [{"op": "add", "path": f"/metadata/annotations/{_esc(key)}", "value": value}
+    return [{"op": "add", "path": f"/metadata/annotations/{esc(key)}", "value": value}
             for key, value in values.items()]
 
 

@@ -11,9 +11,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from recommender.controller import records as rec
-from recommender.controller.changes import REPLICAS, ChangeSet, ObjectRef, inverse, without_replicas
+from recommender.controller.changeset import REPLICAS, ChangeSet, ObjectRef, without_replicas
 from recommender.controller.kube import Conflict, Kube, KubeFailure
 from recommender.controller.outcome import Outcome
+from recommender.controller.patch import inverse
 from recommender.core.autoscalers import describe, targets
 
 if TYPE_CHECKING:

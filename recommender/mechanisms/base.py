@@ -1,11 +1,12 @@
 """The protocol every GPU sharing mechanism implements, and the typed values it hands over.
 
-A mechanism (whole GPUs, MIG, MPS, HAMi, KAI, time-slicing; DRA or Volcano vGPU next) knows five things
-about its share of a GPU: how to size a need (memory MiB, compute as a share of one GPU's SMs) on a GPU
-model into a share or a reason it does not fit; how many GPU-equivalents a share holds; how a person
-applies it; the pod edits that apply it; and how to read it back from a pod. Policies size, collectors
-read back, the controller applies and the outputs describe, all through :data:`recommender.mechanisms.MECHANISMS`,
-so adding a mechanism is one module here plus its registration.
+A mechanism (whole GPUs, MIG, MPS, HAMi, KAI, time-slicing; DRA or Volcano vGPU next) knows about its
+share of a GPU: how to size a need (memory MiB, compute as a share of one GPU's SMs) on a GPU model into a
+share or a reason it does not fit; how many GPU-equivalents and how much of the SMs a share holds; how a
+person applies it; the pod edits that apply it, and those that leave it for whole GPUs; and how to read it
+back from a pod. Policies size, collectors read back, the controller applies and the outputs describe, all
+through :data:`recommender.mechanisms.MECHANISMS`, so adding a mechanism is one module here plus its
+registration.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from recommender.core.inventory import Allocation, Share, Sharing
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"  # time-slicing or MPS with renameByDefault (reference.md §3)
 MIG_PREFIX = "nvidia.com/mig-"
+# engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE) is per device: shared, it counts the other tenants' work too
+PER_DEVICE_ACTIVITY = "engine activity is per device under GPU sharing: it includes the other tenants"
 
 
 @dataclass(frozen=True)
@@ -53,22 +56,36 @@ class NoFit:
 class PodEdits:
     """What applying a share writes on the pod template: resources set on the GPU container's limits (and
     its requests where they hold a GPU resource) and those ``drop_resources`` names removed (a trailing ``*``
-    names a prefix); literal env values set and removed; pod-template annotations set and removed."""
+    names a prefix); literal env values set and removed; keys set in the pod's node selector; pod-template
+    annotations set and removed. ``share_container``: the pod annotation naming the container that holds a
+    share no GPU resource shows (KAI's; absent, the first), where no container requests a GPU."""
 
     resources: tuple[tuple[str, str], ...] = ()
     drop_resources: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     drop_env: tuple[str, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     drop_annotations: tuple[str, ...] = ()
+    share_container: str | None = None
 
     def drops(self, resource: str) -> bool:
         """Whether ``resource`` is one ``drop_resources`` removes."""
         return any(resource.startswith(d[:-1]) if d.endswith("*") else resource == d for d in self.drop_resources)
 
     @property
+    def on_container(self) -> bool:
+        """Whether any of it is written on the GPU container (resources or env)."""
+        return bool(self.resources or self.env or self.drop_env)
+
+    @property
     def empty(self) -> bool:
         return not (self.resources or self.env or self.annotations or self.drop_env or self.drop_annotations)
+
+
+def whole_gpus(gpus: int) -> PodEdits:
+    """``gpus`` whole ``nvidia.com/gpu`` devices in place of any shared GPU or MIG slice."""
+    return PodEdits(resources=((GPU, str(gpus)),), drop_resources=(GPU_SHARED, MIG_PREFIX + "*"))
 
 
 @dataclass(frozen=True)
@@ -97,11 +114,13 @@ class ReadBack:
 class Mechanism(Protocol):
     """One way of handing out a GPU. ``name`` is the settings' name (``mechanisms.allowed``); ``sharing``
     the tag on allocations; ``read_rank`` orders read-back (lower first: a pod with a MIG slice and an MPS
-    env is a MIG pod)."""
+    env is a MIG pod); ``node_wide``: the node's device plugin shares every GPU of the node this way, so whole
+    GPUs are only found on other nodes (``mechanisms.exclusive_node_selector``)."""
 
     name: str
     sharing: Sharing
     read_rank: int
+    node_wide: bool
     share_type: type[Share] | None  # its share's parameters; None: the allocation's device count says it all
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
@@ -121,12 +140,30 @@ class Mechanism(Protocol):
         """A replica's share in the fewest words, for tables ("mig 3g.40gb", "mps 50%")."""
         ...
 
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        """Share of one whole GPU's SMs a replica's device or slice gives it (0-1], with a caveat where guessed
+        or where engine activity counts other tenants too."""
+        ...
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """Whole GPUs' worth of compute one replica can use; None where that is unknown."""
+        ...
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         """What to write where, in the mechanism's own terms (the report's ``how_to_apply``)."""
         ...
 
     def pod_edits(self, alloc: Allocation) -> PodEdits:
         """The pod-template edits that give a replica ``alloc``'s share."""
+        ...
+
+    def not_applied(self, alloc: Allocation) -> str | None:
+        """Why the controller does not write ``alloc``'s share on a pod (set elsewhere, or not sized), in words
+        beginning with the mechanism's name; None where :meth:`pod_edits` says it all."""
+        ...
+
+    def leave(self, gpus: int) -> PodEdits:
+        """The pod-template edits that move a replica off this mechanism onto ``gpus`` whole GPUs."""
         ...
 
     def read(self, pod: PodView) -> ReadBack | None:
@@ -143,16 +180,32 @@ class Mechanism(Protocol):
 
 
 class Base:
-    """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size."""
+    """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size; the SMs of its
+    devices, each of them."""
 
     share_type: type[Share] | None = None
     name: str
+    node_wide = False
 
     def label(self, alloc: Allocation) -> str:
         return self.name
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return None
+
+    def not_applied(self, alloc: Allocation) -> str | None:
+        return None
+
+    def leave(self, gpus: int) -> PodEdits:
+        """Whole GPUs in place of whatever GPU resource the container asks for."""
+        return whole_gpus(gpus)
+
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        return 1.0, None
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """The SM share of each device times the devices."""
+        return self.sm_share(alloc, gpu)[0] * max(alloc.gpus, 1)
 
     def finish(self, read: ReadBack, device_memory_mib: float | None, notes: list[str]) -> ReadBack:
         return read

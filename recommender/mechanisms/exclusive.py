@@ -10,7 +10,7 @@ from typing import Any
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Sharing
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import GPU, GPU_SHARED, MIG_PREFIX, Base, Need, PodEdits, PodView, ReadBack, Sized
+from recommender.mechanisms.base import GPU, Base, Need, PodEdits, PodView, ReadBack, Sized, whole_gpus
 
 
 class Exclusive(Base):
@@ -27,11 +27,14 @@ class Exclusive(Base):
         model = alloc.gpu_model or (f"unknown GPU ({alloc.gpu_product})" if alloc.gpu_product else "unknown GPU")
         return f"{alloc.gpus}× {model}"
 
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        return float(alloc.gpus) if alloc.gpus > 0 else None
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": {GPU: str(alloc.gpus)}}
 
     def pod_edits(self, alloc: Allocation) -> PodEdits:
-        return PodEdits(resources=((GPU, str(max(1, alloc.gpus))),), drop_resources=(GPU_SHARED, MIG_PREFIX + "*"))
+        return whole_gpus(max(1, alloc.gpus))
 
     def read(self, pod: PodView) -> ReadBack | None:
         return ReadBack(None, pod.gpus) if pod.gpus else None

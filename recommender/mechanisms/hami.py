@@ -76,6 +76,10 @@ class Hami(Base):
         cores = f" {alloc.hami_gpucores_pct:g}%" if alloc.hami_gpucores_pct is not None else ""
         return f"hami{mem}{cores}"
 
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        """The gpucores cap; without one, the whole device."""
+        return (alloc.hami_gpucores_pct / 100, None) if alloc.hami_gpucores_pct else (1.0, None)
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": hami_resources(alloc)}
 
@@ -83,6 +87,16 @@ class Hami(Base):
         if alloc.hami_gpumem_mib is None and alloc.hami_gpucores_pct is None:
             return PodEdits()
         values = hami_resources(alloc)
+        return PodEdits(resources=tuple(sorted(values.items())), drop_resources=hami_drops(values))
+
+    def not_applied(self, alloc: Allocation) -> str | None:
+        if alloc.hami_gpumem_mib is None and alloc.hami_gpucores_pct is None:
+            return "hami: the recommendation sizes neither gpumem nor gpucores"
+        return None
+
+    def leave(self, gpus: int) -> PodEdits:
+        """HAMi's own whole GPUs (:func:`hami_whole_resources`): the workload stays with HAMi's scheduler."""
+        values = hami_whole_resources(gpus)
         return PodEdits(resources=tuple(sorted(values.items())), drop_resources=hami_drops(values))
 
     def read(self, pod: PodView) -> ReadBack | None:

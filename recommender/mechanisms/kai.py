@@ -11,7 +11,18 @@ from typing import Any, ClassVar
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized, number
+from recommender.mechanisms.base import (
+    PER_DEVICE_ACTIVITY,
+    Base,
+    Need,
+    NoFit,
+    PodEdits,
+    PodView,
+    ReadBack,
+    Sized,
+    number,
+    whole_gpus,
+)
 from recommender.mechanisms.sizing import size_share
 
 KAI_FRACTION, KAI_MEMORY = "gpu-fraction", "gpu-memory"  # alternatives, one at a time
@@ -53,12 +64,27 @@ class Kai(Base):
         frac = f" {alloc.kai_gpu_fraction:g}" if alloc.kai_gpu_fraction is not None else ""
         return f"kai{frac} gpu"
 
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        return 1.0, PER_DEVICE_ACTIVITY
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """Its time share: KAI's fraction, which caps no SMs."""
+        return alloc.gpu_equivalents or None
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"annotations": kai_annotations(alloc)}
 
     def pod_edits(self, alloc: Allocation) -> PodEdits:
         values = kai_annotations(alloc)
         return PodEdits(annotations=tuple(sorted(values.items())), drop_annotations=(KAI_MEMORY,) if values else ())
+
+    def not_applied(self, alloc: Allocation) -> str | None:
+        return "kai: the recommendation has no gpu-fraction" if alloc.kai_gpu_fraction is None else None
+
+    def leave(self, gpus: int) -> PodEdits:
+        """Whole GPUs on the container the share belongs to, KAI's share annotations gone."""
+        return replace(whole_gpus(gpus), drop_annotations=(KAI_FRACTION, KAI_MEMORY, KAI_DEVICES),
+                       share_container=KAI_CONTAINER)
 
     def read(self, pod: PodView) -> ReadBack | None:
         """(gpu-fraction, devices) now, gpu-memory MiB pending the device memory; None when neither is asked."""

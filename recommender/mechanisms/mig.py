@@ -80,6 +80,18 @@ class Mig(Base):
         count = f"{alloc.mig_count}× " if alloc.mig_count > 1 else ""
         return f"{count}mig {alloc.mig_profile or '?'}"
 
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        """The slice's SM slices of the GPU's; guessed from the GPU-equivalents for a profile the catalogue lacks."""
+        profile = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
+        if gpu and profile:
+            return profile.shape.sm_slices / gpu.sm_slices, None
+        return alloc.gpu_equivalents / max(alloc.mig_count, 1), "SM share of the MIG slice guessed"
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """Its slices' SM share; None for a guessed one (no figure)."""
+        share, caveat = self.sm_share(alloc, gpu)
+        return None if caveat else share * max(alloc.mig_count, 1)
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         if not alloc.mig_profile:
             return {}

@@ -7,13 +7,24 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized, number
+from recommender.mechanisms.base import (
+    PER_DEVICE_ACTIVITY,
+    Base,
+    Need,
+    NoFit,
+    PodEdits,
+    PodView,
+    ReadBack,
+    Sized,
+    number,
+    whole_gpus,
+)
 from recommender.mechanisms.sizing import size_share
 
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # reference.md §4, per client
@@ -97,6 +108,7 @@ def read_env(containers: Any, notes: list[str]) -> MpsShare | None:
 
 class Mps(Base):
     name, sharing, read_rank = "mps", Sharing.MPS, 40
+    node_wide = True
     share_type: type[Share] | None = MpsShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
@@ -118,6 +130,12 @@ class Mps(Base):
         pct = f" {alloc.mps_active_thread_pct:g}%" if alloc.mps_active_thread_pct is not None else ""
         return f"mps{pct}"
 
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        """The active-thread cap; without one, the whole device shared with the other clients."""
+        if alloc.mps_active_thread_pct:
+            return alloc.mps_active_thread_pct / 100, None
+        return 1.0, PER_DEVICE_ACTIVITY
+
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         """Three ways, because clusters hand out MPS three ways: the client environment, the device plugin's
         equal split (replicas per GPU) and the DRA driver's ``GpuConfig``."""
@@ -128,7 +146,13 @@ class Mps(Base):
         env = mps_env(alloc)
         if alloc.mps_active_thread_pct:  # the controller writes a whole percentage
             env[MPS_THREADS_ENV] = str(round(alloc.mps_active_thread_pct))
+        else:  # 0 caps nothing: not written
+            env.pop(MPS_THREADS_ENV, None)
         return PodEdits(env=tuple(env.items()))
+
+    def leave(self, gpus: int) -> PodEdits:
+        """Whole GPUs, the client's limits gone from its env."""
+        return replace(whole_gpus(gpus), drop_env=(MPS_THREADS_ENV, MPS_MEM_ENV))
 
     def read(self, pod: PodView) -> ReadBack | None:
         share = read_env(pod.containers, pod.notes)

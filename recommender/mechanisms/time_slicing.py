@@ -5,13 +5,28 @@ change it); read back from ``nvidia.com/gpu.shared`` (renameByDefault) or a node
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Sharing
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import GPU, GPU_SHARED, Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized, count
+from recommender.mechanisms.base import (
+    GPU,
+    GPU_SHARED,
+    PER_DEVICE_ACTIVITY,
+    Base,
+    Need,
+    NoFit,
+    PodEdits,
+    PodView,
+    ReadBack,
+    Sized,
+    count,
+    whole_gpus,
+)
+from recommender.mechanisms.mps import MPS_MEM_ENV, MPS_THREADS_ENV
 
 NOT_APPLIED = ("time-slicing: set in the node's device-plugin config, which the controller does not change: "
                "recommended only")
@@ -29,7 +44,14 @@ def time_slices(compute_frac: float, memory_mib: float, device_memory_mib: float
 
 class TimeSlicing(Base):
     name, sharing, read_rank = "time-slicing", Sharing.TIME_SLICING, 80
-    not_applied = NOT_APPLIED
+    node_wide = True
+
+    def not_applied(self, alloc: Allocation) -> str | None:
+        return NOT_APPLIED
+
+    def leave(self, gpus: int) -> PodEdits:
+        """Whole GPUs; MPS client limits left in the env (from an MPS share before) go too."""
+        return replace(whole_gpus(gpus), drop_env=(MPS_THREADS_ENV, MPS_MEM_ENV))
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         n = time_slices(need.compute_frac, need.memory_mib, gpu.memory_mib)
@@ -46,6 +68,13 @@ class TimeSlicing(Base):
     def label(self, alloc: Allocation) -> str:
         frac = Fraction(alloc.gpu_equivalents).limit_denominator(64)  # 0.25 → 1/4
         return f"ts {frac.numerator}/{frac.denominator}" if frac else "ts 0"
+
+    def sm_share(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None]:
+        return 1.0, PER_DEVICE_ACTIVITY
+
+    def compute_held(self, alloc: Allocation, gpu: GpuModel | None) -> float | None:
+        """Its time share: the GPU-equivalents measured (pods per device)."""
+        return alloc.gpu_equivalents or None
 
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": {GPU: "1"}, "device_plugin_time_slicing_replicas":

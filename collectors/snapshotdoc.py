@@ -1,0 +1,101 @@
+"""snapshot.json's document (format 1): the flat mapping of the typed snapshot model to and from JSON.
+
+The core model carries one tagged share per allocation (:class:`~recommender.core.inventory.Share`); the file
+keeps the flat per-mechanism fields it has always had, in the same order, so files written before and after
+the mechanisms became plugins are the same byte for byte. Workloads validate straight into the core
+dataclasses through pydantic, with the same field names and error locations as the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict
+
+from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload
+from recommender.mechanisms import for_sharing
+
+
+@dataclass(frozen=True)
+class AllocationDoc:
+    """An allocation as snapshot.json writes it: the share's parameters as flat fields (format 1), in this
+    order; :func:`to_allocation` and :func:`from_allocation` map them to and from the tagged share."""
+
+    sharing: Sharing
+    gpus: int = 0
+    mig_profile: str | None = None
+    mig_count: int = 0
+    gpu_equivalents: float = 0.0
+    gpu_model: str | None = None
+    gpu_product: str | None = None
+    device_memory_mib: float | None = None
+    mps_active_thread_pct: float | None = None
+    mps_pinned_mem_mib: float | None = None
+    hami_gpumem_mib: float | None = None
+    hami_gpucores_pct: float | None = None
+    kai_gpu_fraction: float | None = None
+    vllm: VllmArgs | None = None
+    replicas: int = 1
+
+
+SHARE_FIELDS = ("mig_profile", "mig_count", "mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib",
+                "hami_gpucores_pct", "kai_gpu_fraction")
+# Workload with its allocation in the flat form: the same fields, names and error locations
+WorkloadDoc = make_dataclass("Workload", [
+    (f.name, AllocationDoc if f.name == "allocation" else get_type_hints(Workload)[f.name],
+     field(default=f.default, default_factory=f.default_factory)) for f in fields(Workload)], frozen=True)
+
+
+def to_allocation(doc: AllocationDoc) -> Allocation:
+    """The flat fields back into one tagged share, of the type the allocation's mechanism registers."""
+    values = {f.name: getattr(doc, f.name) for f in fields(doc)}
+    mechanism = for_sharing(doc.sharing)
+    kind = mechanism.share_type if mechanism is not None else None
+    share = kind.from_flat(values) if kind is not None else None
+    return Allocation(**{k: v for k, v in values.items() if k not in SHARE_FIELDS}, share=share)
+
+
+def from_allocation(alloc: Allocation) -> AllocationDoc:
+    """The tagged share spread over the flat fields (those of other mechanisms at their defaults)."""
+    values = {f.name: getattr(alloc, f.name) for f in fields(alloc) if f.name != "share"}
+    return AllocationDoc(**values, **{k: getattr(alloc, k) for k in SHARE_FIELDS})
+
+
+def workload_doc(w: Workload) -> Any:
+    values = {f.name: getattr(w, f.name) for f in fields(w)}
+    return WorkloadDoc(**values | {"allocation": from_allocation(w.allocation)})
+
+
+def workload_from_doc(doc: Any) -> Workload:
+    values = {f.name: getattr(doc, f.name) for f in fields(Workload)}
+    return Workload(**values | {"allocation": to_allocation(doc.allocation)})
+
+
+class SnapshotDoc(BaseModel):
+    """Boundary schema of snapshot.json; workloads validate straight into the core dataclasses."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int
+    start: str  # ISO-8601, parsed by datetime.fromisoformat so naive/aware times come back as written
+    end: str
+    step_s: float
+    source: str = "file"
+    warnings: tuple[str, ...] = ()
+    workloads: tuple[WorkloadDoc, ...] = ()  # type: ignore[valid-type]
+    nodes: tuple[GpuNode, ...] = ()
+
+
+# workload fields added after format 1 was written: left out when absent
+OPTIONAL_KEYS = ("autoscaler", "device_shared_with")
+
+
+def without_absent(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document less the newer workload fields that are None, so a snapshot written without them reads
+    (and writes) byte for byte as before; reading fills in their defaults."""
+    for w in doc.get("workloads") or []:
+        for key in OPTIONAL_KEYS:
+            if w.get(key) is None:
+                w.pop(key, None)
+    return doc
