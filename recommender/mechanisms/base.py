@@ -97,12 +97,16 @@ class ReadBack:
 class Mechanism(Protocol):
     """One way of handing out a GPU. ``name`` is the settings' name (``mechanisms.allowed``); ``sharing``
     the tag on allocations; ``read_rank`` orders read-back (lower first: a pod with a MIG slice and an MPS
-    env is a MIG pod)."""
+    env is a MIG pod). ``isolates_memory``: a client cannot reach past its share of device memory, whatever it
+    does in its own container; ``isolates_faults``: one client's fault leaves the GPU's other clients running.
+    Only a mechanism with both (:func:`isolates`) may put two tenants on one GPU (``mechanisms.tenancy``)."""
 
     name: str
     sharing: Sharing
     read_rank: int
     share_type: type[Share] | None  # its share's parameters; None: the allocation's device count says it all
+    isolates_memory: bool
+    isolates_faults: bool
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         """The smallest share of ``gpu`` that holds ``need``, or why there is none."""
@@ -139,9 +143,12 @@ class Mechanism(Protocol):
 
 
 class Base:
-    """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size."""
+    """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size; isolates nothing
+    (the safe default: its clients are packed with their own tenant only)."""
 
     share_type: type[Share] | None = None
+    isolates_memory: bool = False
+    isolates_faults: bool = False
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return None
@@ -152,6 +159,12 @@ class Base:
     def unresolved(self, read: ReadBack) -> str | None:
         """What stays unknown of ``read`` without a node's device memory, in words; None: nothing."""
         return None
+
+
+def isolates(mechanism: Mechanism) -> bool:
+    """Whether clients of different tenants may share one GPU through ``mechanism``: memory and faults both
+    isolated (whole GPUs, MIG slices)."""
+    return bool(mechanism.isolates_memory and mechanism.isolates_faults)
 
 
 def count(n: float, name: str, notes: list[str]) -> int:
