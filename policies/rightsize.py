@@ -22,6 +22,7 @@ from policies.risk import assess_risk
 from policies.shares import size_share, time_slices
 from policies.vllmargs import vllm_args
 from recommender.analysis.features import WorkloadFeatures
+from recommender.analysis.tenancy import tenant_of
 from recommender.core.catalogue import Catalogue, GpuModel, MigProfile
 from recommender.core.inventory import Allocation, Sharing, Workload
 from recommender.core.plan import Bound, Classification, Forecast, Recommendation, WorkloadClass, WorkloadConstraints
@@ -132,7 +133,7 @@ def _fraction(ctx: Context, mech: str, gpu: GpuModel, mem: Bound, comp: Bound | 
                         **common)  # type: ignore[arg-type]
         how = "DRA GpuConfig" if backend == "dra" else "CUDA MPS"
         why = (f"{how} share: {share.thread_pct}% of the SMs and {share.memory_mib:,} MiB pinned; share the GPU "
-               f"only with MPS clients of namespace {ctx.workload.ref.namespace} (an MPS client fault takes down "
+               f"only with MPS clients of {tenant_of(ctx.workload, ms.tenancy).why} (an MPS client fault takes down "
                "every client on that GPU)")
     elif mech == "hami":
         alloc = replace(base, sharing=Sharing.HAMI, share=HamiShare(float(share.memory_mib), float(share.thread_pct)),

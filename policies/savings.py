@@ -7,13 +7,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from policies.fractions import Share, pack_fractions
 from policies.packing import pack_optimal
+from policies.tenancy import fraction, packed_fraction_gpus, share_groups
 from recommender.core.catalogue import Catalogue, MigProfile
-from recommender.core.inventory import Allocation, Sharing
+from recommender.core.inventory import Sharing
 from recommender.core.plan import Recommendation, Summary
 from recommender.core.settings import PriceSettings
-from recommender.mechanisms import for_sharing
+from recommender.core.settings_tenancy import TenancySettings
 
 
 def with_money(rec: Recommendation, prices: PriceSettings) -> Recommendation:
@@ -25,36 +25,25 @@ def with_money(rec: Recommendation, prices: PriceSettings) -> Recommendation:
     return replace(rec, monthly_savings_usd=round(saved * price * prices.hours_per_month, 2))
 
 
-def _share(alloc: Allocation) -> tuple[float, float] | None:
-    """(compute, memory MiB) of one fractional replica, None when it is not a fraction (its mechanism says)."""
-    mechanism = for_sharing(alloc.sharing)
-    return mechanism.fraction(alloc) if mechanism is not None else None
-
-
-def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue) -> int:
+def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue, tenancy: TenancySettings | None = None) -> int:
     """Whole GPUs the recommended fleet needs: MIG slices packed into valid layouts (exact MILP, fewest
-    GPUs), fractional shares packed per GPU model and namespace (MPS is one trust boundary), the rest whole.
+    GPUs), fractional shares packed per GPU model and tenant (``mechanisms.tenancy``: by default a namespace;
+    MPS, time-slicing, HAMi and KAI isolate neither memory nor faults), the rest whole.
 
     Workloads without a recommendation keep what they hold (rounded up to whole GPUs per model).
     """
     slices: dict[str, list[MigProfile]] = defaultdict(list)
-    shares: dict[tuple[str, str], list[Share]] = defaultdict(list)
     whole = 0.0
     for r in recs:
         alloc = r.recommended or r.workload.allocation
         gpu = catalogue.get(alloc.gpu_model)
         prof = gpu.profile(alloc.mig_profile) if gpu and alloc.mig_profile else None
-        share = _share(alloc)
         if alloc.sharing is Sharing.MIG and gpu is not None and prof is not None:
             slices[gpu.key].extend([prof] * (alloc.mig_count * alloc.replicas))
-        elif share is not None and gpu is not None and r.recommended is not None:
-            key = (gpu.key, r.ref.namespace)
-            shares[key].extend(Share(f"{r.ref.key}#{i}", share[0], share[1]) for i in range(alloc.replicas))
-        else:
+        elif fraction(r, catalogue) is None:
             whole += alloc.total_gpu_equivalents
     packed = sum(len(pack_optimal(catalogue.gpus[k], profs)) for k, profs in slices.items())
-    packed += sum(pack_fractions(group, catalogue.gpus[model].memory_mib).n_gpus
-                  for (model, _), group in shares.items())
+    packed += packed_fraction_gpus(share_groups(recs, catalogue, tenancy or TenancySettings()), catalogue)
     return packed + math.ceil(whole - 1e-9)
 
 
@@ -67,7 +56,8 @@ def autoscaled_gpus(rec: Recommendation) -> float | None:
     return rec.gpus_held / max(1, rec.workload.allocation.replicas) * mean
 
 
-def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalogue) -> Summary:
+def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalogue,
+              tenancy: TenancySettings | None = None) -> Summary:
     hours = window_s / 3600.0
     held = sum(r.gpus_held for r in recs)
     needed = sum(r.gpus_needed for r in recs)
@@ -81,7 +71,7 @@ def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalo
         with_recommendation=sum(1 for r in recs if r.recommended is not None),
         gpus_held=round(held, 3),
         gpus_needed=round(needed, 3),
-        gpus_needed_packed=packed_gpus(recs, catalogue),
+        gpus_needed_packed=packed_gpus(recs, catalogue, tenancy),
         monthly_savings_usd=round(sum(r.monthly_savings_usd or 0.0 for r in recs), 2),
         gpu_hours_held=round(held * hours, 1),
         gpu_hours_needed=round(needed * hours, 1),

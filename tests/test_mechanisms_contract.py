@@ -99,3 +99,8 @@ def test_label_names_the_share_in_a_few_words(mechanism: Mechanism) -> None:
         other = Allocation(mechanism.sharing, gpus=bigger.gpus, share=bigger.share,
                            gpu_equivalents=bigger.gpu_equivalents, gpu_model=GPU.key)
         assert mechanism.label(other) != label
+
+
+def test_every_mechanism_says_whether_it_isolates_memory_and_faults(mechanism: Mechanism) -> None:
+    """Tenancy packs a mechanism's clients across tenants only when it isolates both (mechanisms.tenancy)."""
+    assert isinstance(mechanism.isolates_memory, bool) and isinstance(mechanism.isolates_faults, bool)

@@ -23,3 +23,10 @@ STATE_ANNOTATION = "rightsizer.io/mig-change"
 # the GPU Operator's MIG manager
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+# vCluster's syncer, on the host-side copies of a tenant cluster's pods (vcluster.com docs, "Sync to host from
+# virtual": single-namespace mode adds release, vcluster.loft.sh/namespace, vcluster.loft.sh/managed-by and
+# vcluster.loft.sh/controlled-by; multi-namespace mode only the vcluster.loft.sh/* ones). Defaults of
+# recommender.core.settings_tenancy.VClusterSettings, which a cluster may override.
+VCLUSTER_MANAGED_BY_LABEL = "vcluster.loft.sh/managed-by"  # the vCluster's name
+VCLUSTER_NAMESPACE_LABEL = "vcluster.loft.sh/namespace"  # the pod's namespace inside the vCluster

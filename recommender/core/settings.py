@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.settings_sources import KubernetesSettings, PrometheusSettings
+from recommender.core.settings_tenancy import TenancySettings
 
 DAY_S = 86_400.0
 MECHANISMS = ("mig", "mps", "time-slicing", "exclusive", "hami", "kai")
@@ -107,6 +108,10 @@ class MechanismSettings(BaseModel):
         "nvidia.com/gpu.sharing-strategy, reference.md §3): Auto moves a workload off MPS or time-slicing to whole "
         "GPUs by adding them to its node selector, once a node with them has the GPUs free. Empty: such moves "
         "are recommended, never applied.",
+    )
+    tenancy: TenancySettings = Field(
+        default_factory=TenancySettings, description="Which workloads may share one GPU through a mechanism that "
+        "isolates neither memory nor faults (MPS, time-slicing, HAMi, KAI): by default, those of one namespace."
     )
 
     @field_validator("allowed")

@@ -115,13 +115,18 @@ class Mechanism(Protocol):
     """One way of handing out a GPU. ``name`` is the settings' name (``mechanisms.allowed``); ``sharing``
     the tag on allocations; ``read_rank`` orders read-back (lower first: a pod with a MIG slice and an MPS
     env is a MIG pod); ``node_wide``: the node's device plugin shares every GPU of the node this way, so whole
-    GPUs are only found on other nodes (``mechanisms.exclusive_node_selector``)."""
+    GPUs are only found on other nodes (``mechanisms.exclusive_node_selector``). ``isolates_memory``: a client
+    cannot reach past its share of device memory, whatever it does in its own container; ``isolates_faults``:
+    one client's fault leaves the GPU's other clients running.
+    Only a mechanism with both (:func:`isolates`) may put two tenants on one GPU (``mechanisms.tenancy``)."""
 
     name: str
     sharing: Sharing
     read_rank: int
     node_wide: bool
     share_type: type[Share] | None  # its share's parameters; None: the allocation's device count says it all
+    isolates_memory: bool
+    isolates_faults: bool
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         """The smallest share of ``gpu`` that holds ``need``, or why there is none."""
@@ -181,11 +186,14 @@ class Mechanism(Protocol):
 
 class Base:
     """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size; the SMs of its
-    devices, each of them."""
+    devices, each of them; isolates nothing (the safe default: its clients are packed with their own tenant
+    only)."""
 
     share_type: type[Share] | None = None
     name: str
     node_wide = False
+    isolates_memory: bool = False
+    isolates_faults: bool = False
 
     def label(self, alloc: Allocation) -> str:
         return self.name
@@ -213,6 +221,12 @@ class Base:
     def unresolved(self, read: ReadBack) -> str | None:
         """What stays unknown of ``read`` without a node's device memory, in words; None: nothing."""
         return None
+
+
+def isolates(mechanism: Mechanism) -> bool:
+    """Whether clients of different tenants may share one GPU through ``mechanism``: memory and faults both
+    isolated (whole GPUs, MIG slices)."""
+    return bool(mechanism.isolates_memory and mechanism.isolates_faults)
 
 
 def count(n: float, name: str, notes: list[str]) -> int:

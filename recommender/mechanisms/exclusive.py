@@ -15,6 +15,7 @@ from recommender.mechanisms.base import GPU, Base, Need, PodEdits, PodView, Read
 
 class Exclusive(Base):
     name, sharing, read_rank = "exclusive", Sharing.EXCLUSIVE, 90
+    isolates_memory = isolates_faults = True  # a device of its own
 
     def size(self, need: Need, gpu: GpuModel) -> Sized:
         gpus = max(1, math.ceil(need.memory_mib / gpu.memory_mib - 1e-9), math.ceil(need.compute_frac - 1e-9))

@@ -54,6 +54,9 @@ def hami_drops(values: Mapping[str, str]) -> tuple[str, ...]:
 
 class Hami(Base):
     name, sharing, read_rank = "hami", Sharing.HAMI, 30
+    # HAMi-core enforces the limits inside the client's own container (reference.md §6): a client that controls its
+    # container can lift them [INF], and a fault is the GPU's
+    isolates_memory = isolates_faults = False
     share_type: type[Share] | None = HamiShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:

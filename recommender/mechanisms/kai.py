@@ -45,6 +45,7 @@ def kai_annotations(alloc: Allocation) -> dict[str, str]:
 
 class Kai(Base):
     name, sharing, read_rank = "kai", Sharing.KAI, 20
+    isolates_memory = isolates_faults = False  # KAI enforces no memory limit (reference.md §7)
     share_type: type[Share] | None = KaiShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:

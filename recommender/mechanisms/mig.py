@@ -56,6 +56,7 @@ def resource(profile: str) -> str:
 
 class Mig(Base):
     name, sharing, read_rank = "mig", Sharing.MIG, 10
+    isolates_memory = isolates_faults = True  # a GPU instance: its own memory slices and SMs (reference.md §1.1)
     share_type: type[Share] | None = MigShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:

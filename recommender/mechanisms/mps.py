@@ -109,6 +109,8 @@ def read_env(containers: Any, notes: list[str]) -> MpsShare | None:
 class Mps(Base):
     name, sharing, read_rank = "mps", Sharing.MPS, 40
     node_wide = True
+    # the pinned memory limit is the client's own env; one client's fault takes every client down (reference.md §4)
+    isolates_memory = isolates_faults = False
     share_type: type[Share] | None = MpsShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:

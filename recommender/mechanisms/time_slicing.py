@@ -44,6 +44,7 @@ def time_slices(compute_frac: float, memory_mib: float, device_memory_mib: float
 
 class TimeSlicing(Base):
     name, sharing, read_rank = "time-slicing", Sharing.TIME_SLICING, 80
+    isolates_memory = isolates_faults = False  # no memory or fault isolation (reference.md §3)
     node_wide = True
 
     def not_applied(self, alloc: Allocation) -> str | None:

@@ -19,6 +19,7 @@ from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
 from policies.rightscale import shape_scale
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
+from policies.tenancy import tenancy_cost, with_tenancy_reasons
 from recommender.analysis.classify import classify, load_class_model, overridden
 from recommender.analysis.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.analysis.features import WorkloadFeatures, workload_features
@@ -88,12 +89,16 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
-        summary = summarize(recs, (snapshot.end - snapshot.start).total_seconds(), catalogue)
+        tenancy = tenancy_cost(recs, catalogue, settings.mechanisms.tenancy)
+        recs = with_tenancy_reasons(recs, tenancy)
+        summary = summarize(recs, (snapshot.end - snapshot.start).total_seconds(), catalogue,
+                            settings.mechanisms.tenancy)
     with _timed(timings, "mig_nodes"):
         nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
     prometheus, auth_why = trigger_prometheus(settings.scaling.keda_prometheus_url, settings.prometheus)
     plan = Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
-                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings, *auth_why), timings, snapshot.source,
+                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings, *auth_why,
+                 *((tenancy.warning,) if tenancy.warning else ())), timings, snapshot.source,
                 nodes.nodes, nodes.mig_parted_config, prometheus)
     with _timed(timings, "advice"):
         return with_advice(plan, given, catalogue)
