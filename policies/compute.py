@@ -31,6 +31,14 @@ def sm_share_held(alloc: Allocation, catalogue: Catalogue) -> tuple[float, str |
             if gpu and prof:
                 return prof.shape.sm_slices / gpu.sm_slices, None
             return alloc.gpu_equivalents / max(alloc.mig_count, 1), "SM share of the MIG slice guessed"
+        case Sharing.DRA if alloc.mig_profile:
+            prof = gpu.profile(alloc.mig_profile) if gpu else None
+            return (prof.shape.sm_slices / gpu.sm_slices, None) if gpu and prof else (
+                alloc.gpu_equivalents, "SM share of the MIG device guessed")
+        case Sharing.DRA if alloc.dra_shared_claim and alloc.dra_sharing == "MPS" and alloc.mps_active_thread_pct:
+            return alloc.mps_active_thread_pct / 100, None
+        case Sharing.DRA if alloc.dra_shared_claim:
+            return 1.0, "engine activity is per device under GPU sharing: it includes the other tenants"
         case Sharing.MPS if alloc.mps_active_thread_pct:
             return alloc.mps_active_thread_pct / 100, None
         case Sharing.HAMI if alloc.hami_gpucores_pct:

@@ -93,6 +93,11 @@ def _mechanism(a: Allocation) -> str:
         case Sharing.KAI:
             frac = f" {a.kai_gpu_fraction:g}" if a.kai_gpu_fraction is not None else ""
             return f"kai{frac} gpu"
+        case Sharing.DRA:
+            devices = f"mig {a.mig_profile}" if a.mig_profile else f"{max(a.gpus, 1)}× {model}"
+            pct = f" {a.mps_active_thread_pct:g}%" if a.mps_active_thread_pct is not None else ""
+            shared = {"MPS": f", mps{pct}", "TimeSlicing": ", time-sliced"}.get(a.dra_sharing or "", "")
+            return f"dra {a.dra_device_class or 'unknown class'}: {devices}{shared}"
     return "no GPU"
 
 
