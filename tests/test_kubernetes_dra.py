@@ -230,3 +230,10 @@ def test_denied_claims_are_said_once_and_write_nothing() -> None:
         found = discover_workloads(kube.settings([NS]), NullProgress())
         assert all(r.startswith("GET ") for r in kube.requests())
     assert found == ()  # claims unreadable: whether its claims hold a GPU is unknown
+
+
+def test_a_dra_share_read_from_the_flat_fields_a_snapshot_file_keeps_is_usable() -> None:
+    """snapshot.json keeps mig_profile and mps_* only: the profile survives, count 1, class unknown."""
+    back = DraShare.from_flat({"mig_profile": "1g.10gb", "mps_active_thread_pct": None})
+    assert back == DraShare(None, 1, "1g.10gb")
+    assert DraShare.from_flat({}) is None

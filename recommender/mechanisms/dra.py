@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -45,6 +46,15 @@ class DraShare(Share):
     thread_pct: float | None = None
     pinned_mem_mib: float | None = None
     shared: bool = False
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any]) -> Share | None:
+        """As :meth:`Share.from_flat`, with a missing count read as 1 and a missing ``shared`` as False: the
+        snapshot file keeps only the flat fields every mechanism shares (mig_profile, mps_*), not the DRA ones."""
+        got = super().from_flat(values)
+        if not isinstance(got, DraShare):
+            return got
+        return replace(got, count=got.count or 1, shared=bool(got.shared))
 
 
 def selector(profile: str) -> str:
