@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recommender.core.annotations import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION
-from recommender.core.inventory import Workload
+from recommender.core.inventory import Sharing, Workload
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings import MechanismSettings
 
@@ -46,7 +46,9 @@ def _split(raw: str) -> tuple[str, ...]:
 
 def mechanisms(workload: Workload, cls: WorkloadClass | None, settings: MechanismSettings) -> MechanismChoice:
     """Mechanisms this workload may get, in the order its class prefers them."""
-    fraction = _BACKEND_MECHANISM[settings.fraction_backend]
+    # a workload that gets its GPUs through DRA claims gets fractions as the DRA driver's MPS sharing
+    dra = workload.allocation.sharing is Sharing.DRA
+    fraction = "mps" if dra else _BACKEND_MECHANISM[settings.fraction_backend]
     allowed = set(settings.allowed)
     reasons: list[str] = []
     ns_allowed = settings.by_namespace.get(workload.ref.namespace)

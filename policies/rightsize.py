@@ -27,6 +27,7 @@ from recommender.core.catalogue import Catalogue, GpuModel, MigProfile
 from recommender.core.inventory import Allocation, Sharing, Workload
 from recommender.core.plan import Bound, Classification, Forecast, Recommendation, WorkloadClass, WorkloadConstraints
 from recommender.core.settings import Settings
+from recommender.mechanisms.dra import as_claim
 from recommender.mechanisms.hami import HamiShare
 from recommender.mechanisms.kai import KaiShare
 from recommender.mechanisms.mig import MigShare
@@ -247,6 +248,9 @@ def rightsize(ctx: Context) -> Recommendation:
     if mem.bound is None:
         return _none(ctx, *(f"no recommendation: {r}" for r in mem.reasons))
     alloc, where, prof = _placement(ctx, gpu, _placement_memory(ctx, mem.bound), comp.bound)
+    if w.allocation.sharing is Sharing.DRA:  # its GPUs come through ResourceClaims: so does the recommendation
+        alloc, claimed = as_claim(alloc)
+        where = [*where[:1], *([claimed] if claimed else []), *where[1:]]
     attributed = shared_reasons(shared, f.fb_used_mib, mem.kv_bytes_per_token is not None) if shared else ()
     device_mib = alloc.device_memory_mib or gpu.memory_mib
     engine = vllm_args(w.allocation.vllm, mem, device_mib, gpu.key, ctx.settings.policy, f,

@@ -45,6 +45,11 @@ BUILTIN: dict[str, tuple[str, bool]] = {
 CRDS: dict[str, tuple[str, bool]] = {
     "LeaderWorkerSet": ("leaderworkerset.x-k8s.io/v1/leaderworkersets", True),
     "ScaledObject": ("keda.sh/v1alpha1/scaledobjects", True),  # KEDA
+    # DRA (resource.k8s.io/v1, Kubernetes 1.34+): served only where a test names it, as on a cluster with DRA
+    "ResourceClaim": ("resource.k8s.io/v1/resourceclaims", True),
+    "ResourceClaimTemplate": ("resource.k8s.io/v1/resourceclaimtemplates", True),
+    "DeviceClass": ("resource.k8s.io/v1/deviceclasses", False),
+    "ResourceSlice": ("resource.k8s.io/v1/resourceslices", False),
 }
 VERSION = {
     "major": "1", "minor": "30", "gitVersion": "v1.30.4", "gitCommit": "0" * 40, "gitTreeState": "clean",

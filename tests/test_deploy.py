@@ -294,6 +294,18 @@ def test_rbac_is_least_privilege(overlay: str, allowed: dict[tuple[str, str], se
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_resource_the_collectors_list_is_readable(overlay: str) -> None:
+    """The DRA objects (resource.k8s.io) included: a kind the collector lists but may not read is a silent gap."""
+    from collectors.kubernetes.claims import KINDS
+    from recommender.core.resources import RESOURCES
+    readable = {(g, r) for _, rule in _grants(_render(overlay)) if set(rule["verbs"]) >= READ
+                for g in rule["apiGroups"] for r in rule["resources"]}
+    for kind in KINDS:
+        res = RESOURCES[kind]
+        assert (res.group, res.plural) in readable, f"{overlay}: cannot read {res.rbac_name}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_no_rbac_rule_uses_a_wildcard(overlay: str) -> None:
     """Not in any overlay nor opt-in file, for anyone (the HPA's read of external metrics included: the
     built-in system:controller:horizontal-pod-autoscaler role already grants it)."""

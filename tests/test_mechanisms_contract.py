@@ -10,11 +10,13 @@ import json
 
 import pytest
 
+from collectors.kubernetes.claims import DraObjects, resolve
 from collectors.kubernetes.parse import parse_pod_spec
 from recommender.core.catalogue import load_catalogue
 from recommender.core.inventory import Allocation
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import Mechanism, Need, NoFit, PodEdits, Sized
+from recommender.mechanisms.base import Claim, Mechanism, Need, NoFit, PodEdits, Sized
+from recommender.mechanisms.dra import how_to_apply_claim
 
 GPU = load_catalogue().gpus["A100-80GB"]
 NEED = Need(memory_mib=10_000, compute_frac=0.2)  # fits every mechanism on an A100-80GB
@@ -40,13 +42,24 @@ def sized(m: Mechanism) -> tuple[Sized, Allocation]:
                            gpu_model=GPU.key, device_memory_mib=got.device_memory_mib)
 
 
+def claims(mechanism: Mechanism, alloc: Allocation) -> list[Claim]:
+    """DRA writes no pod edits but a claim object: the claims the collector reads back from the one it writes."""
+    if mechanism.name != "dra":
+        return []
+    obj = how_to_apply_claim(alloc, "w", "ns")["claim"]
+    dra = DraObjects()
+    dra.add(obj["kind"], [obj])
+    key = "resourceClaimName" if obj["kind"] == "ResourceClaim" else "resourceClaimTemplateName"
+    return resolve("ns", {"spec": {"resourceClaims": [{"name": "gpu", key: obj["metadata"]["name"]}]}}, [], dra)[0]
+
+
 def test_sized_share_counts_and_reads_back_as_sized(mechanism: Mechanism) -> None:
     got, alloc = sized(mechanism)
     assert got.share is None or got.share.sharing is mechanism.sharing
     held = mechanism.gpu_equivalents(alloc, GPU)
     assert held is not None and 0 < held[0] <= max(alloc.gpus, 1)
     spec, annotations = pod(mechanism.pod_edits(alloc))
-    back = parse_pod_spec(spec, annotations).allocation
+    back = parse_pod_spec(spec, annotations, claims=claims(mechanism, alloc)).allocation
     assert (back.sharing, back.share) == (mechanism.sharing, alloc.share)
 
 
@@ -65,15 +78,20 @@ def test_the_controller_applies_a_sized_share_or_says_why_not(mechanism: Mechani
 
 
 def test_leaving_for_whole_gpus_asks_for_them(mechanism: Mechanism) -> None:
+    """Whole GPUs in place of the share; only a mechanism the controller does not write (its share set
+    elsewhere: DRA's claims) leaves nothing, and says why."""
     edits = mechanism.leave(2)
+    if edits.empty:
+        assert mechanism.not_applied(sized(mechanism)[1]) is not None
+        return
     assert dict(edits.resources)["nvidia.com/gpu"] == "2" and not edits.drops("nvidia.com/gpu")
     assert edits.drops("nvidia.com/mig-1g.10gb")  # a MIG slice is no whole GPU
 
 
 def test_a_need_that_does_not_fit_says_why(mechanism: Mechanism) -> None:
     got = mechanism.size(TOO_BIG, GPU)
-    if isinstance(got, Sized):  # only whole GPUs always fit: as many devices as the need takes
-        assert mechanism.name == "exclusive" and got.gpus >= 2
+    if isinstance(got, Sized):  # only whole GPUs always fit (DRA's too): as many devices as the need takes
+        assert mechanism.name in ("exclusive", "dra") and got.gpus >= 2
     else:
         assert isinstance(got, NoFit) and got.reason.strip()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
+from collectors.kubernetes.claims import DraObjects, list_dra, resolve, with_claims
 from collectors.kubernetes.client import (
     KubernetesDenied,
     KubernetesNotServed,
@@ -28,7 +29,7 @@ from collectors.kubernetes.client import (
 )
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from collectors.kubernetes.revisions import Revision, controller_ref, replaced_since, revision_of, shape_since
-from collectors.kubernetes.templates import int_or, parse_controller
+from collectors.kubernetes.templates import int_or, parse_controller, pod_template
 from recommender.core.annotations import MIG_CONFIG_LABEL, SCHEDULE_ANNOTATION
 from recommender.core.autoscalers import HPA, SCALED_OBJECT, by_target, describe
 from recommender.core.catalogue import Catalogue
@@ -61,6 +62,7 @@ class Listing:
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     nodes_listed: bool = True
     autoscalers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # kind → HPAs, ScaledObjects
+    dra: DraObjects = field(default_factory=DraObjects)  # ResourceClaims and what resolves them
 
     def add(self, kind: str, items: Sequence[Mapping[str, Any]]) -> None:
         """Index by the kind we listed: items of a list response carry no ``kind`` of their own."""
@@ -94,7 +96,7 @@ def list_cluster(
 ) -> Listing:
     """One list call per resource and namespace (one across all namespaces when none are given)."""
     scopes: list[str | None] = list(dict.fromkeys(namespaces)) or [None]
-    progress.start(LIST_TASK, total=len(scopes) * (len(NAMESPACED) + len(OPTIONAL)) + 1)
+    progress.start(LIST_TASK, total=len(scopes) * (len(NAMESPACED) + len(OPTIONAL)) + 2)
     listing = Listing()
     served = {r.kind: True for r in OPTIONAL}
     for namespace in scopes:
@@ -115,6 +117,8 @@ def list_cluster(
     except KubernetesDenied as exc:  # nodes are cluster-scoped: namespace-scoped users often cannot list them
         listing.nodes_listed = False
         progress.log(f"GPU products unknown where pods do not select one: {exc}")
+    progress.advance(LIST_TASK)
+    listing.dra = list_dra(api, scopes, timeout_s, progress)
     progress.advance(LIST_TASK)
     return listing
 
@@ -195,19 +199,21 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
               revisions: Sequence[Revision] = ()) -> Workload | None:
     obj = listing.objects.get(key)
     pods = sorted(pods, key=lambda p: p["metadata"]["name"])
+    template = pod_template(key[1], obj) if obj is not None and key[1] != "Pod" else (pods[0] if pods else {})
+    claims, claim_notes = resolve(key[0], template, pods, listing.dra)
     if obj is not None and key[1] != "Pod":
-        parsed, meta = parse_controller(key[1], obj), obj.get("metadata") or {}
+        parsed, meta = parse_controller(key[1], obj, claims), obj.get("metadata") or {}
     elif pods:
         spec, meta = pods[0].get("spec") or {}, pods[0].get("metadata") or {}
-        parsed = parse_pod_spec(spec, meta.get("annotations") or {}, replicas=len(pods))
+        parsed = parse_pod_spec(spec, meta.get("annotations") or {}, replicas=len(pods), claims=claims)
     else:
         return None
     if parsed.allocation.sharing is Sharing.NONE:
         return None
     since = shape_since(parsed, revisions) if obj is not None and revisions else None
     since, on_delete = replaced_since(key[1], obj, since, pods)
-    notes = [*notes, *on_delete]
-    parsed = unresolved(place(parsed, pods, listing))
+    notes = [*notes, *on_delete, *claim_notes]
+    parsed = with_claims(unresolved(place(parsed, pods, listing)), claims)
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
     schedule = ((obj or {}).get("spec") or {}).get("schedule") if key[1] == "CronJob" else None
     if schedule:  # the classifier reads a schedule as strong evidence of batch

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -19,7 +19,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from recommender.core.inventory import Allocation, Sharing, VllmArgs
 from recommender.mechanisms import for_sharing, in_read_order
-from recommender.mechanisms.base import GPU, MIG_PREFIX, PodView, ReadBack
+from recommender.mechanisms.base import GPU, MIG_PREFIX, Claim, PodView, ReadBack
 from recommender.mechanisms.base import count as _count
 from recommender.mechanisms.base import number as _number
 from recommender.mechanisms.mig import MigShare
@@ -49,12 +49,15 @@ class ParsedSpec:
     read: ReadBack | None = None  # the share as read, with what only a node's device memory can finish
 
 
-def parse_pod_spec(spec: Mapping[str, Any], annotations: Mapping[str, str], replicas: int = 1) -> ParsedSpec:
-    """One replica's GPU allocation from a pod spec and the pod's (template's) annotations."""
+def parse_pod_spec(spec: Mapping[str, Any], annotations: Mapping[str, str], replicas: int = 1,
+                   claims: Sequence[Claim] = ()) -> ParsedSpec:
+    """One replica's GPU allocation from a pod spec, the pod's (template's) annotations and its DRA claims as
+    resolved (``collectors.kubernetes.claims``)."""
     notes: list[str] = []
     res = {name: float(n) for name, n in pod_resources(spec, notes).items()}
     vllm, served = parse_vllm(spec.get("containers") or [], notes)
-    pod = PodView(res, _count(res.get(GPU, 0.0), GPU, notes), spec.get("containers") or [], annotations, notes)
+    pod = PodView(res, _count(res.get(GPU, 0.0), GPU, notes), spec.get("containers") or [], annotations, notes,
+                  claims)
     alloc, read = Allocation(sharing=Sharing.NONE, replicas=replicas, vllm=vllm), None
     for mechanism in in_read_order():  # the first that finds its share wins (MIG, KAI, HAMi, MPS, ...)
         read = mechanism.read(pod)

@@ -5,31 +5,43 @@ and ``size - 1`` workers, their GPUs added up. Pure: the pod spec itself is read
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from collectors.kubernetes.parse import ParsedSpec, parse_pod_spec
 from recommender.core.inventory import Sharing
+from recommender.mechanisms.base import Claim
 from recommender.mechanisms.mig import MigShare
 
 
-def parse_controller(kind: str, obj: Mapping[str, Any]) -> ParsedSpec:
-    """One replica's allocation from a controller's pod template, with its replica count."""
+def parse_controller(kind: str, obj: Mapping[str, Any], claims: Sequence[Claim] = ()) -> ParsedSpec:
+    """One replica's allocation from a controller's pod template, with its replica count and the DRA claims its
+    template asks for, as resolved (``collectors.kubernetes.claims``)."""
     spec = obj.get("spec") or {}
     if kind == "CronJob":
         job = (spec.get("jobTemplate") or {}).get("spec") or {}
-        return template_spec(job.get("template"), int_or(job.get("parallelism"), 1))
+        return template_spec(job.get("template"), int_or(job.get("parallelism"), 1), claims)
     if kind == "Job":
-        return template_spec(spec.get("template"), int_or(spec.get("parallelism"), 1))
+        return template_spec(spec.get("template"), int_or(spec.get("parallelism"), 1), claims)
     if kind == "LeaderWorkerSet":
         return leader_worker_set(spec)
-    return template_spec(spec.get("template"), int_or(spec.get("replicas"), 1))  # 0 replicas is valid
+    return template_spec(spec.get("template"), int_or(spec.get("replicas"), 1), claims)  # 0 replicas is valid
 
 
-def template_spec(template: Mapping[str, Any] | None, replicas: int) -> ParsedSpec:
+def pod_template(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod template of a controller (a LeaderWorkerSet's worker template); {} where it has none."""
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        return ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}
+    if kind == "LeaderWorkerSet":
+        return (spec.get("leaderWorkerTemplate") or {}).get("workerTemplate") or {}
+    return spec.get("template") or {}
+
+
+def template_spec(template: Mapping[str, Any] | None, replicas: int, claims: Sequence[Claim] = ()) -> ParsedSpec:
     t = template or {}
-    return parse_pod_spec(t.get("spec") or {}, (t.get("metadata") or {}).get("annotations") or {}, replicas)
+    return parse_pod_spec(t.get("spec") or {}, (t.get("metadata") or {}).get("annotations") or {}, replicas, claims)
 
 
 def int_or(value: Any, default: int) -> int:

@@ -22,6 +22,7 @@ class Sharing(StrEnum):
     MPS = "mps"  # CUDA MPS (device plugin / DRA / env)
     HAMI = "hami"  # HAMi gpumem / gpucores
     KAI = "kai"  # KAI scheduler gpu-fraction / gpu-memory
+    DRA = "dra"  # ResourceClaims of the NVIDIA DRA driver's device classes (whole GPU, MIG, MPS, time-slicing)
     NONE = "none"  # no GPU found in the spec
 
 
@@ -128,6 +129,18 @@ class Allocation:
     @property
     def kai_gpu_fraction(self) -> float | None:
         return self._flat("kai_gpu_fraction")
+
+    @property
+    def dra_device_class(self) -> str | None:  # e.g. "mig.nvidia.com"
+        return self._flat("dra_device_class")
+
+    @property
+    def dra_shared_claim(self) -> bool:  # one ResourceClaim several pods name (else each pod's own, from a template)
+        return bool(self._flat("dra_shared_claim"))
+
+    @property
+    def dra_sharing(self) -> str | None:  # the GpuConfig sharing strategy: "MPS", "TimeSlicing"; None: none
+        return self._flat("dra_sharing")
 
 
 @dataclass(frozen=True)

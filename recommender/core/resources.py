@@ -48,4 +48,12 @@ RESOURCES: dict[str, Resource] = {r.kind: r for r in (
     Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
     Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
     Resource("rightsizer.io", "v1alpha1", "gpurightsizingpolicies", "GPURightsizingPolicy"),
+    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim"),
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
+    Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False),
+    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False),
 )}
+# DRA (resource.k8s.io) is GA in v1 since Kubernetes 1.34; older servers serve only these, tried in order. v1beta1
+# nests a request's class, count and selectors directly and a device's attributes under ``basic``; v1beta2 and v1
+# put them under ``exactly`` and on the device itself (the collector reads both shapes).
+DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")

@@ -15,7 +15,8 @@ MECHANISMS: Registry[Mechanism] = Registry(
     "sharing mechanism", "gpu_rightsizer.mechanisms",
     builtins={"exclusive": "recommender.mechanisms.exclusive", "mig": "recommender.mechanisms.mig",
               "mps": "recommender.mechanisms.mps", "hami": "recommender.mechanisms.hami",
-              "kai": "recommender.mechanisms.kai", "time-slicing": "recommender.mechanisms.time_slicing"},
+              "kai": "recommender.mechanisms.kai", "time-slicing": "recommender.mechanisms.time_slicing",
+              "dra": "recommender.mechanisms.dra"},
     known="known mechanisms")
 
 

@@ -89,16 +89,35 @@ def whole_gpus(gpus: int) -> PodEdits:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """One GPU request of a DRA ResourceClaim a pod uses, as the collector resolved it
+    (``collectors.kubernetes.claims``): its DeviceClass and device count, the MIG profile (the allocated device's,
+    else the one its selector asks for), the driver's ``GpuConfig`` sharing (strategy and MPS limits), and what the
+    allocated device's ResourceSlice says of it (product name, memory in MiB); None where unknown."""
+
+    device_class: str | None
+    count: int = 1
+    profile: str | None = None
+    strategy: str | None = None  # "MPS" | "TimeSlicing"; None: exclusive
+    thread_pct: float | None = None
+    pinned_mem_mib: float | None = None
+    product: str | None = None
+    memory_mib: float | None = None
+    shared: bool = False  # a named ResourceClaim (pods may share it), not one of a pod's own from a template
+
+
+@dataclass(frozen=True)
 class PodView:
     """What reading a share back sees of one pod: the GPU resources it holds (summed by the scheduler's rule),
     its whole ``nvidia.com/gpu`` devices (rounded up), its containers (for their literal env), its
-    annotations; caveats found go to ``notes``."""
+    annotations, its resolved DRA claims; caveats found go to ``notes``."""
 
     resources: Mapping[str, float]
     gpus: int = 0
     containers: Sequence[Mapping[str, Any]] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    claims: Sequence[Claim] = ()  # its DRA ResourceClaims' GPU requests, resolved
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ NonNegInt = Annotated[int, Field(ge=0)]
 Frac = Annotated[float, Field(ge=0, le=1)]
 Pct = Annotated[float, Field(ge=0, le=100)]
 Texts = list[str]
-Sharing = Literal["exclusive", "mig", "time-slicing", "mps", "hami", "kai", "none"]
+Sharing = Literal["exclusive", "mig", "time-slicing", "mps", "hami", "kai", "dra", "none"]
 
 
 class _Model(BaseModel):

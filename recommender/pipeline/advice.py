@@ -7,6 +7,7 @@ have held per step of the snapshot, and the SM share today's and the recommended
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from policies.autoscalerobjects import autoscaler_objects
 from policies.compute import sm_share_held
@@ -14,9 +15,10 @@ from policies.replicas import autoscaled_series, history_from_snapshot
 from policies.shares import how_to_apply
 from recommender.core.advice import Advice, ReplicaSeries, ShareHeld
 from recommender.core.catalogue import Catalogue
-from recommender.core.inventory import Allocation
+from recommender.core.inventory import Allocation, Sharing
 from recommender.core.plan import Plan, Recommendation
 from recommender.core.usage import Snapshot
+from recommender.mechanisms.dra import how_to_apply_claim
 
 
 def with_advice(plan: Plan, snapshot: Snapshot | None, catalogue: Catalogue) -> Plan:
@@ -31,12 +33,22 @@ def advice(rec: Recommendation, snapshot: Snapshot | None, catalogue: Catalogue,
     """What the formats show of ``rec`` beyond its numbers (see :class:`Advice`)."""
     ref, p = rec.ref, rec.scaling
     return Advice(
-        apply=how_to_apply(rec.recommended) if rec.recommended is not None else None,
+        apply=_apply(rec),
         autoscaler=autoscaler_objects(p, ref.namespace, ref.name, ref.kind, server_address) if p else None,
         replicas=replica_series(rec, snapshot),
         share_today=_share(rec.workload.allocation, catalogue),
         share_recommended=_share(rec.recommended, catalogue) if rec.recommended is not None else None,
     )
+
+
+def _apply(rec: Recommendation) -> dict[str, Any] | None:
+    """How to apply the recommended allocation; a DRA claim named after the workload, in its namespace."""
+    if rec.recommended is None:
+        return None
+    out = how_to_apply(rec.recommended)
+    if rec.recommended.sharing is Sharing.DRA:
+        out.update(how_to_apply_claim(rec.recommended, rec.ref.name, rec.ref.namespace))
+    return out
 
 
 def replica_series(rec: Recommendation, snapshot: Snapshot | None) -> ReplicaSeries | None:
