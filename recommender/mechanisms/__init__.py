@@ -15,7 +15,8 @@ MECHANISMS: Registry[Mechanism] = Registry(
     "sharing mechanism", "gpu_rightsizer.mechanisms",
     builtins={"exclusive": "recommender.mechanisms.exclusive", "mig": "recommender.mechanisms.mig",
               "mps": "recommender.mechanisms.mps", "hami": "recommender.mechanisms.hami",
-              "kai": "recommender.mechanisms.kai", "time-slicing": "recommender.mechanisms.time_slicing"},
+              "kai": "recommender.mechanisms.kai", "time-slicing": "recommender.mechanisms.time_slicing",
+              "volcano-vgpu": "recommender.mechanisms.volcano", "runai": "recommender.mechanisms.runai"},
     known="known mechanisms")
 
 

@@ -75,13 +75,14 @@ class PodEdits:
 class PodView:
     """What reading a share back sees of one pod: the GPU resources it holds (summed by the scheduler's rule),
     its whole ``nvidia.com/gpu`` devices (rounded up), its containers (for their literal env), its
-    annotations; caveats found go to ``notes``."""
+    annotations and ``schedulerName``; caveats found go to ``notes``."""
 
     resources: Mapping[str, float]
     gpus: int = 0
     containers: Sequence[Mapping[str, Any]] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    scheduler_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,11 @@ class Mechanism(Protocol):
 
 
 class Base:
-    """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size."""
+    """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size. ``report_only``: the
+    mechanism is recommended, never applied (its ``pod_edits`` are empty and the controller leaves it alone)."""
 
     share_type: type[Share] | None = None
+    report_only: bool = False
 
     def fraction(self, alloc: Allocation) -> tuple[float, float] | None:
         return None
