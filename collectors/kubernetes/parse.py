@@ -50,6 +50,7 @@ class ParsedSpec:
     notes: tuple[str, ...] = ()
     selected_product: str | None = None  # nvidia.com/gpu.product asked for by nodeSelector/affinity
     read: ReadBack | None = None  # the share as read, with what only a node's device memory can finish
+    template_path: str | None = None  # where in its owner the template sits, when not spec.template
 
 
 def parse_pod_spec(spec: Mapping[str, Any], annotations: Mapping[str, str], replicas: int = 1) -> ParsedSpec:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from collectors.kubernetes.jobs import JOB_KINDS, parse_job
 from collectors.kubernetes.parse import ParsedSpec, parse_pod_spec
 from recommender.core.inventory import Sharing
 from recommender.mechanisms.mig import MigShare
@@ -16,6 +17,8 @@ from recommender.mechanisms.mig import MigShare
 
 def parse_controller(kind: str, obj: Mapping[str, Any]) -> ParsedSpec:
     """One replica's allocation from a controller's pod template, with its replica count."""
+    if kind in JOB_KINDS:  # Volcano, Kubeflow, JobSet: several pod templates (collectors.kubernetes.jobs)
+        return parse_job(kind, obj)
     spec = obj.get("spec") or {}
     if kind == "CronJob":
         job = (spec.get("jobTemplate") or {}).get("spec") or {}

@@ -54,7 +54,9 @@ def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
 def volcano_names() -> VolcanoNames:
     v = _section(read_mapping(FILE, "scheduler names"), "volcano_vgpu")
     res = _section(v, "resources")
-    return VolcanoNames(*(_text(res.get(k), f"volcano_vgpu.resources.{k}") for k in ("number", "memory_mib", "cores_pct")),
+    number, memory, cores = (_text(res.get(k), f"volcano_vgpu.resources.{k}") for k in ("number", "memory_mib",
+                                                                                        "cores_pct"))
+    return VolcanoNames(number, memory, cores,
                         _text(v.get("scheduler_name"), "volcano_vgpu.scheduler_name"),
                         bool(v.get("enforces_memory", False)), v.get("verified") is True)
 

@@ -12,7 +12,18 @@ from typing import Any, ClassVar
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
-from recommender.mechanisms.base import GPU, GPU_SHARED, MIG_PREFIX, Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized
+from recommender.mechanisms.base import (
+    GPU,
+    GPU_SHARED,
+    MIG_PREFIX,
+    Base,
+    Need,
+    NoFit,
+    PodEdits,
+    PodView,
+    ReadBack,
+    Sized,
+)
 from recommender.mechanisms.base import count as _count
 from recommender.mechanisms.schedulers import unverified, volcano_names
 from recommender.mechanisms.sizing import size_share
