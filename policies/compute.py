@@ -35,7 +35,9 @@ def sm_share_held(alloc: Allocation, catalogue: Catalogue) -> tuple[float, str |
             return alloc.mps_active_thread_pct / 100, None
         case Sharing.HAMI if alloc.hami_gpucores_pct:
             return alloc.hami_gpucores_pct / 100, None
-        case Sharing.TIME_SLICING | Sharing.MPS | Sharing.KAI:
+        case Sharing.VOLCANO if alloc.volcano_vgpu_cores_pct:
+            return alloc.volcano_vgpu_cores_pct / 100, None
+        case Sharing.TIME_SLICING | Sharing.MPS | Sharing.KAI | Sharing.VOLCANO | Sharing.RUNAI:
             return 1.0, "engine activity is per device under GPU sharing: it includes the other tenants"
     return 1.0, None
 
@@ -61,7 +63,7 @@ def compute_held(alloc: Allocation, catalogue: Catalogue) -> float | None:
     match alloc.sharing:
         case Sharing.EXCLUSIVE:
             return float(alloc.gpus) if alloc.gpus > 0 else None
-        case Sharing.TIME_SLICING | Sharing.KAI:
+        case Sharing.TIME_SLICING | Sharing.KAI | Sharing.RUNAI:
             return alloc.gpu_equivalents or None
         case Sharing.NONE:
             return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recommender.core.annotations import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION
-from recommender.core.inventory import Workload
+from recommender.core.inventory import Sharing, Workload
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings import MechanismSettings
 
@@ -25,7 +25,10 @@ PREFERENCE: dict[WorkloadClass | None, tuple[str, ...]] = {
     WorkloadClass.BATCH: (FRACTION, TIME_SLICING, MIG, EXCLUSIVE),
     None: (MIG, EXCLUSIVE),  # class unknown: isolation first
 }
-_BACKEND_MECHANISM = {"mps": "mps", "dra": "mps", "hami": "hami", "kai": "kai"}
+_BACKEND_MECHANISM = {"mps": "mps", "dra": "mps", "hami": "hami", "kai": "kai", "volcano-vgpu": "volcano-vgpu",
+                      "runai": "runai"}
+# a workload on a batch scheduler's own fractions keeps that scheduler: its fraction is the scheduler's mechanism
+SCHEDULER_FRACTIONS = {Sharing.VOLCANO: "volcano-vgpu", Sharing.RUNAI: "runai"}
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ def _split(raw: str) -> tuple[str, ...]:
 
 def mechanisms(workload: Workload, cls: WorkloadClass | None, settings: MechanismSettings) -> MechanismChoice:
     """Mechanisms this workload may get, in the order its class prefers them."""
-    fraction = _BACKEND_MECHANISM[settings.fraction_backend]
+    fraction = SCHEDULER_FRACTIONS.get(workload.allocation.sharing) or _BACKEND_MECHANISM[settings.fraction_backend]
     allowed = set(settings.allowed)
     reasons: list[str] = []
     ns_allowed = settings.by_namespace.get(workload.ref.namespace)
