@@ -93,6 +93,13 @@ def _mechanism(a: Allocation) -> str:
         case Sharing.KAI:
             frac = f" {a.kai_gpu_fraction:g}" if a.kai_gpu_fraction is not None else ""
             return f"kai{frac} gpu"
+        case Sharing.VOLCANO:
+            mem = f" {a.volcano_vgpu_memory_mib:,.0f} MiB" if a.volcano_vgpu_memory_mib is not None else ""
+            cores = f" {a.volcano_vgpu_cores_pct:g}%" if a.volcano_vgpu_cores_pct is not None else ""
+            return f"{max(a.gpus, 1)}× vgpu{mem}{cores}"
+        case Sharing.RUNAI:
+            frac = f" {a.runai_gpu_fraction:g}" if a.runai_gpu_fraction is not None else ""
+            return f"runai{frac} gpu (report-only)"
     return "no GPU"
 
 

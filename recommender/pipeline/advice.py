@@ -7,6 +7,7 @@ have held per step of the snapshot, and the SM share today's and the recommended
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from policies.autoscalerobjects import autoscaler_objects
 from policies.compute import sm_share_held
@@ -31,12 +32,22 @@ def advice(rec: Recommendation, snapshot: Snapshot | None, catalogue: Catalogue,
     """What the formats show of ``rec`` beyond its numbers (see :class:`Advice`)."""
     ref, p = rec.ref, rec.scaling
     return Advice(
-        apply=how_to_apply(rec.recommended) if rec.recommended is not None else None,
+        apply=_apply(rec),
         autoscaler=autoscaler_objects(p, ref.namespace, ref.name, ref.kind, server_address) if p else None,
         replicas=replica_series(rec, snapshot),
         share_today=_share(rec.workload.allocation, catalogue),
         share_recommended=_share(rec.recommended, catalogue) if rec.recommended is not None else None,
     )
+
+
+def _apply(rec: Recommendation) -> dict[str, Any] | None:
+    """How to apply the recommended allocation, and where: a job's pod template path when not spec.template."""
+    if rec.recommended is None:
+        return None
+    out = how_to_apply(rec.recommended)
+    if rec.workload.template_path:
+        out["template"] = rec.workload.template_path
+    return out
 
 
 def replica_series(rec: Recommendation, snapshot: Snapshot | None) -> ReplicaSeries | None:
