@@ -69,12 +69,16 @@ class _AllocationDoc:
     hami_gpumem_mib: float | None = None
     hami_gpucores_pct: float | None = None
     kai_gpu_fraction: float | None = None
+    volcano_vgpu_memory_mib: float | None = None
+    volcano_vgpu_cores_pct: float | None = None
+    runai_gpu_fraction: float | None = None
     vllm: VllmArgs | None = None
     replicas: int = 1
 
 
 _SHARE_FIELDS = ("mig_profile", "mig_count", "mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib",
-                 "hami_gpucores_pct", "kai_gpu_fraction")
+                 "hami_gpucores_pct", "kai_gpu_fraction", "volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct",
+                 "runai_gpu_fraction")
 # Workload with its allocation in the flat form: the same fields, names and error locations
 _WorkloadDoc = make_dataclass("Workload", [
     (f.name, _AllocationDoc if f.name == "allocation" else get_type_hints(Workload)[f.name],
@@ -142,7 +146,9 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
 
 
 # workload fields added after format 1 was written: left out when absent
-_OPTIONAL_KEYS = ("autoscaler", "device_shared_with")
+_OPTIONAL_KEYS = ("autoscaler", "device_shared_with", "template_path")
+# allocation fields added after format 1 was written (shares of later mechanisms): left out when absent
+_OPTIONAL_ALLOCATION_KEYS = ("volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct", "runai_gpu_fraction")
 
 
 def _without_absent(doc: dict[str, Any]) -> dict[str, Any]:
@@ -152,6 +158,9 @@ def _without_absent(doc: dict[str, Any]) -> dict[str, Any]:
         for key in _OPTIONAL_KEYS:
             if w.get(key) is None:
                 w.pop(key, None)
+        for key in _OPTIONAL_ALLOCATION_KEYS:
+            if isinstance(w.get("allocation"), dict) and w["allocation"].get(key) is None:
+                w["allocation"].pop(key, None)
     return doc
 
 

@@ -191,3 +191,16 @@ def test_owner_references_name_their_group_where_a_kind_is_shared(api_version: s
 
 def test_workload_key_is_distinct_from_a_batch_job() -> None:
     assert WorkloadRef("ns", VOLCANO_JOB, "x").key != WorkloadRef("ns", "Job", "x").key
+
+
+def test_snapshot_files_keep_volcano_and_runai_shares_and_the_template_path(tmp_path: Any) -> None:
+    from collectors.files import read_snapshot, write_snapshot
+    from tests.builders import snapshot
+
+    job = workload("ft", Allocation(Sharing.VOLCANO, gpus=1, share=VolcanoShare(10240, 25), gpu_equivalents=0.25),
+                   kind=VOLCANO_JOB, template_path="spec.tasks[1].template")
+    chat = workload("chat", Allocation(Sharing.RUNAI, gpus=1, share=RunaiShare(0.3), gpu_equivalents=0.3))
+    write_snapshot(snapshot([job, chat], {"fb_used_mib": {"ft": 1.0, "chat": 1.0}}, days=1), tmp_path)
+    back = {w.ref.name: w for w in read_snapshot(tmp_path).workloads}
+    assert back["ft"].allocation.share == VolcanoShare(10240, 25) and back["ft"].template_path == job.template_path
+    assert back["chat"].allocation.share == RunaiShare(0.3) and back["ft"].ref.kind == VOLCANO_JOB
