@@ -35,12 +35,16 @@ class AllocationDoc:
     hami_gpumem_mib: float | None = None
     hami_gpucores_pct: float | None = None
     kai_gpu_fraction: float | None = None
+    volcano_vgpu_memory_mib: float | None = None
+    volcano_vgpu_cores_pct: float | None = None
+    runai_gpu_fraction: float | None = None
     vllm: VllmArgs | None = None
     replicas: int = 1
 
 
 SHARE_FIELDS = ("mig_profile", "mig_count", "mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib",
-                "hami_gpucores_pct", "kai_gpu_fraction")
+                "hami_gpucores_pct", "kai_gpu_fraction", "volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct",
+                "runai_gpu_fraction")
 # Workload with its allocation in the flat form: the same fields, names and error locations
 WorkloadDoc = make_dataclass("Workload", [
     (f.name, AllocationDoc if f.name == "allocation" else get_type_hints(Workload)[f.name],
@@ -88,7 +92,9 @@ class SnapshotDoc(BaseModel):
 
 
 # workload fields added after format 1 was written: left out when absent
-OPTIONAL_KEYS = ("autoscaler", "device_shared_with")
+OPTIONAL_KEYS = ("autoscaler", "device_shared_with", "template_path")
+# allocation fields added after format 1 was written (shares of later mechanisms): left out when absent
+OPTIONAL_ALLOCATION_KEYS = ("volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct", "runai_gpu_fraction")
 
 
 def without_absent(doc: dict[str, Any]) -> dict[str, Any]:
@@ -98,4 +104,7 @@ def without_absent(doc: dict[str, Any]) -> dict[str, Any]:
         for key in OPTIONAL_KEYS:
             if w.get(key) is None:
                 w.pop(key, None)
+        for key in OPTIONAL_ALLOCATION_KEYS:
+            if isinstance(w.get("allocation"), dict) and w["allocation"].get(key) is None:
+                w["allocation"].pop(key, None)
     return doc

@@ -25,7 +25,10 @@ PREFERENCE: dict[WorkloadClass | None, tuple[str, ...]] = {
     WorkloadClass.BATCH: (FRACTION, TIME_SLICING, MIG, EXCLUSIVE),
     None: (MIG, EXCLUSIVE),  # class unknown: isolation first
 }
-_BACKEND_MECHANISM = {"mps": "mps", "dra": "mps", "hami": "hami", "kai": "kai"}
+_BACKEND_MECHANISM = {"mps": "mps", "dra": "mps", "hami": "hami", "kai": "kai", "volcano-vgpu": "volcano-vgpu",
+                      "runai": "runai"}
+# a workload on a batch scheduler's own fractions keeps that scheduler: its fraction is the scheduler's mechanism
+SCHEDULER_FRACTIONS = {Sharing.VOLCANO: "volcano-vgpu", Sharing.RUNAI: "runai"}
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,11 @@ def _split(raw: str) -> tuple[str, ...]:
 
 def mechanisms(workload: Workload, cls: WorkloadClass | None, settings: MechanismSettings) -> MechanismChoice:
     """Mechanisms this workload may get, in the order its class prefers them."""
-    # a workload that gets its GPUs through DRA claims gets fractions as the DRA driver's MPS sharing
+    # a workload that gets its GPUs through DRA claims gets fractions as the DRA driver's MPS sharing; one on
+    # Volcano vGPU or Run:ai fractions gets its own scheduler's
     dra = workload.allocation.sharing is Sharing.DRA
-    fraction = "mps" if dra else _BACKEND_MECHANISM[settings.fraction_backend]
+    fraction = "mps" if dra else (SCHEDULER_FRACTIONS.get(workload.allocation.sharing)
+                                  or _BACKEND_MECHANISM[settings.fraction_backend])
     allowed = set(settings.allowed)
     reasons: list[str] = []
     ns_allowed = settings.by_namespace.get(workload.ref.namespace)

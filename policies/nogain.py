@@ -12,13 +12,15 @@ from recommender.core.settings import MechanismSettings
 
 WORTH = ": worth it: "  # joins a change to the gain that justifies it where nothing is saved
 NO_SAVING = "no saving: settings unchanged"
-_SHARE = ("mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib", "hami_gpucores_pct", "kai_gpu_fraction")
+_SHARE = ("mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib", "hami_gpucores_pct", "kai_gpu_fraction",
+          "volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct", "runai_gpu_fraction")
 # what decides the GPUs a replica holds: equal on both sides, only engine settings would change
 _PLACEMENT = ("sharing", "gpus", "mig_profile", "mig_count", "replicas", *_SHARE)
 # a share's limits in words: (field, what it limits, unit, scale to the unit)
 _LIMITS = (("mps_active_thread_pct", "SMs", "%", 1.0), ("hami_gpucores_pct", "SMs", "%", 1.0),
            ("mps_pinned_mem_mib", "pinned memory", " MiB", 1.0), ("hami_gpumem_mib", "memory", " MiB", 1.0),
-           ("kai_gpu_fraction", "gpu-fraction", "%", 100.0))
+           ("kai_gpu_fraction", "gpu-fraction", "%", 100.0), ("volcano_vgpu_cores_pct", "vGPU cores", "%", 1.0),
+           ("volcano_vgpu_memory_mib", "vGPU memory", " MiB", 1.0), ("runai_gpu_fraction", "gpu-fraction", "%", 100.0))
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ def held(current: Allocation, recommended: Allocation, ms: MechanismSettings) ->
     same = all(getattr(current, k) == getattr(recommended, k) for k in _PLACEMENT) and _same_total(current, recommended)
     backend = ms.fraction_backend if recommended.sharing is Sharing.MPS else recommended.sharing.value
     shared = recommended.sharing is Sharing.TIME_SLICING or (
-        recommended.sharing in (Sharing.MPS, Sharing.HAMI, Sharing.KAI) and ms.memory_seen.get(backend) == "device")
+        recommended.sharing in (Sharing.MPS, Sharing.HAMI, Sharing.KAI, Sharing.VOLCANO, Sharing.RUNAI)
+        and ms.memory_seen.get(backend) == "device")
     return Held(same, shared)
 
 

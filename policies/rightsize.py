@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from policies.attribution import KEPT_CONFIDENCE, grows, keep_current, pod_features, shared_device, shared_reasons
 from policies.compute import ComputeNeed, compute_need
 from policies.estimators import confidence, confidence_multiplier
-from policies.mechanism import mechanisms
+from policies.mechanism import SCHEDULER_FRACTIONS, mechanisms
 from policies.memory import MemoryNeed, memory_need
 from policies.mig import bounded_profile, missed_too_often
 from policies.modelcards import ModelCards
@@ -27,6 +27,8 @@ from recommender.core.catalogue import Catalogue, GpuModel, MigProfile
 from recommender.core.inventory import Allocation, Sharing, Workload
 from recommender.core.plan import Bound, Classification, Forecast, Recommendation, WorkloadClass, WorkloadConstraints
 from recommender.core.settings import Settings
+from recommender.mechanisms import MECHANISMS
+from recommender.mechanisms.base import Need, NoFit
 from recommender.mechanisms.dra import as_claim
 from recommender.mechanisms.hami import HamiShare
 from recommender.mechanisms.kai import KaiShare
@@ -122,6 +124,8 @@ def _fraction(ctx: Context, mech: str, gpu: GpuModel, mem: Bound, comp: Bound | 
               ) -> Placed | str:
     if comp is None:
         return "compute need unknown: a share cannot be sized"
+    if mech in SCHEDULER_FRACTIONS.values():
+        return _scheduler_share(ctx, mech, gpu, Need(mem.target, comp.target), base)
     share = size_share(comp.target, mem.target, gpu.memory_mib)
     if share is None:
         return "the need is a whole GPU"
@@ -146,6 +150,23 @@ def _fraction(ctx: Context, mech: str, gpu: GpuModel, mem: Bound, comp: Bound | 
         why = (f"KAI gpu-fraction {frac:.2f} (memory); KAI enforces no limit, so the workload must keep itself "
                "within it")
     return alloc, why, None
+
+
+def _scheduler_share(ctx: Context, mech: str, gpu: GpuModel, need: Need, base: Allocation) -> Placed | str:
+    """A batch scheduler's own fraction (Volcano vGPU, Run:ai), sized by its plugin, in its own words."""
+    m = MECHANISMS.get(mech)
+    got = m.size(need, gpu)
+    if isinstance(got, NoFit):
+        return got.reason
+    limit = ctx.settings.mechanisms.memory_seen.get(mech, "device") == "limit"
+    flat = got.share.flat() if got.share is not None and limit else {}
+    seen = next((float(v) for k, v in flat.items() if k.endswith("_mib") and v), None)
+    alloc = replace(base, sharing=m.sharing, share=got.share, gpus=got.gpus, gpu_equivalents=got.gpu_equivalents,
+                    device_memory_mib=seen or float(gpu.memory_mib))
+    how = m.how_to_apply(alloc)
+    terms = ", ".join(f"{k}={v}" for k, v in {**how.get("resources", {}), **how.get("annotations", {})}.items())
+    only = f" ({how['report_only']})" if how.get("report_only") else ""
+    return alloc, f"{mech} share on the workload's own scheduler: {terms}{only}", None
 
 
 def _time_slicing(gpu: GpuModel, mem: Bound, comp: Bound | None, base: Allocation) -> Placed | str:

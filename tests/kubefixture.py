@@ -50,6 +50,13 @@ CRDS: dict[str, tuple[str, bool]] = {
     "ResourceClaimTemplate": ("resource.k8s.io/v1/resourceclaimtemplates", True),
     "DeviceClass": ("resource.k8s.io/v1/deviceclasses", False),
     "ResourceSlice": ("resource.k8s.io/v1/resourceslices", False),
+    # batch and training jobs; a kind another group also uses is keyed <kind>.<group> (its ``kind`` stays Job)
+    "Job.batch.volcano.sh": ("batch.volcano.sh/v1alpha1/jobs", True),
+    "PodGroup": ("scheduling.volcano.sh/v1beta1/podgroups", True),
+    "PyTorchJob": ("kubeflow.org/v1/pytorchjobs", True),
+    "MPIJob": ("kubeflow.org/v2beta1/mpijobs", True),
+    "TrainJob": ("trainer.kubeflow.org/v1alpha1/trainjobs", True),
+    "JobSet": ("jobset.x-k8s.io/v1alpha2/jobsets", True),
 }
 VERSION = {
     "major": "1", "minor": "30", "gitVersion": "v1.30.4", "gitCommit": "0" * 40, "gitTreeState": "clean",
@@ -102,7 +109,8 @@ class KubeEmulator:
                 km.resources[key] = kmock.ResourceInfo(kind=kind, namespaced=namespaced, verbs={"get", "list"})
             for kind in self._crds:
                 key, namespaced = CRDS[kind]
-                km.resources[key] = kmock.ResourceInfo(kind=kind, namespaced=namespaced, verbs={"get", "list"})
+                km.resources[key] = kmock.ResourceInfo(kind=kind.split(".")[0], namespaced=namespaced,
+                                                       verbs={"get", "list"})
             km["get /version/"] << VERSION
             for obj in self._objects:
                 _seed(km, obj)
@@ -156,9 +164,16 @@ class KubeEmulator:
 
 
 def _seed(km: kmock.KubernetesEmulator, obj: Mapping[str, Any]) -> None:
-    key, namespaced = {**BUILTIN, **CRDS}[obj["kind"]]
+    key, namespaced = {**BUILTIN, **CRDS}[_known_kind(obj)]
     meta = obj["metadata"]
     km.objects[key, meta.get("namespace") if namespaced else None, meta["name"]] = dict(obj)
+
+
+def _known_kind(obj: Mapping[str, Any]) -> str:
+    """The BUILTIN/CRDS key of ``obj``: ``<kind>.<group>`` where its group's kind is keyed so."""
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    qualified = f"{obj['kind']}.{group}"
+    return qualified if qualified in CRDS else str(obj["kind"])
 
 
 # --- manifest builders: just enough structure to look like what the API server returns ---
@@ -176,12 +191,12 @@ def manifest(kind: str, namespace: str | None, name: str, spec: Mapping[str, Any
         meta["annotations"] = dict(annotations)
     if owner is not None:
         meta["ownerReferences"] = [{
-            "apiVersion": owner.get("apiVersion") or resource_key(owner["kind"]).rsplit("/", 1)[0],
+            "apiVersion": owner.get("apiVersion") or resource_key(_known_kind(owner)).rsplit("/", 1)[0],
             "kind": owner["kind"],
             "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
             "controller": True, "blockOwnerDeletion": True,
         }]
-    return {"apiVersion": group_version, "kind": kind, "metadata": meta, "spec": dict(spec or {})}
+    return {"apiVersion": group_version, "kind": kind.split(".")[0], "metadata": meta, "spec": dict(spec or {})}
 
 
 def container(name: str, image: str, limits: Mapping[str, Any] | None = None, command: list[str] | None = None,

@@ -293,6 +293,25 @@ def test_rbac_is_least_privilege(overlay: str, allowed: dict[tuple[str, str], se
                     assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "gpu-operator"), where
 
 
+def test_base_role_reads_every_kind_the_collector_lists() -> None:
+    """Every kind discovery lists (batch and training job CRDs included) is readable by the base ClusterRole:
+    get, list and watch, and no more."""
+    from collectors.kubernetes.discover import NAMESPACED, NODES, OPTIONAL
+
+    role = next(d for d in yaml.safe_load_all((DEPLOY / "base" / "rbac-read.yaml").read_text())
+                if d and d["kind"] == "ClusterRole")
+    reads = {(g, r) for rule in role["rules"] if set(rule["verbs"]) == READ
+             for g in rule["apiGroups"] for r in rule["resources"]}
+    listed = {(res.group, res.plural) for res in (*NAMESPACED, *OPTIONAL, NODES)}
+    assert {("batch.volcano.sh", "jobs"), ("scheduling.volcano.sh", "podgroups"), ("kubeflow.org", "pytorchjobs"),
+            ("kubeflow.org", "mpijobs"), ("trainer.kubeflow.org", "trainjobs")} <= listed
+    assert listed <= reads, sorted(listed - reads)
+    writes = {(g, r) for rule in role["rules"] if set(rule["verbs"]) - READ
+              for g in rule["apiGroups"] for r in rule["resources"]}
+    assert not writes & {("batch.volcano.sh", "jobs"), ("scheduling.volcano.sh", "podgroups"),
+                         ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "mpijobs")}
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_resource_the_collectors_list_is_readable(overlay: str) -> None:
     """The DRA objects (resource.k8s.io) included: a kind the collector lists but may not read is a silent gap."""

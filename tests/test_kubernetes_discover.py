@@ -339,9 +339,10 @@ def test_namespace_without_gpu_workloads(kube: KubeEmulator, namespace: str) -> 
 def test_progress_counts_every_list_call(kube: KubeEmulator) -> None:
     progress = RecordingProgress()
     discover_workloads(kube.settings(["llm", "web"]), progress, kube.api_client())
-    # per namespace: 7 built-in kinds + LeaderWorkerSet, HorizontalPodAutoscaler, ScaledObject; then nodes and the
-    # DRA objects (resource.k8s.io, at the first version served) once
-    assert progress.totals == {"kubernetes: list objects": 2 * 10 + 2}
+    # per namespace: 7 built-in kinds + LeaderWorkerSet, 6 batch/training job kinds (Volcano Job, PodGroup,
+    # PyTorchJob, MPIJob, TrainJob, JobSet), HorizontalPodAutoscaler, ScaledObject; then nodes and the DRA
+    # objects (resource.k8s.io, at the first version served) once
+    assert progress.totals == {"kubernetes: list objects": 2 * 16 + 2}
     assert progress.done == progress.totals
 
 

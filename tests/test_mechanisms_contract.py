@@ -23,11 +23,20 @@ NEED = Need(memory_mib=10_000, compute_frac=0.2)  # fits every mechanism on an A
 TOO_BIG = Need(memory_mib=GPU.memory_mib * 2, compute_frac=1.0)  # fits no share of one GPU
 
 
-def pod(edits: PodEdits) -> tuple[dict, dict[str, str]]:
-    """A pod spec and annotations with nothing but ``edits`` on it."""
+def pod(edits: PodEdits, scheduler: str | None = None) -> tuple[dict, dict[str, str]]:
+    """A pod spec and annotations with nothing but ``edits`` on it (and the scheduler that reads them)."""
     container = {"name": "main", "image": "app", "resources": {"limits": dict(edits.resources)},
                  "env": [{"name": k, "value": v} for k, v in edits.env]}
-    return {"containers": [container]}, dict(edits.annotations)
+    return {"containers": [container], **({"schedulerName": scheduler} if scheduler else {})}, dict(edits.annotations)
+
+
+def written(m: Mechanism, alloc: Allocation) -> tuple[dict, dict[str, str]]:
+    """The pod that holds ``alloc``: the mechanism's edits; for a report-only one (nothing is ever written), what
+    its how_to_apply tells a person to write: the annotations and the scheduler."""
+    if not getattr(m, "report_only", False):
+        return pod(m.pod_edits(alloc), (m.how_to_apply(alloc) or {}).get("scheduler_name"))
+    how = m.how_to_apply(alloc)
+    return pod(PodEdits(annotations=tuple(how["annotations"].items())), how["scheduler_name"])
 
 
 @pytest.fixture(params=sorted(MECHANISMS.loaded()))
@@ -58,7 +67,7 @@ def test_sized_share_counts_and_reads_back_as_sized(mechanism: Mechanism) -> Non
     assert got.share is None or got.share.sharing is mechanism.sharing
     held = mechanism.gpu_equivalents(alloc, GPU)
     assert held is not None and 0 < held[0] <= max(alloc.gpus, 1)
-    spec, annotations = pod(mechanism.pod_edits(alloc))
+    spec, annotations = written(mechanism, alloc)
     back = parse_pod_spec(spec, annotations, claims=claims(mechanism, alloc)).allocation
     assert (back.sharing, back.share) == (mechanism.sharing, alloc.share)
 
@@ -100,6 +109,14 @@ def test_how_to_apply_is_text(mechanism: Mechanism) -> None:
     _, alloc = sized(mechanism)
     how = mechanism.how_to_apply(alloc)
     assert how and json.dumps(how)
+
+
+def test_a_report_only_mechanism_writes_nothing_and_says_so(mechanism: Mechanism) -> None:
+    _, alloc = sized(mechanism)
+    if getattr(mechanism, "report_only", False):
+        assert mechanism.pod_edits(alloc).empty and "report-only" in mechanism.how_to_apply(alloc)["report_only"]
+    else:
+        assert not mechanism.pod_edits(alloc).empty or mechanism.name == "time-slicing"
 
 
 def test_every_mechanism_has_its_own_sharing_tag() -> None:

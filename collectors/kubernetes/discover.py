@@ -27,15 +27,16 @@ from collectors.kubernetes.client import (
     list_objects,
     make_api_client,
 )
+from collectors.kubernetes.jobs import FROM_PODS
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from collectors.kubernetes.revisions import Revision, controller_ref, replaced_since, revision_of, shape_since
 from collectors.kubernetes.templates import int_or, parse_controller, pod_template
-from recommender.core.annotations import MIG_CONFIG_LABEL, SCHEDULE_ANNOTATION
+from recommender.core.annotations import MIG_CONFIG_LABEL, POD_GROUP_ANNOTATION, SCHEDULE_ANNOTATION
 from recommender.core.autoscalers import HPA, SCALED_OBJECT, by_target, describe
 from recommender.core.catalogue import Catalogue
 from recommender.core.inventory import GpuNode, Sharing, Workload, WorkloadRef
 from recommender.core.progress import Progress
-from recommender.core.resources import RESOURCES, Resource
+from recommender.core.resources import RESOURCES, VOLCANO_JOB, Resource, kind_key, owner_kind
 from recommender.core.settings import Settings
 from recommender.core.timestamps import parse_time
 
@@ -44,9 +45,11 @@ NAMESPACED = tuple(RESOURCES[k] for k in (
 LEADER_WORKER_SETS = RESOURCES["LeaderWorkerSet"]
 # who owns a workload's replicas (listed once per scope, not per workload; KEDA not installed: no ScaledObjects)
 AUTOSCALERS = (RESOURCES[HPA], RESOURCES[SCALED_OBJECT])
-OPTIONAL = (LEADER_WORKER_SETS, *AUTOSCALERS)
+# batch and training jobs (Volcano, Kubeflow, JobSet): CRDs that may not be installed
+JOBS = tuple(RESOURCES[k] for k in (VOLCANO_JOB, "PodGroup", "PyTorchJob", "MPIJob", "TrainJob", "JobSet"))
+OPTIONAL = (LEADER_WORKER_SETS, *JOBS, *AUTOSCALERS)
 NODES = RESOURCES["Node"]
-LISTED_KINDS = frozenset(r.kind for r in (*NAMESPACED, LEADER_WORKER_SETS))
+LISTED_KINDS = frozenset(kind_key(r) for r in (*NAMESPACED, LEADER_WORKER_SETS, *JOBS))
 LIST_TASK = "kubernetes: list objects"
 _MAX_OWNER_DEPTH = 8  # LeaderWorkerSet chains are 4 deep; more is a loop or something we do not know
 _DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})  # whole manifests
@@ -98,18 +101,19 @@ def list_cluster(
     scopes: list[str | None] = list(dict.fromkeys(namespaces)) or [None]
     progress.start(LIST_TASK, total=len(scopes) * (len(NAMESPACED) + len(OPTIONAL)) + 2)
     listing = Listing()
-    served = {r.kind: True for r in OPTIONAL}
+    served = {kind_key(r): True for r in OPTIONAL}
     for namespace in scopes:
         for resource in NAMESPACED:
             listing.add(resource.kind, list_objects(api, resource, namespace, timeout_s))
             progress.advance(LIST_TASK)
         for res in OPTIONAL:
-            items = _list_optional(api, res, namespace, timeout_s, progress) if served[res.kind] else None
-            served[res.kind] = items is not None
+            key = kind_key(res)
+            items = _list_optional(api, res, namespace, timeout_s, progress) if served[key] else None
+            served[key] = items is not None
             if res in AUTOSCALERS:
                 listing.autoscalers.setdefault(res.kind, []).extend(items or [])
             else:
-                listing.add(res.kind, items or [])
+                listing.add(key, items or [])
             progress.advance(LIST_TASK)
     try:
         nodes = list_objects(api, NODES, None, timeout_s)
@@ -163,10 +167,14 @@ def top_owner(key: Key, obj: Mapping[str, Any], objects: Mapping[Key, Mapping[st
     """Follow controller ownerReferences up to the highest object we listed, saying where it stopped."""
     for _ in range(_MAX_OWNER_DEPTH):
         ref = controller_ref(obj)
+        if ref is None and key[1] == "Pod" and (group := _pod_group(key, obj, objects)) is not None:
+            key, obj = group, objects[group]  # a pod of a Volcano PodGroup, with no controller of its own
+            continue
         if ref is None:
             bare = key[1] == "Pod"
             return key, ["bare pod: no controller owns it, so nothing recreates it"] if bare else []
-        owner_key: Key = (key[0], str(ref.get("kind", "")), str(ref.get("name", "")))
+        kind = owner_kind(str(ref.get("apiVersion", "")), str(ref.get("kind", "")))
+        owner_key: Key = (key[0], kind, str(ref.get("name", "")))
         owner = objects.get(owner_key)
         if owner is None:
             if key[1] == "Pod":
@@ -176,6 +184,13 @@ def top_owner(key: Key, obj: Mapping[str, Any], objects: Mapping[Key, Mapping[st
             return key, [f"owner {kind} {name} {why}; {key[1]} {key[2]} taken as the workload"]
         key, obj = owner_key, owner
     return key, [f"ownerReferences deeper than {_MAX_OWNER_DEPTH} levels; stopped at {key[1]} {key[2]}"]
+
+
+def _pod_group(key: Key, pod: Mapping[str, Any], objects: Mapping[Key, Mapping[str, Any]]) -> Key | None:
+    """The listed PodGroup a controller-less pod names in ``scheduling.k8s.io/group-name``, if any."""
+    name = ((pod.get("metadata") or {}).get("annotations") or {}).get(POD_GROUP_ANNOTATION)
+    group: Key = (key[0], "PodGroup", str(name))
+    return group if name and group in objects else None
 
 
 def _missing_owner(ref: Key, pod: Mapping[str, Any]) -> tuple[Key, list[str]]:
@@ -203,6 +218,11 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
     claims, claim_notes = resolve(key[0], template, pods, listing.dra)
     if obj is not None and key[1] != "Pod":
         parsed, meta = parse_controller(key[1], obj, claims), obj.get("metadata") or {}
+        if parsed.allocation.sharing is Sharing.NONE and pods and key[1] in FROM_PODS:
+            spec = pods[0].get("spec") or {}
+            found = parse_pod_spec(spec, (pods[0].get("metadata") or {}).get("annotations") or {}, len(pods))
+            parsed = replace(found, notes=(*parsed.notes, *found.notes, f"{key[1]} {key[2]} has no pod template "
+                                           "holding a GPU: allocation read from its pods"))
     elif pods:
         spec, meta = pods[0].get("spec") or {}, pods[0].get("metadata") or {}
         parsed = parse_pod_spec(spec, meta.get("annotations") or {}, replicas=len(pods), claims=claims)
@@ -230,6 +250,7 @@ def _workload(key: Key, listing: Listing, pods: list[dict[str, Any]], notes: lis
         nodes=tuple(sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))})),
         cold_start_s=cold_start_s(pods),
         shape_since=since,
+        template_path=parsed.template_path,
     )
 
 

@@ -24,6 +24,9 @@ from recommender.mechanisms.base import count as _count
 from recommender.mechanisms.base import number as _number
 from recommender.mechanisms.mig import MigShare
 from recommender.mechanisms.mps import MpsShare, parse_mps_mem_limit_mib
+from recommender.mechanisms.volcano import VOLCANO_RESOURCES
+
+READ_RESOURCES = frozenset(VOLCANO_RESOURCES)  # GPU resources outside nvidia.com/ that a mechanism reads
 
 __all__ = ["parse_mps_mem_limit_mib"]
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -47,6 +50,7 @@ class ParsedSpec:
     notes: tuple[str, ...] = ()
     selected_product: str | None = None  # nvidia.com/gpu.product asked for by nodeSelector/affinity
     read: ReadBack | None = None  # the share as read, with what only a node's device memory can finish
+    template_path: str | None = None  # where in its owner the template sits, when not spec.template
 
 
 def parse_pod_spec(spec: Mapping[str, Any], annotations: Mapping[str, str], replicas: int = 1,
@@ -57,7 +61,7 @@ def parse_pod_spec(spec: Mapping[str, Any], annotations: Mapping[str, str], repl
     res = {name: float(n) for name, n in pod_resources(spec, notes).items()}
     vllm, served = parse_vllm(spec.get("containers") or [], notes)
     pod = PodView(res, _count(res.get(GPU, 0.0), GPU, notes), spec.get("containers") or [], annotations, notes,
-                  claims)
+                  claims=claims, scheduler_name=str(spec.get("schedulerName") or "") or None)
     alloc, read = Allocation(sharing=Sharing.NONE, replicas=replicas, vllm=vllm), None
     for mechanism in in_read_order():  # the first that finds its share wins (MIG, KAI, HAMi, MPS, ...)
         read = mechanism.read(pod)
@@ -88,7 +92,7 @@ def pod_resources(spec: Mapping[str, Any], notes: list[str], keep: Callable[[str
 
 
 def _gpu_ish(name: str) -> bool:
-    return name.startswith("nvidia.com/") and name != "nvidia.com/priority"
+    return (name.startswith("nvidia.com/") and name != "nvidia.com/priority") or name in READ_RESOURCES
 
 
 def _container_resources(container: Mapping[str, Any], notes: list[str], keep: Callable[[str], bool]

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from collectors.kubernetes.jobs import JOB_KINDS, parse_job
 from collectors.kubernetes.parse import ParsedSpec, parse_pod_spec
 from recommender.core.inventory import Sharing
 from recommender.mechanisms.base import Claim
@@ -18,6 +19,8 @@ from recommender.mechanisms.mig import MigShare
 def parse_controller(kind: str, obj: Mapping[str, Any], claims: Sequence[Claim] = ()) -> ParsedSpec:
     """One replica's allocation from a controller's pod template, with its replica count and the DRA claims its
     template asks for, as resolved (``collectors.kubernetes.claims``)."""
+    if kind in JOB_KINDS:  # Volcano, Kubeflow, JobSet: several pod templates (collectors.kubernetes.jobs)
+        return parse_job(kind, obj)
     spec = obj.get("spec") or {}
     if kind == "CronJob":
         job = (spec.get("jobTemplate") or {}).get("spec") or {}

@@ -34,9 +34,10 @@ from recommender.analysis.shape import DemandShape, SeriesShape
 from recommender.core.annotations import CLASS_ANNOTATION
 from recommender.core.inventory import Workload
 from recommender.core.plan import Classification, WorkloadClass
+from recommender.core.resources import BATCH_WORKLOAD_KINDS
 
 RT, NRT, BATCH = WorkloadClass.REAL_TIME, WorkloadClass.NEAR_REAL_TIME, WorkloadClass.BATCH
-BATCH_KINDS = frozenset({"Job", "CronJob"})
+BATCH_KINDS = BATCH_WORKLOAD_KINDS  # Job, CronJob, Volcano and Kubeflow jobs, PodGroups, JobSets
 REAL_TIME_MAX_TTFT_S = 10.0  # an objective above this tolerates seconds of queueing: near-real-time
 SUSTAINED_QUEUE_S = 3600.0  # requests left waiting this long, unscaled, with no objective
 SUSTAINED_QUEUE_FRAC = 0.25  # ... and in at least this share of the steps

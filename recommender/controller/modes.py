@@ -23,6 +23,7 @@ from recommender.controller.outcome import Outcome, Request
 from recommender.controller.policy import Policy
 from recommender.core.plan import Recommendation
 from recommender.core.usage import Snapshot
+from recommender.mechanisms import for_sharing
 
 BASELINE_S = 3600.0  # health before a change: the last hour of the snapshot
 
@@ -89,6 +90,9 @@ class WorkloadModes:
         if r.provisional:  # whatever changeLimits.minHistorySeconds says: shown in status, never applied
             return Outcome(ref.key, "blocked", f"not applied (provisional: {r.history_s / 3600:.1f} h of history, "
                            "under the policy.min_history_s of the recommender's settings)", obj=obj)
+        held_back = report_only(r)
+        if held_back is not None:
+            return Outcome(ref.key, "blocked", held_back, obj=obj)
         desired = desired_from(r, spec.allowed_mechanisms, spec.bounds.min_replicas, spec.bounds.max_replicas,
                                self.exclusive_nodes)
         baseline = health_from(snap, r.ref.key, now - timedelta(seconds=BASELINE_S), now)
@@ -117,6 +121,19 @@ class WorkloadModes:
             after = replace(after, oom_kills=ooms, pod_disruptions=gone)
         why = regressions(before, after, ttft_objective_s=objective_s) if before is not None else ()
         return self.actuator.rollback(ref, now, "regression after the change: " + "; ".join(why)) if why else None
+
+
+def report_only(r: Recommendation) -> str | None:
+    """Why Auto leaves ``r`` alone whatever the policy allows, or None: a report-only mechanism's share (Run:ai:
+    its scheduler owns the fraction), or a pod template the controller does not write (a job's task or replica
+    spec, not ``spec.template``)."""
+    alloc = r.recommended
+    mechanism = for_sharing(alloc.sharing) if alloc is not None else None
+    if alloc is not None and getattr(mechanism, "report_only", False):
+        return f"not applied: {alloc.sharing.value} is report-only (recommended, never written)"
+    if r.workload.template_path is not None:
+        return f"not applied: the pod template sits at {r.workload.template_path}, which the controller does not write"
+    return None
 
 
 def summary(r: Recommendation) -> dict[str, Any]:

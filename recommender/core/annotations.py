@@ -14,6 +14,9 @@ REQUIRED_ANNOTATION = "rightsizer.io/mechanism"  # the one mechanism it must get
 KV_BYTES_ANNOTATION = "rightsizer.io/kv-bytes-per-token"
 CAPACITY_ANNOTATION = "rightsizer.io/replica-capacity"  # requests/s one replica serves at the objective
 
+# read from a pod (set by its scheduler or owner)
+POD_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # the Volcano PodGroup a pod belongs to
+
 # written by the controller
 RECOMMENDATION_ANNOTATION = "rightsizer.io/recommendation"  # the controller's last recommendation (JSON)
 LAST_CHANGE = "rightsizer.io/last-change"

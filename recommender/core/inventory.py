@@ -23,6 +23,8 @@ class Sharing(StrEnum):
     HAMI = "hami"  # HAMi gpumem / gpucores
     KAI = "kai"  # KAI scheduler gpu-fraction / gpu-memory
     DRA = "dra"  # ResourceClaims of the NVIDIA DRA driver's device classes (whole GPU, MIG, MPS, time-slicing)
+    VOLCANO = "volcano-vgpu"  # Volcano vGPU volcano.sh/vgpu-number / vgpu-memory / vgpu-cores
+    RUNAI = "runai"  # Run:ai gpu-fraction / gpu-memory under runai-scheduler (report-only)
     NONE = "none"  # no GPU found in the spec
 
 
@@ -142,6 +144,18 @@ class Allocation:
     def dra_sharing(self) -> str | None:  # the GpuConfig sharing strategy: "MPS", "TimeSlicing"; None: none
         return self._flat("dra_sharing")
 
+    @property
+    def volcano_vgpu_memory_mib(self) -> float | None:
+        return self._flat("volcano_vgpu_memory_mib")
+
+    @property
+    def volcano_vgpu_cores_pct(self) -> float | None:
+        return self._flat("volcano_vgpu_cores_pct")
+
+    @property
+    def runai_gpu_fraction(self) -> float | None:
+        return self._flat("runai_gpu_fraction")
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -168,6 +182,9 @@ class Workload:
     # pods dcgm-exporter attributes its GPU to at once (>1: time-slicing or MPS, whatever the spec says); None:
     # unknown or one. Its per-device figures are then every tenant's (policies.attribution)
     device_shared_with: int | None = None
+    # where the GPU pod template sits in its owner when not at spec.template (a Volcano Job's task, a training
+    # job's replica spec: ``spec.tasks[1].template``); None: spec.template, or no template (read from pods)
+    template_path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from recommender.core.settings_sources import KubernetesSettings, PrometheusSett
 from recommender.core.settings_tenancy import TenancySettings
 
 DAY_S = 86_400.0
-MECHANISMS = ("mig", "mps", "time-slicing", "exclusive", "hami", "kai")
-FRACTION_BACKENDS = ("mps", "dra", "hami", "kai")
+MECHANISMS = ("mig", "mps", "time-slicing", "exclusive", "hami", "kai", "volcano-vgpu", "runai")
+FRACTION_BACKENDS = ("mps", "dra", "hami", "kai", "volcano-vgpu", "runai")
 
 
 class PolicySettings(BaseModel):
@@ -87,16 +87,19 @@ class MechanismSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt key in a settings file is an error
 
     allowed: tuple[str, ...] = Field(
-        ("mig", "mps", "time-slicing", "exclusive", "hami", "kai"), description="Mechanisms that may be recommended."
+        ("mig", "mps", "time-slicing", "exclusive", "hami", "kai", "volcano-vgpu", "runai"),
+        description="Mechanisms that may be recommended (runai: recommended only, never applied)."
     )
     by_namespace: dict[str, tuple[str, ...]] = Field(
         default_factory=dict, description="Namespace → the mechanisms allowed there (narrows 'allowed')."
     )
     fraction_backend: str = Field(
-        "mps", description="How the cluster hands out GPU fractions: mps (device plugin), dra, hami or kai."
+        "mps", description="How the cluster hands out GPU fractions: mps (device plugin), dra, hami, kai, "
+        "volcano-vgpu or runai. A workload on Volcano vGPU or Run:ai fractions keeps its own scheduler."
     )
     memory_seen: dict[str, str] = Field(
-        default_factory=lambda: {"mps": "limit", "dra": "limit", "hami": "limit", "kai": "device"},
+        default_factory=lambda: {"mps": "limit", "dra": "limit", "hami": "limit", "kai": "device",
+                                 "volcano-vgpu": "limit", "runai": "device"},
         description="Per fraction backend, the memory a process sees: 'limit' (its share) or 'device' (the "
         "whole GPU). Sets what vLLM's --gpu-memory-utilization is a fraction of. Unverified for MPS/DRA "
         "(reference.md §9.2 marks it inferred); KAI enforces nothing, so the process sees the device.",

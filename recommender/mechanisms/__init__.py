@@ -16,7 +16,8 @@ MECHANISMS: Registry[Mechanism] = Registry(
     builtins={"exclusive": "recommender.mechanisms.exclusive", "mig": "recommender.mechanisms.mig",
               "mps": "recommender.mechanisms.mps", "hami": "recommender.mechanisms.hami",
               "kai": "recommender.mechanisms.kai", "time-slicing": "recommender.mechanisms.time_slicing",
-              "dra": "recommender.mechanisms.dra"},
+              "dra": "recommender.mechanisms.dra",
+              "volcano-vgpu": "recommender.mechanisms.volcano", "runai": "recommender.mechanisms.runai"},
     known="known mechanisms")
 
 

@@ -110,7 +110,7 @@ class Claim:
 class PodView:
     """What reading a share back sees of one pod: the GPU resources it holds (summed by the scheduler's rule),
     its whole ``nvidia.com/gpu`` devices (rounded up), its containers (for their literal env), its
-    annotations, its resolved DRA claims; caveats found go to ``notes``."""
+    annotations, its resolved DRA claims and its ``schedulerName``; caveats found go to ``notes``."""
 
     resources: Mapping[str, float]
     gpus: int = 0
@@ -118,6 +118,7 @@ class PodView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     claims: Sequence[Claim] = ()  # its DRA ResourceClaims' GPU requests, resolved
+    scheduler_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,13 +207,15 @@ class Mechanism(Protocol):
 class Base:
     """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size; the SMs of its
     devices, each of them; isolates nothing (the safe default: its clients are packed with their own tenant
-    only)."""
+    only). ``report_only``: the mechanism is recommended, never applied (its ``pod_edits`` are empty and the
+    controller leaves it alone)."""
 
     share_type: type[Share] | None = None
     name: str
     node_wide = False
     isolates_memory: bool = False
     isolates_faults: bool = False
+    report_only: bool = False
 
     def label(self, alloc: Allocation) -> str:
         return self.name

@@ -25,7 +25,8 @@ NonNegInt = Annotated[int, Field(ge=0)]
 Frac = Annotated[float, Field(ge=0, le=1)]
 Pct = Annotated[float, Field(ge=0, le=100)]
 Texts = list[str]
-Sharing = Literal["exclusive", "mig", "time-slicing", "mps", "hami", "kai", "dra", "none"]
+Sharing = Literal["exclusive", "mig", "time-slicing", "mps", "hami", "kai", "dra", "volcano-vgpu", "runai",
+                  "none"]
 
 
 class _Model(BaseModel):
@@ -86,6 +87,9 @@ class Allocation(_Model):
     hami_gpumem_mib: NonNeg | None
     hami_gpucores_pct: Pct | None
     kai_gpu_fraction: NonNeg | None
+    volcano_vgpu_memory_mib: NonNeg | None
+    volcano_vgpu_cores_pct: Pct | None
+    runai_gpu_fraction: Frac | None
     vllm: Vllm | None
 
 
@@ -185,7 +189,7 @@ class Workload(_Model):
         description="sharing mechanism chosen (a sharing value), null without a recommendation")
     apply: dict[str, Any] | None = Field(description=(
         "what to write where, in each mechanism's own terms: resources, env, dra, annotations, vllm_args, "
-        "device plugin replicas"))
+        "device plugin replicas, scheduler_name, report_only; template: the pod template path in its owner"))
     scaling: Scaling | None
     autoscaler: str | None = Field(description=(
         "(1.7) what owns the replica count: HorizontalPodAutoscaler/<name> or ScaledObject/<name>, several "

@@ -93,6 +93,9 @@ def allocation(a: Allocation | None) -> dict[str, Any] | None:
         "hami_gpumem_mib": mib(a.hami_gpumem_mib),
         "hami_gpucores_pct": pct(a.hami_gpucores_pct),
         "kai_gpu_fraction": frac(a.kai_gpu_fraction),
+        "volcano_vgpu_memory_mib": mib(a.volcano_vgpu_memory_mib),
+        "volcano_vgpu_cores_pct": pct(a.volcano_vgpu_cores_pct),
+        "runai_gpu_fraction": frac(a.runai_gpu_fraction),
         "vllm": _vllm(a.vllm),
     }
 

@@ -42,12 +42,15 @@ def advice(rec: Recommendation, snapshot: Snapshot | None, catalogue: Catalogue,
 
 
 def _apply(rec: Recommendation) -> dict[str, Any] | None:
-    """How to apply the recommended allocation; a DRA claim named after the workload, in its namespace."""
+    """How to apply the recommended allocation, and where: a DRA claim named after the workload, in its
+    namespace; a job's pod template path when not spec.template."""
     if rec.recommended is None:
         return None
     out = how_to_apply(rec.recommended)
     if rec.recommended.sharing is Sharing.DRA:
         out.update(how_to_apply_claim(rec.recommended, rec.ref.name, rec.ref.namespace))
+    if rec.workload.template_path:
+        out["template"] = rec.workload.template_path
     return out
 
 
