@@ -23,3 +23,7 @@ STATE_ANNOTATION = "rightsizer.io/mig-change"
 # the GPU Operator's MIG manager
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+# the NVIDIA device plugin (reference.md §3): the node label that picks a named config from its ConfigMap
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU feature discovery: the replicas the node's config makes
