@@ -153,13 +153,15 @@ def config_name(gpu_model: str, cfg: DevicePluginConfig) -> str:
 
 
 def _node_plan(node: GpuNode, demands: Sequence[SharingDemand], mig: bool, settings: Settings,
-               configs: dict[str, dict[str, Any]]) -> NodeDevicePluginPlan | None:
-    """One node's plan; None where nothing shares its GPUs today or after the change."""
+               configs: dict[str, dict[str, Any]], warnings: list[str]) -> NodeDevicePluginPlan | None:
+    """One node's plan; None where nothing shares its GPUs today (as far as known) or after the change (what
+    kept a demand off the node is then a warning)."""
     current = node.device_plugin
-    if not demands and (current is None or current.strategy == NO_SHARING):
-        return None
     reasons: list[str] = []
     wanted = wanted_config(demands, node, mig, reasons)
+    if wanted.strategy == NO_SHARING and (current is None or current.strategy == NO_SHARING):
+        warnings.extend(f"node {node.name}: {r}" for r in reasons)
+        return None
     model = node.gpu_model or next((d.gpu_model for d in demands if d.gpu_model), None) or "unknown"
     label = node.device_plugin_config or settings.kubernetes.device_plugin_default_config
     if current is None:
@@ -195,7 +197,7 @@ def plan_device_plugin(recs: Sequence[Recommendation], nodes: Sequence[GpuNode],
     plans: list[NodeDevicePluginPlan] = []
     for node in sorted(nodes, key=lambda n: n.name):
         mine = [d for d in demands if d.node == node.name]
-        plan = _node_plan(node, mine, mig_enabled(node, migs.get(node.name)), settings, configs)
+        plan = _node_plan(node, mine, mig_enabled(node, migs.get(node.name)), settings, configs, warnings)
         plans += [plan] if plan is not None else []
     stray = [d for d in demands if d.node not in by_name]
     for d in stray:
@@ -203,7 +205,8 @@ def plan_device_plugin(recs: Sequence[Recommendation], nodes: Sequence[GpuNode],
             warnings.append(f"{d.workload}: node {d.node} not in the inventory: its config planned with node unknown")
     for model in sorted({d.gpu_model or "unknown" for d in stray}):
         pseudo = GpuNode(f"<{model}, node unknown>", model, 0)
-        plan = _node_plan(pseudo, [d for d in stray if (d.gpu_model or "unknown") == model], False, settings, configs)
+        mine = [d for d in stray if (d.gpu_model or "unknown") == model]
+        plan = _node_plan(pseudo, mine, False, settings, configs, warnings)
         plans += [plan] if plan is not None else []
     if not plans:
         return None

@@ -37,9 +37,13 @@ def configmap(dp: DevicePluginPlan) -> dict[str, Any]:
 
 
 def configmap_yaml(plan: Plan) -> str:
+    """The plan's device-plugin ConfigMap as YAML (:func:`configmap_text`); '' without a plan."""
+    return configmap_text(plan.device_plugin) if plan.device_plugin is not None else ""
+
+
+def configmap_text(dp: DevicePluginPlan) -> str:
     """The ConfigMap as YAML after comments naming the label each node takes; '' when no config is new."""
-    dp = plan.device_plugin
-    if dp is None or not dp.configs:
+    if not dp.configs:
         return ""
     import yaml
 
