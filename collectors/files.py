@@ -143,15 +143,20 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
 
 # workload fields added after format 1 was written: left out when absent
 _OPTIONAL_KEYS = ("autoscaler", "device_shared_with")
+_OPTIONAL_NODE_KEYS = ("device_plugin_config", "device_plugin", "device_plugin_unknown")
 
 
 def _without_absent(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document less the newer workload fields that are None, so a snapshot written without them reads
+    """The document less the newer workload and node fields that are None, so a snapshot written without them reads
     (and writes) byte for byte as before; reading fills in their defaults."""
     for w in doc.get("workloads") or []:
         for key in _OPTIONAL_KEYS:
             if w.get(key) is None:
                 w.pop(key, None)
+    for n in doc.get("nodes") or []:
+        for key in _OPTIONAL_NODE_KEYS:
+            if n.get(key) is None:
+                n.pop(key, None)
     return doc
 
 

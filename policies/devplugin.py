@@ -25,7 +25,7 @@ from recommender.core.settings import Settings
 from recommender.mechanisms.mps import device_plugin_mps_replicas
 
 _SHORT = {TIME_SLICING: "ts", MPS: "mps", NO_SHARING: "no-sharing"}
-MPS_ON_MIG = "MPS runs only on full GPUs, not MIG-enabled devices (reference.md §3)"
+MPS_ON_MIG = "MPS runs only on full GPUs, not MIG-enabled devices (reference.md section 3)"  # ASCII: a warning
 
 
 @dataclass(frozen=True)
