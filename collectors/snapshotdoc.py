@@ -95,11 +95,13 @@ class SnapshotDoc(BaseModel):
 OPTIONAL_KEYS = ("autoscaler", "device_shared_with", "template_path")
 # allocation fields added after format 1 was written (shares of later mechanisms): left out when absent
 OPTIONAL_ALLOCATION_KEYS = ("volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct", "runai_gpu_fraction")
+# node fields added after format 1 was written: left out when absent
+OPTIONAL_NODE_KEYS = ("device_plugin_config", "device_plugin", "device_plugin_unknown")
 
 
 def without_absent(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document less the newer workload fields that are None, so a snapshot written without them reads
-    (and writes) byte for byte as before; reading fills in their defaults."""
+    """The document less the newer workload, allocation and node fields that are None, so a snapshot written
+    without them reads (and writes) byte for byte as before; reading fills in their defaults."""
     for w in doc.get("workloads") or []:
         for key in OPTIONAL_KEYS:
             if w.get(key) is None:
@@ -107,4 +109,8 @@ def without_absent(doc: dict[str, Any]) -> dict[str, Any]:
         for key in OPTIONAL_ALLOCATION_KEYS:
             if isinstance(w.get("allocation"), dict) and w["allocation"].get(key) is None:
                 w["allocation"].pop(key, None)
+    for n in doc.get("nodes") or []:
+        for key in OPTIONAL_NODE_KEYS:
+            if n.get(key) is None:
+                n.pop(key, None)
     return doc

@@ -40,6 +40,7 @@ BUILTIN: dict[str, tuple[str, bool]] = {
     "Pod": ("v1/pods", True),
     "Node": ("v1/nodes", False),
     "Namespace": ("v1/namespaces", False),
+    "ConfigMap": ("v1/configmaps", True),
     "HorizontalPodAutoscaler": ("autoscaling/v2/horizontalpodautoscalers", True),
 }
 CRDS: dict[str, tuple[str, bool]] = {

@@ -71,7 +71,8 @@ def test_several_formats_come_from_one_plan(cwd: Path, monkeypatch: pytest.Monke
     run = report("-o", "json,html,csv", "--output-file", "r")
     assert run.exit_code == 0, run.output
     assert len(calls) == 1
-    assert sorted(os.listdir(cwd)) == ["r.csv", "r.html", "r.json", "r.mig-nodes.csv", "r.mig-parted.yaml"]
+    assert sorted(os.listdir(cwd)) == ["r.csv", "r.device-plugin.yaml", "r.html", "r.json", "r.mig-nodes.csv",
+                                       "r.mig-parted.yaml"]
     assert json.loads((cwd / "r.json").read_text())["workloads"]
     assert (cwd / "r.html").read_text().lstrip().lower().startswith("<!doctype html")
 

@@ -69,7 +69,7 @@ def test_json_validates_against_the_schema(plan: Plan, snap: Snapshot) -> None:
     doc = json.loads(get_formatter("json")(plan, snap), parse_constant=_no_nan)
     Draft202012Validator(SCHEMA).validate(doc)
     Draft202012Validator(strict(SCHEMA)).validate(doc)
-    assert doc["schema_version"] == "2.0" and doc["generated_at"] == "2026-11-01T00:00:00Z"
+    assert doc["schema_version"] == "2.1" and doc["generated_at"] == "2026-11-01T00:00:00Z"
     assert [w["name"] for w in doc["workloads"]] == [r.ref.name for r in plan.recommendations]
 
 

@@ -411,7 +411,7 @@ def test_narrow_table_keeps_risk_and_the_mig_plan_in_ascii(case: tuple[Plan, Sna
 
 def test_a_plan_without_mig_nodes_has_no_mig_section(case: tuple[Plan, Snapshot]) -> None:
     plan, snap = case
-    bare = replace(plan, mig_nodes=(), mig_parted_config={})
+    bare = replace(plan, mig_nodes=(), mig_parted_config={}, device_plugin=None)
     assert "MIG plan per node" not in render_table(bare, snap)
     assert "MIG plan per node" not in get_formatter("markdown")(bare, snap)
     assert "MIG plan per node" not in get_formatter("html")(bare, snap)
@@ -423,7 +423,8 @@ def test_a_plan_without_mig_nodes_has_no_mig_section(case: tuple[Plan, Snapshot]
 def test_csv_companions_are_a_csv_and_the_mig_parted_yaml(case: tuple[Plan, Snapshot]) -> None:
     plan, _ = case
     files = mig_files(plan)
-    assert set(files) == {".mig-nodes.csv", ".mig-parted.yaml"}
+    shared = {".device-plugin.yaml"} if plan.device_plugin is not None and plan.device_plugin.configs else set()
+    assert set(files) == {".mig-nodes.csv", ".mig-parted.yaml", *shared}
     assert yaml.safe_load(files[".mig-parted.yaml"]) == json.loads(json.dumps(plan.mig_parted_config))
     rows = list(csv.DictReader(io.StringIO(files[".mig-nodes.csv"])))
     assert len(rows) == sum(len(n.layouts) for n in plan.mig_nodes)

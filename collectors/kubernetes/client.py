@@ -108,6 +108,8 @@ def _core_list(core: client.CoreV1Api, resource: Resource, namespace: str | None
         return core.list_node(**kw)
     if resource.plural == "pods":
         return core.list_namespaced_pod(namespace, **kw) if namespace else core.list_pod_for_all_namespaces(**kw)
+    if resource.plural == "configmaps" and namespace:
+        return core.list_namespaced_config_map(namespace, **kw)
     raise ValueError(f"core resource {resource.plural!r} is not listed by this collector")
 
 

@@ -27,6 +27,7 @@ from collectors.kubernetes.client import (
     list_objects,
     make_api_client,
 )
+from collectors.kubernetes.devplugin import read_configs, with_configs
 from collectors.kubernetes.jobs import FROM_PODS
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from collectors.kubernetes.revisions import Revision, controller_ref, replaced_since, revision_of, shape_since
@@ -91,7 +92,10 @@ def discover_cluster(
     """The GPU workloads and the GPU nodes (for per-node MIG plans), from one listing."""
     api = api_client or make_api_client(settings.kubernetes)
     listing = list_cluster(api, settings.namespaces, settings.kubernetes.timeout_s, progress)
-    return build_workloads(listing), gpu_nodes(listing, catalogue)
+    configs = read_configs(api, settings.kubernetes)
+    nodes = tuple(with_configs(n, listing.node_labels.get(n.name, {}), configs,
+                               settings.kubernetes.device_plugin_default_config) for n in gpu_nodes(listing, catalogue))
+    return build_workloads(listing), nodes
 
 
 def list_cluster(

@@ -33,3 +33,7 @@ MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
 # recommender.core.settings_tenancy.VClusterSettings, which a cluster may override.
 VCLUSTER_MANAGED_BY_LABEL = "vcluster.loft.sh/managed-by"  # the vCluster's name
 VCLUSTER_NAMESPACE_LABEL = "vcluster.loft.sh/namespace"  # the pod's namespace inside the vCluster
+
+# the NVIDIA device plugin (reference.md §3): the node label that picks a named config from its ConfigMap
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU feature discovery: the replicas the node's config makes

@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from recommender.core.devplugin import DevicePluginConfig
+
 
 class Sharing(StrEnum):
     """How a workload's GPU is handed out today (or should be)."""
@@ -197,3 +199,8 @@ class GpuNode:
     mig_config: str | None = None  # current nvidia.com/mig.config label value
     # current per-GPU MIG devices when known (one {profile: count} per GPU index); empty: unknown/none
     mig_devices: tuple[Mapping[str, int], ...] = ()
+    device_plugin_config: str | None = None  # current nvidia.com/device-plugin.config label value (None: unset)
+    # what that config shares, as read from the device plugin's ConfigMap; None: unknown (not read, or the key is
+    # missing or does not parse: ``device_plugin_unknown`` says why)
+    device_plugin: DevicePluginConfig | None = None
+    device_plugin_unknown: str | None = None

@@ -180,6 +180,39 @@ class NodeMigPlan:
 
 
 @dataclass(frozen=True)
+class NodeDevicePluginPlan:
+    """One node's device-plugin sharing after the change: the named config its label should select, and why.
+
+    ``current`` describes the node's config today (``unknown`` where it cannot be read); ``changed`` says the
+    label must change (the config's content differs from today's or the node's label names another config).
+    """
+
+    node: str
+    gpu_model: str
+    gpus_total: int
+    current_config: str | None  # nvidia.com/device-plugin.config today (None: unset, the default config)
+    current: str  # what today's config shares, in words ("time-slicing ×4", "no sharing", "unknown")
+    config_name: str  # the config to select: the label's new value
+    strategy: str  # none | time-slicing | mps
+    replicas: int  # nvidia.com/gpu replicas per GPU (1: not shared)
+    workloads: tuple[str, ...]  # WorkloadRef keys that share this node's GPUs
+    changed: bool
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DevicePluginPlan:
+    """The NVIDIA device plugin's ConfigMap of named configs (one key per node pool: GPU model and sharing) and
+    the node label that selects each (reference.md §3)."""
+
+    namespace: str
+    configmap: str
+    configs: Mapping[str, Mapping[str, Any]]  # config name → its version: v1 document
+    nodes: tuple[NodeDevicePluginPlan, ...]
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """What one workload should get instead, why, and what that saves.
 
@@ -264,3 +297,4 @@ class Plan:
     mig_nodes: tuple[NodeMigPlan, ...] = ()
     mig_parted_config: Mapping[str, Any] = field(default_factory=dict)  # version: v1 document
     autoscaler_prometheus: PrometheusAddress = PLACEHOLDER_PROMETHEUS  # what KEDA triggers read
+    device_plugin: DevicePluginPlan | None = None  # None: no node shares, or could share, its GPUs through the plugin

@@ -81,3 +81,18 @@ class KubernetesSettings(BaseModel):
     context: str | None = Field(None, description="kubeconfig context to use.")
     host: str | None = Field(None, description="API server URL (overrides kubeconfig; for tests).")
     timeout_s: float = Field(30.0, gt=0, description="Timeout of one API call, seconds.")
+    device_plugin_namespace: str = Field(
+        "gpu-operator", description="Namespace of the NVIDIA device plugin's ConfigMap of named configs (the GPU "
+        "Operator's namespace).")
+    device_plugin_configmap: str | None = Field(
+        None, description="Name of the device plugin's ConfigMap of named configs: the GPU Operator's "
+        "devicePlugin.config.name (reference.md §3; the chart sets none by default). Read for each node's current "
+        "sharing; unset: not read, and the generated ConfigMap is named rightsizer-device-plugin.")
+    device_plugin_default_config: str | None = Field(
+        None, description="The config nodes without an nvidia.com/device-plugin.config label get: the GPU "
+        "Operator's devicePlugin.config.default.")
+
+    @property
+    def device_plugin_configmap_name(self) -> str:
+        """The ConfigMap the report reads and the generated one is named after."""
+        return self.device_plugin_configmap or "rightsizer-device-plugin"

@@ -6,7 +6,8 @@ absent values are empty cells. Text cells that a spreadsheet would run as a form
 
 The CSV stays one table (``csv.DictReader`` reads every row as a workload), so the per-node MIG plan goes
 in files beside it (:func:`mig_files`): ``<out>.mig-nodes.csv``, one row per node and GPU, and
-``<out>.mig-parted.yaml``, the mig-parted config; the CLI writes them when ``-o`` is given.
+``<out>.mig-parted.yaml``, the mig-parted config, and ``<out>.device-plugin.yaml``, the device plugin's
+ConfigMap of named configs; the CLI writes them when ``-o`` is given.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from recommender.core.inventory import Allocation
 from recommender.core.plan import NodeMigPlan, Plan, Recommendation
 from recommender.core.usage import Snapshot
+from recommender.outputs import devplugintext as dpt
 from recommender.outputs import jsondoc as j
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_companions, register_formatter
@@ -132,8 +134,11 @@ def _write(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
 
 @register_companions("csv")
 def mig_files(plan: Plan) -> dict[str, str]:
-    """The MIG plan as files beside the CSV, by suffix: ``.mig-nodes.csv`` and ``.mig-parted.yaml``; {} without one."""
-    if not plan.mig_nodes:
-        return {}
-    nodes = _write(MIG_COLUMNS, [r for n in plan.mig_nodes for r in _mig_rows(n)])
-    return {".mig-nodes.csv": nodes, ".mig-parted.yaml": t.mig_parted_yaml(plan)}
+    """The node plans as files beside the CSV, by suffix: MIG's ``.mig-nodes.csv`` and ``.mig-parted.yaml``, the
+    device plugin's ``.device-plugin.yaml`` (its ConfigMap, where a config is new); {} without either."""
+    out = {}
+    if plan.mig_nodes:
+        nodes = _write(MIG_COLUMNS, [r for n in plan.mig_nodes for r in _mig_rows(n)])
+        out = {".mig-nodes.csv": nodes, ".mig-parted.yaml": t.mig_parted_yaml(plan)}
+    config = dpt.configmap_yaml(plan)
+    return out | ({".device-plugin.yaml": config} if config else {})

@@ -217,6 +217,36 @@ class AutoscalerPrometheus(_Model):
     needs_auth: bool = Field(description="credentials were given: the triggers need a TriggerAuthentication")
 
 
+class DevicePluginNode(_Model):
+    """(2.1) one node's device-plugin sharing: its config today and the named config its label should select"""
+
+    node: str
+    gpu_model: str
+    gpus_total: NonNegInt
+    current_config: str | None = Field(description="nvidia.com/device-plugin.config today; null: unset (the default)")
+    current: str = Field(description="what today's config shares, in words; 'unknown' where it cannot be read")
+    config_name: str = Field(max_length=63)
+    label: dict[str, str]
+    strategy: Literal["none", "time-slicing", "mps"]
+    replicas: Annotated[int, Field(ge=1)]
+    workloads: Texts
+    changed: bool
+    reasons: Texts
+
+
+class DevicePluginConfigMap(_Model):
+    namespace: str
+    name: str
+
+
+class DevicePlugin(_Model):
+    """(2.1) the NVIDIA device plugin's ConfigMap of named configs (one per node pool) and the label per node"""
+
+    configmap: DevicePluginConfigMap
+    configs: dict[str, dict[str, Any]] = Field(description="config name → its version: v1 document (new ones only)")
+    nodes: list[DevicePluginNode]
+
+
 MigPartedConfig = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "required": ["version", "mig-configs"]})]
 
 
@@ -236,6 +266,7 @@ class Report(_Model):
     mig_nodes: list[MigNode]
     mig_parted_config: MigPartedConfig | None
     autoscaler_prometheus: AutoscalerPrometheus
+    device_plugin: DevicePlugin | None
 
 
 class _OpenSchema(GenerateJsonSchema):

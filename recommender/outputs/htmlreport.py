@@ -18,10 +18,11 @@ from collections import defaultdict
 from html import escape
 from importlib.resources import files
 
-from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.annotations import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL
 from recommender.core.plan import NodeMigPlan, Plan, Recommendation
 from recommender.core.usage import Snapshot
 from recommender.outputs import charts
+from recommender.outputs import devplugintext as dpt
 from recommender.outputs import text as t
 from recommender.outputs.forecastchart import forecast_chart
 from recommender.outputs.jsondoc import SCHEMA_VERSION
@@ -247,6 +248,26 @@ def _mig(plan: Plan) -> str:
             "</section>\n")
 
 
+def _device_plugin(plan: Plan) -> str:
+    """Each node's device-plugin config today and to select, then the ConfigMap; '' without a plan."""
+    dp = plan.device_plugin
+    if dp is None:
+        return ""
+    rows = "".join(
+        f'<tr data-node="{e(n.node)}"><td>{e(n.node)}</td><td>{n.gpus_total}× {e(n.gpu_model)}</td>'
+        f"<td>{e(n.current_config or t.DASH)}</td><td>{e(dpt.change_text(n))}</td><td><code>{e(dpt.label(n))}</code>"
+        f"</td><td>{', '.join(e(w) for w in n.workloads) or e(t.DASH)}</td><td><ul>"
+        f"{''.join(f'<li>{e(r)}</li>' for r in n.reasons)}</ul></td></tr>" for n in dp.nodes)
+    config = dpt.configmap_yaml(plan)
+    block = (f'<h3 class="config">Device-plugin ConfigMap</h3><pre class="config"><code>{e(config)}</code></pre>'
+             if config else "")
+    return (f'<h2>Device-plugin sharing per node</h2>\n<section class="device-plugin"><p class="note">Set each node\'s '
+            f"<code>{e(DEVICE_PLUGIN_CONFIG_LABEL)}</code> label to its config from the device plugin's ConfigMap "
+            f"<code>{e(dp.namespace)}/{e(dp.configmap)}</code>.</p><table><thead><tr><th>Node</th><th>GPUs</th>"
+            "<th>Config today</th><th>Sharing</th><th>Node label to set</th><th>Workloads</th><th>Why</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>{block}</section>\n")
+
+
 def _head(plan: Plan) -> str:
     css = files("recommender.outputs").joinpath("report.css").read_text(encoding="utf-8")
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -271,7 +292,7 @@ def render_html(plan: Plan, snapshot: Snapshot | None = None, *, top_n: int = TO
         f'<p class="meta">generated {e(t.human_utc(plan.generated_at))}</p></header>\n'
         f'<p class="summary">{e(t.fleet_line(plan))}</p>\n{_cards(plan)}\n{_warnings(plan)}\n'
         f"<h2>GPUs held vs needed by namespace</h2>\n{_fleet(plan)}\n"
-        f"<h2>Workloads</h2>\n{_table(plan, snapshot, anchors)}\n{_mig(plan)}"
+        f"<h2>Workloads</h2>\n{_table(plan, snapshot, anchors)}\n{_mig(plan)}{_device_plugin(plan)}"
         f"<h2>Per workload</h2>\n{_sections(plan, snapshot, chosen, anchors)}\n{_scaling(plan)}"
         f"<footer>gpu-rightsizer report · JSON schema {e(SCHEMA_VERSION)} · window step {plan.step_s:g} s</footer>\n"
     )

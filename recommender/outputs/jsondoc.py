@@ -19,11 +19,12 @@ import pandas as pd
 
 from recommender.analysis.forecast import upper_band
 from recommender.core.advice import AutoscalerObjects
-from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.annotations import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL
 from recommender.core.inventory import Allocation, VllmArgs
 from recommender.core.plan import (
     Bound,
     Classification,
+    DevicePluginPlan,
     Forecast,
     NodeMigPlan,
     Plan,
@@ -36,7 +37,7 @@ from recommender.outputs import text as t
 from recommender.outputs.docmodel import Report
 from recommender.outputs.registry import register_formatter
 
-SCHEMA_VERSION = "2.0"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
+SCHEMA_VERSION = "2.1"  # 1.1: class and forecasts per workload; 1.2: mechanism, apply, scaling, MIG node plans;
 # 1.3: replicas and GPU-hours under the scaling plans (scaling.mean_replicas, summary.gpu_hours_autoscaled);
 # 1.4: a second trigger on requests waiting (scaling.waiting_per_replica); 1.5: replicas and GPU-hours on the
 # recommended shape (scaling.mean_replicas_right_sized, summary.gpu_hours_right_sized_autoscaled); 1.6: what the
@@ -44,7 +45,8 @@ SCHEMA_VERSION = "2.0"  # 1.1: class and forecasts per workload; 1.2: mechanism,
 # on the recommended shape (scaling.shape, capacity_estimated, capacity_scale, basis_capacity), its peak count
 # renamed scaling.peak_replicas (was recommended_replicas, read beside recommended.replicas), thresholds to 4
 # significant digits, scaling.hpa, autoscaler_prometheus (the KEDA triggers' serverAddress), provisional (a
-# recommendation made on short history), risk_reasons (why the risk is what it is)
+# recommendation made on short history), risk_reasons (why the risk is what it is); 2.1: device_plugin (the device
+# plugin's named configs per node pool and the label per node)
 
 
 def _rounder(digits: int) -> Callable[[float | None], float | None]:
@@ -209,6 +211,17 @@ def mig_node(n: NodeMigPlan) -> dict[str, Any]:
             "reconfigured_gpus": n.reconfigured_gpus, "reasons": list(n.reasons)}
 
 
+def device_plugin(dp: DevicePluginPlan | None) -> dict[str, Any] | None:
+    if dp is None:
+        return None
+    nodes = [{"node": n.node, "gpu_model": n.gpu_model, "gpus_total": n.gpus_total, "current_config": n.current_config,
+              "current": n.current, "config_name": n.config_name, "label": {DEVICE_PLUGIN_CONFIG_LABEL: n.config_name},
+              "strategy": n.strategy, "replicas": n.replicas, "workloads": list(n.workloads), "changed": n.changed,
+              "reasons": list(n.reasons)} for n in dp.nodes]
+    return {"configmap": {"namespace": dp.namespace, "name": dp.configmap},
+            "configs": {k: dict(v) for k, v in dp.configs.items()}, "nodes": nodes}
+
+
 def summary(s: Summary) -> dict[str, Any]:
     return {
         "gpus_held": frac(s.gpus_held),
@@ -246,6 +259,7 @@ def _raw(plan: Plan) -> dict[str, Any]:
         "mig_parted_config": dict(plan.mig_parted_config) or None,
         "autoscaler_prometheus": {"url": plan.autoscaler_prometheus.url, "source": plan.autoscaler_prometheus.source,
                                   "needs_auth": plan.autoscaler_prometheus.needs_auth},
+        "device_plugin": device_plugin(plan.device_plugin),
     }
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 
-from recommender.core.annotations import MIG_CONFIG_LABEL
+from recommender.core.annotations import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL
 from recommender.core.plan import NodeMigPlan, Plan, Recommendation
 from recommender.core.usage import Snapshot
+from recommender.outputs import devplugintext as dpt
 from recommender.outputs import text as t
 from recommender.outputs.registry import register_formatter
 
@@ -109,6 +110,24 @@ def _mig(plan: Plan) -> list[list[str]]:
     return [["## MIG plan per node"], intro, *(_mig_node(n) for n in plan.mig_nodes), *([config] if config else [])]
 
 
+def _device_plugin(plan: Plan) -> list[list[str]]:
+    """Each node's device-plugin config today and to select, then the ConfigMap; nothing without a plan."""
+    dp = plan.device_plugin
+    if dp is None:
+        return []
+    rows = [f"| {md(n.node)} | {n.gpus_total}× {md(n.gpu_model)} | {md(n.current_config or t.DASH)} | "
+            f"{md(dpt.change_text(n))} | {code(dpt.label(n))} | {', '.join(md(w) for w in n.workloads) or t.DASH} |"
+            for n in dp.nodes]
+    table = ["| Node | GPUs | Config today | Sharing | Node label to set | Workloads |",
+             "| --- | --- | --- | --- | --- | --- |", *rows]
+    why = [f"- {md(n.node)}: {md(r)}" for n in dp.nodes for r in n.reasons]
+    config = dpt.configmap_yaml(plan)
+    return [["## Device-plugin sharing per node"],
+            [f"Set each node's {code(DEVICE_PLUGIN_CONFIG_LABEL)} label to its config from the device plugin's "
+             f"ConfigMap {code(dp.namespace + '/' + dp.configmap)}."], table, why,
+            *([["### Device-plugin ConfigMap", "", *fenced("yaml", config)]] if config else [])]
+
+
 @register_formatter("markdown")
 def render_markdown(plan: Plan, snapshot: Snapshot | None = None) -> str:
     """Summary, table, reasons, warnings; sections separated by blank lines, newline-terminated."""
@@ -121,6 +140,7 @@ def render_markdown(plan: Plan, snapshot: Snapshot | None = None) -> str:
         ["## Why"],
         _reasons(plan) or ["No workloads."],
         *_mig(plan),
+        *_device_plugin(plan),
     ]
     scaling = [f"- {md(line)}" for r in plan.recommendations if (line := t.scaling_line(r))]
     if scaling:

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from policies.autoscalerobjects import trigger_prometheus
 from policies.bounds import within_replica_bounds
+from policies.devplugin import plan_device_plugin
 from policies.migdemand import mig_demands
 from policies.modelcards import ModelCards, load_model_cards
 from policies.nodeplan import plan_nodes
@@ -95,11 +96,14 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
                             settings.mechanisms.tenancy)
     with _timed(timings, "mig_nodes"):
         nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
+    with _timed(timings, "device_plugin"):
+        sharing = plan_device_plugin(recs, snapshot.nodes, nodes.nodes, settings)
     prometheus, auth_why = trigger_prometheus(settings.scaling.keda_prometheus_url, settings.prometheus)
     plan = Plan(now, snapshot.start, snapshot.end, snapshot.step_s, tuple(recs), summary,
-                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings, *auth_why,
+                (*snapshot.warnings, *fleet_warning(quality), *nodes.warnings,
+                 *(sharing.warnings if sharing else ()), *auth_why,
                  *((tenancy.warning,) if tenancy.warning else ())), timings, snapshot.source,
-                nodes.nodes, nodes.mig_parted_config, prometheus)
+                nodes.nodes, nodes.mig_parted_config, prometheus, sharing)
     with _timed(timings, "advice"):
         return with_advice(plan, given, catalogue)
 
