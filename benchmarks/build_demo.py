@@ -37,8 +37,9 @@ from demo_specs import END, GPUS, MIG_3G, MODELS, SCENARIO, SEED, SPECS, STEP_S,
 
 from collectors.files import read_snapshot, write_snapshot
 from recommender.core import usage as m
-from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
+from recommender.core.inventory import Allocation, GpuNode, Share, Sharing, VllmArgs, Workload, WorkloadRef
 from recommender.core.usage import Snapshot
+from recommender.mechanisms.dra import DraShare
 from recommender.mechanisms.mig import MigShare
 
 SOURCE = ("demo (derived from public traces: Alibaba ServeGen, Azure LLM inference 2023, Mooncake, "
@@ -86,6 +87,8 @@ def pod_names(spec: Spec, rng: np.random.Generator) -> tuple[str, ...]:
         return tuple(f"{spec.name}-{i}" for i in range(spec.replicas))
     if spec.kind == "Job":
         return (f"{spec.name}-{rand(5)}",)
+    if spec.kind == "PyTorchJob":  # the training operator's names: <job>-master-0, <job>-worker-<i>
+        return (f"{spec.name}-master-0", *(f"{spec.name}-worker-{i}" for i in range(spec.replicas - 1)))
     template = rand(10)
     return tuple(f"{spec.name}-{template}-{rand(5)}" for _ in range(spec.replicas))
 
@@ -99,15 +102,21 @@ def allocation(spec: Spec) -> Allocation:
         gpus, profile, count, share = 0, MIG_3G[0], 1, MIG_3G[3]
     elif spec.sharing is Sharing.TIME_SLICING:
         share = 1 / (1 + TIME_SLICE_NEIGHBOURS)
-    mig = MigShare(profile, count) if profile else None
-    return Allocation(spec.sharing, gpus=gpus, share=mig, gpu_equivalents=share,
+    held: Share | None = MigShare(profile, count) if profile else None
+    if spec.sharing is Sharing.DRA:  # whole GPUs from the driver's gpu.nvidia.com class, one claim per pod
+        held = DraShare(device_class="gpu.nvidia.com", count=spec.gpus)
+    return Allocation(spec.sharing, gpus=gpus, share=held, gpu_equivalents=share,
                       gpu_model=gpu.model, gpu_product=gpu.product, device_memory_mib=memory_mib(spec), vllm=vllm,
                       replicas=spec.replicas)
 
 
+# where a job's pod templates sit (collectors.kubernetes.jobs reads them there)
+TEMPLATE_PATHS = {"PyTorchJob": "spec.pytorchReplicaSpecs.Master.template, spec.pytorchReplicaSpecs.Worker.template"}
+
+
 def workload(spec: Spec, rng: np.random.Generator) -> Workload:
     llm = MODELS.get(spec.llm or "")
-    component = "llm-server" if llm else ("training" if spec.kind == "Job" else "inference-server")
+    component = "llm-server" if llm else ("training" if spec.kind in ("Job", "PyTorchJob") else "inference-server")
     notes = ((f"dcgm-exporter attributes its GPU to {1 + TIME_SLICE_NEIGHBOURS} pods: usage is per device, "
               "not per pod (time-slicing or MPS)",) if spec.sharing is Sharing.TIME_SLICING else ())
     return Workload(
@@ -115,7 +124,7 @@ def workload(spec: Spec, rng: np.random.Generator) -> Workload:
         labels={"app.kubernetes.io/name": spec.name, "app.kubernetes.io/component": component, "team": spec.ns},
         annotations={SCENARIO: spec.scenario, **dict(spec.annotations)}, source="demo", notes=notes,
         kv_capacity_tokens=float(kv_capacity_tokens(spec)) if llm else None,
-        served_model=llm.hf_id if llm else None, nodes=(node_of(spec),))
+        served_model=llm.hf_id if llm else None, nodes=(node_of(spec),), template_path=TEMPLATE_PATHS.get(spec.kind))
 
 
 # Where the demo's pods run: one 8-GPU node per product; the MIG workload on a node partitioned into

@@ -122,4 +122,8 @@ SPECS = (
     Spec("research", "summarizer", "long documents at ~0.3 req/s: KV need, not compute, sets its size; a 30 s "
          "time-to-first-token objective", "H100", "mistral-7b", 68, tokens="long", max_model_len=32768,
          annotations=(("rightsizer.io/ttft-slo-seconds", "30"),)),
+    Spec("search", "caption", "DRA: its pods get a whole H100 through a ResourceClaimTemplate (gpu.nvidia.com) "
+         "for a 3B model at ~1 req/s", "H100", "llama-3.2-3b", 51, rate_scale=1.5, sharing=Sharing.DRA),
+    Spec("research", "finetune", "Kubeflow PyTorchJob: a master and 3 workers on whole A100s, Helios-shaped runs",
+         "A100", None, None, kind="PyTorchJob", replicas=4),
 )

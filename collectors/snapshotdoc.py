@@ -38,13 +38,17 @@ class AllocationDoc:
     volcano_vgpu_memory_mib: float | None = None
     volcano_vgpu_cores_pct: float | None = None
     runai_gpu_fraction: float | None = None
+    dra_device_class: str | None = None
+    dra_count: int | None = None
+    dra_sharing: str | None = None
+    dra_shared_claim: bool | None = None
     vllm: VllmArgs | None = None
     replicas: int = 1
 
 
 SHARE_FIELDS = ("mig_profile", "mig_count", "mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib",
                 "hami_gpucores_pct", "kai_gpu_fraction", "volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct",
-                "runai_gpu_fraction")
+                "runai_gpu_fraction", "dra_device_class", "dra_count", "dra_sharing", "dra_shared_claim")
 # Workload with its allocation in the flat form: the same fields, names and error locations
 WorkloadDoc = make_dataclass("Workload", [
     (f.name, AllocationDoc if f.name == "allocation" else get_type_hints(Workload)[f.name],
@@ -63,7 +67,9 @@ def to_allocation(doc: AllocationDoc) -> Allocation:
 def from_allocation(alloc: Allocation) -> AllocationDoc:
     """The tagged share spread over the flat fields (those of other mechanisms at their defaults)."""
     values = {f.name: getattr(alloc, f.name) for f in fields(alloc) if f.name != "share"}
-    return AllocationDoc(**values, **{k: getattr(alloc, k) for k in SHARE_FIELDS})
+    flat = alloc.share.flat() if alloc.share is not None else {}  # DRA's fields as the share has them: None off DRA
+    return AllocationDoc(**values, **{k: flat.get(k) if k.startswith("dra_") else getattr(alloc, k)
+                                      for k in SHARE_FIELDS})
 
 
 def workload_doc(w: Workload) -> Any:
@@ -94,7 +100,8 @@ class SnapshotDoc(BaseModel):
 # workload fields added after format 1 was written: left out when absent
 OPTIONAL_KEYS = ("autoscaler", "device_shared_with", "template_path")
 # allocation fields added after format 1 was written (shares of later mechanisms): left out when absent
-OPTIONAL_ALLOCATION_KEYS = ("volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct", "runai_gpu_fraction")
+OPTIONAL_ALLOCATION_KEYS = ("volcano_vgpu_memory_mib", "volcano_vgpu_cores_pct", "runai_gpu_fraction",
+                            "dra_device_class", "dra_count", "dra_sharing", "dra_shared_claim")
 # node fields added after format 1 was written: left out when absent
 OPTIONAL_NODE_KEYS = ("device_plugin_config", "device_plugin", "device_plugin_unknown")
 

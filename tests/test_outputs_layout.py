@@ -59,7 +59,7 @@ def geometry(demo_html: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_every_column_of_the_workloads_table_is_on_screen(geometry: dict) -> None:
     cells = geometry["cells"]
-    assert len(cells) > 14 * 5  # the probe saw the table: 14 workloads
+    assert len(cells) > 16 * 5  # the probe saw the table: 16 workloads
     off = [c for c in cells if c["right"] > geometry["viewport"] + 0.5]
     assert not off, off[:5]
     clipped = [c for c in cells if c["right"] > geometry["container_right"] + 0.5]
@@ -68,7 +68,7 @@ def test_every_column_of_the_workloads_table_is_on_screen(geometry: dict) -> Non
 
 def test_names_break_only_after_a_separator(geometry: dict) -> None:
     names = geometry["names"]
-    assert len(names) == 2 * 14  # namespace and kind/name of each workload
+    assert len(names) == 2 * 16  # namespace and kind/name of each workload
     broken = [(n["text"], n["breaks"]) for n in names
               if any(i == 0 or n["text"][i - 1] not in SEPARATORS for i in n["breaks"])]
     assert not broken, broken
