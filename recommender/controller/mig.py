@@ -22,10 +22,9 @@ from recommender.controller.kube import Kube
 from recommender.controller.nodechange import Check, NodeChangeKind, NodeChangeSettings, NodeOutcome, read_state
 from recommender.controller.nodechange import advance as advance_node
 from recommender.controller.nodechange import gpu_pods_on as gpu_pods_on
-from recommender.core.annotations import DEVICE_PLUGIN_STATE_ANNOTATION
+from recommender.core.annotations import DEVICE_PLUGIN_STATE_ANNOTATION, STATE_ANNOTATION
 from recommender.core.annotations import MIG_CONFIG_LABEL as MIG_CONFIG
 from recommender.core.annotations import MIG_CONFIG_STATE_LABEL as MIG_STATE
-from recommender.core.annotations import STATE_ANNOTATION
 
 __all__ = ["MigOutcome", "MigSettings", "advance", "gpu_pods_on", "read_state"]
 
