@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from policies.devplugin import config_document
 from recommender.controller.devplugin import Wanted, step
 from recommender.controller.loop import Controller
 from recommender.controller.mig import MigSettings
@@ -18,7 +19,6 @@ from recommender.core.annotations import DEVICE_PLUGIN_STATE_ANNOTATION as STATE
 from recommender.core.annotations import MANAGED_BY, MANAGED_BY_LABEL, STATE_ANNOTATION
 from recommender.core.devplugin import TIME_SLICING, DevicePluginConfig
 from recommender.core.plan import DevicePluginPlan, NodeDevicePluginPlan
-from policies.devplugin import config_document
 from tests.controllerfixture import NS, deployment, plan, policy, snapshot
 from tests.kubefixture import container, gpu_node, manifest, pod_from, template
 from tests.kubewrite import WriteCluster
