@@ -234,3 +234,26 @@ def test_it_creates_only_its_signing_key_and_deletes_nothing(operation: str, kin
     assert verdict.matched and verdict.allowed is allowed
     other = vap.Request(operation, group, resource, kind, name, ns, OTHER_USERS[1], version)
     assert vap.review(vap.shipped(), other, new, old).matched == []
+
+
+def test_the_device_plugin_configmap_is_written_only_where_it_is_ours() -> None:
+    def cm(labels: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a100-ts-2": "version: v1\n"},
+                "metadata": {"name": "rightsizer-device-plugin", "namespace": "gpu-operator", "labels": labels}}
+    for labels, allowed in (({"app.kubernetes.io/managed-by": "gpu-rightsizer"}, True), ({}, False),
+                            ({"app.kubernetes.io/managed-by": "gpu-operator"}, False)):
+        old = cm(labels)
+        new = copy.deepcopy(old)
+        new["data"]["a100-ts-4"] = "version: v1\n"
+        assert vap.update("ConfigMap", old, new).allowed is allowed, labels
+    old = cm({"app.kubernetes.io/managed-by": "gpu-rightsizer"})
+    assert not vap.update("ConfigMap", old, {**old, "data": {}}).allowed  # no key removed
+
+
+def test_the_device_plugin_label_and_state_may_be_set_on_a_node() -> None:
+    old = _node()
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "a100-ts-4"
+    new["metadata"]["annotations"]["rightsizer.io/device-plugin-change"] = "{}"
+    new["spec"]["unschedulable"] = True
+    assert vap.update("Node", old, new).allowed

@@ -381,7 +381,10 @@ def test_rbac_names_the_configured_lease_and_mig_configmap() -> None:
     config = _config(docs)
     election = config["leader_election"]
     assert _names(docs, "leases") == {(election["lease_namespace"], election["lease_name"])}
-    assert _names(docs, "configmaps") == {tuple(config["mig"]["configmap"].split("/"))}
+    from recommender.core.settings_sources import KubernetesSettings
+    k = KubernetesSettings(**config.get("kubernetes") or {})  # the device plugin's ConfigMap of named configs
+    assert _names(docs, "configmaps") == {tuple(config["mig"]["configmap"].split("/")),
+                                          (k.device_plugin_namespace, k.device_plugin_configmap_name)}
 
 
 def test_apiservice_points_at_our_https_port() -> None:

@@ -19,6 +19,8 @@ from recommender.controller import records as rec
 from recommender.controller.actuator import Actuator
 from recommender.controller.changeset import ACTUATED_KINDS, ObjectRef
 from recommender.controller.constraints import Constrain, resolve_constraints
+from recommender.controller.devplugin import step as device_plugin_step
+from recommender.controller.devplugin import wanted as device_plugin_wanted
 from recommender.controller.kube import Kube, KubeFailure, NotFound
 from recommender.controller.leader import LeaderElector
 from recommender.controller.mig import MigSettings, advance
@@ -31,6 +33,7 @@ from recommender.core.annotations import MODE_ANNOTATION, STATE_ANNOTATION
 from recommender.core.errors import RightsizerError
 from recommender.core.plan import Plan, Recommendation
 from recommender.core.settings import MechanismSettings
+from recommender.core.settings_sources import KubernetesSettings
 from recommender.core.usage import Snapshot
 from recommender.pipeline.planstore import PlanStore
 
@@ -48,6 +51,7 @@ class Report:
     leader: bool = False
     outcomes: list[Outcome] = field(default_factory=list)
     mig: list[str] = field(default_factory=list)
+    device_plugin: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -56,11 +60,16 @@ class Controller:
                  elector: LeaderElector | None = None, store: PlanStore | None = None, dry_run: bool = False,
                  namespaces: tuple[str, ...] = (), mig: MigSettings | None = None,
                  max_mode: Mode = Mode.AUTO, exclusive_nodes: Mapping[str, str] | None = None,
-                 keys: KeySource | None = None, annotation_mode: Mode = Mode.RECOMMEND) -> None:
+                 keys: KeySource | None = None, annotation_mode: Mode = Mode.RECOMMEND,
+                 device_plugin_configmap: tuple[str, str] | None = None) -> None:
         self.plan_fn, self.clock, self.elector = plan_fn, clock, elector
         # every write checks the lease first (the elector keeps the raw client for the Lease itself)
         self.kube = kube if elector is None else kube.fenced(elector.fence, elector.timing.api_timeout_s)
         self.store, self.namespaces, self.mig = store, namespaces, mig or MigSettings()
+        # where the device plugin's ConfigMap is when no plan says (a cycle without a plan still finishes changes)
+        k = KubernetesSettings()
+        self.device_plugin_configmap = device_plugin_configmap or (k.device_plugin_namespace,
+                                                                   k.device_plugin_configmap_name)
         self.max_mode = max_mode  # the most any policy may ask for (controller ConfigMap ``mode``)
         # the most a workload's own rightsizer.io/mode annotation may ask for (ConfigMap ``annotation_mode``):
         # whoever may edit a workload may write it, so Auto through it is the platform team's decision
@@ -92,6 +101,7 @@ class Controller:
         except RightsizerError as exc:
             report.errors.append(f"no plan this cycle: {exc}")
             self._mig(None, [], report)  # MIG changes in flight still finish or revert by their deadline
+            self._device_plugin(None, [], report)
             for line in report.errors:
                 log.warning("%s", line)
             return report
@@ -107,6 +117,7 @@ class Controller:
         untargeted = [r for r in recs if not any(p.selects(r.ref, r.workload.labels) for p in policies)]
         self._opted_in(untargeted, snap, report)
         self._mig(plan, policies, report)
+        self._device_plugin(plan, policies, report)
         for line in report.errors:
             log.warning("%s", line)
         return report
@@ -254,6 +265,24 @@ class Controller:
             out = advance(self.kube, name, target, report.at, open_, self.mig, layout)
             report.mig.append(f"{out.node}: {out.phase}: {out.message}")
             if out.phase in ("failed", "conflict", "reverted"):
+                report.errors.append(f"node {out.node}: {out.phase}: {out.message}")
+
+    def _device_plugin(self, plan: Plan | None, policies: list[Policy], report: Report) -> None:
+        """Advance device-plugin config changes in flight; start one for an Auto policy allowing
+        device-plugin-node (recommender/controller/devplugin.py)."""
+        dp = plan.device_plugin if plan is not None else None
+        where = (dp.namespace, dp.configmap) if dp is not None else self.device_plugin_configmap
+        try:
+            nodes = {n["metadata"]["name"]: n for n in self.kube.list("Node")}
+            want = device_plugin_wanted(dp, policies, lambda p: p.spec is not None and _capped(
+                p.spec.mode, self.max_mode) == Mode.AUTO, report.at)
+            outcomes = device_plugin_step(self.kube, dp, where, nodes, want, report.at, self.mig)
+        except KubeFailure as exc:
+            report.errors.append(f"device-plugin configs: {exc}")
+            return
+        for out in outcomes:
+            report.device_plugin.append(f"{out.node}: {out.phase}: {out.message}")
+            if out.phase in ("failed", "conflict", "reverted", "not-applied"):
                 report.errors.append(f"node {out.node}: {out.phase}: {out.message}")
 
 

@@ -20,7 +20,8 @@ from recommender.core.inventory import Sharing, WorkloadRef
 from recommender.core.resources import RESOURCES
 
 GROUP, VERSION, KIND = "rightsizer.io", "v1alpha1", "GPURightsizingPolicy"
-MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node"}
+MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node",
+                                                                                   "device-plugin-node"}
 _PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 # the API group that serves each workload kind
 KIND_GROUPS = {k: RESOURCES[k].group for k in ("Deployment", "StatefulSet", "Job", "CronJob", "LeaderWorkerSet")}

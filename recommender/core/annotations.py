@@ -21,7 +21,10 @@ POD_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # the Volcano PodGroup a 
 RECOMMENDATION_ANNOTATION = "rightsizer.io/recommendation"  # the controller's last recommendation (JSON)
 LAST_CHANGE = "rightsizer.io/last-change"
 SIGNATURE = "rightsizer.io/last-change-signature"
-STATE_ANNOTATION = "rightsizer.io/mig-change"
+STATE_ANNOTATION = "rightsizer.io/mig-change"  # a node MIG change in flight (its state, JSON)
+DEVICE_PLUGIN_STATE_ANNOTATION = "rightsizer.io/device-plugin-change"  # a node device-plugin config change
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"  # on the device plugin ConfigMap we made: its keys are ours
+MANAGED_BY = "gpu-rightsizer"
 
 # the GPU Operator's MIG manager
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -37,3 +40,4 @@ VCLUSTER_NAMESPACE_LABEL = "vcluster.loft.sh/namespace"  # the pod's namespace i
 # the NVIDIA device plugin (reference.md §3): the node label that picks a named config from its ConfigMap
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU feature discovery: the replicas the node's config makes
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # GPU feature discovery: the node's physical GPUs
