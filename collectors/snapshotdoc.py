@@ -68,8 +68,8 @@ def from_allocation(alloc: Allocation) -> AllocationDoc:
     """The tagged share spread over the flat fields (those of other mechanisms at their defaults)."""
     values = {f.name: getattr(alloc, f.name) for f in fields(alloc) if f.name != "share"}
     flat = alloc.share.flat() if alloc.share is not None else {}  # DRA's fields as the share has them: None off DRA
-    return AllocationDoc(**values, **{k: flat.get(k) if k.startswith("dra_") else getattr(alloc, k)
-                                      for k in SHARE_FIELDS})
+    shares: dict[str, Any] = {k: flat.get(k) if k.startswith("dra_") else getattr(alloc, k) for k in SHARE_FIELDS}
+    return AllocationDoc(**values, **shares)
 
 
 def workload_doc(w: Workload) -> Any:
