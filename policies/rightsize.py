@@ -19,7 +19,6 @@ from policies.nogain import held, share_gain
 from policies.registry import register_policy
 from policies.replicas import ttft_objective
 from policies.risk import assess_risk
-from policies.shares import size_share, time_slices
 from policies.vllmargs import vllm_args
 from recommender.analysis.features import WorkloadFeatures
 from recommender.analysis.tenancy import tenant_of
@@ -34,6 +33,8 @@ from recommender.mechanisms.hami import HamiShare
 from recommender.mechanisms.kai import KaiShare
 from recommender.mechanisms.mig import MigShare
 from recommender.mechanisms.mps import MpsShare
+from recommender.mechanisms.sizing import size_share
+from recommender.mechanisms.time_slicing import time_slices
 
 HOUR_S = 3600.0
 PROVISIONAL_MAX_CONFIDENCE = 0.25  # a provisional recommendation's confidence: low, under _risk's 0.5 bar

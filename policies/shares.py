@@ -1,9 +1,6 @@
-"""Fractional GPU shares and how to write an allocation down, through its mechanism's plugin.
-
-The sizing (:mod:`recommender.mechanisms.sizing`) and each mechanism's own terms (the MPS client
-environment, the DRA ``GpuConfig``, HAMi's resources, KAI's annotation) live with the mechanism in
-:mod:`recommender.mechanisms`; this module keeps the names the policies, outputs and controller import.
-Pure: the actuator and the outputs both call these.
+"""How to write an allocation down: its mechanism's own terms (the MPS client environment, the DRA claim,
+HAMi's resources, KAI's annotation: :mod:`recommender.mechanisms`) plus the vLLM engine flags it sets. The
+pipeline puts it on the plan; the outputs render it.
 """
 
 from __future__ import annotations
@@ -12,16 +9,6 @@ from typing import Any
 
 from recommender.core.inventory import Allocation
 from recommender.mechanisms import for_sharing
-from recommender.mechanisms.hami import hami_resources, hami_whole_resources
-from recommender.mechanisms.kai import kai_annotations
-from recommender.mechanisms.mps import MPS_MEM_ENV, MPS_THREADS_ENV, device_plugin_mps_replicas, dra_gpu_config, mps_env
-from recommender.mechanisms.sizing import MEMORY_STEP_MIB, THREAD_STEP_PCT, size_share
-from recommender.mechanisms.sizing import FractionalShare as Share
-from recommender.mechanisms.time_slicing import time_slices
-
-__all__ = ["MEMORY_STEP_MIB", "MPS_MEM_ENV", "MPS_THREADS_ENV", "THREAD_STEP_PCT", "Share",
-           "device_plugin_mps_replicas", "dra_gpu_config", "hami_resources", "hami_whole_resources", "how_to_apply",
-           "kai_annotations", "mps_env", "size_share", "time_slices", "vllm_flags"]
 
 
 def vllm_flags(alloc: Allocation) -> list[str]:

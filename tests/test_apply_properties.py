@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from policies.modelcards import load_model_cards
 from policies.rightsize import Context, rightsize
-from policies.shares import device_plugin_mps_replicas, how_to_apply, size_share, time_slices
+from policies.shares import how_to_apply
 from recommender.analysis.features import Quantiles, WorkloadFeatures
 from recommender.core.annotations import REQUIRED_ANNOTATION
 from recommender.core.catalogue import GpuModel, load_catalogue
@@ -24,7 +24,9 @@ from recommender.core.settings import MechanismSettings, Settings
 from recommender.mechanisms.hami import HamiShare
 from recommender.mechanisms.kai import KaiShare
 from recommender.mechanisms.mig import MigShare
-from recommender.mechanisms.mps import MpsShare
+from recommender.mechanisms.mps import MpsShare, device_plugin_mps_replicas
+from recommender.mechanisms.sizing import size_share
+from recommender.mechanisms.time_slicing import time_slices
 
 CATALOGUE = load_catalogue()
 CARDS = load_model_cards()

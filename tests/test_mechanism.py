@@ -7,26 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.mechanism import mechanisms
-from policies.shares import (
-    device_plugin_mps_replicas,
-    dra_gpu_config,
-    hami_resources,
-    how_to_apply,
-    kai_annotations,
-    mps_env,
-    size_share,
-    time_slices,
-)
+from policies.shares import how_to_apply
 from policies.vllmargs import default_max_num_seqs
 from recommender.core import usage as m
 from recommender.core.annotations import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION
 from recommender.core.inventory import Allocation, Sharing, VllmArgs
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings import MechanismSettings, Settings
-from recommender.mechanisms.hami import HamiShare
-from recommender.mechanisms.kai import KaiShare
+from recommender.mechanisms.hami import HamiShare, hami_resources
+from recommender.mechanisms.kai import KaiShare, kai_annotations
 from recommender.mechanisms.mig import MigShare
-from recommender.mechanisms.mps import MpsShare
+from recommender.mechanisms.mps import MpsShare, device_plugin_mps_replicas, dra_gpu_config, mps_env
+from recommender.mechanisms.sizing import size_share
+from recommender.mechanisms.time_slicing import time_slices
 from recommender.pipeline.run import run_once
 from tests.builders import END, snapshot, whole_gpu, workload
 
