@@ -22,6 +22,8 @@ RECOMMENDATION_ANNOTATION = "rightsizer.io/recommendation"  # the controller's l
 LAST_CHANGE = "rightsizer.io/last-change"
 SIGNATURE = "rightsizer.io/last-change-signature"
 STATE_ANNOTATION = "rightsizer.io/mig-change"
+# on the DRA claim objects (ResourceClaimTemplate / ResourceClaim) the controller creates: ours to reuse or delete
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "gpu-rightsizer"
 
 # the GPU Operator's MIG manager
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
