@@ -265,8 +265,8 @@ def test_a_resource_claims_entry_moves_only_to_a_claim_made_for_the_workload(ent
 
 def _claim_object(**meta: Any) -> dict[str, Any]:
     owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat", "uid": "u"}
-    base = {"name": "chat-gpu-1g-10gb", "namespace": "llm", "labels": {"app.kubernetes.io/managed-by": "gpu-rightsizer"},
-            "ownerReferences": [owner]}
+    base = {"name": "chat-gpu-1g-10gb", "namespace": "llm", "ownerReferences": [owner],
+            "labels": {"app.kubernetes.io/managed-by": "gpu-rightsizer"}}
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": base | meta,
             "spec": {"spec": {"devices": {"requests": []}}}}
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from recommender.cli.main import main
 from recommender.controller.changes import ObjectRef
+from recommender.controller.changeset import Change
 from recommender.controller.loop import Controller
 from recommender.controller.managed import unmanaged
 from recommender.core.annotations import LAST_CHANGE, MANAGED_BY, MANAGED_BY_LABEL
@@ -123,11 +124,11 @@ def test_a_reference_changed_between_plan_and_apply_fails_the_test_op_and_leaves
 
 def test_the_allow_list_takes_exactly_a_switch_to_a_claim_of_ours() -> None:
     obj = objects()[0]
-    from recommender.controller.changeset import Change
     assert unmanaged("Deployment", [Change(REF, "t", "chat-mig", OURS)], obj) is None
     assert unmanaged("Deployment", [Change(REF.replace("Template", ""), "t", "shared", "chat-gpu-mps-25")], obj) is None
     for bad in (Change(REF, "t", "chat-mig", "someone-elses"), Change(REF, "t", None, OURS),
-                Change(REF, "t", "chat-mig", None), Change("/spec/template/spec/resourceClaims/0/name", "t", "gpu", "x"),
+                Change(REF, "t", "chat-mig", None),
+                Change("/spec/template/spec/resourceClaims/0/name", "t", "gpu", "x"),
                 Change("/spec/template/spec/resourceClaims", "t", None, [{"name": "gpu"}]),
                 Change(REF, "t", "chat-mig", "chat-gpu-Bad_Name")):
         assert unmanaged("Deployment", [bad], obj) is not None, bad
