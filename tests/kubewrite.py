@@ -95,6 +95,11 @@ class WriteCluster(KubeEmulator):
                     continue  # KEDA not installed unless asked for
                 km.resources[key] = kmock.ResourceInfo(kind=kind, namespaced=namespaced,
                                                        verbs={"get", "list", "create", "patch", "delete"})
+            for kind in self._crds:  # DRA kinds and other CRDs a test names: served, and writable
+                if kind not in WRITABLE:
+                    key, namespaced = CRDS[kind]
+                    km.resources[key] = kmock.ResourceInfo(kind=kind.split(".")[0], namespaced=namespaced,
+                                                           verbs={"get", "list", "create", "patch", "delete"})
             km["get /version/"] << VERSION
             for obj in self._objects:
                 _seed_any(km, obj)

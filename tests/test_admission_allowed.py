@@ -263,3 +263,21 @@ def test_kustomize_renders_the_policies_exactly_as_written() -> None:
     assert sorted(rendered, key=str) == sorted(source, key=str)
     assert {p.name for p in vap.shipped()} == {d["metadata"]["name"] for d in source
                                                 if d["kind"] == "ValidatingAdmissionPolicy"}
+
+
+def test_a_dra_claim_switch_its_new_template_and_its_rollback_are_allowed() -> None:
+    """Auto on a DRA Deployment: the template it creates (ours, owned) and the resourceClaims reference it
+    switches, then the rollback that switches it back."""
+    from tests.test_controller_dra import KINDS as DRA_KINDS
+    from tests.test_controller_dra import NAME as DRA_NAME
+    from tests.test_controller_dra import dra_rec, objects
+
+    with WriteCluster(objects(), crds=DRA_KINDS) as cluster:
+        kube = Recording(cluster)
+        rec_ = dra_rec()
+        ctl = Controller(kube, lambda now, _: (plan(rec_, now=now), snapshot(now, .3, .3)), clock=lambda: NOW)
+        assert [o.status for o in ctl.reconcile().outcomes] == ["applied"]
+        assert ctl.actuator.rollback(ObjectRef("Deployment", NS, DRA_NAME), NOW, "test").status == "rolled-back"
+        assert [k for op, k, _, _ in kube.writes if op == "CREATE" and k.startswith("Resource")] == [
+            "ResourceClaimTemplate"]
+        _assert_allowed(kube, {"Deployment"})

@@ -257,3 +257,55 @@ def test_the_device_plugin_label_and_state_may_be_set_on_a_node() -> None:
     new["metadata"]["annotations"]["rightsizer.io/device-plugin-change"] = "{}"
     new["spec"]["unschedulable"] = True
     assert vap.update("Node", old, new).allowed
+
+
+def _dra_workload() -> dict[str, Any]:
+    from tests.test_kubernetes_dra import dra_deployment
+    obj = dra_deployment()[0]
+    obj["metadata"] |= {"generation": 1, "resourceVersion": "1"}
+    return obj
+
+
+@pytest.mark.parametrize(("entry", "allowed"), [
+    ({"name": "gpu", "resourceClaimTemplateName": "chat-gpu-1g-10gb"}, True),  # to ours
+    ({"name": "gpu", "resourceClaimTemplateName": "miner"}, False),  # to someone else's
+    ({"name": "gpu", "resourceClaimName": "chat-gpu-1g-10gb"}, False),  # template to claim
+    ({"name": "gpu2", "resourceClaimTemplateName": "chat-gpu-1g-10gb"}, False),  # renamed entry
+    ({"name": "gpu", "resourceClaimTemplateName": "chat-mig", "x": 1}, False),  # another field
+])
+def test_a_resource_claims_entry_moves_only_to_a_claim_made_for_the_workload(entry: dict[str, Any],
+                                                                               allowed: bool) -> None:
+    old = _dra_workload()
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["spec"]["resourceClaims"] = [entry]
+    assert vap.update("Deployment", old, new).allowed is allowed
+    added = copy.deepcopy(old)
+    added["spec"]["template"]["spec"]["resourceClaims"].append({"name": "more", "resourceClaimName": "chat-gpu-x"})
+    assert not vap.update("Deployment", old, added).allowed
+    back = vap.update("Deployment", new, old)  # the rollback: from ours back to theirs
+    assert back.allowed is (allowed and entry["resourceClaimTemplateName"].startswith("chat-gpu-"))
+
+
+def _claim_object(**meta: Any) -> dict[str, Any]:
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat", "uid": "u"}
+    base = {"name": "chat-gpu-1g-10gb", "namespace": "llm", "ownerReferences": [owner],
+            "labels": {"app.kubernetes.io/managed-by": "gpu-rightsizer"}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": base | meta,
+            "spec": {"spec": {"devices": {"requests": []}}}}
+
+
+@pytest.mark.parametrize(("operation", "obj", "allowed"), [
+    ("CREATE", _claim_object(), True),
+    ("CREATE", _claim_object(labels={}), False),
+    ("CREATE", _claim_object(name="llm-shared"), False),  # not named for its owner
+    ("CREATE", _claim_object(ownerReferences=[]), False),
+    ("CREATE", _claim_object(ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": "chat", "uid": "u"}]), False),
+    ("DELETE", _claim_object(), True),
+    ("DELETE", _claim_object(labels={"app.kubernetes.io/managed-by": "helm"}), False),
+    ("UPDATE", _claim_object(), False),
+])
+def test_dra_claim_objects_are_created_and_deleted_only_as_ours(operation: str, obj: dict[str, Any],
+                                                                allowed: bool) -> None:
+    new, old = {"CREATE": (obj, None), "DELETE": (None, obj), "UPDATE": (obj, obj)}[operation]
+    verdict = vap.write(operation, "ResourceClaimTemplate", old, new)
+    assert verdict.matched and verdict.allowed is allowed, verdict

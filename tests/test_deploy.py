@@ -47,7 +47,11 @@ WORKLOAD_WRITES = {
     ("apps", "statefulsets"): {"patch"},
     ("keda.sh", "scaledobjects"): {"patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"patch"},
+    # DRA claim objects of its own (admission-policy.yaml: labelled ours, owned by the workload)
+    ("resource.k8s.io", "resourceclaimtemplates"): {"create", "delete"},
+    ("resource.k8s.io", "resourceclaims"): {"create", "delete"},
 }
+DELETABLE = {("resource.k8s.io", "resourceclaimtemplates"), ("resource.k8s.io", "resourceclaims")}
 NODE_WRITES = {("", "nodes"): {"patch"}, ("", "pods/eviction"): {"create"}}
 WRITES_AUTO = WRITES_RECOMMEND | WORKLOAD_WRITES | NODE_WRITES | {
     ("", "configmaps"): {"patch"},
@@ -282,7 +286,9 @@ def test_rbac_is_least_privilege(overlay: str, allowed: dict[tuple[str, str], se
         if "secrets" in rule["resources"]:  # only its signing key, in its own namespace
             assert (role["kind"], role["metadata"]["namespace"]) == ("Role", NS), where
             assert rule.get("resourceNames") == [SIGNING_KEY] or rule["verbs"] == ["create"], where
-        assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"]), where
+        assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"]), where
+        if "delete" in rule["verbs"]:  # only the DRA claim objects it made (undoing a failed apply)
+            assert {(g, r) for g in rule["apiGroups"] for r in rule["resources"]} <= DELETABLE, where
         for group in rule["apiGroups"]:
             for res in rule["resources"]:
                 writes = set(rule["verbs"]) - READ

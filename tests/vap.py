@@ -192,4 +192,6 @@ RESOURCES = {  # kind → (group, version, plural) as the policies' resourceRule
     "Node": ("", "v1", "nodes"),
     "ConfigMap": ("", "v1", "configmaps"),
     "Secret": ("", "v1", "secrets"),
+    "ResourceClaimTemplate": ("resource.k8s.io", "v1", "resourceclaimtemplates"),
+    "ResourceClaim": ("resource.k8s.io", "v1", "resourceclaims"),
 }

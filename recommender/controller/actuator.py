@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from recommender.controller import dra
 from recommender.controller import records as rec
 from recommender.controller import rollback as undo
 from recommender.controller.autoscaling import hpa_changes, scaledobject_changes
@@ -89,6 +90,13 @@ class Actuator:
             return replace(owned, obj=obj)
         desired, scaler, unknown = owned
         sets = _plan(obj, desired, scaler, req.limits.max_replica_change_per_step)
+        switch = None
+        if desired.claim is not None:  # a DRA share: a claim object of ours and the reference to it
+            got = dra.claim_switch(self.kube, obj, desired.claim)
+            if isinstance(got, str):
+                desired = replace(desired, reasons=(*desired.reasons, got))
+            else:
+                switch, sets = got, dra.with_switch(sets, got)
         if all(s.empty for s in sets):
             if unknown:
                 return Outcome(key, "blocked", f"not applied ({unknown})", obj=obj)
@@ -100,6 +108,8 @@ class Actuator:
         past = previous.change_times() if previous else []
         verdict = may_act(req.limits, req.history_s, past, req.now, req.window_open)
         diff = "; ".join(s.diff() for s in sets if not s.empty) + note
+        if switch is not None and not switch.exists:
+            diff = f"create {switch.kind} {switch.name}; {diff}"
         if not verdict.allowed:
             return Outcome(key, "blocked", f"not applied ({'; '.join(verdict.reasons)}): {diff}", obj=obj)
         if desired.moves_to is not None:
@@ -127,7 +137,13 @@ class Actuator:
                   for s in sets if not s.empty], baseline=rec.health_dict(baseline),
             watch_until=req.now + timedelta(seconds=req.limits.watch_seconds),
             history=past[-rec.MAX_HISTORY:], pods=marks)
-        after = self.write(obj, sets, record)
+        created = dra.create(self.kube, switch)
+        try:
+            after = self.write(obj, sets, record)
+        except KubeFailure:
+            if created and switch is not None and (why := dra.remove(self.kube, switch)) is not None:
+                log.error("could not delete %s %s after a failed write: %s", switch.kind, switch.name, why)
+            raise
         rec.emit_event(self.kube, ref, "RightsizerApplied", diff, req.now, uid=rec.uid_of(obj))
         return Outcome(key, "applied", diff, record, obj=after if after.get("metadata") else None)
 

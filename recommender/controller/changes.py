@@ -53,6 +53,7 @@ class Desired:
     keda_max: int | None = None
     keda_thresholds: tuple[tuple[str, str], ...] = ()  # (metric a Prometheus trigger's query reads, threshold)
     reasons: tuple[str, ...] = field(default=())
+    claim: Allocation | None = None  # a share applied as a claim object and its reference (controller.dra)
 
     @property
     def moves_to(self) -> tuple[dict[str, str], int] | None:
@@ -76,14 +77,24 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
         return replace(_replicas(rec.scaling, allowed, min_replicas, max_replicas), reasons=tuple(why))
     vllm = alloc.vllm if "vllm" in allowed else None
     edits = _edits(alloc, rec.workload.allocation, allowed, exclusive_nodes or {}, why)
+    claim = _claim(alloc, rec.workload.allocation, allowed)
     plan = rec.scaling
-    if plan is not None and plan.on_today is not None and edits.empty:
+    if plan is not None and plan.on_today is not None and edits.empty and claim is None:
         why.append(f"replicas: sized for today's shape, as {plan.shape} (which the plan's figures are for) is not "
                    "applied here")
         plan = plan.on_today
     counts = _replicas(plan, allowed, min_replicas, max_replicas)
     return replace(counts, gpu_memory_utilization=vllm.gpu_memory_utilization if vllm else None,
-                   max_num_seqs=vllm.max_num_seqs if vllm else None, edits=edits, reasons=tuple(why))
+                   max_num_seqs=vllm.max_num_seqs if vllm else None, edits=edits, reasons=tuple(why), claim=claim)
+
+
+def _claim(alloc: Allocation, held: Allocation, allowed: Sequence[str]) -> Allocation | None:
+    """``alloc`` where its mechanism is allowed, applied by a claim object (``writes_claims``) and not blocked
+    (its reason is already in ``why``), and its share is not the one held."""
+    mechanism = for_sharing(alloc.sharing)
+    if mechanism is None or mechanism.name not in allowed or not getattr(mechanism, "writes_claims", False):
+        return None
+    return alloc if mechanism.not_applied(alloc) is None and alloc.share != held.share else None
 
 
 def _edits(alloc: Allocation, held: Allocation, allowed: Sequence[str], exclusive_nodes: Mapping[str, str],

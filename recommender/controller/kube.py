@@ -31,7 +31,7 @@ MERGE_PATCH = "application/merge-patch+json"
 Kind = Resource
 KINDS: dict[str, Kind] = {k: RESOURCES[k] for k in (
     "Deployment", "StatefulSet", "Pod", "Node", "Event", "ConfigMap", "Secret", "Lease", "PodDisruptionBudget",
-    "HorizontalPodAutoscaler", "ScaledObject", "GPURightsizingPolicy",
+    "HorizontalPodAutoscaler", "ScaledObject", "GPURightsizingPolicy", "ResourceClaimTemplate", "ResourceClaim",
 )}
 
 

@@ -5,9 +5,10 @@ change outside the list refuses the whole record.
 Managed on a Deployment or StatefulSet: ``spec.replicas``; in a container, GPU resources (whole GPUs,
 shared GPUs, MIG slices, HAMi's limits), the two MPS env vars, the vLLM flags the policy sizes; in the pod
 template, KAI's GPU-share annotations and the node-selector keys of unshared GPU nodes
-(``mechanisms.exclusive_node_selector``). On a KEDA ScaledObject its replica bounds and trigger
-thresholds; on a HorizontalPodAutoscaler its replica bounds. The controller's own annotations are written
-beside a change, never recorded in one.
+(``mechanisms.exclusive_node_selector``), and the name in one ``resourceClaims`` entry, switched from
+another name to a DRA claim the controller made for that workload (``<workload>-gpu-*``). On a KEDA
+ScaledObject its replica bounds and trigger thresholds; on a HorizontalPodAutoscaler its replica bounds.
+The controller's own annotations are written beside a change, never recorded in one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from recommender.controller.changes import GPU_MEM_UTIL, MAX_NUM_SEQS
 from recommender.controller.changeset import Change
+from recommender.controller.dra import managed_ref
 from recommender.controller.patch import get, unesc
 from recommender.mechanisms.base import GPU, GPU_SHARED, MIG_PREFIX
 from recommender.mechanisms.hami import HAMI_CORES_PCT, HAMI_MEM_MIB, HAMI_MEM_PCT
@@ -67,6 +69,9 @@ def _workload_rule(c: Change, obj: Mapping[str, Any], selector_keys: Collection[
     p, vals = c.path, (c.old, c.new)
     if p == "/spec/replicas":
         return all(_count(v) for v in vals)
+    claim = managed_ref(p, c.old, c.new, obj)
+    if claim is not None:
+        return claim
     if m := re.fullmatch(_C + r"/args/(\d+)", p):
         j = int(m.group(2))
         flag = _get_or_none(obj, f"/spec/template/spec/containers/{m.group(1)}/args/{j - 1}") if j else None

@@ -23,7 +23,8 @@ LAST_CHANGE = "rightsizer.io/last-change"
 SIGNATURE = "rightsizer.io/last-change-signature"
 STATE_ANNOTATION = "rightsizer.io/mig-change"  # a node MIG change in flight (its state, JSON)
 DEVICE_PLUGIN_STATE_ANNOTATION = "rightsizer.io/device-plugin-change"  # a node device-plugin config change
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"  # on the device plugin ConfigMap we made: its keys are ours
+# on what the controller creates (the device plugin ConfigMap, DRA claim objects): ours to write, reuse or delete
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-rightsizer"
 
 # the GPU Operator's MIG manager

@@ -208,7 +208,8 @@ class Base:
     """Defaults for the optional parts of :class:`Mechanism`: no share to finish or size; the SMs of its
     devices, each of them; isolates nothing (the safe default: its clients are packed with their own tenant
     only). ``report_only``: the mechanism is recommended, never applied (its ``pod_edits`` are empty and the
-    controller leaves it alone)."""
+    controller leaves it alone). ``writes_claims``: applied as a DRA claim object the controller creates and the
+    pod template's reference to it, not by pod edits."""
 
     share_type: type[Share] | None = None
     name: str
@@ -216,6 +217,7 @@ class Base:
     isolates_memory: bool = False
     isolates_faults: bool = False
     report_only: bool = False
+    writes_claims: bool = False
 
     def label(self, alloc: Allocation) -> str:
         return self.name

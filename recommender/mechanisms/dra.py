@@ -5,7 +5,8 @@
 A ResourceClaimTemplate gives every pod its own claim, so its devices are the pod's alone: a MIG device or whole
 GPUs. Replicas share one GPU only by naming one ResourceClaim (``resourceClaimName``) whose config sets MPS or
 time-slicing; such a share is recommended as that claim. Read back from the claims the collector resolved
-(``collectors.kubernetes.claims``); applied by writing claim objects, never by pod edits (``pod_edits`` is empty).
+(``collectors.kubernetes.claims``); applied by writing claim objects and switching the pod template's
+``resourceClaims`` reference (``recommender.controller.dra``), never by pod edits (``pod_edits`` is empty).
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ def as_claim(placed: Allocation) -> tuple[Allocation, str | None]:
 class Dra(Base):
     name, sharing, read_rank = "dra", Sharing.DRA, 5  # a pod with GPU claims is a DRA pod
     share_type: type[Share] | None = DraShare
+    writes_claims = True  # applied as a claim object and the pod template's reference to it (controller.dra)
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
         """A MIG device where one smaller than the GPU holds the need (isolated), else whole GPUs."""
@@ -213,11 +215,16 @@ class Dra(Base):
         return 1.0, None
 
     def not_applied(self, alloc: Allocation) -> str | None:
-        return ("dra: the controller does not write ResourceClaims or claim templates yet: apply the claim in "
-                "how_to_apply by hand")
+        """None for a share of an NVIDIA GPU class: the controller writes its claim object and switches the pod
+        template's reference to it where the old claim is the workload's own (``controller.dra`` says why not
+        elsewhere); a share of another class has no claim we write."""
+        share = alloc.share
+        if isinstance(share, DraShare) and (share.device_class or GPU_CLASS) in GPU_CLASSES:
+            return None
+        return "dra: not a claim for an NVIDIA GPU class: apply the claim in how_to_apply by hand"
 
     def leave(self, gpus: int) -> PodEdits:
-        """Nothing: a DRA pod's devices come from its claims, which the controller does not write."""
+        """Nothing on the pod: whole GPUs for a DRA pod are a ``gpu.nvidia.com`` claim (:func:`as_claim`)."""
         return PodEdits()
 
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
