@@ -47,6 +47,7 @@ WORKLOAD_WRITES = {
     ("apps", "statefulsets"): {"patch"},
     ("keda.sh", "scaledobjects"): {"patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"patch"},
+    ("batch.volcano.sh", "jobs"): {"patch"},  # a task template's vGPU resources only (admission-policy.yaml)
 }
 NODE_WRITES = {("", "nodes"): {"patch"}, ("", "pods/eviction"): {"create"}}
 WRITES_AUTO = WRITES_RECOMMEND | WORKLOAD_WRITES | NODE_WRITES | {
