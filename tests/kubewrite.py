@@ -24,7 +24,7 @@ import kmock
 from kmock._internal.k8s import KubernetesError
 
 from recommender.controller.kube import Kube
-from tests.kubefixture import BUILTIN, CRDS, VERSION, KubeEmulator
+from tests.kubefixture import BUILTIN, CRDS, VERSION, KubeEmulator, _known_kind
 
 WRITABLE: dict[str, tuple[str, bool]] = {
     "Lease": ("coordination.k8s.io/v1/leases", True),
@@ -39,7 +39,7 @@ ALL = {**BUILTIN, **CRDS, **WRITABLE}
 
 
 def _seed_any(km: kmock.KubernetesEmulator, obj: dict[str, Any]) -> None:
-    key, namespaced = ALL[obj["kind"]]
+    key, namespaced = ALL[_known_kind(obj)]
     meta = obj["metadata"]
     km.objects[key, meta.get("namespace") if namespaced else None, meta["name"]] = dict(obj)
 
@@ -95,8 +95,8 @@ class WriteCluster(KubeEmulator):
                     continue  # KEDA not installed unless asked for
                 km.resources[key] = kmock.ResourceInfo(kind=kind, namespaced=namespaced,
                                                        verbs={"get", "list", "create", "patch", "delete"})
-            for kind in self._crds:  # DRA kinds and other CRDs a test names: served, and writable
-                if kind not in WRITABLE:
+            for kind in self._crds:  # DRA kinds, batch CRDs and others a test names: served, and writable
+                if kind in CRDS and kind not in WRITABLE:
                     key, namespaced = CRDS[kind]
                     km.resources[key] = kmock.ResourceInfo(kind=kind.split(".")[0], namespaced=namespaced,
                                                            verbs={"get", "list", "create", "patch", "delete"})

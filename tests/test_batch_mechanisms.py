@@ -117,13 +117,16 @@ def test_runai_is_report_only() -> None:
     assert how["annotations"] == {"gpu-fraction": "0.3"} and how["report_only"].startswith("report-only")
 
 
-def test_the_controller_never_applies_report_only_or_job_templates() -> None:
+def test_the_controller_never_applies_report_only_or_kubeflow_templates() -> None:
     alloc = Allocation(Sharing.RUNAI, gpus=1, share=RunaiShare(0.3), gpu_equivalents=0.3)
     chat = workload("chat", Allocation(Sharing.RUNAI, gpus=1, share=RunaiShare(0.5)))
     assert "report-only" in (report_only(Recommendation(chat, alloc, (), 0.9)) or "")
     job = workload("ft", alloc, kind=VOLCANO_JOB, template_path="spec.tasks[1].template")
     volcano = Allocation(Sharing.VOLCANO, gpus=1, share=VolcanoShare(10240, 25))
-    assert "spec.tasks[1].template" in (report_only(Recommendation(job, volcano, (), 0.9)) or "")
+    assert report_only(Recommendation(job, volcano, (), 0.9)) is None  # its task's vGPU resources: actuated
+    bert = workload("bert", alloc, kind="PyTorchJob", template_path="spec.pytorchReplicaSpecs.Worker.template")
+    held = report_only(Recommendation(bert, volcano, (), 0.9)) or ""
+    assert "spec.pytorchReplicaSpecs.Worker.template" in held and "PyTorchJob" in held
     plain = workload("web", Allocation(Sharing.EXCLUSIVE, gpus=1))
     assert report_only(Recommendation(plain, Allocation(Sharing.EXCLUSIVE, gpus=1), (), 0.9)) is None
 

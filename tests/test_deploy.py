@@ -50,6 +50,7 @@ WORKLOAD_WRITES = {
     # DRA claim objects of its own (admission-policy.yaml: labelled ours, owned by the workload)
     ("resource.k8s.io", "resourceclaimtemplates"): {"create", "delete"},
     ("resource.k8s.io", "resourceclaims"): {"create", "delete"},
+    ("batch.volcano.sh", "jobs"): {"patch"},  # a task template's vGPU resources only (admission-policy.yaml)
 }
 DELETABLE = {("resource.k8s.io", "resourceclaimtemplates"), ("resource.k8s.io", "resourceclaims")}
 NODE_WRITES = {("", "nodes"): {"patch"}, ("", "pods/eviction"): {"create"}}

@@ -187,6 +187,7 @@ def served(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
 RESOURCES = {  # kind → (group, version, plural) as the policies' resourceRules name them
     "Deployment": ("apps", "v1", "deployments"),
     "StatefulSet": ("apps", "v1", "statefulsets"),
+    "Job.batch.volcano.sh": ("batch.volcano.sh", "v1alpha1", "jobs"),
     "ScaledObject": ("keda.sh", "v1alpha1", "scaledobjects"),
     "HorizontalPodAutoscaler": ("autoscaling", "v2", "horizontalpodautoscalers"),
     "Node": ("", "v1", "nodes"),

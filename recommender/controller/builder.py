@@ -16,17 +16,22 @@ from recommender.controller.changeset import Change, ChangeSet, ObjectRef
 from recommender.controller.patch import esc, get
 from recommender.mechanisms.base import GPU, GPU_SHARED, MIG_PREFIX, PodEdits
 
-CONTAINERS = "/spec/template/spec/containers"
+TEMPLATE = "/spec/template"
 
 
 class Builder:
     """Collects changes and their guards while walking one object."""
 
-    def __init__(self, obj: Mapping[str, Any]) -> None:
+    def __init__(self, obj: Mapping[str, Any], base: str = TEMPLATE) -> None:
         self.obj = obj
+        self.base = base  # the JSON pointer of the pod template being walked (a Volcano Job: one task's)
         self.changes: list[Change] = []
         self.guards: dict[str, Any] = {}
         self.skipped: list[str] = []
+
+    @property
+    def containers(self) -> str:
+        return f"{self.base}/spec/containers"
 
     def build(self, ref: ObjectRef) -> ChangeSet:
         return ChangeSet(ref, tuple(self.changes), tuple(self.guards.items()), tuple(self.skipped))
@@ -48,7 +53,7 @@ class Builder:
 
     def flags(self, i: int, c: Mapping[str, Any], values: Mapping[str, str]) -> None:
         """vLLM flags in the container's ``args``: replaced where found (``--f v`` or ``--f=v``), else appended."""
-        base = f"{CONTAINERS}/{i}"
+        base = f"{self.containers}/{i}"
         args = [str(t) for t in c.get("args") or []]
         missing = []
         for flag, value in values.items():
@@ -88,7 +93,7 @@ class Builder:
 
     def envs(self, i: int, c: Mapping[str, Any], values: Mapping[str, str]) -> None:
         """Literal env values: replaced where set, appended where absent; ``valueFrom`` is left alone."""
-        base = f"{CONTAINERS}/{i}"
+        base = f"{self.containers}/{i}"
         env = [dict(e) for e in c.get("env") or []]
         missing = []
         for name, value in values.items():
@@ -118,8 +123,8 @@ class Builder:
         """``want`` set and the keys ``drop`` names removed, in the container's limits and in its requests when
         they hold a GPU resource (extended resources need requests equal to limits; requests without any
         default to the limits); each changed section is guarded, and the container's name."""
-        base = f"{CONTAINERS}/{i}/resources"
-        self.guards[f"{CONTAINERS}/{i}/name"] = c.get("name")
+        base = f"{self.containers}/{i}/resources"
+        self.guards[f"{self.containers}/{i}/name"] = c.get("name")
         resources = c.get("resources")
         if not (resources or {}).get("limits"):  # no limits yet (a KAI share's container): they are added whole
             if resources is None:
@@ -143,7 +148,7 @@ class Builder:
 
     def pod_annotations(self, meta: Mapping[str, Any] | None, values: Mapping[str, str]) -> None:
         """``values`` set in the pod template's annotations (the map created when absent)."""
-        base = "/spec/template/metadata"
+        base = f"{self.base}/metadata"
         if meta is None:
             self.skipped.append("pod annotations: the pod template has no metadata")
             return
@@ -162,7 +167,7 @@ class Builder:
         gone = [j for j, e in enumerate(env) if e.get("name") in names and "value" in e]
         if not gone:
             return
-        base = f"{CONTAINERS}/{i}"
+        base = f"{self.containers}/{i}"
         self.guards[f"{base}/name"] = c.get("name")
         self.guards[f"{base}/env"] = env
         for j in reversed(gone):
@@ -172,17 +177,17 @@ class Builder:
         """``values`` set in the pod template's node selector (created when absent)."""
         have = spec.get("nodeSelector")
         if have is None:
-            self.guards["/spec/template/spec"] = dict(spec)  # JSON patch cannot test absence: test the parent
-            self.changes.append(Change("/spec/template/spec/nodeSelector", "nodeSelector", None, dict(values)))
+            self.guards[f"{self.base}/spec"] = dict(spec)  # JSON patch cannot test absence: test the parent
+            self.changes.append(Change(f"{self.base}/spec/nodeSelector", "nodeSelector", None, dict(values)))
             return
         for k, v in values.items():
-            self.set_key("/spec/template/spec/nodeSelector", have, k, f"nodeSelector {k}", v)
+            self.set_key(f"{self.base}/spec/nodeSelector", have, k, f"nodeSelector {k}", v)
 
     def drop_pod_annotations(self, have: Mapping[str, Any], keys: Sequence[str]) -> None:
         """The template's annotations named by ``keys`` removed, each guarded by the value it had."""
         for k in keys:
             if k in have:
-                self.replace(f"/spec/template/metadata/annotations/{esc(k)}", f"pod annotation {k}", have[k], None)
+                self.replace(f"{self.base}/metadata/annotations/{esc(k)}", f"pod annotation {k}", have[k], None)
 
 
 def is_gpu(resource: str) -> bool:

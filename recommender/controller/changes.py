@@ -10,13 +10,14 @@ nothing here branches on a mechanism. The records are :mod:`~recommender.control
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.replicas import trigger_thresholds
 from recommender.controller.autoscaling import hpa_changes, scaledobject_changes
-from recommender.controller.builder import Builder, gpu_container, named_container, vllm_container
+from recommender.controller.builder import Builder, gpu_container, is_gpu, named_container, vllm_container
 from recommender.controller.changeset import (
     ACTUATED_KINDS,
     REPLICAS,
@@ -28,6 +29,7 @@ from recommender.controller.changeset import (
 from recommender.controller.patch import apply_local, inverse, removed_parents, to_patch
 from recommender.core.inventory import Allocation, Sharing
 from recommender.core.plan import Recommendation, ScalingPlan
+from recommender.core.resources import VOLCANO_JOB, owner_kind
 from recommender.mechanisms import for_sharing
 from recommender.mechanisms.base import GPU, PodEdits
 
@@ -54,6 +56,8 @@ class Desired:
     keda_thresholds: tuple[tuple[str, str], ...] = ()  # (metric a Prometheus trigger's query reads, threshold)
     reasons: tuple[str, ...] = field(default=())
     claim: Allocation | None = None  # a share applied as a claim object and its reference (controller.dra)
+    # the pod templates the edits go to, as JSON pointers, where not ``spec.template`` (a Volcano Job's tasks)
+    templates: tuple[str, ...] = ()
 
     @property
     def moves_to(self) -> tuple[dict[str, str], int] | None:
@@ -71,6 +75,8 @@ def desired_from(rec: Recommendation, allowed: Sequence[str], min_replicas: int 
     (``mechanisms.exclusive_node_selector``): the device plugin shares every GPU of a node, so a whole one is
     only found on another node."""
     alloc, why = rec.recommended, []
+    if rec.ref.kind == VOLCANO_JOB:
+        return _volcano_job(rec, allowed)
     if "replicas" in allowed and rec.scaling is None:
         why.append("replicas: no scaling recommendation")
     if alloc is None:
@@ -95,6 +101,37 @@ def _claim(alloc: Allocation, held: Allocation, allowed: Sequence[str]) -> Alloc
     if mechanism is None or mechanism.name not in allowed or not getattr(mechanism, "writes_claims", False):
         return None
     return alloc if mechanism.not_applied(alloc) is None and alloc.share != held.share else None
+
+
+_TASK = re.compile(r"spec\.tasks\[(\d+)\]\.template")
+VOLCANO_JOB_NOTE = ("a Volcano Job's pod template change reaches only pods created after it: running tasks keep "
+                    "their vGPUs until they are recreated")
+
+
+def task_templates(template_path: str | None) -> tuple[str, ...] | None:
+    """The JSON pointers of a Volcano Job's task templates that ``template_path`` names (``spec.tasks[1].template``,
+    comma-separated); None where one of them is not a task template."""
+    found = [_TASK.fullmatch(p.strip()) for p in (template_path or "").split(",") if p.strip()]
+    if not found or any(m is None for m in found):
+        return None
+    return tuple(dict.fromkeys(f"/spec/tasks/{m.group(1)}/template" for m in found if m is not None))
+
+
+def _volcano_job(rec: Recommendation, allowed: Sequence[str]) -> Desired:
+    """A Volcano Job: only its tasks' vGPU resources (a running job's tasks are not scaled, no engine flag is
+    set); the template pointers from the workload's ``template_path``."""
+    why = [VOLCANO_JOB_NOTE]
+    if "replicas" in allowed:
+        why.append("replicas: a Volcano Job's tasks are not scaled by the controller")
+    alloc, templates = rec.recommended, task_templates(rec.workload.template_path)
+    if alloc is None or alloc.sharing is not Sharing.VOLCANO or rec.workload.allocation.sharing is not Sharing.VOLCANO:
+        why.append("on a Volcano Job only Volcano vGPU resources are written")
+        return Desired(reasons=tuple(why))
+    if templates is None:
+        why.append(f"the pod template path {rec.workload.template_path!r} names no task of the job")
+        return Desired(reasons=tuple(why))
+    edits = _edits(alloc, rec.workload.allocation, allowed, {}, why)
+    return Desired(edits=edits, templates=templates, reasons=tuple(why))
 
 
 def _edits(alloc: Allocation, held: Allocation, allowed: Sequence[str], exclusive_nodes: Mapping[str, str],
@@ -142,9 +179,12 @@ def _replicas(plan: ScalingPlan | None, allowed: Sequence[str], min_replicas: in
 def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_keda: bool = False) -> ChangeSet:
     """The change set that makes ``obj`` (a Deployment or StatefulSet as read) what ``desired`` says."""
     meta = obj.get("metadata") or {}
-    ref = ObjectRef(str(obj.get("kind")), str(meta.get("namespace", "")), str(meta.get("name", "")))
+    ref = ObjectRef(owner_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind"))), str(meta.get("namespace", "")),
+                    str(meta.get("name", "")))
     if ref.kind not in ACTUATED_KINDS:
         return ChangeSet(ref, skipped=(f"{ref.kind} is not actuated (only {', '.join(sorted(ACTUATED_KINDS))})",))
+    if ref.kind == VOLCANO_JOB:
+        return _task_changes(obj, ref, desired)
     b = Builder(obj)
     if desired.replicas is not None and not replicas_owned_by_keda:
         b.replace(REPLICAS, "replicas", (obj.get("spec") or {}).get("replicas", 1), desired.replicas)
@@ -164,6 +204,45 @@ def plan_changes(obj: Mapping[str, Any], desired: Desired, *, replicas_owned_by_
             b.flags(vllm_i, containers[vllm_i], {f: _fmt(v) for f, v in flags.items() if v is not None})
     b.pod_edits(template, gpu_i, edits)
     return b.build(ref)
+
+
+def _task_changes(obj: Mapping[str, Any], ref: ObjectRef, desired: Desired) -> ChangeSet:
+    """The share's resource edits on the GPU container of each task template ``desired`` names (a Volcano Job):
+    that container is the first whose limits hold a GPU resource or one the edits set; each task is guarded by
+    its name, each container by its name and the resource sections changed. Nothing else of the job."""
+    b = Builder(obj)
+    edits = PodEdits(resources=desired.edits.resources, drop_resources=desired.edits.drop_resources)
+    if not edits.resources:
+        return b.build(ref)
+    tasks = (obj.get("spec") or {}).get("tasks")
+    wanted = {k for k, _ in edits.resources}
+    for pointer in desired.templates:
+        i = int(pointer.split("/")[3])
+        task = tasks[i] if isinstance(tasks, list) and i < len(tasks) and isinstance(tasks[i], Mapping) else {}
+        template = task.get("template")
+        spec = template.get("spec") if isinstance(template, Mapping) else None
+        containers = spec.get("containers") if isinstance(spec, Mapping) else None
+        if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+            b.skipped.append(f"spec.tasks[{i}]: no pod template with containers; not changed")
+            continue
+        c = next((j for j, c in enumerate(containers) if _holds(c, wanted)), None)
+        if c is None:
+            b.skipped.append(f"spec.tasks[{i}]: no container holds a GPU resource; not changed")
+            continue
+        before = len(b.changes)
+        b.base = pointer
+        b.resources(c, containers[c], dict(edits.resources), edits.drops)
+        if len(b.changes) > before and "name" in task:
+            b.guards[f"/spec/tasks/{i}/name"] = task["name"]
+    return b.build(ref)
+
+
+def _holds(c: Mapping[str, Any], wanted: set[str]) -> bool:
+    """Whether container ``c``'s limits hold a GPU resource or one of ``wanted`` (and its resources are maps)."""
+    res = c.get("resources")
+    if not isinstance(res, Mapping) or not all(isinstance(res.get(s) or {}, Mapping) for s in ("limits", "requests")):
+        return False
+    return any(is_gpu(str(k)) or k in wanted for k in res.get("limits") or {})
 
 
 def _fmt(value: float | int) -> str:

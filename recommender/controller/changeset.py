@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-ACTUATED_KINDS = frozenset({"Deployment", "StatefulSet"})
+from recommender.core.resources import VOLCANO_JOB
+
+# a Volcano Job: only its tasks' vGPU resources (recommender.controller.changes)
+ACTUATED_KINDS = frozenset({"Deployment", "StatefulSet", VOLCANO_JOB})
 REPLICAS = "/spec/replicas"
 
 

@@ -21,7 +21,7 @@ from urllib3.exceptions import HTTPError
 
 from collectors.kubernetes.client import to_error
 from recommender.core.errors import KubernetesError
-from recommender.core.resources import RESOURCES, Resource
+from recommender.core.resources import RESOURCES, VOLCANO_JOB, Resource
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -32,6 +32,7 @@ Kind = Resource
 KINDS: dict[str, Kind] = {k: RESOURCES[k] for k in (
     "Deployment", "StatefulSet", "Pod", "Node", "Event", "ConfigMap", "Secret", "Lease", "PodDisruptionBudget",
     "HorizontalPodAutoscaler", "ScaledObject", "GPURightsizingPolicy", "ResourceClaimTemplate", "ResourceClaim",
+    VOLCANO_JOB,
 )}
 
 

@@ -6,8 +6,9 @@ Managed on a Deployment or StatefulSet: ``spec.replicas``; in a container, GPU r
 shared GPUs, MIG slices, HAMi's limits), the two MPS env vars, the vLLM flags the policy sizes; in the pod
 template, KAI's GPU-share annotations and the node-selector keys of unshared GPU nodes
 (``mechanisms.exclusive_node_selector``), and the name in one ``resourceClaims`` entry, switched from
-another name to a DRA claim the controller made for that workload (``<workload>-gpu-*``). On a KEDA
-ScaledObject its replica bounds and trigger thresholds; on a HorizontalPodAutoscaler its replica bounds.
+another name to a DRA claim the controller made for that workload (``<workload>-gpu-*``). On a Volcano Job only
+the GPU and vGPU resources of a task template's containers (``spec.tasks[i].template``), never its replicas. On
+a KEDA ScaledObject its replica bounds and trigger thresholds; on a HorizontalPodAutoscaler its replica bounds.
 The controller's own annotations are written beside a change, never recorded in one.
 """
 
@@ -17,14 +18,17 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from recommender.controller.builder import is_gpu
 from recommender.controller.changes import GPU_MEM_UTIL, MAX_NUM_SEQS
 from recommender.controller.changeset import Change
 from recommender.controller.dra import managed_ref
 from recommender.controller.patch import get, unesc
+from recommender.core.resources import VOLCANO_JOB
 from recommender.mechanisms.base import GPU, GPU_SHARED, MIG_PREFIX
 from recommender.mechanisms.hami import HAMI_CORES_PCT, HAMI_MEM_MIB, HAMI_MEM_PCT
 from recommender.mechanisms.kai import KAI_DEVICES, KAI_FRACTION, KAI_MEMORY
 from recommender.mechanisms.mps import MPS_MEM_ENV, MPS_THREADS_ENV
+from recommender.mechanisms.volcano import VOLCANO_RESOURCES
 
 GPU_RESOURCES = frozenset({GPU, GPU_SHARED, HAMI_MEM_MIB, HAMI_MEM_PCT, HAMI_CORES_PCT})
 MPS_ENVS = frozenset({MPS_THREADS_ENV, MPS_MEM_ENV})
@@ -32,6 +36,8 @@ VLLM_FLAGS = (GPU_MEM_UTIL, MAX_NUM_SEQS)
 KAI_KEYS = frozenset({KAI_FRACTION, KAI_MEMORY, KAI_DEVICES})
 MAX_REPLICAS = 100_000
 _C = r"/spec/template/spec/containers/(\d+)"
+# a Volcano Job: a task template's container resources, nothing else
+_TASK_RESOURCE = r"/spec/tasks/\d+/template/spec/containers/\d+/resources/(limits|requests)/"
 _SEG = r"((?:[^/~]|~[01])+)"  # one JSON-pointer segment
 
 
@@ -103,6 +109,13 @@ def _workload_rule(c: Change, obj: Mapping[str, Any], selector_keys: Collection[
     return False
 
 
+def _task_rule(c: Change) -> bool:
+    """A Volcano Job: one vGPU (or GPU device) resource of a task template's container, set or removed."""
+    m = re.fullmatch(_TASK_RESOURCE + _SEG, c.path)
+    return m is not None and (unesc(m.group(2)) in VOLCANO_RESOURCES or is_gpu(unesc(m.group(2)))) \
+        and all(_text(v) for v in (c.old, c.new))
+
+
 def _get_or_none(obj: Mapping[str, Any], pointer: str) -> Any:
     try:
         return get(obj, pointer)
@@ -130,6 +143,8 @@ def unmanaged(kind: str, changes: Sequence[Change], obj: Mapping[str, Any],
     for c in changes:
         if kind in ("Deployment", "StatefulSet"):
             ok = _workload_rule(c, obj, selector_keys)
+        elif kind == VOLCANO_JOB:
+            ok = _task_rule(c)
         elif kind in _AUTOSCALER_PATHS:
             ok = _autoscaler_rule(kind, c)
         else:

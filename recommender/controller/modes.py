@@ -18,10 +18,11 @@ from recommender.controller.actuator import Actuator
 from recommender.controller.changes import desired_from
 from recommender.controller.changeset import ObjectRef
 from recommender.controller.guardrails import health_from, pod_counts_since, regressions
-from recommender.controller.kube import Kube, KubeFailure
+from recommender.controller.kube import KINDS, Kube, KubeFailure
 from recommender.controller.outcome import Outcome, Request
 from recommender.controller.policy import Policy
 from recommender.core.plan import Recommendation
+from recommender.core.resources import VOLCANO_JOB
 from recommender.core.usage import Snapshot
 from recommender.mechanisms import for_sharing
 
@@ -76,6 +77,9 @@ class WorkloadModes:
     def auto(self, policy: Policy, r: Recommendation, snap: Snapshot, now: datetime) -> Outcome:
         assert policy.spec is not None
         spec, ref = policy.spec, ObjectRef(r.ref.kind, r.ref.namespace, r.ref.name)
+        if ref.kind not in KINDS:  # a kind it never writes (Kubeflow's jobs, ...): not even read
+            why = report_only(r) or f"not applied: the controller does not write {ref.kind}"
+            return Outcome(ref.key, "blocked", why)
         try:  # read once: the regression check, the apply and the recommendation annotation all start from it
             obj = self.kube.get(ref.kind, ref.namespace, ref.name)
         except KubeFailure as exc:
@@ -131,8 +135,11 @@ def report_only(r: Recommendation) -> str | None:
     mechanism = for_sharing(alloc.sharing) if alloc is not None else None
     if alloc is not None and getattr(mechanism, "report_only", False):
         return f"not applied: {alloc.sharing.value} is report-only (recommended, never written)"
+    if r.ref.kind == VOLCANO_JOB:  # its tasks' templates: only the vGPU resources (changes.desired_from)
+        return None
     if r.workload.template_path is not None:
-        return f"not applied: the pod template sits at {r.workload.template_path}, which the controller does not write"
+        return (f"not applied: the pod template sits at {r.workload.template_path}, which the controller does not "
+                f"write ({r.ref.kind}: its operator owns the replica specs; recommended, never written)")
     return None
 
 

@@ -25,6 +25,7 @@ from recommender.controller.managed import unmanaged
 from recommender.controller.patch import esc
 from recommender.controller.signing import Signer, subject_of
 from recommender.core.annotations import LAST_CHANGE, RECOMMENDATION_ANNOTATION, SIGNATURE
+from recommender.core.resources import RESOURCES, owner_kind
 
 MAX_RECORD_CHARS = 64 * 1024  # a record is a few KiB; anything larger was not written by us
 RECOMMENDATION = RECOMMENDATION_ANNOTATION
@@ -127,7 +128,8 @@ def _untrusted(obj: dict[str, Any], text: str, signature: Any, signer: Signer | 
 def _foreign(record: ChangeRecord, obj: dict[str, Any], selector_keys: Collection[str]) -> str | None:
     """Why a signed record still must not be acted on: it names another object, or a field not ours."""
     meta = obj.get("metadata") or {}
-    here = ObjectRef(str(obj.get("kind")), str(meta.get("namespace", "")), str(meta.get("name", "")))
+    here = ObjectRef(owner_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind"))), str(meta.get("namespace", "")),
+                     str(meta.get("name", "")))
     if record.workload != here.key:
         return f"it records a change of {record.workload}, not of {here.key}"
     for s in record.sets:
@@ -181,7 +183,9 @@ def emit_event(kube: Kube, ref: ObjectRef, reason: str, message: str, now: datet
     no namespace and the uid set to its name, exactly as the kubelet's.
     """
     name = f"{ref.name}.{int(now.timestamp() * 1e6):x}{next(_seq):04x}"
-    involved = {"apiVersion": api_version, "kind": ref.kind, "name": ref.name}
+    resource = RESOURCES.get(ref.kind) if "." in ref.kind else None  # ``Job.batch.volcano.sh``: Job of its group
+    involved = {"apiVersion": resource.api_version if resource else api_version,
+                "kind": resource.kind if resource else ref.kind, "name": ref.name}
     if ref.namespace:
         involved["namespace"] = ref.namespace
     if uid or not ref.namespace:

@@ -90,7 +90,8 @@ class Volcano(Base):
     def how_to_apply(self, alloc: Allocation) -> dict[str, Any]:
         return {"resources": volcano_resources(alloc),
                 "scheduler_name": NAMES.scheduler_name,
-                "note": "set on the GPU container of the job's task template" + unverified(NAMES.verified)}
+                "note": "set on the GPU container of the job's task template; it reaches only pods created "
+                "afterwards (running tasks keep their vGPUs)" + unverified(NAMES.verified)}
 
     def pod_edits(self, alloc: Allocation) -> PodEdits:
         if alloc.volcano_vgpu_memory_mib is None and alloc.volcano_vgpu_cores_pct is None:
