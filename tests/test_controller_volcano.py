@@ -19,6 +19,7 @@ from recommender.controller.changes import apply_local, desired_from, inverse, p
 from recommender.controller.changeset import Change
 from recommender.controller.loop import Controller
 from recommender.controller.managed import unmanaged
+from recommender.controller.policy import parse_policy
 from recommender.controller.signing import Signer, subject_of
 from recommender.core.annotations import LAST_CHANGE, SIGNATURE
 from recommender.core.inventory import Sharing, WorkloadRef
@@ -232,3 +233,24 @@ def test_a_tenant_record_on_the_job_is_refused_in_auto() -> None:
         [outcome] = report.outcomes
         assert outcome.status == "refused"
         assert cluster.obj(VOLCANO_JOB, NS, NAME)["spec"] == volcano_job()["spec"]
+
+
+@pytest.mark.parametrize(("api_version", "kind", "selects"), [
+    ("batch.volcano.sh/v1alpha1", "Job", VOLCANO_JOB),  # the Volcano Job, by its group
+    ("batch/v1", "Job", "Job"),  # the batch/v1 Job of the same name, never the Volcano one
+    (None, "Job", "Job"),
+])
+def test_a_workload_ref_names_a_volcano_job_by_its_group(api_version: str | None, kind: str, selects: str) -> None:
+    ref = {"kind": kind, "name": "train", **({"apiVersion": api_version} if api_version else {})}
+    policy = parse_policy({"metadata": {"namespace": "ml", "name": "p"},
+                           "spec": {"target": {"workloadRef": ref}, "mode": "Auto"}})
+    assert policy.spec is not None, policy.problem
+    for key in (VOLCANO_JOB, "Job"):
+        assert policy.selects(WorkloadRef("ml", key, "train"), {}) is (key == selects)
+
+
+def test_a_workload_ref_whose_group_serves_no_such_kind_is_invalid() -> None:
+    policy = parse_policy({"metadata": {"namespace": "ml", "name": "p"},
+                           "spec": {"target": {"workloadRef": {"apiVersion": "kubeflow.org/v1", "kind": "Job",
+                                                               "name": "train"}}, "mode": "Auto"}})
+    assert policy.spec is None and "does not serve Job" in (policy.problem or "")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from recommender.core.annotations import MODE_ANNOTATION
 from recommender.core.inventory import Sharing, WorkloadRef
-from recommender.core.resources import RESOURCES
+from recommender.core.resources import RESOURCES, owner_kind
 
 GROUP, VERSION, KIND = "rightsizer.io", "v1alpha1", "GPURightsizingPolicy"
 MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node",
@@ -42,10 +42,17 @@ class WorkloadRefSpec(_Model):
     kind: str
     name: str = Field(min_length=1)
 
+    @property
+    def key(self) -> str:
+        """The workload kind as the inventory keys it: ``<kind>.<group>`` where another group's resource has the
+        plain kind (``Job`` of ``batch.volcano.sh/v1alpha1`` is ``Job.batch.volcano.sh``)."""
+        return owner_kind(self.api_version, self.kind) if self.api_version else self.kind
+
     @model_validator(mode="after")
     def _group(self) -> WorkloadRefSpec:
         """Workloads are selected by kind and name; an apiVersion given must be of the group serving that kind."""
-        want = KIND_GROUPS.get(self.kind)
+        key = self.key
+        want = KIND_GROUPS.get(key) if key == self.kind else RESOURCES[key].group
         if self.api_version is not None and want is not None and self.api_version.rpartition("/")[0] != want:
             raise ValueError(f"apiVersion {self.api_version} does not serve {self.kind} (its group is {want})")
         return self
@@ -194,7 +201,7 @@ class Policy:
             return False
         t = self.spec.target
         if t.workload_ref is not None:
-            return t.workload_ref.kind == ref.kind and t.workload_ref.name == ref.name
+            return t.workload_ref.key == ref.kind and t.workload_ref.name == ref.name
         return t.selector is not None and t.selector.matches(labels)
 
 
