@@ -12,6 +12,20 @@ from tests import planfixture as pf
 from tests.promfixture import prometheus_binaries
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Reports made by module and session fixtures keep their cache here, never in the user's ~/.cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test's reports keep their cache in a folder of their own, never the user's ~/.cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 @pytest.fixture(scope="module")
 def plan() -> Plan:
     """The hand-made five-workload plan the report formats are golden-tested on (tests/planfixture.py)."""

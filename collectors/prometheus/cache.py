@@ -5,6 +5,7 @@ cached ones, instead of the whole history every cycle; a change of query, grid o
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -26,7 +27,7 @@ class UsageCache:
     (data corrected later than the overlap: a backfill, a late remote write), the next collection reads
     everything."""
 
-    key: tuple[object, ...] | None = None
+    key: str | None = None  # digest(key) of the last collection: a cache on disk keeps no URL or selector in clear
     series: dict[str, pd.DataFrame] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     inventory: dict[str, parse.Latest] = field(default_factory=dict)  # latest values, oldest first
@@ -39,7 +40,7 @@ class UsageCache:
     def fresh_start(self, key: tuple[object, ...], grid: Grid) -> float | None:
         """The first step to read for ``grid``, or None when the cache cannot serve it (read everything)."""
         last = grid.start_s + (grid.n - 1) * grid.step_s
-        if self.key is None or key != self.key or not self.series or not grid.start_s <= self.last_s <= last \
+        if self.key is None or digest(key) != self.key or not self.series or not grid.start_s <= self.last_s <= last \
                 or last - self.full_s >= self.refresh_s:
             return None
         return max(grid.start_s, self.last_s - (OVERLAP_STEPS - 1) * grid.step_s)
@@ -50,9 +51,14 @@ class UsageCache:
         joined to the cached steps before, and kept for the next collection."""
         series = fresh if first is None else join_usage(self.series, fresh, grid, first)
         last = grid.start_s + (grid.n - 1) * grid.step_s
-        self.key, self.series, self.last_s = key, dict(series), last
+        self.key, self.series, self.last_s = digest(key), dict(series), last
         self.full_s = self.full_s if first is not None else last
         return series
+
+
+def digest(key: tuple[object, ...]) -> str:
+    """A collection's key as a hash of its repr (strings, numbers, frozen dataclasses: stable across runs)."""
+    return hashlib.sha256(repr(key).encode("utf-8")).hexdigest()
 
 
 def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], grid: Grid, fresh_start: float

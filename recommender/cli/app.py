@@ -78,6 +78,27 @@ def collect(source: str, path: str | None, settings: Settings, end: datetime, ca
         return get_source(source)(SourceRequest(settings, end, path, cache), shown)
 
 
+def collect_once(source: str, path: str | None, settings: Settings, end: datetime) -> Snapshot:
+    """One snapshot for a report or ``snapshot``: from Prometheus with the cache of earlier ones on disk (unless
+    ``prometheus.cache`` is off), so only the steps added since are read; a cache folder or file that cannot be
+    used gives one warning line and a collection that reads everything."""
+    p = settings.prometheus
+    if source != "prometheus" or not p.cache:
+        return collect(source, path, settings, end)
+    from collectors.prometheus.store import DiskCache, default_dir
+
+    disk = DiskCache(Path(p.cache_dir).expanduser() if p.cache_dir else default_dir(), settings)
+    with RichProgress() as shown:
+        cache, warning = disk.load()
+        if warning:
+            shown.log(f"warning: {warning}")
+        snap = collect(source, path, settings, end, cache, shown)
+        failed = disk.save(cache)
+        if failed and not warning:
+            shown.log(f"warning: {failed}")
+    return snap
+
+
 def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:
     """Collect, plan and render one report; the plan's clock is the window's end for reproducibility."""
     return make_report_files(source, path, settings, end, fmt)[0]
@@ -96,7 +117,7 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
     from recommender.outputs import get_companions, get_formatter
 
     renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}  # an unknown format fails before the run
-    snap = collect(source, path, settings, end)
+    snap = collect_once(source, path, settings, end)
     if selector is not None:
         found, snap = len(snap.workloads), select_labels(snap, selector)
         if found and not snap.workloads:
@@ -110,7 +131,7 @@ def save_snapshot(source: str, path: str | None, settings: Settings, end: dateti
     from collectors.files import write_snapshot
     from recommender.core.writes import replace_dir
 
-    snap = collect(source, path, settings, end)
+    snap = collect_once(source, path, settings, end)
     replace_dir(out, lambda folder: write_snapshot(snap, folder))  # the previous snapshot stays whole on failure
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from recommender.cli.controller import controller, rollback
-from recommender.cli.options import build_settings, fail, parse_time, pick_source, source_options
+from recommender.cli.options import build_settings, cache_options, fail, parse_time, pick_source, source_options
 from recommender.cli.serve import serve
 from recommender.core.errors import RightsizerError
 
@@ -29,6 +29,7 @@ def main() -> None:
 
 @main.command()
 @source_options
+@cache_options
 @click.option("-o", "--output", "output", metavar="FORMAT[,FORMAT...]",
               help=f"Output format, as kubectl's -o: {', '.join(FORMATS)} (wide: the table at full width, whatever "
                    "the terminal) or a plugin's; several, comma-separated, from one run, with --output-file. "
@@ -82,6 +83,7 @@ def report(output: str | None, output_file: str | None, legacy_fmt: str | None, 
 
 @main.command()
 @source_options
+@cache_options
 @click.option("--output-dir", type=click.Path(file_okay=False), metavar="DIR", help="Directory to write (required).")
 @click.option("-o", "--output", "legacy_output", type=click.Path(file_okay=False), metavar="DIR",
               help="Deprecated: use --output-dir DIR.")

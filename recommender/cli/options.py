@@ -61,6 +61,7 @@ def build_settings(opts: dict[str, Any]) -> Settings:
                 client_cert=opts.get("client_cert"), client_key=opts.get("client_key"),
                 insecure_skip_verify=opts.get("insecure", False), timeout_s=opts.get("timeout", 60.0),
                 max_workers=opts.get("workers", 4),
+                cache=not opts.get("no_cache", False), cache_dir=opts.get("cache_dir"),
             ),
             kubernetes=KubernetesSettings(enabled=not opts.get("no_kubernetes", False),
                                           kubeconfig=opts.get("kubeconfig"), context=opts.get("context")),
@@ -145,6 +146,16 @@ def source_options(fn: Any) -> Any:
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+def cache_options(fn: Any) -> Any:
+    """The on-disk cache of the commands that collect once (report, snapshot)."""
+    fn = click.option("--no-cache", is_flag=True,
+                      help="Read everything from Prometheus; neither use nor update the cache of earlier reports.")(fn)
+    return click.option("--cache-dir", type=click.Path(file_okay=False), metavar="DIR",
+                        help="Where reports keep what they read from Prometheus, so the next one over the same "
+                             "server, selection, step and history reads only new steps [default: "
+                             "$XDG_CACHE_HOME/gpu-rightsizer, else ~/.cache/gpu-rightsizer].")(fn)
 
 
 def pick_source(opts: dict[str, Any]) -> tuple[str, str | None]:

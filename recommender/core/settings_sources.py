@@ -69,6 +69,10 @@ class PrometheusSettings(BaseModel):
                     "Kubernetes API is not.",
     )
     extra_selector: str = Field("", description='Extra label matchers added to every query, e.g. cluster="a".')
+    cache: bool = Field(True, description="Reports and snapshots keep what they read in cache_dir, so the next one "
+                                          "over the same server, selection, step and history reads only new steps.")
+    cache_dir: str | None = Field(None, description="Folder of that cache; default $XDG_CACHE_HOME/gpu-rightsizer "
+                                                    "(~/.cache/gpu-rightsizer).")
 
 
 class KubernetesSettings(BaseModel):

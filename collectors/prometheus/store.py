@@ -1,0 +1,195 @@
+"""A :class:`UsageCache` kept on disk between reports, so that the next report over the same cluster reads only
+the steps added since (and the last ``OVERLAP_STEPS`` again), as the controller loop does in memory.
+
+One file per server, selection, step and history, named by a hash of them (the URL and selectors are never
+stored in clear; credentials never reach the cache at all): a changed query, selection, step or URL finds no
+file or a file whose key does not match, and reads everything. The file is written whole or not at all
+(``recommender.core.writes``): a magic line, the format version, a SHA-256 of the body, then the body: a JSON
+header (what the cache knows besides its series) and each series frame as Parquet. A file that is not ours,
+of another version, truncated or altered does not match its checksum or header and is not used: the caller
+reads everything and says so in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.chunks import step_for
+from collectors.prometheus.devices import DeviceTable
+from collectors.prometheus.queries import Scope
+from recommender.core.settings import Settings
+
+FORMAT_VERSION = 1
+MAGIC = b"gpu-rightsizer usage cache\n"
+APP = "gpu-rightsizer"
+_LENGTH = 8  # bytes of the header's length
+
+
+class CacheFileError(Exception):
+    """A cache file that cannot be used (not ours, another version, truncated, altered); the message says why."""
+
+
+def default_dir() -> Path:
+    """The user's cache folder: ``$XDG_CACHE_HOME/gpu-rightsizer``, else ``~/.cache/gpu-rightsizer``."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    return root / APP
+
+
+def file_for(folder: Path, s: Settings) -> Path:
+    """The cache file of one server, selection, step and history (a hash of them: none is in the name)."""
+    p = s.prometheus
+    what = (p.url.rstrip("/") if p.url else None, Scope.of(s.namespaces, p), p.node_labels, step_for(s.history_s, p),
+            s.history_s)
+    return folder / f"usage-{hashlib.sha256(repr(what).encode('utf-8')).hexdigest()[:32]}.cache"
+
+
+def dumps(cache: UsageCache) -> bytes:
+    """The cache as the bytes of one file."""
+    blobs: list[bytes] = []
+    header = {"version": FORMAT_VERSION, "usage": _state(cache, "usage", blobs),
+              "workloads": _state(cache.workloads, "workloads", blobs) if cache.workloads is not None else None}
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    body = len(head).to_bytes(_LENGTH, "big") + head + b"".join(blobs)
+    return MAGIC + f"{FORMAT_VERSION}\n{hashlib.sha256(body).hexdigest()}\n".encode("ascii") + body
+
+
+def loads(data: bytes) -> UsageCache:
+    """The cache from :func:`dumps`' bytes; CacheFileError when they are not a whole file of this version."""
+    if not data.startswith(MAGIC):
+        raise CacheFileError("not a gpu-rightsizer usage cache")
+    version, _, rest = data[len(MAGIC):].partition(b"\n")
+    if version != str(FORMAT_VERSION).encode("ascii"):
+        raise CacheFileError(f"written in format {version[:20].decode('ascii', 'replace')!r}, this version reads "
+                             f"{FORMAT_VERSION}")
+    checksum, _, body = rest.partition(b"\n")
+    if hashlib.sha256(body).hexdigest().encode("ascii") != checksum:
+        raise CacheFileError("truncated or altered (checksum mismatch)")
+    try:
+        size = int.from_bytes(body[:_LENGTH], "big")
+        header = json.loads(body[_LENGTH:_LENGTH + size])
+        blobs = memoryview(body)[_LENGTH + size:]
+        if header.get("version") != FORMAT_VERSION:
+            raise CacheFileError("header of another version")
+        cache = _restore(header["usage"], blobs)
+        if header.get("workloads") is not None:
+            cache.workloads = _restore(header["workloads"], blobs)
+        return cache
+    except CacheFileError:
+        raise
+    except Exception as exc:  # a file whose checksum matches but that we cannot read: treat as not ours
+        raise CacheFileError(f"unreadable ({type(exc).__name__})") from None
+
+
+def _state(cache: UsageCache, part: str, blobs: list[bytes]) -> dict[str, Any]:
+    """What ``cache`` holds as JSON, its frames appended to ``blobs`` as Parquet (offset and length noted)."""
+    frames = []
+    for name, frame in cache.series.items():
+        buf = io.BytesIO()
+        frame.to_parquet(buf, engine="pyarrow", compression="zstd")
+        raw = buf.getvalue()
+        frames.append([name, sum(len(b) for b in blobs), len(raw)])
+        blobs.append(raw)
+    return {"key": cache.key, "last_s": cache.last_s, "full_s": cache.full_s, "refresh_s": cache.refresh_s,
+            "counts": cache.counts, "frames": frames,
+            "inventory": {k: [[labels, value, t] for labels, value, t in v] for k, v in cache.inventory.items()},
+            "devices": _devices(cache.devices) if cache.devices is not None else None, "part": part}
+
+
+def _restore(state: dict[str, Any], blobs: memoryview) -> UsageCache:
+    series = {}
+    for name, offset, length in state["frames"]:
+        raw = bytes(blobs[offset:offset + length])
+        if len(raw) != length:
+            raise CacheFileError("truncated frame")
+        series[str(name)] = pd.read_parquet(io.BytesIO(raw), engine="pyarrow")
+    return UsageCache(
+        key=str(state["key"]) if state["key"] is not None else None, series=series,
+        counts={str(k): int(v) for k, v in state["counts"].items()},
+        inventory={str(k): [(dict(labels), float(value), float(t)) for labels, value, t in v]
+                   for k, v in state["inventory"].items()},
+        devices=_device_table(state["devices"]) if state["devices"] is not None else None,
+        last_s=float(state["last_s"]), full_s=float(state["full_s"]), refresh_s=float(state["refresh_s"]))
+
+
+def _devices(table: DeviceTable) -> dict[str, Any]:
+    """The device table; of the instants a device was seen, only those it had several pods (what a collection
+    that starts from the cache keeps: :meth:`DeviceTable.forget`)."""
+    return {"labels": [table.ns_label, table.pod_label, list(table.node_labels)],
+            "shared": [[dev, t, sorted(pods)] for (dev, t), pods in table.on_device.items() if len(pods) > 1],
+            "per_pod": table.per_pod}
+
+
+def _device_table(state: dict[str, Any]) -> DeviceTable:
+    ns_label, pod_label, node_labels = state["labels"]
+    table = DeviceTable(str(ns_label), str(pod_label), tuple(node_labels))
+    table.on_device = defaultdict(set, {(str(dev), float(t)): set(pods) for dev, t, pods in state["shared"]})
+    for key, info in state["per_pod"].items():
+        info["devices"] = {str(d): float(t) for d, t in info["devices"].items()}
+        info["nodes"] = {str(n): float(t) for n, t in info["nodes"].items()}
+        info["t"] = float(info["t"])
+        if info["mib"] is not None and not math.isfinite(float(info["mib"])):
+            info["mib"] = None
+        table.per_pod[str(key)] = info
+    return table
+
+
+class DiskCache:
+    """The cache file of one report: :meth:`load` before the collection, :meth:`save` after it. Each returns a
+    warning line instead of raising: a folder that cannot be used gives no cache (the report reads everything,
+    nothing is written), an unusable file an empty cache (the report reads everything, its file replaces it)."""
+
+    def __init__(self, folder: Path, s: Settings) -> None:
+        self.folder = folder
+        self.path = file_for(folder, s)
+        self.broken = False
+
+    def load(self) -> tuple[UsageCache | None, str | None]:
+        """The cache to collect with (empty where there is no file yet or it is unusable) and a warning line,
+        or None and why when the folder cannot be used."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.folder, os.W_OK | os.X_OK):
+                raise PermissionError(f"{self.folder} is not writable")
+        except OSError as exc:
+            return self._broken(f"cache folder {self.folder} cannot be used ({_why(exc)})")
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return UsageCache(), None
+        except OSError as exc:
+            return self._broken(f"cache file {self.path} cannot be read ({_why(exc)})")
+        try:
+            return loads(data), None
+        except CacheFileError as exc:  # an empty cache reads everything; its file replaces this one
+            return UsageCache(), f"cache file {self.path} not used: {exc}; reading everything from Prometheus"
+
+    def save(self, cache: UsageCache | None) -> str | None:
+        """Write ``cache`` whole or not at all; a warning line where it could not be written."""
+        from recommender.core.writes import write_file
+
+        if cache is None or self.broken:
+            return None
+        try:
+            write_file(self.path, dumps(cache))
+        except Exception as exc:  # a full disk, a folder made read-only since: the report stands, uncached
+            return f"cache file {self.path} not written ({_why(exc)}); the next report reads everything"
+        return None
+
+    def _broken(self, why: str) -> tuple[None, str]:
+        self.broken = True
+        return None, f"{why}; reading everything from Prometheus, not cached"
+
+
+def _why(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
