@@ -1,0 +1,200 @@
+"""Reports keep what they read on disk (``--cache-dir``): the next report over the same cluster reads only the
+new steps and gives what an uncached report gives; a changed selection, step or URL, ``--no-cache``, and a
+cache folder or file that cannot be used all read everything (the last two with one warning line)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from collectors.prometheus import store
+from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.devices import DeviceTable
+from collectors.prometheus.parse import Grid
+from recommender.cli.main import main
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import PrometheusSettings
+from tests.promcluster import Cluster
+
+pytestmark = pytest.mark.prometheus
+_POINTS = re.compile(r"^prometheus: \d+ queries .*?, ([\d,]+) points;", re.MULTILINE)
+_INCREMENTAL = "earlier steps from the last collection"
+
+
+class Report:
+    def __init__(self, res: Any) -> None:
+        assert res.exit_code == 0, res.output
+        self.doc: dict[str, Any] = json.loads(res.stdout)
+        self.err: str = res.stderr
+        found = _POINTS.findall(self.err)
+        assert len(found) == 1, self.err
+        self.points = int(found[0].replace(",", ""))
+        self.warnings = [line for line in self.err.splitlines() if line.startswith("warning: cache")]
+        self.incremental = _INCREMENTAL in self.err
+
+
+def report(c: Cluster, cache: Path | str | None, *extra: str, end_h: float = 0.0, url: str | None = None) -> Report:
+    where = ["--cache-dir", str(cache)] if cache is not None else ["--no-cache"]
+    end = (c.end - timedelta(hours=end_h)).isoformat()
+    res = CliRunner().invoke(main, ["report", "--prometheus-url", url or c.url, "--no-kubernetes", "--history", "2d",
+                                    "--min-history", "12h", "--end", end, "-o", "json", *where, *extra],
+                             catch_exceptions=False)
+    return Report(res)
+
+
+@pytest.fixture(scope="module")
+def uncached(cluster: Cluster) -> Report:
+    return report(cluster, None)
+
+
+def test_a_later_report_reads_only_the_new_steps_and_gives_the_uncached_answer(cluster: Cluster, uncached: Report,
+                                                                               tmp_path: Path) -> None:
+    first = report(cluster, tmp_path, end_h=3)
+    assert not first.incremental and len(list(tmp_path.iterdir())) == 1
+    later = report(cluster, tmp_path)
+    assert later.incremental and not later.warnings
+    assert later.doc == uncached.doc
+    assert later.points < uncached.points / 5  # 3 h and the 2 re-read steps of a 2-day window
+    again = report(cluster, tmp_path)  # the same window: only the last two steps are read again
+    assert again.doc == uncached.doc and again.points < later.points
+
+
+def test_a_changed_namespace_step_or_url_does_not_reuse_the_cache(cluster: Cluster, tmp_path: Path) -> None:
+    report(cluster, tmp_path)
+    assert report(cluster, tmp_path).incremental
+    mig = report(cluster, tmp_path, "-n", "mig")
+    assert not mig.incremental and mig.points == report(cluster, None, "-n", "mig").points
+    longer = report(cluster, tmp_path, "--history", "3d")  # 3 d / 2,016 points: a 180 s step, not 120 s
+    assert not longer.incremental and longer.doc["window"]["step_s"] == 180
+    other = cluster.url.replace("127.0.0.1", "localhost")  # the same server under another URL
+    assert other != cluster.url
+    assert not report(cluster, tmp_path, url=other).incremental
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_no_cache_reads_everything_and_writes_nothing(cluster: Cluster, uncached: Report, tmp_path: Path) -> None:
+    report(cluster, tmp_path)
+    (cached,) = tmp_path.iterdir()
+    before = cached.read_bytes()
+    res = CliRunner().invoke(main, ["report", "--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d",
+                                    "--min-history", "12h", "--end", cluster.end.isoformat(), "-o", "json",
+                                    "--cache-dir", str(tmp_path), "--no-cache"], catch_exceptions=False)
+    plain = Report(res)
+    assert not plain.incremental and plain.points == uncached.points
+    assert list(tmp_path.iterdir()) == [cached] and cached.read_bytes() == before
+
+
+def test_the_cache_keeps_no_url_in_clear(cluster: Cluster, tmp_path: Path) -> None:
+    report(cluster, tmp_path)
+    (cached,) = tmp_path.iterdir()
+    host = cluster.url.split("//")[1]
+    assert host not in cached.name and host.encode() not in cached.read_bytes()
+
+
+def _truncate(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def _other_version(data: bytes) -> bytes:
+    return data.replace(store.MAGIC + b"1\n", store.MAGIC + b"99\n", 1)
+
+
+def _flipped(data: bytes) -> bytes:
+    i = len(data) - 100
+    return data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+
+
+@pytest.mark.parametrize("spoil", [_truncate, _other_version, _flipped, lambda _: b"", lambda _: b"not a cache\n"],
+                         ids=["truncated", "other-version", "altered", "empty", "foreign"])
+def test_a_spoilt_cache_file_is_one_warning_and_a_full_correct_read(cluster: Cluster, uncached: Report,
+                                                                    tmp_path: Path, spoil: Any) -> None:
+    report(cluster, tmp_path, end_h=3)
+    (cached,) = tmp_path.iterdir()
+    cached.write_bytes(spoil(cached.read_bytes()))
+    spoilt = report(cluster, tmp_path)
+    assert len(spoilt.warnings) == 1 and str(cached) in spoilt.warnings[0]
+    assert not spoilt.incremental and spoilt.points == uncached.points and spoilt.doc == uncached.doc
+    healed = report(cluster, tmp_path)  # the spoilt file was replaced by a whole one
+    assert healed.incremental and not healed.warnings and healed.doc == uncached.doc
+
+
+def test_a_cache_folder_that_cannot_be_made_is_one_warning_and_an_uncached_report(
+        cluster: Cluster, uncached: Report, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("in the way")
+    res = report(cluster, tmp_path / "file" / "cache")
+    assert len(res.warnings) == 1 and "cannot be used" in res.warnings[0]
+    assert res.doc == uncached.doc and res.points == uncached.points
+
+
+def test_a_cache_that_cannot_be_written_is_one_warning_and_the_report_stands(
+        cluster: Cluster, uncached: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from recommender.core import writes
+
+    def full(path: Path | str, data: str | bytes) -> None:
+        raise writes.OutputError(f"{path}: cannot write: No space left on device")
+
+    monkeypatch.setattr(writes, "write_file", full)
+    res = report(cluster, tmp_path)
+    assert len(res.warnings) == 1 and "No space left on device" in res.warnings[0]
+    assert res.doc == uncached.doc and list(tmp_path.iterdir()) == []
+
+
+def test_snapshot_keeps_the_cache_too(cluster: Cluster, uncached: Report, tmp_path: Path) -> None:
+    report(cluster, tmp_path / "cache", end_h=2)
+    res = CliRunner().invoke(main, ["snapshot", "--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d",
+                                    "--end", cluster.end.isoformat(), "--cache-dir", str(tmp_path / "cache"),
+                                    "--output-dir", str(tmp_path / "snap")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert _INCREMENTAL in res.stderr
+    offline = CliRunner().invoke(main, ["report", "--snapshot", str(tmp_path / "snap"), "--min-history", "12h",
+                                        "-o", "json"], catch_exceptions=False)
+    doc = json.loads(offline.stdout)  # what a snapshot keeps, as test_prometheus_report compares it
+    assert doc["summary"] == uncached.doc["summary"]
+    assert [(w["name"], w["recommended"], w["reasons"]) for w in doc["workloads"]] == \
+        [(w["name"], w["recommended"], w["reasons"]) for w in uncached.doc["workloads"]]
+
+
+def test_the_default_folder_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert store.default_dir() == tmp_path / "gpu-rightsizer"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the spec: a relative path is ignored
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert store.default_dir() == tmp_path / "home" / ".cache" / "gpu-rightsizer"
+
+
+def test_a_cache_file_holds_what_the_cache_held() -> None:
+    grid = Grid(0.0, 60.0, 3)
+    frame = pd.DataFrame({"a/p-1": [1.0, float("nan"), 3.0], "a/p-2": [0.5, 0.25, 0.0]}, index=grid.index())
+    table = DeviceTable("namespace", "pod", ("Hostname",)).add([
+        {"metric": {"namespace": "a", "pod": p, "UUID": "GPU-1", "Hostname": "n1", "modelName": "NVIDIA A100"},
+         "values": [[0, "100"], [60, "200"]]} for p in ("p-1", "p-2")])
+    cache = UsageCache(key="k", series={"fb_used_mib": frame}, counts={"DCGM_FI_DEV_FB_USED": 2},
+                       inventory={"requests": [({"namespace": "a", "pod": "p-1"}, 1.0, 60.0)]}, devices=table,
+                       last_s=120.0, full_s=120.0, workloads=UsageCache(key="w", series={"replicas": frame[["a/p-2"]]}))
+    back = store.loads(store.dumps(cache))
+    pd.testing.assert_frame_equal(back.series["fb_used_mib"], frame, check_freq=False)
+    assert (back.key, back.counts, back.inventory, back.last_s, back.full_s) == \
+        ("k", cache.counts, cache.inventory, 120.0, 120.0)
+    assert back.devices is not None and back.devices.records() == table.records()
+    assert back.workloads is not None and back.workloads.key == "w"
+    pd.testing.assert_frame_equal(back.workloads.series["replicas"], frame[["a/p-2"]], check_freq=False)
+
+
+def test_every_spoilt_file_is_refused_not_misread() -> None:
+    data = store.dumps(UsageCache(key="k", series={"m": pd.DataFrame({"x": [1.0]}, index=Grid(0.0, 60.0, 1).index())}))
+    for bad in (_truncate(data), _other_version(data), _flipped(data), data[:-1], data + b"x", b""):
+        with pytest.raises(store.CacheFileError):
+            store.loads(bad)
+
+
+def test_settings_turn_the_cache_off_or_move_it(tmp_path: Path) -> None:
+    s = Settings(prometheus=PrometheusSettings(url="http://p:9090", cache=False, cache_dir=str(tmp_path)))
+    assert not s.prometheus.cache and s.prometheus.cache_dir == str(tmp_path)
+    assert store.file_for(tmp_path, s) != store.file_for(tmp_path, s.model_copy(update={"namespaces": ("a",)}))
