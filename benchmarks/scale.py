@@ -10,6 +10,8 @@ Prints the TSDB build time (separately), then the report's wall time, peak RSS, 
 the largest query (points per query and per series). Target on the 2-core machine: <= 60 s and
 <= 1 GiB peak RSS for the report. Then two cycles of the controller's collection 300 s apart, the second
 with the first's cache (``--no-cycles`` skips them): what a cycle costs Prometheus once the controller runs.
+The report runs twice with one ``--cache-dir``: cold (an empty cache) and warm (the same window again, so it
+reads only the last two steps from Prometheus): both wall times and their ratio (``--no-warm`` skips the second).
 Needs Debian's ``prometheus`` and ``promtool``.
 
 Series per workload: DCGM FB_USED, FB_FREE, GR_ENGINE_ACTIVE (every pod) and, for every second
@@ -154,6 +156,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, help="the report's --workers (queries in flight; default its own)")
     ap.add_argument("--save-report", type=Path, help="also keep the JSON report here")
     ap.add_argument("--no-cycles", action="store_true", help="skip the two controller cycles after the report")
+    ap.add_argument("--no-warm", action="store_true", help="skip the warm second report from the cache")
     args = ap.parse_args()
     require_prometheus()
     tmp: Path | None = None
@@ -182,8 +185,10 @@ def main() -> None:
         with PromServer.from_tsdb(data) as prom:
             print(f"prometheus ready in {time.perf_counter() - t0:.1f} s at {prom.url}; running the report",
                   flush=True)
-            fig = run_report(prom.url, args.days, end_s, prom.pid, extra,
-                             args.save_report)
+            with tempfile.TemporaryDirectory(prefix="scale-cache-") as cache_dir:
+                cached = [*extra, "--cache-dir", cache_dir]
+                fig = run_report(prom.url, args.days, end_s, prom.pid, cached, args.save_report)
+                warm = None if args.no_warm else run_report(prom.url, args.days, end_s, prom.pid, cached)
             cycles = {} if args.no_cycles else run_cycles(prom.url, args.days, end_s, prom.pid)
         print(" ".join(f"{k}={_fmt(v)}" for k, v in fig.items() if k not in ("wall_s", "peak_rss_mib")))
         print(f"wall_s={fig['wall_s']:.1f} peak_rss_mib={fig['peak_rss_mib']:.0f} queries={fig.get('queries')} "
@@ -191,6 +196,13 @@ def main() -> None:
               f"max_points_per_series={fig.get('max_points_per_series')} workloads={fig['workloads']}")
         ok = fig["wall_s"] <= TARGET_WALL_S and fig["peak_rss_mib"] <= TARGET_RSS_MIB
         print(f"target wall<={TARGET_WALL_S:.0f}s rss<={TARGET_RSS_MIB:.0f}MiB: {'met' if ok else 'NOT met'}")
+        if warm is not None:
+            same = all(warm[k] == fig[k] for k in ("workloads", "with_recommendation", "gpus_held", "gpus_needed",
+                                                   "gpus_needed_packed"))
+            print(f"report from the cache: cold_wall_s={fig['wall_s']:.1f} warm_wall_s={warm['wall_s']:.1f} "
+                  f"ratio={fig['wall_s'] / warm['wall_s']:.1f}x cold_points={fig.get('points')} "
+                  f"warm_points={warm.get('points')} warm_prometheus_cpu_s={_fmt(warm.get('prometheus_cpu_s'))} "
+                  f"warm_peak_rss_mib={warm['peak_rss_mib']:.0f} same_summary={same}")
         if cycles:
             print("controller, two cycles 300 s apart (the second reads only new steps): "
                   + " ".join(f"{k}={_fmt(v)}" for k, v in cycles.items()))
