@@ -64,6 +64,7 @@ def test_a_later_report_reads_only_the_new_steps_and_gives_the_uncached_answer(c
     assert later.points < uncached.points / 5  # 3 h and the 2 re-read steps of a 2-day window
     again = report(cluster, tmp_path)  # the same window: only the last two steps are read again
     assert again.doc == uncached.doc and again.points < later.points
+    assert "over 2 steps of 120 s (1,438 earlier steps from the last collection)" in again.err  # 2 d at 120 s
 
 
 def test_a_changed_namespace_step_or_url_does_not_reuse_the_cache(cluster: Cluster, tmp_path: Path) -> None:

@@ -158,7 +158,7 @@ class DiskCache:
         """The cache to collect with (empty where there is no file yet or it is unusable) and a warning line,
         or None and why when the folder cannot be used."""
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # it names the cluster's pods
             if not os.access(self.folder, os.W_OK | os.X_OK):
                 raise PermissionError(f"{self.folder} is not writable")
         except OSError as exc:
