@@ -60,17 +60,22 @@ def test_old_f_and_o_file_fails_before_writing(cwd: Path) -> None:
 
 
 def test_several_formats_come_from_one_plan(cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Any] = []
-    real = recommender.cli.app.run_once
+    calls: list[str] = []
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args)
-        return real(*args, **kwargs)
+    def counted(name: str) -> None:
+        real = getattr(recommender.cli.app, name)
 
-    monkeypatch.setattr(recommender.cli.app, "run_once", counting)
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(recommender.cli.app, name, counting)
+
+    counted("collect")
+    counted("run_once")
     run = report("-o", "json,html,csv", "--output-file", "r")
     assert run.exit_code == 0, run.output
-    assert len(calls) == 1
+    assert calls == ["collect", "run_once"]  # one read of the source, one plan, three formats
     assert sorted(os.listdir(cwd)) == ["r.csv", "r.device-plugin.yaml", "r.html", "r.json", "r.mig-nodes.csv",
                                        "r.mig-parted.yaml"]
     assert json.loads((cwd / "r.json").read_text())["workloads"]

@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from collectors.registry import SourceRequest, get_source
-from recommender.cli.selector import select_labels
 from recommender.core.errors import ConfigError
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
@@ -119,6 +118,8 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
     renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}  # an unknown format fails before the run
     snap = collect_once(source, path, settings, end)
     if selector is not None:
+        from recommender.cli.selector import select_labels  # the selector's parser (and apscheduler) only for -l
+
         found, snap = len(snap.workloads), select_labels(snap, selector)
         if found and not snap.workloads:
             raise ConfigError(f"none of the {found} workloads found has labels that -l matches")

@@ -18,16 +18,17 @@ import click
 
 from recommender.cli.options import SETTINGS_SECTIONS, build_settings, fail, parse_duration, source_options
 from recommender.core.errors import RightsizerError
-from recommender.core.settings import KubernetesSettings, MechanismSettings, Settings
 
 if TYPE_CHECKING:
     from recommender.controller.constraints import Constrain
+    from recommender.core.settings import Settings
     from recommender.pipeline.planstore import PlanStore
 
 
 def _kube(kubeconfig: str | None, context: str | None, host: str | None, timeout_s: float) -> Any:
     from collectors.kubernetes import make_api_client
     from recommender.controller.kube import Kube
+    from recommender.core.settings import KubernetesSettings
 
     api = make_api_client(KubernetesSettings(kubeconfig=kubeconfig, context=context, host=host, timeout_s=timeout_s))
     return Kube(api, timeout_s)
@@ -231,6 +232,7 @@ def rollback(target: str, dry_run: bool, kubeconfig: str | None, context: str | 
     from recommender.controller.actuator import Actuator
     from recommender.controller.changeset import ACTUATED_KINDS, ObjectRef
     from recommender.controller.signing import SecretKeys
+    from recommender.core.settings import MechanismSettings
 
     parts = target.split("/")
     if len(parts) != 3 or not all(parts):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import ValidationError
 
-from recommender.core.settings import ForecastSettings, KubernetesSettings, PolicySettings, PrometheusSettings, Settings
+if TYPE_CHECKING:  # pydantic and the settings models load when a command runs, not for --help
+    from recommender.core.settings import Settings
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
@@ -50,6 +50,16 @@ def build_settings(opts: dict[str, Any]) -> Settings:
     """Settings from the settings file (``--settings``, or the controller ConfigMap's sections in
     ``opts["settings_data"]``) with the CLI's options on top where they differ from their defaults; invalid
     values or unknown keys end the run with one line."""
+    from pydantic import ValidationError
+
+    from recommender.core.settings import (
+        ForecastSettings,
+        KubernetesSettings,
+        PolicySettings,
+        PrometheusSettings,
+        Settings,
+    )
+
     data = merge_settings(read_settings_file(opts.get("settings_file")), opts.get("settings_data") or {})
     try:
         flags = Settings(
@@ -85,6 +95,7 @@ def read_settings_file(path: str | None) -> dict[str, Any]:
     ends the run with one line."""
     if not path:
         return {}
+    from recommender.core.settings import Settings
     from recommender.core.yamlfile import YamlFileError, read_yaml
 
     try:

@@ -42,11 +42,11 @@ def pick_formats(output: str | None, legacy: str | None) -> tuple[str, ...]:
 
 def pick_selector(text: str | None) -> LabelSelector | None:
     """``-l``'s selector, parsed before any work is done; a one-line error when malformed."""
-    from recommender.cli.selector import parse_selector
-    from recommender.core.errors import ConfigError
-
     if text is None:
         return None
+    from recommender.cli.selector import parse_selector  # and the controller's policy model, apscheduler: only for -l
+    from recommender.core.errors import ConfigError
+
     try:
         return parse_selector(text)
     except ConfigError as exc:

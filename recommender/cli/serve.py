@@ -12,14 +12,15 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import ValidationError
 
 from recommender.cli.options import build_settings, fail, parse_duration, parse_time, pick_source, source_options
 from recommender.core.errors import RightsizerError
-from recommender.core.settings import Settings
+
+if TYPE_CHECKING:
+    from recommender.core.settings import Settings
 
 log = logging.getLogger("recommender.serve")
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -103,6 +104,8 @@ def serve(**opts: Any) -> None:
 
 
 def _serve_settings(opts: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
     from recommender.serve import ServeSettings
 
     namespace, _, name = (opts.get("service") or f"{os.environ.get('POD_NAMESPACE', 'gpu-rightsizer')}/"
