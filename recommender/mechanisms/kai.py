@@ -23,19 +23,18 @@ from recommender.mechanisms.base import (
     number,
     whole_gpus,
 )
-from recommender.mechanisms.sizing import size_share
+from recommender.mechanisms.memfraction import MemoryFraction, finish_fraction, size_fraction, unresolved_fraction
 
 KAI_FRACTION, KAI_MEMORY = "gpu-fraction", "gpu-memory"  # alternatives, one at a time
 KAI_DEVICES, KAI_CONTAINER = "gpu-fraction-num-devices", "gpu-fraction-container-name"  # default: container 0
 
 
 @dataclass(frozen=True)
-class KaiShare(Share):
+class KaiShare(MemoryFraction):
     """KAI's fraction of one GPU's memory (0-1]; None: asked by ``gpu-memory`` and not yet read as one."""
 
     sharing: ClassVar[Sharing] = Sharing.KAI
     FLAT: ClassVar[tuple[str, ...]] = ("kai_gpu_fraction",)
-    gpu_fraction: float | None = None
 
 
 def kai_annotations(alloc: Allocation) -> dict[str, str]:
@@ -49,11 +48,7 @@ class Kai(Base):
     share_type: type[Share] | None = KaiShare
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
-        share = size_share(need.compute_frac, need.memory_mib, gpu.memory_mib)
-        if share is None:
-            return NoFit("the need is a whole GPU")
-        frac = math.ceil(share.memory_frac * 100 - 1e-9) / 100
-        return Sized(KaiShare(frac), 1, share.gpu_equivalents, float(gpu.memory_mib))
+        return size_fraction(need, gpu, KaiShare, "the need is a whole GPU")
 
     def gpu_equivalents(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None] | None:
         return (alloc.kai_gpu_fraction, None) if alloc.kai_gpu_fraction else None
@@ -101,17 +96,10 @@ class Kai(Base):
 
     def finish(self, read: ReadBack, device_memory_mib: float | None, notes: list[str]) -> ReadBack:
         """gpu-memory becomes a fraction once the device memory is known."""
-        share = read.share
-        if read.pending is None or not isinstance(share, KaiShare) or share.gpu_fraction is not None \
-                or not device_memory_mib:
-            return read
-        notes.append(f"KAI {KAI_MEMORY}={read.pending:g} MiB of {device_memory_mib:g} MiB read as a fraction")
-        return replace(read, share=replace(share, gpu_fraction=min(1.0, read.pending / device_memory_mib)))
+        return finish_fraction(read, device_memory_mib, notes, KaiShare, f"KAI {KAI_MEMORY}")
 
     def unresolved(self, read: ReadBack) -> str | None:
-        if read.pending is not None and isinstance(read.share, KaiShare) and read.share.gpu_fraction is None:
-            return f"KAI {KAI_MEMORY}={read.pending:g} MiB: fraction unknown without GPU memory"
-        return None
+        return unresolved_fraction(read, KaiShare, f"KAI {KAI_MEMORY}")
 
 
 MECHANISMS.add("kai", Kai())

@@ -8,28 +8,26 @@ workload objects own these annotations), so :meth:`Runai.pod_edits` is empty and
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
 from recommender.mechanisms.base import Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized, number
+from recommender.mechanisms.memfraction import MemoryFraction, finish_fraction, size_fraction, unresolved_fraction
 from recommender.mechanisms.schedulers import runai_names, unverified
-from recommender.mechanisms.sizing import size_share
 
 NAMES = runai_names()
 REPORT_ONLY = "report-only: set it through Run:ai yourself; the rightsizer never writes Run:ai fractions"
 
 
 @dataclass(frozen=True)
-class RunaiShare(Share):
+class RunaiShare(MemoryFraction):
     """Run:ai's fraction of one GPU's memory (0-1]; None: asked by ``gpu-memory`` (pending) or unreadable."""
 
     sharing: ClassVar[Sharing] = Sharing.RUNAI
     FLAT: ClassVar[tuple[str, ...]] = ("runai_gpu_fraction",)
-    gpu_fraction: float | None = None
 
 
 class Runai(Base):
@@ -38,11 +36,7 @@ class Runai(Base):
     report_only = True
 
     def size(self, need: Need, gpu: GpuModel) -> Sized | NoFit:
-        share = size_share(need.compute_frac, need.memory_mib, gpu.memory_mib)
-        if share is None:
-            return NoFit("the need is a whole GPU: no fraction smaller than one holds it")
-        frac = math.ceil(share.memory_frac * 100 - 1e-9) / 100
-        return Sized(RunaiShare(frac), 1, share.gpu_equivalents, float(gpu.memory_mib))
+        return size_fraction(need, gpu, RunaiShare, "the need is a whole GPU: no fraction smaller than one holds it")
 
     def gpu_equivalents(self, alloc: Allocation, gpu: GpuModel | None) -> tuple[float, str | None] | None:
         if alloc.runai_gpu_fraction:
@@ -96,22 +90,11 @@ class Runai(Base):
 
     def finish(self, read: ReadBack, device_memory_mib: float | None, notes: list[str]) -> ReadBack:
         """gpu-memory becomes a fraction once the device memory is known (a whole GPU at most)."""
-        share = read.share
-        if read.pending is None or not isinstance(share, RunaiShare) or share.gpu_fraction is not None \
-                or not device_memory_mib:
-            return read
-        if read.pending > device_memory_mib:
-            notes.append(f"Run:ai {NAMES.memory_mib}={read.pending:g} MiB is larger than the device "
-                         f"({device_memory_mib:g} MiB): read as the whole GPU")
-        else:
-            notes.append(f"Run:ai {NAMES.memory_mib}={read.pending:g} MiB of {device_memory_mib:g} MiB read as a "
-                         "fraction")
-        return replace(read, share=replace(share, gpu_fraction=min(1.0, read.pending / device_memory_mib)))
+        return finish_fraction(read, device_memory_mib, notes, RunaiShare, f"Run:ai {NAMES.memory_mib}",
+                               say_whole=True)
 
     def unresolved(self, read: ReadBack) -> str | None:
-        if read.pending is not None and isinstance(read.share, RunaiShare) and read.share.gpu_fraction is None:
-            return f"Run:ai {NAMES.memory_mib}={read.pending:g} MiB: fraction unknown without GPU memory"
-        return None
+        return unresolved_fraction(read, RunaiShare, f"Run:ai {NAMES.memory_mib}")
 
 
 MECHANISMS.add("runai", Runai())
