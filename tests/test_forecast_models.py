@@ -312,3 +312,72 @@ def test_forecast_series_fills_the_forecast_record() -> None:
     assert fc.metric == "request_rate_per_s" and list(fc.frame.columns) == ["mean", "lo_90", "hi_90"]
     assert fc.model.split("(")[0] in {"SeasonalNaive", "SeasonalMedian", "HoltWinters"}
     assert fc.backtest_smape is not None and fc.backtest_mase is not None and fc.backtest_mase < 1
+
+
+# -- persistence: always a candidate, never beaten on MAE by the model chosen -----------------------------
+def ten_minute(values: np.ndarray) -> pd.Series:
+    return pd.Series(values.astype("float64"), index=pd.date_range("2024-03-01", periods=values.size, freq="10min",
+                                                                    tz="UTC"))
+
+
+def replica_steps() -> pd.Series:
+    """Four days of a replica count in 10-minute steps: 2 all day 1 (a flat first day), 5 from 10:00 on day 2,
+    3 from 10:00 on day 4. Holding the last value errs only at the steps; repeating yesterday errs all
+    afternoon after each one."""
+    t = np.arange(4 * 144)
+    return ten_minute(np.select([t < 144 + 60, t < 3 * 144 + 60], [2, 5], 3))
+
+
+def mae_against_persistence(auto: AutoForecaster) -> tuple[float, float]:
+    """Summed MAE of the chosen model and of persistence, on the chosen model's own backtest origins."""
+    chosen = auto.errors_[auto.chosen_.label]
+    persistence = auto.errors_["Naive"].set_index("origin").loc[chosen["origin"]]
+    return float(chosen["mae"].sum()), float(persistence["mae"].sum())
+
+
+def test_a_step_shaped_replica_count_keeps_persistence() -> None:
+    auto = AutoForecaster(144).fit(replica_steps())
+    ours, persistence = mae_against_persistence(auto)
+    assert ours <= persistence
+    assert auto.chosen_.label in {"Naive", "HoltWinters"}  # the seasonal ones repeat yesterday's step; SES holds
+    assert any(r.startswith("SeasonalNaive(144) passed over (rank 1 by smape+mase): its MAE was 2.07x "
+                            "persistence's at its 2 backtest origin(s)") for r in auto.reasons_)
+
+
+def replica_history(seed: int) -> pd.Series:
+    """3-14 days of a replica count in 10-minute steps: levels held 1 hour to 3 days, moving by 1 or 3 (not
+    below 0); on half the seeds 0-2 more replicas each afternoon."""
+    rng = np.random.default_rng(seed)
+    n = 144 * int(rng.integers(3, 15))
+    shortest, longest = sorted(int(v) for v in rng.integers(6, 3 * 144, 2))
+    y, level, i = np.empty(n), int(rng.integers(0, 4)), 0
+    while i < n:
+        hold = int(rng.integers(shortest, longest + 1))
+        y[i: i + hold], i = level, i + hold
+        level = max(0, level + int(rng.choice([-3, -1, 1, 3])))
+    slot = np.arange(n) % 144
+    if rng.random() < 0.5:
+        y += np.where((slot > 58) & (slot < 115), rng.integers(0, 3), 0)
+    return ten_minute(y)
+
+
+# 35, 48, 97, 264, 272 and 294 are histories on which the choice by sMAPE + MASE alone lost to persistence
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 35, 48, 97, 264, 272, 294])
+@pytest.mark.parametrize("h", [6, 144])
+def test_the_chosen_model_never_loses_to_persistence_on_its_own_origins(seed: int, h: int) -> None:
+    auto = AutoForecaster(h).fit(replica_history(seed))
+    ours, persistence = mae_against_persistence(auto)
+    assert ours <= persistence
+
+
+def test_persistence_is_a_candidate_even_when_the_caller_leaves_it_out() -> None:
+    auto = AutoForecaster(144, candidates=[SeasonalNaive(144)]).fit(replica_steps())
+    assert "Naive" in auto.errors_ and auto.chosen_.label == "Naive"
+    assert auto.reasons_[0].startswith("Naive (persistence: the last value held) chosen by a backtest at 3 origin(s)")
+
+
+def test_a_model_that_beats_persistence_on_mae_is_still_chosen() -> None:
+    auto = AutoForecaster(12).fit(daily_sine(days=14))
+    ours, persistence = mae_against_persistence(auto)
+    assert auto.chosen_.label != "Naive" and ours < persistence
+    assert not any("persistence" in r for r in auto.reasons_[1:])

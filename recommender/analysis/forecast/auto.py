@@ -1,5 +1,13 @@
 """AutoForecaster: per series, the candidate with the lowest rolling-origin backtest error.
 
+Persistence (``Naive``: the last observed value held) is always a candidate and bounds the choice:
+candidates are ranked by the selection score (sMAPE + MASE by default), but one whose MAE, summed over
+its own backtest origins, exceeds persistence's at those same origins is passed over. The chosen model
+is therefore never worse than persistence on the backtest's own origins, in MAE, whatever the score
+says (the score can prefer a model that persistence beats: MASE's scale differs per origin and is 0,
+MASE infinite, on a flat history; sMAPE rewards over-forecasts; a seasonal model skips the early
+origins it cannot fit, so it is ranked on fewer of them).
+
 Which candidates are tried depends on the series: the seasonal ones only with two days of history,
 Holt-Winters with the season detected (none: simple exponential smoothing), TSB when demand is
 intermittent (Syntetos-Boylan: a mean interval between non-zero steps above 1.32) and first in line
@@ -84,6 +92,8 @@ class AutoForecaster(Forecaster):
         self.seasonality_ = detect_seasonality(y, self.step_.total_seconds())
         cands = (list(self.candidates) if self.candidates is not None
                  else default_candidates(y.size, self.horizon, self.seasonality_, float(np.mean(y == 0))))
+        if not any(isinstance(c, Naive) for c in cands):
+            cands.append(Naive())  # persistence: the bound every choice is held to
         self.reasons_: list[str] = []
         self.errors_: dict[str, pd.DataFrame] = {}
         ranked: list[tuple[float, int, Forecaster]] = []
@@ -96,8 +106,26 @@ class AutoForecaster(Forecaster):
             self.errors_[model.label] = errors
             ranked.append((score(errors, self.select_by), order, template))
         ranked.sort(key=lambda r: (r[0], r[1]))
-        self.chosen_ = self._fit_first([t for _, _, t in ranked], series)
+        kept = self._no_worse_than_persistence([t for _, _, t in ranked])
+        self.chosen_ = self._fit_first(kept, series)
         self._explain()
+
+    def _no_worse_than_persistence(self, ranked: list[Forecaster]) -> list[Forecaster]:
+        """``ranked`` less the models whose MAE on their own origins exceeds persistence's there, with a reason
+        for each one passed over that ranked above the model that is kept first."""
+        persistence = self.errors_.get(Naive.name)
+        if persistence is None:
+            return ranked
+        kept: list[Forecaster] = []
+        for rank, template in enumerate(ranked, 1):
+            ours, theirs, origins = mae_against(self.errors_[template.label], persistence)
+            if ours <= theirs:
+                kept.append(template)
+            elif not kept:
+                ratio = f"{ours / theirs:.2f}x" if theirs > 0 else f"{ours:.3g} against 0 for"
+                self.reasons_.append(f"{template.label} passed over (rank {rank} by {self.select_by}): its MAE was "
+                                     f"{ratio} persistence's at its {origins} backtest origin(s)")
+        return kept
 
     def _backtest(self, model: Forecaster, series: pd.Series) -> tuple[pd.DataFrame, Forecaster]:
         daily = self.seasonality_.daily_points or 1
@@ -125,7 +153,8 @@ class AutoForecaster(Forecaster):
             return
         self.backtest_smape_ = _finite_mean(errors["smape"])
         self.backtest_mase_ = _finite_mean(errors["mase"])
-        line = (f"{self.chosen_.label} chosen by a backtest at {len(errors)} origin(s), {self.horizon} step(s) ahead: "
+        name = f"{Naive.name} (persistence: the last value held)" if isinstance(self.chosen_, Naive) else None
+        line = (f"{name or self.chosen_.label} chosen by a backtest at {len(errors)} origin(s), {self.horizon} step(s) ahead: "
                 f"sMAPE {_fmt(self.backtest_smape_, '.1f')} %, MASE {_fmt(self.backtest_mase_, '.2f')}")
         floor = next((e for label, e in self.errors_.items() if label.startswith(SeasonalNaive.name)), None)
         if floor is not None and not self.chosen_.label.startswith(SeasonalNaive.name):
@@ -134,6 +163,18 @@ class AutoForecaster(Forecaster):
 
     def _predict(self, h: int, levels: tuple[int, ...]) -> tuple[FloatArray, dict[int, Band]]:
         return self.chosen_._predict(h, levels)
+
+
+def mae_against(errors: pd.DataFrame, persistence: pd.DataFrame) -> tuple[float, float, int]:
+    """Summed MAE of ``errors`` and of ``persistence`` over the origins of ``errors`` that both scored.
+
+    Sums, not means, so that every origin weighs what its window held; an origin with no actuals (NaN
+    MAE) counts for neither. Persistence is backtested at every origin another model is, as it needs
+    the fewest points (``origin_positions`` drops only the oldest origins for longer ``min_points``).
+    """
+    both = errors.merge(persistence, on="origin", suffixes=("", "_p"))
+    both = both[both["mae"].notna() & both["mae_p"].notna()]
+    return float(both["mae"].sum()), float(both["mae_p"].sum()), len(both)
 
 
 def _finite_mean(values: pd.Series) -> float | None:
