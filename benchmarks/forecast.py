@@ -3,11 +3,17 @@
     python benchmarks/forecast.py                       # everything (under a minute on the 2-core machine)
     python benchmarks/forecast.py --clients 20          # a quick run: 20 ServeGen clients per folder
     python benchmarks/forecast.py --keep-gaps           # ServeGen's collection gaps scored as zero demand
+    python benchmarks/forecast.py --datasets alibaba --horizons 24h   # one data set, one horizon
 
 Data (``--shared``, default ``../shared/data`` or ``$GPU_RIGHTSIZER_SHARED``): ServeGen per-client request
-rates (language/m-mid and m-small as one data set, 10-minute windows, 14 days) and the Helios per-minute virtual-cluster
-series (resampled to 10-minute means, 31 days). Each data set is written as the CLI's input CSV (ServeGen
-with unix seconds, Helios with ISO 8601), read back with ``csvio.read_series_csv`` and forecast with
+rates (language/m-mid and m-small as one data set, 10-minute windows, 14 days), the Helios per-minute virtual-cluster
+series (resampled to 10-minute means, 31 days) and, held out from all tuning of the forecaster, step-shaped
+replica counts from Alibaba's GPU cluster trace 2023 (``alibaba``: per "app", the number of its pods alive
+at each 10-minute instant over the trace's last 31 days; the trace names no apps, so pods with the same
+request shape, CPU, memory, GPUs, GPU share and QoS, count as one app: 149 of its 162 shapes have a pod
+alive in those days). That trace is research-only: read from ``--shared``, never copied, and skipped with
+a message when absent. Each data set is written as the CLI's input CSV (ServeGen
+with unix seconds, Alibaba with the trace's seconds, Helios with ISO 8601), read back with ``csvio.read_series_csv`` and forecast with
 ``forecast_many``, exactly what the command runs. Horizons 1 h (8 origins, 6 h apart, over the last two
 days) and 24 h (3 origins: each of the last three days); each origin sees only the history before it.
 
@@ -15,8 +21,19 @@ Metrics (``recommender.analysis.forecast.metrics``): sMAPE in percent with 0/0 =
 perfect, a zero forecast of non-zero demand or the reverse costs 200 %); MASE = forecast MAE / in-sample
 MAE of the daily seasonal naive (inf when that scale is 0 and the forecast is not exact). Per series
 they are averaged over origins; the baseline is the seasonal naive of one day on the same cleaned
-history. Timing is the wall time of ``forecast_many`` (clean + backtest-based choice + fit + predict)
-divided by the number of series.
+history.
+
+MAE ratios, against two baselines on the same cleaned history, seasonal naive (one day) and persistence
+(the last value held): **pooled** = sum of |error| over every series, origin and step for ours / the
+same for the baseline; **median** of the per-series ratios (sum of |error| over that series' origins,
+ours / baseline; 0/0, both exact, counts 1, a tie; x/0 counts as infinite, a loss); and the **geometric
+mean** of the per-series ratios, which exists only where both are non-zero (the series left out are
+counted). Exact zeros (a series idle through its windows) cannot flatter the first two: a pooled sum
+ignores them and a median moves by one rank per series, where a median sMAPE counts every 0/0 as a
+perfect forecast. Below 1: ours has the smaller error.
+
+Timing is the wall time of ``forecast_many`` (clean + backtest-based choice + fit + predict) divided by
+the number of series.
 
 ServeGen records its collection gaps as zeros: in 85 of the 2,016 windows more than half of the clients
 that are otherwise almost never idle read exactly 0 at once. By default those windows are dropped
@@ -40,7 +57,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recommender.analysis.forecast import SeasonalNaive, clean_series  # noqa: E402
+from recommender.analysis.forecast import Naive, SeasonalNaive, clean_series  # noqa: E402
 from recommender.analysis.forecast.batch import forecast_many  # noqa: E402
 from recommender.analysis.forecast.csvio import read_series_csv  # noqa: E402
 from recommender.analysis.forecast.metrics import mase, smape  # noqa: E402
@@ -48,6 +65,9 @@ from recommender.analysis.forecast.metrics import mase, smape  # noqa: E402
 STEP_S = 600
 DAILY = 86_400 // STEP_S
 HORIZONS = {"1h": (6, 8, 36), "24h": (144, 3, 144)}  # steps, origins, spacing (steps)
+DATASETS = ("servegen", "helios", "alibaba")
+ALIBABA_DAYS = 31
+APP_KEY = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos")  # one request shape = one app
 HELIOS_COLUMNS = ("running_gpu_num", "pending_gpu_num", "running_job_num")
 STEADY_MAX_ZERO_FRAC = 0.2  # clients idle at most this often are "steady": all idle at once = a gap
 GOAL_SMAPE_CUT, GOAL_MASE_SHARE, GOAL_MS = 0.15, 0.80, 50.0
@@ -65,6 +85,9 @@ class Scores:
     cover_95: float
     interval_score_95: float  # scaled by the history's mean: width plus 40x each miss (Gneiting & Raftery 2007)
     model: str
+    abs_error: float = 0.0  # sum of |error| over origins and steps: ours
+    abs_seasonal_naive: float = 0.0  # the same for seasonal naive (one day)
+    abs_persistence: float = 0.0  # the same for persistence (the last value held)
 
 
 def servegen_frame(shared: Path, clients: int | None, keep_gaps: bool) -> pd.DataFrame:
@@ -99,6 +122,26 @@ def helios_frame(shared: Path, columns: tuple[str, ...]) -> pd.DataFrame:
         for col in columns:
             stamps = pd.DatetimeIndex(frame.index).strftime("%Y-%m-%dT%H:%M:%S")
             rows.append(pd.DataFrame({"series_id": f"{col}/{vc}", "timestamp": stamps, "value": frame[col].to_numpy()}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def alibaba_frame(shared: Path, days: int = ALIBABA_DAYS) -> pd.DataFrame:
+    """Per app (pods of one request shape), the pods alive at each 10-minute instant of the trace's last ``days``.
+
+    A pod is alive from ``creation_time`` (inclusive) to ``deletion_time`` (exclusive), seconds from the
+    trace's start; the timestamps are those seconds (the CLI reads them as unix seconds). Apps with no pod
+    alive in the window are left out.
+    """
+    pods = pd.read_csv(shared / "alibaba-gpu-v2023" / "openb_pod_list_default.csv")
+    pods["gpu_spec"] = pods["gpu_spec"].astype(object).where(pods["gpu_spec"].notna(), "")
+    end = int(pods["deletion_time"].max())
+    grid = np.arange(end - days * 86_400, end, STEP_S)
+    rows = []
+    for n, (_, app) in enumerate(pods.groupby(list(APP_KEY), sort=True)):
+        born, gone = app["creation_time"].to_numpy(), app["deletion_time"].to_numpy()
+        alive = ((born[:, None] <= grid) & (gone[:, None] > grid)).sum(axis=0)
+        if alive.any():
+            rows.append(pd.DataFrame({"series_id": f"app/{n:03d}", "timestamp": grid, "value": alive}))
     return pd.concat(rows, ignore_index=True)
 
 
@@ -138,10 +181,12 @@ def run_horizon(series: dict[str, pd.Series], h: int, origins: int, spacing: int
 
 
 def origin_scores(g: pd.Series, pos: int, h: int, frame: pd.DataFrame, train: pd.Series) -> tuple[float, ...]:
-    """sMAPE, MASE, seasonal-naive sMAPE and MASE, band coverage and 95% interval score at one origin."""
+    """sMAPE, MASE, seasonal-naive sMAPE and MASE, band coverage and 95% interval score at one origin, then
+    the sums of |error| of ours, seasonal naive and persistence."""
     actual = g.iloc[pos: pos + h].to_numpy(dtype="float64")
     history = clean_series(train).y
     naive = SeasonalNaive(DAILY).fit(history).predict_mean(h)
+    persistence = Naive().fit(history).predict_mean(h)
     insample = history.to_numpy(dtype="float64")
     ok = np.isfinite(actual)
     cover = [float(np.mean((frame[f"lo_{lv}"].to_numpy()[ok] <= actual[ok])
@@ -151,7 +196,8 @@ def origin_scores(g: pd.Series, pos: int, h: int, frame: pd.DataFrame, train: pd
     return (smape(actual, mean), mase(actual, mean, insample, DAILY), smape(actual, naive),
             mase(actual, naive, insample, DAILY), *cover,
             interval_score(actual[ok], frame["lo_95"].to_numpy()[ok], frame["hi_95"].to_numpy()[ok], 0.05,
-                           float(np.mean(insample))) if ok.any() else np.nan)
+                           float(np.mean(insample))) if ok.any() else np.nan,
+            *(float(np.sum(np.abs(actual[ok] - f[ok]))) for f in (mean, naive, persistence)))
 
 
 def interval_score(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray, alpha: float, scale: float) -> float:
@@ -165,15 +211,40 @@ def interval_score(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray, alpha: fl
 
 
 def summarize(rows: list[tuple[float, ...]], models: list[str]) -> Scores:
-    """Mean over origins (NaN origins, with no actuals, left out); the model chosen most often."""
+    """Mean over origins (NaN origins, with no actuals, left out), sums of |error| over them; the model chosen
+    most often."""
     arr = np.array(rows, dtype="float64")
-    means = [np.nan if np.isnan(col).all() else float(np.nanmean(col)) for col in arr.T]
+    means = [np.nan if np.isnan(col).all() else float(np.nanmean(col)) for col in arr[:, :7].T]
     s, q, ns, nq, c80, c95, is95 = means
-    return Scores(s, q, ns, nq, c80, c95, is95, model=Counter(models).most_common(1)[0][0])
+    ours, seasonal, persistence = (float(v) for v in arr[:, 7:].sum(axis=0))
+    return Scores(s, q, ns, nq, c80, c95, is95, model=Counter(models).most_common(1)[0][0], abs_error=ours,
+                  abs_seasonal_naive=seasonal, abs_persistence=persistence)
 
 
-def report(name: str, label: str, scores: dict[str, Scores], ms: float, skipped: int) -> dict[str, bool]:
-    """Print one data set x horizon block and return which goals it met."""
+@dataclass(frozen=True)
+class Ratios:
+    """MAE ratios of ours against one baseline over one data set x horizon (see the module doc)."""
+
+    pooled: float
+    median: float
+    geometric: float
+    geometric_series: int  # series with both sums non-zero: the only ones a geometric mean can take
+    worse: int  # series where ours has the larger sum of |error|
+    series: int
+
+
+def mae_ratios(ours: np.ndarray, base: np.ndarray) -> Ratios:
+    """Pooled, median and geometric-mean ratio of per-series sums of |error|, ours over the baseline."""
+    per = np.divide(ours, base, out=np.where(ours > 0, np.inf, 1.0), where=base > 0)
+    both = (ours > 0) & (base > 0)
+    pooled = float(ours.sum() / base.sum()) if base.sum() > 0 else float("nan")
+    geo = float(np.exp(np.mean(np.log(per[both])))) if both.any() else float("nan")
+    return Ratios(pooled, float(np.median(per)), geo, int(both.sum()), int(np.sum(ours > base)), int(ours.size))
+
+
+def report(name: str, label: str, scores: dict[str, Scores], ms: float, skipped: int,
+           table: list[str]) -> dict[str, bool]:
+    """Print one data set x horizon block, add its row to ``table`` and return which goals it met."""
     s = np.array([v.smape for v in scores.values()])
     q = np.array([v.mase for v in scores.values()])
     b = np.array([v.naive_smape for v in scores.values()])
@@ -195,6 +266,16 @@ def report(name: str, label: str, scores: dict[str, Scores], ms: float, skipped:
           f"demand, lower is better): {np.nanmedian([v.interval_score_95 for v in scores.values()]):.2f}")
     print(f"  fit + predict {ms:6.1f} ms per series (clean, backtest choice, fit, predict)  "
           f"[goal <= 50 ms: {_met(goals['time'])}]")
+    ours = np.array([v.abs_error for v in scores.values()])
+    against = {"seasonal naive": mae_ratios(ours, np.array([v.abs_seasonal_naive for v in scores.values()])),
+               "persistence": mae_ratios(ours, np.array([v.abs_persistence for v in scores.values()]))}
+    for base, r in against.items():
+        print(f"  MAE ratio vs {base + ':':16s} pooled {r.pooled:5.2f}, median per series {r.median:5.2f}, "
+              f"geometric mean {r.geometric:5.2f} (of {r.geometric_series} series non-zero both ways); "
+              f"worse on {r.worse} of {r.series}")
+    table.append(f"| {name}, {label} | {len(scores)} | " + " | ".join(
+        f"{r.pooled:.2f} / {r.median:.2f} / {r.geometric:.2f}" for r in against.values())
+        + f" | {against['persistence'].worse} |")
     chosen = Counter(v.model.split("(")[0] for v in scores.values())
     print("  models chosen: " + ", ".join(f"{m} {n}" for m, n in chosen.most_common()))
     groups = sorted({sid.split("/")[0] for sid in scores})
@@ -223,22 +304,35 @@ def main() -> None:
     ap.add_argument("--keep-gaps", action="store_true", help="Score ServeGen's collection gaps as zero demand.")
     ap.add_argument("--helios-columns", default=",".join(HELIOS_COLUMNS), help="Helios series, comma-separated.")
     ap.add_argument("--horizons", default="1h,24h", help="Comma-separated subset of 1h,24h.")
+    ap.add_argument("--datasets", default=",".join(DATASETS), help=f"Comma-separated subset of {','.join(DATASETS)}.")
     args = ap.parse_args()
-    if not (args.shared / "alibaba-servegen").is_dir() or not (args.shared / "helios-sensetime").is_dir():
-        print(f"skipped: public traces not found under {args.shared} (pass --shared PATH or set "
-              "GPU_RIGHTSIZER_SHARED)")
-        return
+    wanted = args.datasets.split(",")
+    unknown = [w for w in [*wanted, *args.horizons.split(",")] if w not in DATASETS and w not in HORIZONS]
+    if unknown:
+        ap.error(f"unknown data set or horizon: {', '.join(unknown)} (data sets {', '.join(DATASETS)}; "
+                 f"horizons {', '.join(HORIZONS)})")
+    folders = {"servegen": "alibaba-servegen", "helios": "helios-sensetime", "alibaba": "alibaba-gpu-v2023"}
+    loaders = {"servegen": lambda: servegen_frame(args.shared, args.clients, args.keep_gaps),
+               "helios": lambda: helios_frame(args.shared, tuple(args.helios_columns.split(","))),
+               "alibaba": lambda: alibaba_frame(args.shared)}
     t0 = time.perf_counter()
-    frames = {"servegen": servegen_frame(args.shared, args.clients, args.keep_gaps),
-              "helios": helios_frame(args.shared, tuple(args.helios_columns.split(",")))}
     met: list[bool] = []
+    table = ["| data set, horizon | series | vs seasonal naive: pooled / median / geometric | vs persistence: "
+             "pooled / median / geometric | series worse than persistence |", "|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
-        for name, frame in frames.items():
-            series = via_csv(frame, Path(tmp), name)
+        for name in wanted:
+            if not (args.shared / folders[name]).is_dir():
+                research = " (research-only: read from the shared data, never copied)" if name == "alibaba" else ""
+                print(f"\n{name}: skipped: {folders[name]} not found under {args.shared}{research}; pass "
+                      "--shared PATH or set GPU_RIGHTSIZER_SHARED")
+                continue
+            series = via_csv(loaders[name](), Path(tmp), name)
             for label in args.horizons.split(","):
                 h, origins, spacing = HORIZONS[label]
                 scores, ms = run_horizon(series, h, origins, spacing)
-                met += report(name, label, scores, ms, len(series) - len(scores)).values()
+                met += report(name, label, scores, ms, len(series) - len(scores), table).values()
+    if len(table) > 2:
+        print("\nMAE ratios, ours / baseline (below 1: ours better):\n" + "\n".join(table))
     print(f"\n{sum(met)} of {len(met)} goals met; benchmark took {time.perf_counter() - t0:.0f} s")
 
 

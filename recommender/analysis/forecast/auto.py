@@ -154,7 +154,8 @@ class AutoForecaster(Forecaster):
         self.backtest_smape_ = _finite_mean(errors["smape"])
         self.backtest_mase_ = _finite_mean(errors["mase"])
         name = f"{Naive.name} (persistence: the last value held)" if isinstance(self.chosen_, Naive) else None
-        line = (f"{name or self.chosen_.label} chosen by a backtest at {len(errors)} origin(s), {self.horizon} step(s) ahead: "
+        line = (f"{name or self.chosen_.label} chosen by a backtest at {len(errors)} origin(s), "
+                f"{self.horizon} step(s) ahead: "
                 f"sMAPE {_fmt(self.backtest_smape_, '.1f')} %, MASE {_fmt(self.backtest_mase_, '.2f')}")
         floor = next((e for label, e in self.errors_.items() if label.startswith(SeasonalNaive.name)), None)
         if floor is not None and not self.chosen_.label.startswith(SeasonalNaive.name):
