@@ -12,9 +12,9 @@ replica counts from Alibaba's GPU cluster trace 2023 (``alibaba``: per "app", th
 at each 10-minute instant over the trace's last 31 days; the trace names no apps, so pods with the same
 request shape, CPU, memory, GPUs, GPU share and QoS, count as one app: 149 of its 162 shapes have a pod
 alive in those days). That trace is research-only: read from ``--shared``, never copied, and skipped with
-a message when absent. Each data set is written as the CLI's input CSV (ServeGen
-with unix seconds, Alibaba with the trace's seconds, Helios with ISO 8601), read back with ``csvio.read_series_csv`` and forecast with
-``forecast_many``, exactly what the command runs. Horizons 1 h (8 origins, 6 h apart, over the last two
+a message when absent. Each data set is written as the CLI's input CSV (ServeGen with unix seconds,
+Alibaba with the trace's seconds, Helios with ISO 8601), read back with ``csvio.read_series_csv`` and
+forecast with ``forecast_many``, exactly what the command runs. Horizons 1 h (8 origins, 6 h apart, over the last two
 days) and 24 h (3 origins: each of the last three days); each origin sees only the history before it.
 
 Metrics (``recommender.analysis.forecast.metrics``): sMAPE in percent with 0/0 = 0 (a correct zero forecast is
@@ -35,6 +35,10 @@ perfect forecast. Below 1: ours has the smaller error.
 Timing is the wall time of ``forecast_many`` (clean + backtest-based choice + fit + predict) divided by
 the number of series.
 
+ServeGen's clients are reported by the fixed split every benchmark uses (issue 43): the client file
+``<category>/<model>/chunk-<n>-trace.csv`` is TUNE iff ``sha256("<category>/<model>/chunk-<n>")``'s first
+byte is even, else REPORT. Rules are chosen on TUNE and judged on REPORT (and on the Alibaba counts).
+
 ServeGen records its collection gaps as zeros: in 85 of the 2,016 windows more than half of the clients
 that are otherwise almost never idle read exactly 0 at once. By default those windows are dropped
 from the CSV (a gap, as Prometheus would show it) and not scored; ``--keep-gaps`` keeps them as zeros.
@@ -43,6 +47,7 @@ from the CSV (a gap, as Prometheus would show it) and not scored; ``--keep-gaps`
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import tempfile
@@ -143,6 +148,12 @@ def alibaba_frame(shared: Path, days: int = ALIBABA_DAYS) -> pd.DataFrame:
         if alive.any():
             rows.append(pd.DataFrame({"series_id": f"app/{n:03d}", "timestamp": grid, "value": alive}))
     return pd.concat(rows, ignore_index=True)
+
+
+def servegen_half(series_id: str) -> str:
+    """``"tune"`` or ``"report"`` for a ServeGen series id ``<model>/chunk-<n>`` (all language models here)."""
+    model, chunk = series_id.split("/")
+    return "tune" if hashlib.sha256(f"language/{model}/{chunk}".encode()).digest()[0] % 2 == 0 else "report"
 
 
 def via_csv(frame: pd.DataFrame, tmp: Path, name: str) -> dict[str, pd.Series]:
@@ -276,6 +287,15 @@ def report(name: str, label: str, scores: dict[str, Scores], ms: float, skipped:
     table.append(f"| {name}, {label} | {len(scores)} | " + " | ".join(
         f"{r.pooled:.2f} / {r.median:.2f} / {r.geometric:.2f}" for r in against.values())
         + f" | {against['persistence'].worse} |")
+    if name == "servegen":
+        for half in ("tune", "report"):
+            part = [v for sid, v in scores.items() if servegen_half(sid) == half]
+            mine = np.array([v.abs_error for v in part])
+            cut = {b: mae_ratios(mine, np.array([getattr(v, f) for v in part]))
+                   for b, f in (("seasonal naive", "abs_seasonal_naive"), ("persistence", "abs_persistence"))}
+            print(f"  {half} half ({len(part)}): MAE ratio pooled / median vs seasonal naive "
+                  f"{cut['seasonal naive'].pooled:.2f} / {cut['seasonal naive'].median:.2f}, vs persistence "
+                  f"{cut['persistence'].pooled:.2f} / {cut['persistence'].median:.2f}")
     chosen = Counter(v.model.split("(")[0] for v in scores.values())
     print("  models chosen: " + ", ".join(f"{m} {n}" for m, n in chosen.most_common()))
     groups = sorted({sid.split("/")[0] for sid in scores})
