@@ -71,6 +71,7 @@ STEP_S = 600
 DAILY = 86_400 // STEP_S
 HORIZONS = {"1h": (6, 8, 36), "24h": (144, 3, 144)}  # steps, origins, spacing (steps)
 DATASETS = ("servegen", "helios", "alibaba")
+GOAL_DATASETS = ("servegen", "helios")  # the sMAPE and MASE goals were set on these
 ALIBABA_DAYS = 31
 APP_KEY = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos")  # one request shape = one app
 HELIOS_COLUMNS = ("running_gpu_num", "pending_gpu_num", "running_job_num")
@@ -277,6 +278,9 @@ def report(name: str, label: str, run: Run, skipped: int, table: list[str]) -> d
     cut = 1 - np.nanmedian(s) / np.nanmedian(b) if np.nanmedian(b) > 0 else 0.0
     share_q = float(np.mean(q[keep_q] < 1)) if keep_q.any() else float("nan")
     goals = {"smape": cut >= GOAL_SMAPE_CUT, "mase": share_q >= GOAL_MASE_SHARE, "time": ms <= GOAL_MS}
+    if name not in GOAL_DATASETS:  # the accuracy goals were set for demand series; held-out counts: ratios only
+        goals = {"time": goals["time"]}
+        print(f"\n{name} @ {label}: held out, for the MAE ratios; the sMAPE and MASE goals are not counted here")
     print(f"\n{name} @ {label}: {len(scores)} series ({skipped} skipped: too little history)")
     print(f"  median sMAPE  {np.nanmedian(s):6.1f} %   seasonal naive {np.nanmedian(b):6.1f} %   "
           f"-> {cut:+.0%} lower  [goal >= 15 %: {_met(goals['smape'])}]")
