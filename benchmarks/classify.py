@@ -30,9 +30,9 @@ was fit and tuned on, and on the held-out ones. Nothing is retrained or retuned 
 
 Printed per data set: cases, accuracy on strong-evidence cases (annotation or rule) and on the rest
 (model), cases with no usable shape (too few points or no demand at all: answered with the safe
-default and left out of both), and the
-confusion matrix of weak label x predicted class, then each weak label's recall (strong and model cases). A data set whose folder is absent is skipped with a
-message. Goal: >= 90% on strong-evidence cases; the rest is reported as it is.
+default and left out of both), the confusion matrix of weak label x predicted class, then each weak
+label's recall (strong and model cases). A data set whose folder is absent is skipped with a message.
+Goal: >= 90% on strong-evidence cases; the rest is reported as it is.
 """
 
 from __future__ import annotations
