@@ -68,7 +68,8 @@ class AutoForecaster(Forecaster):
     day (3 to 8), so a 1-hour forecast is judged at every time of day, not just the last few hours.
 
     ``select_by`` ranks by ``"smape"``, ``"mase"`` or ``"smape+mase"`` (see ``backtest.score``).
-    ``candidates`` overrides the defaults of ``default_candidates``. Learned: ``chosen_`` (the fitted
+    ``candidates`` overrides the defaults of ``default_candidates`` (persistence is added when
+    missing: it bounds every choice, see the module doc). Learned: ``chosen_`` (the fitted
     model), ``seasonality_``, ``errors_`` (backtest frame per candidate label), ``reasons_`` and the
     chosen model's ``backtest_smape_`` / ``backtest_mase_`` (None when nothing could be backtested).
     Expensive parameters (ETS) are estimated once, at the oldest origin, and reused after it.
@@ -169,8 +170,8 @@ class AutoForecaster(Forecaster):
 def mae_against(errors: pd.DataFrame, persistence: pd.DataFrame) -> tuple[float, float, int]:
     """Summed MAE of ``errors`` and of ``persistence`` over the origins of ``errors`` that both scored.
 
-    Sums, not means, so that every origin weighs what its window held; an origin with no actuals (NaN
-    MAE) counts for neither. Persistence is backtested at every origin another model is, as it needs
+    Both sums run over the same origins, each the MAE of one ``h``-step window; an origin with no actuals
+    (NaN MAE) counts for neither. Persistence is backtested at every origin another model is, as it needs
     the fewest points (``origin_positions`` drops only the oldest origins for longer ``min_points``).
     """
     both = errors.merge(persistence, on="origin", suffixes=("", "_p"))
