@@ -256,8 +256,8 @@ def main() -> None:
     for title, c in totals.items():
         print(f"  {title:18s} strong evidence {_pct(c['strong_ok'], c['strong_n'])}   "
               f"model {_pct(c['model_ok'], c['model_n'])}   no usable shape {c['default']}")
-    every = sum(totals.values(), Counter())
-    print(f"  {'all':18s} strong evidence {_pct(every['strong_ok'], every['strong_n'])} (goal >= 90%)   "
+    every = sum((c for title, c in totals.items() if title != "public tuned-on"), Counter())  # the goal: unseen
+    print(f"  {'all but tuned-on':18s} strong evidence {_pct(every['strong_ok'], every['strong_n'])} (goal >= 90%)   "
           f"({time.perf_counter() - started:.1f} s)")
 
 
