@@ -50,6 +50,7 @@ class Ours:
         self.last_arrival = -10**9
         self.refits = 0
         self.pending_served = 0
+        self.max_ttft_s, self.max_ttft_n = 0.0, 0  # longest TTFT of the first n served (_served_from)
         self.ttft_p95 = np.array([])  # per step, by first-token time: what the TTFT histogram gives
         self.pending = pd.DataFrame({"step": np.array([], dtype=np.int64), "ttft": np.array([])})
         self.ready_sum = np.zeros(0)  # ready replicas summed over the syncs of each step, and their count
@@ -157,18 +158,29 @@ class Ours:
             return
         window = int(s.error_budget_window_s)
         start = max(0, obs.k - window)
-        first = obs.served_arrival_s + obs.served_ttft_s
+        since = self._served_from(obs, start)
+        served_arrival_s, served_ttft_s = obs.served_arrival_s[since:], obs.served_ttft_s[since:]
+        first = served_arrival_s + served_ttft_s
         done = first >= start
         lo, hi = start // self.bin_s, (obs.k + 1) // self.bin_s + 1  # a first token comes within k + 1
         woke = after_zero(pd.Series(self._serving(lo, hi)), s.wake_s(self.cap.cold_start_s),
                           self.bin_s).to_numpy(dtype=bool)
         arrived = float(obs.arrivals_per_s[start:obs.k][~woke[np.arange(start, obs.k) // self.bin_s - lo]].sum())
         at = np.minimum((first[done] // self.bin_s).astype(np.int64) - lo, woke.size - 1)
-        recent = obs.served_ttft_s[done][~woke[at]]
+        recent = served_ttft_s[done][~woke[at]]
         share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
             self.recs.clear()  # the HPA's recommendations were counts of the old shape
+
+    def _served_from(self, obs: Observed, start: int) -> int:
+        """The first served request whose first token can come at or after ``start`` (s): arrivals are sorted,
+        so none before one arriving over the longest TTFT so far (and a second) earlier. Only a speed-up:
+        the requests it leaves out have their first token before ``start``."""
+        new = obs.served_ttft_s[self.max_ttft_n:]
+        if new.size:
+            self.max_ttft_s, self.max_ttft_n = max(self.max_ttft_s, float(new.max())), obs.served_ttft_s.size
+        return int(np.searchsorted(obs.served_arrival_s, start - self.max_ttft_s - 1.0, side="left"))
 
     def _observe_ttft(self, obs: Observed, full: int) -> None:
         """p95 TTFT of each step before ``full``, by first-token time, from the requests served since the last
