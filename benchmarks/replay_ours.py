@@ -51,6 +51,8 @@ class Ours:
         self.refits = 0
         self.pending_served = 0
         self.max_ttft_s, self.max_ttft_n = 0.0, 0  # longest TTFT of the first n served (_served_from)
+        self.token_n = 0  # tokens in and out of the first token_n arrived, summed (_token_means); None: not whole
+        self.token_sums: tuple[float, float] | None = (0.0, 0.0)
         self.ttft_p95 = np.array([])  # per step, by first-token time: what the TTFT histogram gives
         self.pending = pd.DataFrame({"step": np.array([], dtype=np.int64), "ttft": np.array([])})
         self.ready_sum = np.zeros(0)  # ready replicas summed over the syncs of each step, and their count
@@ -122,7 +124,7 @@ class Ours:
         self._observe_ttft(obs, full)
         history = ReplicaHistory(float(self.bin_s), rate, pd.Series(self.ttft_p95[start:full], index=index),
                                  replicas=pd.Series(self._serving(start, full), index=index))
-        capacity = self.cap.requests_per_s(float(obs.tokens_in.mean()), float(obs.tokens_out.mean()))
+        capacity = self.cap.requests_per_s(*self._token_means(obs))
         workload = Workload(WorkloadRef("replay", "Deployment", "vllm"), Allocation(Sharing.EXCLUSIVE, gpus=1),
                             annotations={CAPACITY_ANNOTATION: f"{capacity:.6g}"}, cold_start_s=self.cap.cold_start_s,
                             shape_since=self.shape_since)
@@ -172,6 +174,20 @@ class Ours:
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
             self.recs.clear()  # the HPA's recommendations were counts of the old shape
+
+    def _token_means(self, obs: Observed) -> tuple[float, float]:
+        """Mean input and output tokens of the requests arrived so far, as ``obs.tokens_in.mean()`` gives them,
+        from running sums: token counts are whole numbers, so every partial sum below 2**53 is exact in any order
+        and the mean is numpy's to the bit. Lengths that are not whole fall back to numpy's mean."""
+        new_in, new_out = obs.tokens_in[self.token_n:], obs.tokens_out[self.token_n:]
+        if self.token_sums is not None and new_in.size:
+            sums = self.token_sums[0] + float(new_in.sum()), self.token_sums[1] + float(new_out.sum())
+            whole = (new_in == np.floor(new_in)).all() and (new_out == np.floor(new_out)).all()
+            self.token_sums = sums if whole and max(sums) < 2.0**53 else None
+        self.token_n = obs.tokens_in.size
+        if self.token_sums is None:
+            return float(obs.tokens_in.mean()), float(obs.tokens_out.mean())
+        return self.token_sums[0] / self.token_n, self.token_sums[1] / self.token_n
 
     def _served_from(self, obs: Observed, start: int) -> int:
         """The first served request whose first token can come at or after ``start`` (s): arrivals are sorted,

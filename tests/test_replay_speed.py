@@ -129,3 +129,15 @@ def test_ours_reads_every_recent_ttft_from_the_window_it_slices() -> None:
             assert (first[:since] < start).all()
             left_out += since
     assert left_out > 0  # the window does leave requests out
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-tokens", "fractional"])
+def test_ours_token_means_from_running_sums_are_numpys_to_the_bit(whole: bool) -> None:
+    rng = np.random.default_rng(5)
+    tokens = rng.lognormal(6.0, 1.5, 200_000)
+    tokens = np.maximum(1, tokens.round()) if whole else tokens
+    ours = replay_ours.Ours(CAP, WorkloadClass.REAL_TIME, 300, ScalingSettings())
+    for seen in np.sort(rng.integers(1, tokens.size, 30)):
+        obs = Observed(0, 1, 1, 1, 0, np.zeros(1), tokens[:seen], tokens[::-1][:seen], np.zeros(0), np.zeros(0))
+        assert ours._token_means(obs) == (float(obs.tokens_in.mean()), float(obs.tokens_out.mean()))
+    assert (ours.token_sums is not None) == whole
