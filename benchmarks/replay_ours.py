@@ -50,6 +50,9 @@ class Ours:
         self.last_arrival = -10**9
         self.refits = 0
         self.pending_served = 0
+        self.max_ttft_s, self.max_ttft_n = 0.0, 0  # longest TTFT of the first n served (_served_from)
+        self.token_n = 0  # tokens in and out of the first token_n arrived, summed (_token_means); None: not whole
+        self.token_sums: tuple[float, float] | None = (0.0, 0.0)
         self.ttft_p95 = np.array([])  # per step, by first-token time: what the TTFT histogram gives
         self.pending = pd.DataFrame({"step": np.array([], dtype=np.int64), "ttft": np.array([])})
         self.ready_sum = np.zeros(0)  # ready replicas summed over the syncs of each step, and their count
@@ -121,7 +124,7 @@ class Ours:
         self._observe_ttft(obs, full)
         history = ReplicaHistory(float(self.bin_s), rate, pd.Series(self.ttft_p95[start:full], index=index),
                                  replicas=pd.Series(self._serving(start, full), index=index))
-        capacity = self.cap.requests_per_s(float(obs.tokens_in.mean()), float(obs.tokens_out.mean()))
+        capacity = self.cap.requests_per_s(*self._token_means(obs))
         workload = Workload(WorkloadRef("replay", "Deployment", "vllm"), Allocation(Sharing.EXCLUSIVE, gpus=1),
                             annotations={CAPACITY_ANNOTATION: f"{capacity:.6g}"}, cold_start_s=self.cap.cold_start_s,
                             shape_since=self.shape_since)
@@ -157,18 +160,43 @@ class Ours:
             return
         window = int(s.error_budget_window_s)
         start = max(0, obs.k - window)
-        first = obs.served_arrival_s + obs.served_ttft_s
+        since = self._served_from(obs, start)
+        served_arrival_s, served_ttft_s = obs.served_arrival_s[since:], obs.served_ttft_s[since:]
+        first = served_arrival_s + served_ttft_s
         done = first >= start
         lo, hi = start // self.bin_s, (obs.k + 1) // self.bin_s + 1  # a first token comes within k + 1
         woke = after_zero(pd.Series(self._serving(lo, hi)), s.wake_s(self.cap.cold_start_s),
                           self.bin_s).to_numpy(dtype=bool)
         arrived = float(obs.arrivals_per_s[start:obs.k][~woke[np.arange(start, obs.k) // self.bin_s - lo]].sum())
         at = np.minimum((first[done] // self.bin_s).astype(np.int64) - lo, woke.size - 1)
-        recent = obs.served_ttft_s[done][~woke[at]]
+        recent = served_ttft_s[done][~woke[at]]
         share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
             self.recs.clear()  # the HPA's recommendations were counts of the old shape
+
+    def _token_means(self, obs: Observed) -> tuple[float, float]:
+        """Mean input and output tokens of the requests arrived so far, as ``obs.tokens_in.mean()`` gives them,
+        from running sums: token counts are whole numbers, so every partial sum below 2**53 is exact in any order
+        and the mean is numpy's to the bit. Lengths that are not whole fall back to numpy's mean."""
+        new_in, new_out = obs.tokens_in[self.token_n:], obs.tokens_out[self.token_n:]
+        if self.token_sums is not None and new_in.size:
+            sums = self.token_sums[0] + float(new_in.sum()), self.token_sums[1] + float(new_out.sum())
+            whole = (new_in == np.floor(new_in)).all() and (new_out == np.floor(new_out)).all()
+            self.token_sums = sums if whole and max(sums) < 2.0**53 else None
+        self.token_n = obs.tokens_in.size
+        if self.token_sums is None:
+            return float(obs.tokens_in.mean()), float(obs.tokens_out.mean())
+        return self.token_sums[0] / self.token_n, self.token_sums[1] / self.token_n
+
+    def _served_from(self, obs: Observed, start: int) -> int:
+        """The first served request whose first token can come at or after ``start`` (s): arrivals are sorted,
+        so none before one arriving over the longest TTFT so far (and a second) earlier. Only a speed-up:
+        the requests it leaves out have their first token before ``start``."""
+        new = obs.served_ttft_s[self.max_ttft_n:]
+        if new.size:
+            self.max_ttft_s, self.max_ttft_n = max(self.max_ttft_s, float(new.max())), obs.served_ttft_s.size
+        return int(np.searchsorted(obs.served_arrival_s, start - self.max_ttft_s - 1.0, side="left"))
 
     def _observe_ttft(self, obs: Observed, full: int) -> None:
         """p95 TTFT of each step before ``full``, by first-token time, from the requests served since the last

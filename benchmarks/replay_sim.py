@@ -52,8 +52,12 @@ class Result:
     gpus_per_min: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
-def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int = 1) -> Result:
+def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int = 1, skip_idle: bool = True) -> Result:
     """Step the replica pool second by second (``warm`` replicas ready at 0); requests are admitted FIFO.
+
+    ``skip_idle`` steps an idle stretch (no request queued or running, no pod starting or leaving) up to the next
+    HPA sync or arrival in one go: only GPU time passes there, added as the plain loop (False) adds it, so the
+    result is the same to the bit, the time a sparse trace takes is not.
 
     A policy with a ``cap`` attribute may change the replica shape: when it differs from the pool's, the change
     rolls out as a Deployment with maxSurge 100% would: pods of the new shape start for the same requests/s, the
@@ -65,17 +69,22 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
     per_sec = np.bincount(trace.arrival_s.astype(np.int64), minlength=last + 3600).astype("float64")
     tin, tout, at = trace.input_tokens.tolist(), trace.output_tokens.tolist(), trace.arrival_s.tolist()
     ttft = np.full(n, np.inf)
+    served: list[float] = []  # TTFT of the first len(served) requests, copied into ttft at each sync and the end
     pods: list[float] = [-cap.cold_start_s] * warm  # ready times, ascending
     old: list[float] = []  # the previous shape's pods during a rollout
     old_cap, old_until = cap, 0.0
     heap: list[tuple[float, float]] = []
     head, done_head, g, kv_used, gpu_s = 0, 0.0, 0.0, 0.0, 0.0
     cold_starts = pod_starts = waited_cold = 0
-    k, ready = 0, warm
+    k, ready, synced = 0, warm, 0
     report = max(1, last // 20)
-    gpu_min = np.zeros((last + 3600) // 60 + 1)
+    gpu_min = [0.0] * ((last + 3600) // 60 + 1)  # a list: cheaper per second than an array, the same sums
+    heappush, heappop, bisect_right = heapq.heappush, heapq.heappop, bisect.bisect_right
+    c_prefill, c_decode, c_seq, c_slots, c_kv, c_share = (cap.prefill_tps, cap.decode_tps, cap.seq_tps, cap.max_seqs,
+                                                          cap.kv_tokens, cap.gpu_share)
     while k < last + 3600 and (k < last or head < n or heap):
         if k % HPA_SYNC_S == 0:
+            ttft[synced:head], synced = served[synced:head], head
             seen = arr_idx[k - 1] if k else 0  # arrived before second k: the next second's are still ahead
             obs = Observed(k, len(pods), ready, ready + len(old), seen - head, per_sec[:k],
                            trace.input_tokens[:seen], trace.output_tokens[:seen], ttft[:head], trace.arrival_s[:head])
@@ -87,6 +96,8 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
                 old, old_cap, old_until, cap, pods = pods, cap, k + shape.cold_start_s, shape, []
             elif shape != cap:
                 cap = shape
+            c_prefill, c_decode, c_seq, c_slots, c_kv, c_share = (cap.prefill_tps, cap.decode_tps, cap.seq_tps,
+                                                                  cap.max_seqs, cap.kv_tokens, cap.gpu_share)
             if want > len(pods):
                 cold_starts += not pods and not old
                 pod_starts += want - len(pods)
@@ -94,12 +105,24 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
             del pods[want:]
         if old and k >= old_until:
             old = []
-        ready = bisect.bisect_right(pods, k)
-        held = len(pods) * cap.gpu_share + len(old) * old_cap.gpu_share
+        ready = bisect_right(pods, k)
+        held = len(pods) * c_share + len(old) * old_cap.gpu_share
+        if skip_idle and not heap and head == arr_idx[k] and ready == len(pods) and not old:
+            # idle until the next sync or arrival: the same additions in the same order as the full step
+            end = min((k // HPA_SYNC_S + 1) * HPA_SYNC_S, bisect_right(arr_idx, head, k),
+                      last if head == n else last + 3600)
+            per_min = held / 60.0
+            for j in range(k, end):
+                gpu_s += held
+                gpu_min[j // 60] += per_min
+            for j in range(-(-k // report) * report, end, report):
+                print(f"  {name}: {min(100, 100 * j // last)}%", file=sys.stderr, flush=True)
+            k = end
+            continue
         gpu_s += held
         gpu_min[k // 60] += held / 60.0
-        prefill, decode, seq_tps = ready * cap.prefill_tps, ready * cap.decode_tps, cap.seq_tps
-        slots, kv_cap, serving = ready * cap.max_seqs, ready * cap.kv_tokens, ready
+        prefill, decode, seq_tps = ready * c_prefill, ready * c_decode, c_seq
+        slots, kv_cap, serving = ready * c_slots, ready * c_kv, ready
         if old:  # both shapes serve: the pool's figures add up
             prefill, decode = prefill + len(old) * old_cap.prefill_tps, decode + len(old) * old_cap.decode_tps
             seq_tps, serving = min(seq_tps, old_cap.seq_tps), serving + len(old)
@@ -107,20 +130,22 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
         if serving == 0:
             waited_cold += arr_idx[k] - (arr_idx[k - 1] if k else 0)
         if heap:
-            rate = min(seq_tps, max(decode, cap.decode_tps) / len(heap))
+            pool_decode = max(decode, c_decode)
+            rate = min(seq_tps, pool_decode / len(heap))
             g += rate
             tokens = len(heap) * rate
             while heap and heap[0][0] <= g:
-                finish, kv = heapq.heappop(heap)
+                finish, kv = heappop(heap)
                 kv_used -= kv
                 tokens -= g - finish  # a sequence that ends mid-second decodes only what it had left
-            busy = tokens / max(decode, cap.decode_tps)  # share of the pool's replica-second spent decoding
+            busy = tokens / pool_decode  # share of the pool's replica-second spent decoding
         else:
             busy = 0.0
         budget = max(0.0, 1.0 - busy) * prefill
-        per_replica = prefill / serving if serving else cap.prefill_tps
-        arrived, max_kv = arr_idx[k], max(cap.kv_tokens, old_cap.kv_tokens) if old else cap.kv_tokens
-        while head < arrived and budget > 0 and len(heap) < slots:
+        per_replica = prefill / serving if serving else c_prefill
+        arrived, max_kv = arr_idx[k], max(c_kv, old_cap.kv_tokens) if old else c_kv
+        running = len(heap)
+        while head < arrived and budget > 0 and running < slots:
             need_kv = min(tin[head] + tout[head], max_kv)
             if kv_used + need_kv > kv_cap:
                 break
@@ -129,12 +154,13 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
                 done_head += budget
                 break
             budget -= need
-            ttft[head] = max(k + 1 - budget / prefill - at[head], tin[head] / per_replica)
-            heapq.heappush(heap, (g + tout[head], need_kv))
+            served.append(max(k + 1 - budget / prefill - at[head], tin[head] / per_replica))
+            heappush(heap, (g + tout[head], need_kv))
             kv_used += need_kv
-            head, done_head = head + 1, 0.0
+            head, done_head, running = head + 1, 0.0, running + 1
         if k % report == 0:
             print(f"  {name}: {min(100, 100 * k // last)}%", file=sys.stderr, flush=True)
         k += 1
+    ttft[synced:head] = served[synced:head]
     return Result(gpu_s / 3600.0, ttft, cold_starts, pod_starts, waited_cold, gpu_s / cap.gpu_share / max(k, 1),
-                  gpu_min[:(k + 59) // 60])
+                  np.array(gpu_min[:(k + 59) // 60]))

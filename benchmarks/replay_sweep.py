@@ -5,8 +5,10 @@
 
 One line per client (GPU-hours and TTFT violations per policy, and the verdict for ours and the oracle),
 then a summary and the clients together as one fleet (GPU-hours summed, violations weighted by requests).
-Each client is a 14-day replay (~3 minutes on one core); clients run as separate processes. Skips with a
-message when the data folder is absent.
+Clients run as separate processes. A 14-day client takes about 4 minutes of one core (ours' refits, at any
+rate) and 7 µs more per request (chunk-2, 1.1 M requests: 4 minutes; a 13 M-request client: about 5); a
+one-day client 5-30 s. Clients of over 100 M requests do not fit in memory (benchmarks/REPLAY.md, "Replay
+speed"). Skips with a message when the data folder is absent.
 """
 
 from __future__ import annotations

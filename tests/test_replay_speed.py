@@ -1,0 +1,143 @@
+"""The replay's shortcuts for speed give the plain loop's results to the bit: the simulator's idle skip and the
+window ``ours`` reads its recent TTFTs from."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import replay_ours
+from replay_capacity import Capacity
+from replay_hpa import Oracle, Reactive
+from replay_sim import Observed, Policy, Result, simulate
+from replay_trace import Trace
+
+from recommender.core.plan import WorkloadClass
+from recommender.core.settings_scaling import ScalingSettings
+
+CAP = Capacity(prefill_tps=1000.0, decode_tps=1000.0, seq_tps=100.0, kv_tokens=100_000.0, max_seqs=8, cold_start_s=30.0)
+HALF = replace(CAP, gpu_share=0.5, prefill_tps=500.0, decode_tps=500.0)
+THIRD = replace(CAP, gpu_share=1 / 3)  # a share whose sums round: the skip must add it as the loop does
+
+
+def bursty(seed: int, seconds: int = 4 * 3600) -> Trace:
+    """Bursts of a few minutes (up to 20 req/s, over one replica's capacity) between idle gaps of up to 40 minutes,
+    and single requests in the gaps."""
+    rng = np.random.default_rng(seed)
+    times, t = [], 0.0
+    while t < seconds:
+        t += rng.uniform(0, 2400)
+        length, rate = rng.uniform(30, 300), rng.uniform(0.2, 20.0)
+        times.append(t + np.sort(rng.uniform(0, length, int(length * rate))))
+        times.append(t + length + rng.uniform(0, 900, 3))
+        t += length
+    at = np.sort(np.concatenate(times))
+    at -= at[0]
+    return Trace(at, rng.integers(10, 400, at.size).astype(float), rng.integers(1, 200, at.size).astype(float))
+
+
+class Recorder:
+    """Wraps a policy and keeps what it saw at each sync; its ``cap`` (a change of shape) is the policy's."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.seen: list[tuple[float, ...]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.policy, name)
+
+    def __call__(self, obs: Observed) -> int:
+        want = self.policy(obs)
+        self.seen.append((obs.k, obs.pods, obs.ready, obs.serving, obs.waiting, obs.served_ttft_s.size,
+                          float(obs.served_ttft_s.sum()), float(obs.arrivals_per_s.sum()), want))
+        return want
+
+
+class Script:
+    """Counts that change with time: up, to zero through an idle stretch, and a change of shape at ``move_s``."""
+
+    def __init__(self, cap: Capacity, then: Capacity, move_s: int) -> None:
+        self.cap, self.then, self.move_s = cap, then, move_s
+
+    def __call__(self, obs: Observed) -> int:
+        if obs.k >= self.move_s:
+            self.cap = self.then
+        phase = (obs.k // 600) % 4
+        return [2, 0, 3, 1][phase] if obs.k < self.move_s else [1, 2, 0, 1][phase]
+
+
+POOLS = {"reactive-zero": (CAP, 1), "reactive": (THIRD, 2), "oracle": (CAP, 1), "script": (HALF, 2), "ours": (CAP, 1)}
+
+
+def make(name: str, trace: Trace) -> Policy:
+    if name == "reactive-zero":
+        return Reactive(min_replicas=0)
+    if name == "reactive":
+        return Reactive(min_replicas=1)
+    if name == "oracle":
+        return Oracle(trace, CAP, 0.3)
+    if name == "script":
+        return Script(HALF, THIRD, 7200)
+    return replay_ours.Ours(CAP, WorkloadClass.REAL_TIME, 900, ScalingSettings())
+
+
+def same(a: Result, b: Result) -> None:
+    assert a.gpu_hours == b.gpu_hours and a.mean_pods == b.mean_pods
+    assert (a.cold_starts, a.pod_starts, a.waited_on_cold_start) == (b.cold_starts, b.pod_starts,
+                                                                      b.waited_on_cold_start)
+    assert np.array_equal(a.ttft_s, b.ttft_s) and np.array_equal(a.gpus_per_min, b.gpus_per_min)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", list(POOLS))
+def test_skipping_idle_stretches_changes_no_figure(name: str, seed: int) -> None:
+    trace = bursty(seed)
+    cap, warm = POOLS[name]
+    runs = []
+    for skip in (False, True):
+        policy = Recorder(make(name, trace))
+        runs.append((simulate(trace, cap, policy, name, warm, skip_idle=skip), policy.seen))
+    (plain, seen_plain), (fast, seen_fast) = runs
+    same(plain, fast)
+    assert seen_plain == seen_fast  # the policy saw the same at every sync
+    assert np.isinf(plain.ttft_s).sum() < plain.ttft_s.size  # something was served
+    if name in ("reactive-zero", "script"):
+        assert plain.cold_starts > 0  # the pool went to zero and back: idle stretches at zero pods
+
+
+def test_ours_reads_every_recent_ttft_from_the_window_it_slices() -> None:
+    """``_served_from`` leaves out only requests whose first token came before ``start``, for any TTFTs (long
+    waits included) and any start."""
+    rng = np.random.default_rng(3)
+    ours = replay_ours.Ours(CAP, WorkloadClass.REAL_TIME, 300, ScalingSettings())
+    arrival = np.sort(rng.uniform(0, 50_000, 5_000))
+    long = rng.random(arrival.size) < 0.01  # a few waited long
+    ttft = np.where(long, rng.uniform(0, 5_000, arrival.size), rng.uniform(0, 2, arrival.size))
+    left_out = 0
+    for served in (100, 2_000, 5_000):  # more served at each call, as the replay's refits see them
+        obs = Observed(int(arrival[served - 1]) + 1, 1, 1, 1, 0, np.zeros(1), arrival, arrival, ttft[:served],
+                       arrival[:served])
+        first = arrival[:served] + ttft[:served]
+        for start in rng.integers(0, obs.k, 20):
+            since = ours._served_from(obs, int(start))
+            assert (first[:since] < start).all()
+            left_out += since
+    assert left_out > 0  # the window does leave requests out
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-tokens", "fractional"])
+def test_ours_token_means_from_running_sums_are_numpys_to_the_bit(whole: bool) -> None:
+    rng = np.random.default_rng(5)
+    tokens = rng.lognormal(6.0, 1.5, 200_000)
+    tokens = np.maximum(1, tokens.round()) if whole else tokens
+    ours = replay_ours.Ours(CAP, WorkloadClass.REAL_TIME, 300, ScalingSettings())
+    for seen in np.sort(rng.integers(1, tokens.size, 30)):
+        obs = Observed(0, 1, 1, 1, 0, np.zeros(1), tokens[:seen], tokens[::-1][:seen], np.zeros(0), np.zeros(0))
+        assert ours._token_means(obs) == (float(obs.tokens_in.mean()), float(obs.tokens_out.mean()))
+    assert (ours.token_sums is not None) == whole
