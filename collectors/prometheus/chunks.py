@@ -1,8 +1,9 @@
 """How a collection's window is cut into range queries: the step (about ``target_points`` over the history,
 never below the scrape interval), the range of ``rate()`` at that step, and time chunks small enough that no
 query returns more than ``max_points_per_series`` points per series, touches more than
-``max_samples_per_query`` raw samples, or returns more than ``max_points_per_query`` points in all (the last
-bounds our memory while one answer is parsed). Pure: no I/O.
+``max_samples_per_query`` raw samples, makes the server hold more than ``query_memory_mib`` (the samples it
+touches, :func:`held_samples`), or returns more than ``max_points_per_query`` points in all (the last bounds our
+memory while one answer is parsed). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -41,17 +42,42 @@ class Chunk:
         return round((self.end_s - self.start_s) / self.step_s) + 1
 
 
-def steps_per_chunk(series: int, step_s: float, p: PrometheusSettings, touched: int | None = None) -> int:
-    """How many steps one query may cover, from the three limits; at least one. ``touched``: the raw series
-    its selectors read, where more than the ``series`` it answers with (``Family.read_names``).
+BYTES_PER_SAMPLE = 16  # a sample as Prometheus holds it while evaluating: int64 timestamp + float64 value
 
-    Example: 2,000 series at step 600 s, scrape 60 s, limits 11,000 points/series, 20 M samples and
-    500 k points/query: samples allow 20 M / (2,000 x 10) = 1,000 steps, points/query 500 k / 2,000 = 250
-    steps → 250 steps (about 42 h) per query.
+
+def budget_samples(p: PrometheusSettings) -> int:
+    """Samples one query may make the server hold: ``query_memory_mib`` at 16 bytes a sample.
+
+    Example: 8 MiB → 524,288 samples."""
+    return int(p.query_memory_mib * 2**20 // BYTES_PER_SAMPLE)
+
+
+def held_samples(series: int, steps: int, step_s: float, window_s: float, sample_s: float) -> int:
+    """Samples a range query over ``steps`` steps holds: every sample of its ``series`` from the first step's
+    window (``window_s`` before it: the lookback) to the last step, one every ``sample_s`` (the scrape interval;
+    for a recorded series read in tiles, the tile).
+
+    Example: 2,000 series, 26 steps of 600 s, window 600 s, scrape 60 s → 2,000 x (25 x 600 + 600) / 60 = 520,000.
+    """
+    span_s = (max(steps, 1) - 1) * step_s + max(window_s, step_s)
+    return int(series * math.ceil(span_s / sample_s))
+
+
+def steps_per_chunk(series: int, step_s: float, p: PrometheusSettings, touched: int | None = None,
+                    window_s: float | None = None, sample_s: float | None = None) -> int:
+    """How many steps one query may cover, from the four limits; at least one. ``touched``: the raw series
+    its selectors read, where more than the ``series`` it answers with (``Family.read_names``); ``window_s``:
+    its range (default one step); ``sample_s``: one sample every so often (default the scrape interval).
+
+    Example: 2,000 series at step 600 s, scrape 60 s, limits 11,000 points/series, 20 M samples, 500 k
+    points/query and 8 MiB of server memory: samples allow 20 M / (2,000 x 10) = 1,000 steps, points/query
+    500 k / 2,000 = 250, the memory 524,288 samples / (2,000 x 10) = 26 → 26 steps (about 4 h) per query.
     """
     series = max(series, 1)
-    samples_per_step = max(series, touched or 0) * max(step_s / p.min_step_s, 1.0)
-    by_samples = p.max_samples_per_query / samples_per_step
+    sample_s = sample_s or p.min_step_s
+    per_step = max(series, touched or 0) * max(step_s / sample_s, 1.0)
+    extra = max(series, touched or 0) * max((window_s or step_s) - step_s, 0.0) / sample_s  # the lookback
+    by_samples = (min(p.max_samples_per_query, budget_samples(p)) - extra) / per_step
     by_points = p.max_points_per_query / series
     return max(1, int(min(p.max_points_per_series, by_samples, by_points)))
 

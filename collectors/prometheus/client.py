@@ -69,6 +69,7 @@ class QueryStats:
     max_points_per_query: int = 0
     max_points_per_series: int = 0
     seconds: float = 0.0
+    sources: str = ""  # which families were read from recording rules and which raw (rules.RulePlan.line)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -90,7 +91,7 @@ class QueryStats:
     def line(self) -> str:
         return (f"prometheus: {self.queries} queries ({self.retries} retried, {self.splits} split), "
                 f"{self.series:,} series, {self.points:,} points; largest answer {self.max_points_per_query:,} "
-                f"points, {self.max_points_per_series:,} per series")
+                f"points, {self.max_points_per_series:,} per series" + (f"; {self.sources}" if self.sources else ""))
 
 
 def _session(p: PrometheusSettings) -> requests.Session:

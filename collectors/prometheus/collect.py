@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.pods import PodDevices, PodUsage, pod_key
-from collectors.prometheus import chunks, parse, queries
+from collectors.prometheus import chunks, parse, queries, rules
 from collectors.prometheus.cache import UsageCache
 from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError, QueryStats
@@ -30,6 +30,7 @@ from collectors.prometheus.devices import DeviceTable, gpu_nodes
 from collectors.prometheus.jobs import GPU_NODES, Job, coarse_chunks, plan, run_jobs
 from collectors.prometheus.parse import Accumulator, Grid, Result
 from collectors.prometheus.queries import Scope
+from collectors.prometheus.rules import RulePlan
 from collectors.prometheus.window import Window, window_for
 from recommender.core import usage as m
 from recommender.core.errors import PrometheusError
@@ -153,6 +154,26 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     return counts
 
 
+def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
+               fine: Chunk, since: Chunk | None, objective_s: float) -> RulePlan:
+    """Which families recording rules cover over ``fine`` (from a census of recorded series at the inventory
+    step over the window, or over ``since`` only, and each one's evaluation interval)."""
+    found: dict[str, list[list[object]]] = defaultdict(list)
+
+    def merge(_: Job, result: Result) -> None:
+        for item in result:
+            found[str((item.get("metric") or {}).get("__name__"))] += item.get("values") or []
+
+    span = since if since is not None else win.coarse
+    cut = [since] if since is not None else coarse_chunks(win, p, pieces=p.max_workers)
+    promql = rules.census_query(scope, p)
+    run_jobs(client, [Job("rules", promql, c, i) for i, c in enumerate(cut)], merge, progress, "looking for recorded series")
+    present = rules.coverage([{"metric": {"__name__": k}, "values": v} for k, v in found.items()], span)
+    every = rules.intervals(client.query(rules.interval_query(present, scope, span.end_s), span.end_s), present,
+                            span.end_s) if present else {}
+    return rules.choose(present, every, p, win.window_s, fine, objective_s)
+
+
 def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, with_ksm: bool,
              cache: UsageCache | None = None) -> PodUsage:
     p = s.prometheus
@@ -169,7 +190,9 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
     else:
         counts = _census(client, scope, win, p, progress)
-    jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s)
+    rule_plan = _rule_plan(client, scope, win, p, progress, fine or win.fine, fine, objective_s) \
+        if p.recording_rules else None
+    jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
     acc = {fam.metric: Accumulator(grid) for fam in queries.FAMILIES}
@@ -192,6 +215,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
             inventory[job.key] += parse.latest(result)
 
     run_jobs(client, jobs, on_result, progress)
+    if rule_plan is not None:
+        client.stats.sources = rule_plan.line({j.key for j in jobs if j.key in acc}, grid.start_s)
     progress.log(client.stats.line())
     inv = {k: sorted(v, key=lambda x: x[2]) for k, v in inventory.items()}  # chunks arrive in any order
     series = {metric: a.frame() for metric, a in acc.items() if a.pods}

@@ -17,6 +17,7 @@ from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError
 from collectors.prometheus.parse import Result
 from collectors.prometheus.queries import Scope
+from collectors.prometheus.rules import RulePlan, recorded_query, split_range
 from collectors.prometheus.window import Window
 from recommender.core.progress import Progress
 from recommender.core.settings_sources import PrometheusSettings
@@ -75,19 +76,31 @@ def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: i
 
 
 def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
-         with_ksm: bool, fine: Chunk | None = None, objective_s: float | None = None) -> list[Job]:
+         with_ksm: bool, fine: Chunk | None = None, objective_s: float | None = None,
+         rules: RulePlan | None = None) -> list[Job]:
     """Every query of one collection: each present family over its chunks, then the inventory. ``fine``: the
     steps to read (those a cache lacks), for the inventory too; by default the whole grid, and the inventory
-    at its coarse step. ``objective_s``: the TTFT objective the over-objective rate counts against."""
+    at its coarse step. ``objective_s``: the TTFT objective the over-objective rate counts against. ``rules``:
+    families read from recorded series, from which step (raw before it)."""
     jobs: list[Job] = []
+    step = win.grid.step_s
     for fam in queries.FAMILIES:
         series = parse.total(counts, fam.all_names)
-        if series == 0:
+        rec = rules.recorded.get(fam.metric) if rules is not None else None
+        if series == 0 and rec is None:
             continue
-        per = chunks.steps_per_chunk(series, win.grid.step_s, p, parse.total(counts, fam.read_names))
-        promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
-        f = fine or win.fine
-        jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
+        raw_part, rec_part = split_range(fine or win.fine, rec)
+        if raw_part is not None and series:
+            per = chunks.steps_per_chunk(series, step, p, parse.total(counts, fam.read_names), win.window_s)
+            promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
+            f = raw_part
+            jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
+        if rec_part is not None and rec is not None:  # one series per pod, one sample per tile of range_s
+            pods = max(series, parse.total(counts, (queries.FB_USED,)), 1)
+            per = chunks.steps_per_chunk(pods, step, p, window_s=win.window_s, sample_s=rec.range_s)
+            promql = recorded_query(rec, scope, win.window_s)
+            f = rec_part
+            jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
     spans = [fine] if fine is not None else coarse_chunks(win, p, pods)
