@@ -45,13 +45,38 @@ def test_step_for(history_s: float, step_s: float) -> None:
     (10**7, 600.0, {}, 1),
 ])
 def test_steps_per_chunk(series: int, step_s: float, limits: dict[str, int], steps: int) -> None:
-    assert chunks.steps_per_chunk(series, step_s, PrometheusSettings(**limits)) == steps  # type: ignore[arg-type]
+    p = PrometheusSettings(**{"query_memory_mib": 10**4, **limits})  # type: ignore[arg-type]
+    assert chunks.steps_per_chunk(series, step_s, p) == steps
+
+
+@pytest.mark.parametrize(("mib", "series", "step_s", "window_s", "steps"), [
+    (8, 2_000, 600.0, 600, 26),  # 524,288 samples / (2,000 x 10 a step) = 26.2
+    (8, 200, 600.0, 600, 262),  # the same budget, a tenth of the fleet: ten times the steps
+    (8, 100, 60.0, 120, 5_241),  # window two scrapes at a one-scrape step: (524,288 - 100) / 100
+    (0.25, 10**6, 600.0, 600, 1),  # more than one step holds: one step a query, never zero
+])
+def test_the_memory_budget_bounds_the_samples_a_query_holds(mib: float, series: int, step_s: float,
+                                                             window_s: int, steps: int) -> None:
+    p = PrometheusSettings(query_memory_mib=mib, max_points_per_query=10**7)  # so that the budget binds
+    assert chunks.budget_samples(p) == int(mib * 2**20 / 16)
+    per = chunks.steps_per_chunk(series, step_s, p, window_s=window_s)
+    assert per == steps
+    if steps > 1:  # the steps it allows fit the budget and one more would not
+        assert chunks.held_samples(series, per, step_s, window_s, 60) <= chunks.budget_samples(p)
+        assert chunks.held_samples(series, per + 1, step_s, window_s, 60) > chunks.budget_samples(p)
+
+
+def test_a_recorded_read_holds_one_sample_a_tile() -> None:
+    # 2,000 pods read in 2 min tiles at step 600 s: 5 samples a step, not 10, so twice the steps fit
+    p = PrometheusSettings()
+    assert chunks.steps_per_chunk(2_000, 600.0, p) == 26  # 524,288 / 20,000
+    assert chunks.steps_per_chunk(2_000, 600.0, p, sample_s=120) == 52  # 524,288 / 10,000
 
 
 def test_a_query_reading_more_series_than_it_answers_is_cut_by_the_samples_it_reads() -> None:
     # the request rate answers one series per pod but reads three (the counter, two gauges): 2,000 pods at
     # 600 s read 20 M / (6,000 x 10) = 333 steps, where the answer's 2,000 series alone would allow 1,000
-    wide = PrometheusSettings(max_points_per_query=10**7)  # so that samples bind
+    wide = PrometheusSettings(max_points_per_query=10**7, query_memory_mib=10**4)  # so that samples bind
     assert chunks.steps_per_chunk(2_000, 600.0, wide) == 1_000
     assert chunks.steps_per_chunk(2_000, 600.0, wide, touched=6_000) == 333
     fam = next(f for f in queries.FAMILIES if f.metric == "request_rate_per_s")

@@ -105,7 +105,8 @@ def test_half_recorded_window_reads_rules_for_its_second_half_and_agrees_with_ra
     # same metrics, pods, steps and units; before the rules, the raw values themselves
     assert sorted(mixed.series) == sorted(raw.series)
     first = min(start for q, start in client.ranges if "s:120s])" in q)  # the recorded reads
-    assert end.timestamp() - pc.HOURS * 3600 / 2 < first <= end.timestamp() - pc.HOURS * 3600 / 2 + 1200  # a census step and a window
+    mid = end.timestamp() - pc.HOURS * 3600 / 2
+    assert mid < first <= mid + 1200  # within a census step and a window of the rules starting
     cut = pd.Timestamp(first, unit="s", tz="UTC")
     # from the first recorded step on: a rule evaluated at t - lag read the raw samples in (t - lag - 120 s,
     # t - lag]; scrapes are at :30, so that is the raw window at t when lag < 30 s, else the one a minute before

@@ -167,7 +167,8 @@ def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSetti
     span = since if since is not None else win.coarse
     cut = [since] if since is not None else coarse_chunks(win, p, pieces=p.max_workers)
     promql = rules.census_query(scope, p)
-    run_jobs(client, [Job("rules", promql, c, i) for i, c in enumerate(cut)], merge, progress, "looking for recorded series")
+    jobs = [Job("rules", promql, c, i) for i, c in enumerate(cut)]
+    run_jobs(client, jobs, merge, progress, "looking for recorded series")
     present = rules.coverage([{"metric": {"__name__": k}, "values": v} for k, v in found.items()], span)
     every = rules.intervals(client.query(rules.interval_query(present, scope, span.end_s), span.end_s), present,
                             span.end_s) if present else {}

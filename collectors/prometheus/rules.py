@@ -26,8 +26,8 @@ from collectors.prometheus.parse import Result
 from collectors.prometheus.queries import FAMILIES, Family, Scope, regex_alternatives
 from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.settings_sources import (
-    PrometheusSettings,
     RECORDABLE,
+    PrometheusSettings,
     recorded_metric_name,
     recorded_range_s,
 )
@@ -79,7 +79,7 @@ class RulePlan:
 
 
 def _dur(seconds: float) -> str:
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}h" if s % 3600 == 0 else f"{s // 60}m" if s % 60 == 0 else f"{s}s"
 
 
