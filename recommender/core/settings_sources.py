@@ -86,7 +86,8 @@ class PrometheusSettings(BaseModel):
         for metric, name in v.items():
             if metric not in RECORDABLE:
                 raise ValueError(f"recorded_series: {metric!r} is not a metric we read; one of {', '.join(RECORDABLE)}")
-            if recorded_range_s(name) is None or not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", recorded_metric_name(name)):
+            series = recorded_metric_name(name)
+            if recorded_range_s(name) is None or not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", series):
                 raise ValueError(f"recorded_series: {name!r} for {metric} must be a metric name whose last ':' "
                                  "segment is its range (e.g. gpu:fb_used:5m), or name[5m]")
         return v
