@@ -139,37 +139,34 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
 
 
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
-            since: Chunk | None = None, known: dict[str, int] | None = None) -> dict[str, int]:
+            since: Chunk | None = None, known: dict[str, int] | None = None,
+            recorded: dict[str, list[list[object]]] | None = None) -> dict[str, int]:
     """Series per exported name, most at any one time (split like any query if the server insists): over the
-    window at the inventory step, or over ``since`` only, added to what was ``known`` before it."""
+    window at the inventory step, or over ``since`` only, added to what was ``known`` before it. With
+    ``recording_rules``, recorded series are counted too, and their counts at each step kept in ``recorded``."""
     counts: dict[str, int] = dict(known or {})
 
     def merge(_: Job, result: Result) -> None:
         for name, n in parse.series_counts(result).items():
             counts[name] = max(counts.get(name, 0), n)
+        if recorded is not None:
+            for item in result:
+                name = str((item.get("metric") or {}).get("__name__"))
+                if rules.is_recorded(name, p):
+                    recorded.setdefault(name, []).extend(item.get("values") or [])
 
-    promql = queries.census_query(scope)  # alone in the pool, so cut to keep every worker busy
-    cut = [since] if since is not None else coarse_chunks(win, p, pieces=p.max_workers)
+    promql = queries.census_query(scope, rules.names_regex(p) if recorded is not None else "")
+    cut = [since] if since is not None else coarse_chunks(win, p, pieces=p.max_workers)  # alone: keep workers busy
     run_jobs(client, [Job("census", promql, c, i) for i, c in enumerate(cut)], merge, progress, "counting series")
     return counts
 
 
-def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
-               fine: Chunk, since: Chunk | None, objective_s: float) -> RulePlan:
-    """Which families recording rules cover over ``fine`` (from a census of recorded series at the inventory
-    step over the window, or over ``since`` only, and each one's evaluation interval)."""
-    found: dict[str, list[list[object]]] = defaultdict(list)
-
-    def merge(_: Job, result: Result) -> None:
-        for item in result:
-            found[str((item.get("metric") or {}).get("__name__"))] += item.get("values") or []
-
+def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
+               since: Chunk | None, objective_s: float, recorded: dict[str, list[list[object]]]) -> RulePlan:
+    """Which families recording rules cover over ``fine``, from the census' counts of recorded series at each
+    step (over the window, or ``since`` only) and one instant query for their evaluation intervals."""
     span = since if since is not None else win.coarse
-    cut = [since] if since is not None else coarse_chunks(win, p, pieces=p.max_workers)
-    promql = rules.census_query(scope, p)
-    jobs = [Job("rules", promql, c, i) for i, c in enumerate(cut)]
-    run_jobs(client, jobs, merge, progress, "looking for recorded series")
-    present = rules.coverage([{"metric": {"__name__": k}, "values": v} for k, v in found.items()], span)
+    present = rules.coverage([{"metric": {"__name__": k}, "values": v} for k, v in recorded.items()], span)
     every = rules.intervals(client.query(rules.interval_query(present, scope, span.end_s), span.end_s), present,
                             span.end_s) if present else {}
     return rules.choose(present, every, p, win.window_s, fine, objective_s)
@@ -184,15 +181,16 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     first = cache.fresh_start(key, win.grid) if cache is not None else None
     client.check()
     grid, fine, where = win.grid, None, ""
+    recorded: dict[str, list[list[object]]] | None = {} if p.recording_rules else None
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
-        counts = _census(client, scope, win, p, progress, fine, cache.counts)
+        counts = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
     else:
-        counts = _census(client, scope, win, p, progress)
-    rule_plan = _rule_plan(client, scope, win, p, progress, fine or win.fine, fine, objective_s) \
-        if p.recording_rules else None
+        counts = _census(client, scope, win, p, progress, recorded=recorded)
+    rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, fine, objective_s, recorded) \
+        if recorded is not None else None
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")

@@ -18,6 +18,7 @@ another TTFT objective.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -92,13 +93,18 @@ def candidates(p: PrometheusSettings) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def census_query(scope: Scope, p: PrometheusSettings) -> str:
-    """Recorded series per name at each step: which exist, and since when. Selected with the same namespaces
-    and extra matchers as the raw queries (a rule without those labels is then absent, and not used)."""
-    mine = [recorded_metric_name(n) for n in p.recorded_series.values()]
+def names_regex(p: PrometheusSettings) -> str:
+    """The recorded series' names the census counts besides the raw ones (the shipped ones at any range). They
+    are selected with the same namespaces and extra matchers as the raw series, so a rule without those labels
+    is absent, and not used."""
+    mine = sorted({recorded_metric_name(n) for n in p.recorded_series.values()})
     shipped = f"{regex_alternatives([PREFIX])}({'|'.join(RECORDABLE)}):[0-9]+[smh]"
-    names = "|".join([regex_alternatives(sorted(set(mine))), shipped] if mine else [shipped])
-    return f"count by (__name__) ({scope.matchers(None, also=f'__name__=~{_q(names)}')})"
+    return "|".join([regex_alternatives(mine), shipped] if mine else [shipped])
+
+
+def is_recorded(name: str, p: PrometheusSettings) -> bool:
+    """Whether a name the census counted is a recorded series (:func:`names_regex`)."""
+    return re.fullmatch(names_regex(p), name) is not None
 
 
 def _q(value: str) -> str:
