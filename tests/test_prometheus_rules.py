@@ -20,7 +20,7 @@ import requests
 import yaml
 
 from collectors.pods import PodUsage
-from collectors.prometheus import PromClient, QueryStats, collect_pod_usage
+from collectors.prometheus import PromClient, QueryStats, chunks, collect_pod_usage
 from recommender.core import usage as m
 from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
@@ -148,4 +148,8 @@ def test_a_budgeted_collection_equals_an_unbudgeted_one(cluster: pc.Cluster) -> 
     _same_frames(tight, wide)
     assert tight.devices == wide.devices and tight.vllm == wide.vllm
     assert tight_client.stats.queries > wide_client.stats.queries and tight_client.stats.splits == 0
+    # the server's own count (stats=all) of the samples its largest query held stays within the budget
+    budget = chunks.budget_samples(PrometheusSettings(query_memory_mib=0.25))
+    assert 0 < tight_client.stats.peak_samples <= budget < wide_client.stats.peak_samples
+    assert "samples loaded, at most" in tight_client.stats.line()
     assert np.isfinite(tight.series[m.FB_USED_MIB].to_numpy(dtype=float)).any()

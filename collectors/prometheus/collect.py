@@ -155,8 +155,14 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
                 if rules.is_recorded(name, p):
                     recorded.setdefault(name, []).extend(item.get("values") or [])
 
-    promql = queries.census_query(scope, rules.names_regex(p) if recorded is not None else "")
-    cut = [since] if since is not None else coarse_chunks(win, p, pieces=p.max_workers)  # alone: keep workers busy
+    selector = queries.census_selector(scope, rules.names_regex(p) if recorded is not None else "")
+    promql = f"count by (__name__) ({selector})"
+    if since is not None:
+        cut = [since]
+    else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
+        now = client.query(f"count({selector})", win.coarse.end_s)
+        series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
+        cut = coarse_chunks(win, p, series, pieces=p.max_workers, instant=True)
     run_jobs(client, [Job("census", promql, c, i) for i, c in enumerate(cut)], merge, progress, "counting series")
     return counts
 

@@ -67,11 +67,14 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
     return out
 
 
-def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: int = 1) -> list[Chunk]:
+def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: int = 1, instant: bool = False
+                  ) -> list[Chunk]:
     """The inventory step over the whole window, cut by the same limits as usage queries and into at least
-    ``pieces`` queries (where it has the steps): Prometheus evaluates one query on one core."""
+    ``pieces`` queries (where it has the steps): Prometheus evaluates one query on one core. ``instant``: its
+    selectors are instant vectors (no range), which hold one sample per series and step."""
     c = win.coarse
-    per = min(chunks.steps_per_chunk(series, c.step_s, p), math.ceil(c.steps / max(pieces, 1)))
+    sample_s = c.step_s if instant else None
+    per = min(chunks.steps_per_chunk(series, c.step_s, p, sample_s=sample_s), math.ceil(c.steps / max(pieces, 1)))
     return chunks.chunks(c.start_s, c.end_s, c.step_s, per)
 
 
@@ -103,8 +106,8 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
             jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
-    spans = [fine] if fine is not None else coarse_chunks(win, p, pods)
     for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
+        spans = [fine] if fine is not None else coarse_chunks(win, p, pods, instant="_over_time(" not in promql)
         # GPU nodes as they are now: MIG devices an earlier layout had are gone
         jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else spans)]
     return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]

@@ -68,9 +68,9 @@ class PrometheusSettings(BaseModel):
     )
     min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
     query_memory_mib: float = Field(
-        8.0, ge=0.25, description="Memory one query may make the server hold, MiB: the raw samples it touches "
-        "(series x its range / scrape interval, 16 bytes each) are kept under it by cutting the query in time. "
-        "With max_workers queries in flight the server holds up to max_workers times this above its own use.")
+        8.0, ge=0.25, description="Memory one query may make the server hold at once, MiB (24 bytes a sample, as "
+        "Prometheus counts peakSamples): queries are cut in time to stay under it. With max_workers queries in "
+        "flight the server's query memory stays under max_workers times this, plus its garbage collector's slack.")
     recording_rules: bool = Field(
         True, description="Read the recorded series of deploy/monitoring/recording-rules.yaml "
         "(namespace_pod:<metric>:<range>) or of recorded_series where they cover the window, raw series elsewhere.")
