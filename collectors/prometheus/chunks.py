@@ -1,8 +1,9 @@
 """How a collection's window is cut into range queries: the step (about ``target_points`` over the history,
 never below the scrape interval), the range of ``rate()`` at that step, and time chunks small enough that no
 query returns more than ``max_points_per_series`` points per series, makes the server hold more samples at once
-than ``max_samples_per_query`` or than fit in ``query_memory_mib`` (:func:`held_samples`), or returns more than ``max_points_per_query`` points in all (the last bounds our
-memory while one answer is parsed). Pure: no I/O.
+than ``max_samples_per_query`` or than fit in ``query_memory_mib`` (:func:`held_samples`), or returns more
+than ``max_points_per_query`` points in all (the last bounds our memory while one answer is parsed).
+Pure: no I/O.
 """
 
 from __future__ import annotations
