@@ -84,3 +84,9 @@ def test_the_interval_is_the_span_over_the_samples() -> None:
               {"metric": {rules.RULE_TAG: "b"}, "value": [7_000, "5"]}]
     assert rules.intervals(result, names, 7_000.0) == {"a": 60.0, "b": 120.0}
     assert 'label_replace(max(count_over_time({__name__="b"' in rules.interval_query(names, rules.Scope(()), 7_000.0)
+
+
+def test_every_family_may_be_recorded_and_nothing_else() -> None:
+    from recommender.core.settings_sources import RECORDABLE
+
+    assert sorted(RECORDABLE) == sorted(f.metric for f in rules.FAMILIES)
