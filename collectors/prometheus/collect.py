@@ -155,8 +155,8 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
                 if rules.is_recorded(name, p):
                     recorded.setdefault(name, []).extend(item.get("values") or [])
 
-    selector = queries.census_selector(scope, rules.names_regex(p) if recorded is not None else "")
-    promql = f"count by (__name__) ({selector})"
+    also = rules.names_regex(p) if recorded is not None else ""
+    promql, selector = queries.census_query(scope, also), queries.census_selector(scope, also)
     if since is not None:
         cut = [since]
     else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
