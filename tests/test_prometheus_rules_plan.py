@@ -80,9 +80,9 @@ def test_user_recorded_series_must_name_a_metric_and_a_range() -> None:
 
 def test_the_interval_is_the_span_over_the_samples() -> None:
     names = {"a": 0.0, "b": 7_000.0 - 600}
-    result = [{"metric": {rules.RULE_TAG: "a"}, "value": [7_000, "60"]},
-              {"metric": {rules.RULE_TAG: "b"}, "value": [7_000, "5"]}]
-    assert rules.intervals(result, names, 7_000.0) == {"a": 60.0, "b": 120.0}
+    result = [{"metric": {rules.RULE_TAG: "a"}, "value": [7_000, "61"]},  # both ends of the hour in
+              {"metric": {rules.RULE_TAG: "b"}, "value": [7_000, "5"]}]  # 600 s, left end out: 5 at 120 s
+    assert rules.intervals(result, names, 7_000.0) == {"a": 60.0, "b": 133.0}
     assert 'label_replace(max(count_over_time({__name__="b"' in rules.interval_query(names, rules.Scope(()), 7_000.0)
 
 

@@ -107,7 +107,8 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
     for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
-        spans = [fine] if fine is not None else coarse_chunks(win, p, pods, instant="_over_time(" not in promql)
+        instant = "_over_time(" not in promql  # each selector's series and a result as large: 2 x selectors x pods
+        spans = [fine] if fine is not None else coarse_chunks(win, p, pods * promql.count("{"), instant=instant)
         # GPU nodes as they are now: MIG devices an earlier layout had are gone
         jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else spans)]
     return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]

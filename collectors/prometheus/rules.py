@@ -147,14 +147,15 @@ def spans_s(since_s: float, end_s: float) -> int:
 
 def intervals(result: Result, names: dict[str, float], end_s: float) -> dict[str, float]:
     """Evaluation interval per recorded name (s) from :func:`interval_query`'s instant answer: span / samples,
-    to the second; names with fewer than two samples are left out (their interval cannot be told)."""
+    to the second (half a sample off either way); names with fewer than two samples are left out (their interval cannot be told)."""
     out = {}
     for item in result:
         name = (item.get("metric") or {}).get(RULE_TAG)
         value = item.get("value") or (item.get("values") or [[0, "0"]])[-1]
         count = float(value[1])
         if name in names and count >= 2:
-            out[name] = float(round(spans_s(names[name], end_s) / count))
+            # a range closed at both ends (2.x) holds span / I + 1 samples, one open at the left (3.x) span / I
+            out[name] = float(round(spans_s(names[name], end_s) / (count - 0.5)))
     return out
 
 
