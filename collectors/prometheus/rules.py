@@ -147,7 +147,8 @@ def spans_s(since_s: float, end_s: float) -> int:
 
 def intervals(result: Result, names: dict[str, float], end_s: float) -> dict[str, float]:
     """Evaluation interval per recorded name (s) from :func:`interval_query`'s instant answer: span / samples,
-    to the second (half a sample off either way); names with fewer than two samples are left out (their interval cannot be told)."""
+    to the second (half a sample off either way); names with fewer than two samples are left out (their
+    interval cannot be told)."""
     out = {}
     for item in result:
         name = (item.get("metric") or {}).get(RULE_TAG)
