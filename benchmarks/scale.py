@@ -12,6 +12,10 @@ the largest query (points per query and per series). Target on the 2-core machin
 with the first's cache (``--no-cycles`` skips them): what a cycle costs Prometheus once the controller runs.
 The report runs twice with one ``--cache-dir``: cold (an empty cache) and warm (the same window again, so it
 reads only the last two steps from Prometheus): both wall times and their ratio (``--no-warm`` skips the second).
+``--rules`` also writes the recorded series of ``deploy/monitoring/recording-rules.yaml`` (for the whole window,
+or from ``--rules FROM`` x the history on) and adds a cold report on them beside the cold raw one (which then reads
+raw series only): both wall times, the samples Prometheus loaded for each (its own query stats, ``stats=all``,
+summed over the range queries) and the ratios rules/raw (goals: samples <= 1/5, wall <= 1/3).
 Needs Debian's ``prometheus`` and ``promtool``.
 
 Series per workload: DCGM FB_USED, FB_FREE, GR_ENGINE_ACTIVE (every pod) and, for every second
@@ -53,6 +57,7 @@ STATS_LINE = re.compile(
     r"prometheus: (?P<queries>[\d,]+) queries \((?P<retried>[\d,]+) retried, (?P<split>[\d,]+) split\), "
     r"(?P<series>[\d,]+) series, (?P<points>[\d,]+) points; largest answer (?P<max_points_per_query>[\d,]+) "
     r"points, (?P<max_points_per_series>[\d,]+) per series"
+    r"(?:; (?P<samples_loaded>[\d,]+) samples loaded, at most (?P<peak_samples>[\d,]+) held by one query)?"
 )
 
 
@@ -82,7 +87,8 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
         out, err_path = Path(tmp) / "report.json", Path(tmp) / "stderr.txt"
         cmd = [*_cli(), "report", "--prometheus-url", url, "--no-kubernetes", "--history", f"{days:g}d",
                "--end", str(end_s), "-o", "json", "--output-file", str(out), *extra]
-        env = {**os.environ, "COLUMNS": "1000"}  # rich wraps at 80 columns off a terminal
+        env = {**os.environ, "COLUMNS": "1000",  # rich wraps at 80 columns off a terminal
+               "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # this tree
         server_cpu0 = _cpu_s(server_pid) if server_pid else 0.0
         with err_path.open("w") as err:
             t0 = time.perf_counter()
@@ -104,7 +110,7 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
         if hit is None:
             print(f"warning: no query statistics line in the report's stderr:\n{stderr[-2000:]}", file=sys.stderr)
         else:
-            fig |= {k: int(v.replace(",", "")) for k, v in hit.groupdict().items()}
+            fig |= {k: int(v.replace(",", "")) for k, v in hit.groupdict().items() if v is not None}
         doc = json.loads(out.read_text())
         if save:
             shutil.copyfile(out, save)
@@ -141,6 +147,18 @@ def run_cycles(url: str, days: float, end_s: int, server_pid: int | None, interv
     return fig
 
 
+def run_rules(url: str, days: float, end_s: int, server_pid: int | None, extra: list[str], tmp: Path
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Cold reports on raw series only and on recording rules, each with its own empty cache."""
+    raw_only = tmp / "raw-only.yaml"
+    raw_only.write_text("prometheus:\n  recording_rules: false\n")
+    out = []
+    for name, settings in (("raw", ["--settings", str(raw_only)]), ("rules", [])):
+        with tempfile.TemporaryDirectory(prefix=f"scale-{name}-") as cache_dir:
+            out.append(run_report(url, days, end_s, server_pid, [*extra, *settings, "--cache-dir", cache_dir]))
+    return out[0], out[1]
+
+
 def _fmt(v: object) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
@@ -157,6 +175,9 @@ def main() -> None:
     ap.add_argument("--save-report", type=Path, help="also keep the JSON report here")
     ap.add_argument("--no-cycles", action="store_true", help="skip the two controller cycles after the report")
     ap.add_argument("--no-warm", action="store_true", help="skip the warm second report from the cache")
+    ap.add_argument("--rules", nargs="?", const=0.0, type=float, metavar="FROM",
+                    help="also write recorded series (from this share of the history on; default all of it) and "
+                         "compare a cold report on recording rules with one on raw series")
     args = ap.parse_args()
     require_prometheus()
     tmp: Path | None = None
@@ -174,11 +195,11 @@ def main() -> None:
             print(f"building TSDB: {args.workloads} workloads x {args.days:g} days at {args.step} s "
                   f"on {os.cpu_count()} cores", flush=True)
             t0 = time.perf_counter()
-            samples = build_tsdb(data, args.workloads, args.days, args.step, end_s)
+            samples = build_tsdb(data, args.workloads, args.days, args.step, end_s, args.rules)
             build_s = time.perf_counter() - t0
             (data / PARAMS_FILE).write_text(json.dumps(
                 {"workloads": args.workloads, "days": args.days, "step": args.step, "end_s": end_s,
-                 "samples": samples, "build_s": round(build_s, 1)}) + "\n")
+                 "samples": samples, "build_s": round(build_s, 1), "rules_from": args.rules}) + "\n")
             print(f"tsdb_build_s={build_s:.1f} samples_written={samples} {check_blocks(data)}", flush=True)
         extra = ["--workers", str(args.workers)] if args.workers else []
         t0 = time.perf_counter()
@@ -190,6 +211,9 @@ def main() -> None:
                 fig = run_report(prom.url, args.days, end_s, prom.pid, cached, args.save_report)
                 warm = None if args.no_warm else run_report(prom.url, args.days, end_s, prom.pid, cached)
             cycles = {} if args.no_cycles else run_cycles(prom.url, args.days, end_s, prom.pid)
+            if args.rules is not None:
+                with tempfile.TemporaryDirectory(prefix="scale-rules-") as rules_tmp:
+                    raw, rec = run_rules(prom.url, args.days, end_s, prom.pid, extra, Path(rules_tmp))
         print(" ".join(f"{k}={_fmt(v)}" for k, v in fig.items() if k not in ("wall_s", "peak_rss_mib")))
         print(f"wall_s={fig['wall_s']:.1f} peak_rss_mib={fig['peak_rss_mib']:.0f} queries={fig.get('queries')} "
               f"max_points_per_query={fig.get('max_points_per_query')} "
@@ -206,6 +230,20 @@ def main() -> None:
         if cycles:
             print("controller, two cycles 300 s apart (the second reads only new steps): "
                   + " ".join(f"{k}={_fmt(v)}" for k, v in cycles.items()))
+        if args.rules is not None:
+            def ratio(k: str) -> str:
+                a, b = rec.get(k), raw.get(k)
+                return f"{a / b:.2f}" if isinstance(a, int | float) and isinstance(b, int | float) and b else "n/a"
+
+            print(f"cold report on recording rules (from {args.rules:g} of the history) vs raw series: "
+                  f"raw_wall_s={raw['wall_s']:.1f} rules_wall_s={rec['wall_s']:.1f} wall_ratio={ratio('wall_s')} "
+                  f"(goal <= 0.33) raw_samples={_fmt(raw.get('samples_loaded'))} "
+                  f"rules_samples={_fmt(rec.get('samples_loaded'))} "
+                  f"samples_ratio={ratio('samples_loaded')} (goal <= 0.20) "
+                  f"raw_prometheus_cpu_s={_fmt(raw.get('prometheus_cpu_s'))} "
+                  f"rules_prometheus_cpu_s={_fmt(rec.get('prometheus_cpu_s'))} raw_queries={raw.get('queries')} "
+                  f"rules_queries={rec.get('queries')} same_summary="
+                  f"{all(raw[k] == rec[k] for k in ('workloads', 'with_recommendation', 'gpus_held'))}")
         if args.keep:
             print(f"kept the TSDB in {args.keep} (python benchmarks/scale.py --reuse {args.keep} ...)")
     finally:

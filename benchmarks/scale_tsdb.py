@@ -3,6 +3,13 @@ activity and, for every second one, vLLM's gauges, a request counter and its cac
 sine with noise; written as OpenMetrics text cut by time (one ``promtool`` backfill per ``BLOCK_S`` window,
 each holding every series), so blocks never overlap and the server has nothing to compact while the report
 runs. ``PARAMS_FILE`` beside the blocks lets a later run reuse them.
+
+With ``rules_from`` it also writes what ``deploy/monitoring/recording-rules.yaml`` would have recorded
+(``namespace_pod:<metric>:2m``, one series per pod, every scrape), from the same synthetic values: each
+evaluation at a scrape time reads that scrape and the one before (a 2 min window), the peak for memory and KV,
+the mean for activity and queues, and finished requests plus the growth of running and waiting per second for the
+request rate. Written for the samples from ``rules_from`` x the history on (0: the whole window; 0.5: rules
+installed half way). The first sample of each time window has no earlier one in its window: it stands alone.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ VLLM = ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting", "vllm:num_reque
 COUNTER = "vllm:request_success"  # OpenMetrics family of vllm:request_success_total
 PEAK_RPS = 20.0  # finished requests/s at the daily peak of a workload at level 1
 CACHE_CONFIG = "vllm:cache_config_info"
+RULE = "namespace_pod:{}:2m"  # the shipped recording rules' names
 
 
 def _pod(i: int) -> tuple[str, str]:
@@ -114,6 +122,36 @@ class Window:
     step_s: int
     first_s: int  # unix time of sample 0
     out_dir: str
+    rules_from: int | None = None  # first sample index with recorded series (None: none)
+
+
+def _recorded(i: int, ts: np.ndarray, k0: int) -> dict[str, np.ndarray]:
+    """Workload ``i``'s recorded series at ``ts`` (as the shipped rules evaluate them at each scrape)."""
+    codes = _codes(i, ts, k0)
+
+    def value(metric: str) -> np.ndarray:
+        table, idx = codes[metric]
+        return idx.astype("float64") / (FRAC_DIGITS if table is _FRAC else 1)
+
+    def pair(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # (this scrape, the one before, or itself)
+        return v, np.concatenate([v[:1], v[:-1]])
+
+    def per_s(v: np.ndarray) -> np.ndarray:
+        now, before = pair(v)
+        return (now - before) / 60.0
+
+    fb, act = pair(value("DCGM_FI_DEV_FB_USED")), pair(value("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+    out = {"fb_used_mib": np.maximum(*fb), "gr_engine_active_frac": (act[0] + act[1]) / 2}
+    if _is_vllm(i):
+        kv, run, wait = (pair(value(n)) for n in VLLM_ORDER)
+        growth = per_s(value("vllm:num_requests_running")) + per_s(value("vllm:num_requests_waiting"))
+        out |= {"kv_usage_frac": np.maximum(*kv), "requests_running": (run[0] + run[1]) / 2,
+                "requests_waiting": (wait[0] + wait[1]) / 2,
+                "request_rate_per_s": np.maximum(per_s(_finished(i, ts).astype("float64")) + growth, 0.0)}
+    return out
+
+
+VLLM_ORDER = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 def _write_window(w: Window) -> tuple[int, float, float]:
@@ -150,6 +188,8 @@ def _write_window(w: Window) -> tuple[int, float, float]:
             prefix = f"{CACHE_CONFIG}{{{_labels(i, CACHE_CONFIG)}}} 1".encode()
             f.write(b"".join(prefix + tails[j] for j in hourly))
             samples += len(hourly)
+        if w.rules_from is not None and w.rules_from < w.k1:
+            samples += _write_recorded(f, w, ts, tails)
         f.write(b"# EOF\n")
     t1 = time.perf_counter()
     cmd = ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet", f"--max-block-duration={BLOCK_S}s"]
@@ -161,26 +201,49 @@ def _write_window(w: Window) -> tuple[int, float, float]:
     return samples, t1 - t0, time.perf_counter() - t1
 
 
-def windows(workloads: int, n: int, step_s: int, end_s: int, work: Path) -> list[Window]:
-    """Cut samples 0..n-1 (the last at ``end_s``) at block-range boundaries, largest first (better packing)."""
+def _write_recorded(f: Any, w: Window, ts: np.ndarray, tails: list[bytes]) -> int:
+    """The recorded series of one time window from sample ``w.rules_from`` on; returns the samples written."""
+    first = max(0, (w.rules_from or 0) - w.k0)
+    per_pod = [_recorded(i, ts, w.k0) for i in range(w.workloads)]
+    samples = 0
+    for metric in per_pod[0]:
+        f.write(f"# TYPE {RULE.format(metric)} gauge\n".encode())
+        for i, found in enumerate(per_pod):
+            if metric not in found:
+                continue
+            ns, pod = _pod(i)
+            prefix = f'{RULE.format(metric)}{{namespace="{ns}",pod="{pod}"}} '.encode()
+            values = [repr(v).encode() for v in found[metric][first:].tolist()]
+            f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails[first:]))))
+            samples += len(values)
+    return samples
+
+
+def windows(workloads: int, n: int, step_s: int, end_s: int, work: Path, rules_from: float | None = None
+            ) -> list[Window]:
+    """Cut samples 0..n-1 (the last at ``end_s``) at block-range boundaries, largest first (better packing).
+    ``rules_from``: the share of the history after which recorded series are written too (None: none)."""
+    first_rule = None if rules_from is None else int(n * rules_from)
     first_s = end_s - (n - 1) * step_s
     cuts = [0]
     for k in range(1, n):
         if (first_s + k * step_s) // BLOCK_S != (first_s + (k - 1) * step_s) // BLOCK_S:
             cuts.append(k)
     cuts.append(n)
-    out = [Window(a, b, workloads, step_s, first_s, str(work)) for a, b in itertools.pairwise(cuts)]
+    out = [Window(a, b, workloads, step_s, first_s, str(work), first_rule) for a, b in itertools.pairwise(cuts)]
     return sorted(out, key=lambda w: w.k0 - w.k1)
 
 
-def build_tsdb(data: Path, workloads: int, days: float, step_s: int, end_s: int) -> int:
-    """Blocks for the whole fleet in ``data`` (a new or empty directory); returns the samples written."""
+def build_tsdb(data: Path, workloads: int, days: float, step_s: int, end_s: int, rules_from: float | None = None
+               ) -> int:
+    """Blocks for the whole fleet in ``data`` (a new or empty directory); returns the samples written.
+    ``rules_from``: also the recorded series, from this share of the history on (0: all of it)."""
     n = int(days * 86_400 / step_s)
     data.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="scale-om-", dir=data.parent))
     try:
         (work / "data").mkdir()
-        jobs = windows(workloads, n, step_s, end_s, work)
+        jobs = windows(workloads, n, step_s, end_s, work, rules_from)
         total = 0
         with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 2)) as pool:
             for k, (samples, write_s, tool_s) in enumerate(pool.map(_write_window, jobs), 1):
@@ -222,6 +285,8 @@ def stored_end(data: Path, args: argparse.Namespace) -> int:
         for key in ("workloads", "days", "step"):
             if saved[key] != getattr(args, key):
                 raise SystemExit(f"{data} was built with --{key} {saved[key]:g}, not {getattr(args, key):g}")
+        if getattr(args, "rules", False) and saved.get("rules_from") is None:
+            raise SystemExit(f"{data} was built without recorded series: build it again with --rules")
         return int(saved["end_s"])
     metas = blocks(data)
     if not metas:

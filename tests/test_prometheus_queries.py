@@ -39,21 +39,50 @@ def test_step_for(history_s: float, step_s: float) -> None:
     (2_000, 600.0, {}, 250),
     # 10 series: samples 20 M / 100 = 200 k, points 50 k; the 11,000 points/series cap wins
     (10, 600.0, {}, 11_000),
-    # 100 series at 60 s with 1 M samples: 1 M / (100 x 1) = 10,000 steps
-    (100, 60.0, {"max_samples_per_query": 1_000_000, "max_points_per_query": 10**7}, 10_000),
+    # 100 series at 60 s with 1 M samples held: (1 M - 100) / (3 x 100) = 3,333 steps
+    (100, 60.0, {"max_samples_per_query": 1_000_000, "max_points_per_query": 10**7}, 3_333),
     # more series than points allowed in one answer: still one step per query, never zero
     (10**7, 600.0, {}, 1),
 ])
 def test_steps_per_chunk(series: int, step_s: float, limits: dict[str, int], steps: int) -> None:
-    assert chunks.steps_per_chunk(series, step_s, PrometheusSettings(**limits)) == steps  # type: ignore[arg-type]
+    p = PrometheusSettings(**{"query_memory_mib": 10**4, **limits})  # type: ignore[arg-type]
+    assert chunks.steps_per_chunk(series, step_s, p) == steps
+
+
+@pytest.mark.parametrize(("mib", "series", "touched", "step_s", "window_s", "steps"), [
+    (8, 2_000, None, 600.0, 600, 54),  # (349,525 - 2,000 x 10) / (3 x 2,000) = 54.9
+    (8, 200, None, 600.0, 600, 579),  # the same budget, a tenth of the fleet: ten times the steps
+    (8, 100, None, 60.0, 120, 1_164),  # a window of two scrapes: (349,525 - 100 x 2) / (3 x 100)
+    (8, 2_000, 6_000, 600.0, 600, 20),  # reading 3 series a pod: (349,525 - 60,000) / (12,000 + 2,000)
+    (0.25, 10**6, None, 600.0, 600, 1),  # more than one step holds: one step a query, never zero
+])
+def test_the_memory_budget_bounds_the_samples_a_query_holds(mib: float, series: int, touched: int | None,
+                                                             step_s: float, window_s: int, steps: int) -> None:
+    p = PrometheusSettings(query_memory_mib=mib, max_points_per_query=10**7)  # so that the budget binds
+    assert chunks.budget_samples(p) == int(mib * 2**20 / 24)
+    per = chunks.steps_per_chunk(series, step_s, p, touched, window_s=window_s)
+    assert per == steps
+    if steps > 1:  # the steps it allows fit the budget and one more would not
+        assert chunks.held_samples(series, per, window_s, 60, touched) <= chunks.budget_samples(p)
+        assert chunks.held_samples(series, per + 1, window_s, 60, touched) > chunks.budget_samples(p)
+
+
+def test_a_recorded_read_holds_its_tiles_over_the_whole_range() -> None:
+    # 2,000 pods read in 2 min tiles at step 600 s: the subquery holds 5 tiles a step and the answer 1
+    p = PrometheusSettings()
+    per = chunks.steps_per_chunk(2_000, 600.0, p, window_s=600, sample_s=120)
+    assert per == 29  # 349,525 / (2,000 x 6)
+    assert chunks.held_samples(2_000, per, 600, 120, tiles=True) <= chunks.budget_samples(p) \
+        < chunks.held_samples(2_000, per + 1, 600, 120, tiles=True)
 
 
 def test_a_query_reading_more_series_than_it_answers_is_cut_by_the_samples_it_reads() -> None:
     # the request rate answers one series per pod but reads three (the counter, two gauges): 2,000 pods at
-    # 600 s read 20 M / (6,000 x 10) = 333 steps, where the answer's 2,000 series alone would allow 1,000
-    wide = PrometheusSettings(max_points_per_query=10**7)  # so that samples bind
-    assert chunks.steps_per_chunk(2_000, 600.0, wide) == 1_000
-    assert chunks.steps_per_chunk(2_000, 600.0, wide, touched=6_000) == 333
+    # 600 s hold (20 M - 6,000 x 10) / (2 x 6,000 + 2,000) = 1,424 steps, where one series a pod would allow
+    # (20 M - 2,000 x 10) / (3 x 2,000) = 3,330
+    wide = PrometheusSettings(max_points_per_query=10**7, query_memory_mib=10**4)  # so that samples bind
+    assert chunks.steps_per_chunk(2_000, 600.0, wide) == 3_330
+    assert chunks.steps_per_chunk(2_000, 600.0, wide, touched=6_000) == 1_424
     fam = next(f for f in queries.FAMILIES if f.metric == "request_rate_per_s")
     counts = {n: 2_000 for n in (*queries.REQUESTS, *queries.RUNNING, *queries.WAITING)}
     assert parse.total(counts, fam.read_names) == 6_000 and parse.total(counts, fam.all_names) == 2_000

@@ -38,8 +38,18 @@ class _Series(TypedDict):
     values: NotRequired[list[tuple[float, str]]]  # values stay strings ("NaN", "+Inf"), as json.loads gives them
 
 
+class _Samples(TypedDict):
+    totalQueryableSamples: NotRequired[int]
+    peakSamples: NotRequired[int]
+
+
+class _Stats(TypedDict):
+    samples: NotRequired[_Samples]
+
+
 class _Data(TypedDict):
     result: list[_Series]
+    stats: NotRequired[_Stats]  # with stats=all (Prometheus 2.35+; other servers may send none)
 
 
 class _Answer(TypedDict):
@@ -69,6 +79,9 @@ class QueryStats:
     max_points_per_query: int = 0
     max_points_per_series: int = 0
     seconds: float = 0.0
+    samples: int = 0  # samples the server loaded for our range queries, as it reports them (stats=all)
+    peak_samples: int = 0  # the most samples one query held at once, as the server reports it
+    sources: str = ""  # which families were read from recording rules and which raw (rules.RulePlan.line)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -83,6 +96,12 @@ class QueryStats:
             self.max_points_per_series = max(self.max_points_per_series, max(sizes, default=0))
             self.seconds += seconds
 
+    def loaded(self, samples: int, peak: int) -> None:
+        """What the server said one query loaded (all of it) and held (at most at once)."""
+        with self._lock:
+            self.samples += samples
+            self.peak_samples = max(self.peak_samples, peak)
+
     def count(self, field: str) -> None:
         with self._lock:
             setattr(self, field, getattr(self, field) + 1)
@@ -90,7 +109,10 @@ class QueryStats:
     def line(self) -> str:
         return (f"prometheus: {self.queries} queries ({self.retries} retried, {self.splits} split), "
                 f"{self.series:,} series, {self.points:,} points; largest answer {self.max_points_per_query:,} "
-                f"points, {self.max_points_per_series:,} per series")
+                f"points, {self.max_points_per_series:,} per series"
+                + (f"; {self.samples:,} samples loaded, at most {self.peak_samples:,} held by one query"
+                   if self.samples else "")
+                + (f"; {self.sources}" if self.sources else ""))
 
 
 def _session(p: PrometheusSettings) -> requests.Session:
@@ -132,7 +154,8 @@ class PromClient:
 
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> Result:
         """A range query; ``start_s``/``end_s`` are on the step grid, so chunks join without gaps."""
-        params = {"query": promql, "start": round(start_s), "end": round(end_s), "step": f"{step_s:g}s"}
+        params = {"query": promql, "start": round(start_s), "end": round(end_s), "step": f"{step_s:g}s",
+                  "stats": "all"}  # the samples it loaded and held, for the cost line
         return self._call(lambda: self._range(params), promql)
 
     def _range(self, params: dict[str, Any]) -> Result:
@@ -141,7 +164,11 @@ class PromClient:
                   verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
         if r.status_code != 200:
             raise self._status_error(r.status_code, _server_message(r.text), str(params["query"]))
-        return cast(Result, _RANGE_ANSWER.decode(r.content)["data"]["result"])
+        data = _RANGE_ANSWER.decode(r.content)["data"]
+        samples = data.get("stats", {}).get("samples", {})
+        if samples:
+            self.stats.loaded(samples.get("totalQueryableSamples", 0), samples.get("peakSamples", 0))
+        return cast(Result, data["result"])
 
     def _call(self, fn: Any, what: str) -> Result:
         p = self.settings

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.pods import PodDevices, PodUsage, pod_key
-from collectors.prometheus import chunks, parse, queries
+from collectors.prometheus import chunks, parse, queries, rules
 from collectors.prometheus.cache import UsageCache
 from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError, QueryStats
@@ -30,6 +30,7 @@ from collectors.prometheus.devices import DeviceTable, gpu_nodes
 from collectors.prometheus.jobs import GPU_NODES, Job, coarse_chunks, plan, run_jobs
 from collectors.prometheus.parse import Accumulator, Grid, Result
 from collectors.prometheus.queries import Scope
+from collectors.prometheus.rules import RulePlan
 from collectors.prometheus.window import Window, window_for
 from recommender.core import usage as m
 from recommender.core.errors import PrometheusError
@@ -138,19 +139,43 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
 
 
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
-            since: Chunk | None = None, known: dict[str, int] | None = None) -> dict[str, int]:
+            since: Chunk | None = None, known: dict[str, int] | None = None,
+            recorded: dict[str, list[list[object]]] | None = None) -> dict[str, int]:
     """Series per exported name, most at any one time (split like any query if the server insists): over the
-    window at the inventory step, or over ``since`` only, added to what was ``known`` before it."""
+    window at the inventory step, or over ``since`` only, added to what was ``known`` before it. With
+    ``recording_rules``, recorded series are counted too, and their counts at each step kept in ``recorded``."""
     counts: dict[str, int] = dict(known or {})
 
     def merge(_: Job, result: Result) -> None:
         for name, n in parse.series_counts(result).items():
             counts[name] = max(counts.get(name, 0), n)
+        if recorded is not None:
+            for item in result:
+                name = str((item.get("metric") or {}).get("__name__"))
+                if rules.is_recorded(name, p):
+                    recorded.setdefault(name, []).extend(item.get("values") or [])
 
-    promql = queries.census_query(scope)  # alone in the pool, so cut to keep every worker busy
-    cut = [since] if since is not None else coarse_chunks(win, p, pieces=p.max_workers)
+    also = rules.names_regex(p) if recorded is not None else ""
+    promql, selector = queries.census_query(scope, also), queries.census_selector(scope, also)
+    if since is not None:
+        cut = [since]
+    else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
+        now = client.query(f"count({selector})", win.coarse.end_s)
+        series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
+        cut = coarse_chunks(win, p, series, pieces=p.max_workers, instant=True)
     run_jobs(client, [Job("census", promql, c, i) for i, c in enumerate(cut)], merge, progress, "counting series")
     return counts
+
+
+def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
+               since: Chunk | None, objective_s: float, recorded: dict[str, list[list[object]]]) -> RulePlan:
+    """Which families recording rules cover over ``fine``, from the census' counts of recorded series at each
+    step (over the window, or ``since`` only) and one instant query for their evaluation intervals."""
+    span = since if since is not None else win.coarse
+    present = rules.coverage([{"metric": {"__name__": k}, "values": v} for k, v in recorded.items()], span)
+    every = rules.intervals(client.query(rules.interval_query(present, scope, span.end_s), span.end_s), present,
+                            span.end_s) if present else {}
+    return rules.choose(present, every, p, win.window_s, fine, objective_s)
 
 
 def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, with_ksm: bool,
@@ -162,14 +187,17 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     first = cache.fresh_start(key, win.grid) if cache is not None else None
     client.check()
     grid, fine, where = win.grid, None, ""
+    recorded: dict[str, list[list[object]]] | None = {} if p.recording_rules else None
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
-        counts = _census(client, scope, win, p, progress, fine, cache.counts)
+        counts = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
     else:
-        counts = _census(client, scope, win, p, progress)
-    jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s)
+        counts = _census(client, scope, win, p, progress, recorded=recorded)
+    rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, fine, objective_s, recorded) \
+        if recorded is not None else None
+    jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
     acc = {fam.metric: Accumulator(grid) for fam in queries.FAMILIES}
@@ -192,6 +220,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
             inventory[job.key] += parse.latest(result)
 
     run_jobs(client, jobs, on_result, progress)
+    if rule_plan is not None:
+        client.stats.sources = rule_plan.line({j.key for j in jobs if j.key in acc}, grid.start_s)
     progress.log(client.stats.line())
     inv = {k: sorted(v, key=lambda x: x[2]) for k, v in inventory.items()}  # chunks arrive in any order
     series = {metric: a.frame() for metric, a in acc.items() if a.pods}

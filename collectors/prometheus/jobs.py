@@ -17,6 +17,7 @@ from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError
 from collectors.prometheus.parse import Result
 from collectors.prometheus.queries import Scope
+from collectors.prometheus.rules import RulePlan, recorded_query, split_range
 from collectors.prometheus.window import Window
 from recommender.core.progress import Progress
 from recommender.core.settings_sources import PrometheusSettings
@@ -66,32 +67,48 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
     return out
 
 
-def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: int = 1) -> list[Chunk]:
+def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: int = 1, instant: bool = False
+                  ) -> list[Chunk]:
     """The inventory step over the whole window, cut by the same limits as usage queries and into at least
-    ``pieces`` queries (where it has the steps): Prometheus evaluates one query on one core."""
+    ``pieces`` queries (where it has the steps): Prometheus evaluates one query on one core. ``instant``: its
+    selectors are instant vectors (no range), which hold one sample per series and step."""
     c = win.coarse
-    per = min(chunks.steps_per_chunk(series, c.step_s, p), math.ceil(c.steps / max(pieces, 1)))
+    sample_s = c.step_s if instant else None
+    per = min(chunks.steps_per_chunk(series, c.step_s, p, sample_s=sample_s), math.ceil(c.steps / max(pieces, 1)))
     return chunks.chunks(c.start_s, c.end_s, c.step_s, per)
 
 
 def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSettings,
-         with_ksm: bool, fine: Chunk | None = None, objective_s: float | None = None) -> list[Job]:
+         with_ksm: bool, fine: Chunk | None = None, objective_s: float | None = None,
+         rules: RulePlan | None = None) -> list[Job]:
     """Every query of one collection: each present family over its chunks, then the inventory. ``fine``: the
     steps to read (those a cache lacks), for the inventory too; by default the whole grid, and the inventory
-    at its coarse step. ``objective_s``: the TTFT objective the over-objective rate counts against."""
+    at its coarse step. ``objective_s``: the TTFT objective the over-objective rate counts against. ``rules``:
+    families read from recorded series, from which step (raw before it)."""
     jobs: list[Job] = []
+    step = win.grid.step_s
     for fam in queries.FAMILIES:
         series = parse.total(counts, fam.all_names)
-        if series == 0:
+        rec = rules.recorded.get(fam.metric) if rules is not None else None
+        if series == 0 and rec is None:
             continue
-        per = chunks.steps_per_chunk(series, win.grid.step_s, p, parse.total(counts, fam.read_names))
-        promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
-        f = fine or win.fine
-        jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
+        raw_part, rec_part = split_range(fine or win.fine, rec)
+        if raw_part is not None and series:
+            per = chunks.steps_per_chunk(series, step, p, parse.total(counts, fam.read_names), win.window_s)
+            promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
+            f = raw_part
+            jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
+        if rec_part is not None and rec is not None:  # one series per pod, one sample per tile of range_s
+            pods = max(series, parse.total(counts, (queries.FB_USED,)), 1)
+            per = chunks.steps_per_chunk(pods, step, p, window_s=win.window_s, sample_s=rec.range_s)
+            promql = recorded_query(rec, scope, win.window_s)
+            f = rec_part
+            jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
-    spans = [fine] if fine is not None else coarse_chunks(win, p, pods)
     for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
+        instant = "_over_time(" not in promql  # each selector's series and a result as large: 2 x selectors x pods
+        spans = [fine] if fine is not None else coarse_chunks(win, p, pods * promql.count("{"), instant=instant)
         # GPU nodes as they are now: MIG devices an earlier layout had are gone
         jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else spans)]
     return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]

@@ -222,10 +222,18 @@ def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], windo
     return f"max by (namespace, {label}) (max_over_time({{{','.join(matchers)}}}[{window_s}s]))"
 
 
-def census_query(scope: Scope) -> str:
-    """How many series each exported name has: which families exist, and how big their queries are."""
+def census_selector(scope: Scope, recorded: str = "") -> str:
+    """Every series the census counts: each exported name a family reads, and (``recorded``, a regex of names:
+    ``rules.names_regex``) recorded series."""
     names = sorted({n for f in FAMILIES for n in f.read_names} | {FB_FREE, CACHE_CONFIG})
-    return f"count by (__name__) ({scope.matchers(tuple(names))})"
+    if not recorded:
+        return scope.matchers(tuple(names))
+    return scope.matchers(None, also=f"__name__=~{_quote(f'{regex_alternatives(names)}|{recorded}')}")
+
+
+def census_query(scope: Scope, recorded: str = "") -> str:
+    """How many series each exported name has: which families exist, and how big their queries are."""
+    return f"count by (__name__) ({census_selector(scope, recorded)})"
 
 
 def device_query(scope: Scope, labels: tuple[str, ...]) -> str:

@@ -6,10 +6,35 @@ URL can be shown anywhere.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from recommender.core import usage as m
+
+# Canonical metrics a recorded series may stand in for (collectors/prometheus/queries.py's FAMILIES).
+RECORDABLE = (m.FB_USED_MIB, m.GR_ENGINE_ACTIVE_FRAC, m.SM_ACTIVE_FRAC, m.POWER_W, m.KV_USAGE_FRAC,
+              m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE,
+              m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.TTFT_P95_S, m.TTFT_OVER_OBJECTIVE_RATE)
+_DURATION = re.compile(r"(\d+)([smh])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600}
+
+
+def recorded_range_s(name: str) -> int | None:
+    """The range a recorded series aggregates over, from its name: ``name[5m]`` or a last ``:`` segment such as
+    ``namespace_pod:fb_used_mib:2m`` (120); None when the name gives none."""
+    hit = re.fullmatch(r".*\[(\d+[smh])\]", name) or re.fullmatch(r".*:(\d+[smh])", name)
+    if hit is None:
+        return None
+    n, unit = _DURATION.fullmatch(hit.group(1)).groups()  # type: ignore[union-attr]
+    return int(n) * _UNIT_S[unit]
+
+
+def recorded_metric_name(name: str) -> str:
+    """The series name of a ``recorded_series`` value (``name[5m]`` → ``name``)."""
+    return name.split("[", 1)[0]
 
 
 class PrometheusSettings(BaseModel):
@@ -42,7 +67,30 @@ class PrometheusSettings(BaseModel):
         2_016, ge=50, le=100_000, description="Points per series over the whole history; sets the step (≥ 60 s)."
     )
     min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
+    query_memory_mib: float = Field(
+        8.0, ge=0.25, description="Memory one query may make the server hold at once, MiB (24 bytes a sample, as "
+        "Prometheus counts peakSamples): queries are cut in time to stay under it. With max_workers queries in "
+        "flight the server's query memory stays under max_workers times this, plus its garbage collector's slack.")
+    recording_rules: bool = Field(
+        True, description="Read the recorded series of deploy/monitoring/recording-rules.yaml "
+        "(namespace_pod:<metric>:<range>) or of recorded_series where they cover the window, raw series elsewhere.")
+    recorded_series: dict[str, str] = Field(
+        default_factory=dict, description="Your own recording rules, canonical metric → series name, e.g. "
+        "{fb_used_mib: 'gpu:fb_used:5m'}: the same aggregation per (namespace, pod) as the shipped rule, over the "
+        "range its last ':' segment names (or 'name[5m]'). Used before the shipped names.")
     namespace_label: str = Field("namespace", description="Label that holds the pod's namespace.")
+
+    @field_validator("recorded_series")
+    @classmethod
+    def _recorded_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for metric, name in v.items():
+            if metric not in RECORDABLE:
+                raise ValueError(f"recorded_series: {metric!r} is not a metric we read; one of {', '.join(RECORDABLE)}")
+            series = recorded_metric_name(name)
+            if recorded_range_s(name) is None or not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", series):
+                raise ValueError(f"recorded_series: {name!r} for {metric} must be a metric name whose last ':' "
+                                 "segment is its range (e.g. gpu:fb_used:5m), or name[5m]")
+        return v
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,241 @@
+"""Recorded series in place of raw ones: which families the recording rules cover, over which steps, and the
+PromQL that reads them. Pure: no I/O (``collect.py`` runs the two queries and hands their answers here).
+
+A recorded series (``deploy/monitoring/recording-rules.yaml``: ``namespace_pod:<metric>:<range>``, or a user's
+named in ``recorded_series``) holds, per (namespace, pod), what the family's raw query gives over ``range``
+(R), evaluated every interval (I). A step of the report whose window W is a multiple of R is then read as the
+W / R tiles of R that make it up (a subquery ``[W:R]``), combined as the family combines time: the peak for
+peaks, the mean for means and rates. That holds exactly when W = R and for peaks; for means and rates it is
+the mean of equal tiles. A quantile does not combine, so TTFT p95 is read from a rule only when W = R.
+
+Rules start when they are installed: the census of recorded series (at the inventory step) says from when each
+one exists without a gap to the window's end; steps from one window after that are read recorded, earlier
+steps raw. A family falls back to raw series, and the cost line says why, where no recorded series exists, the
+step is not a multiple of its range, it is evaluated less often than its range (gaps), or it was recorded for
+another TTFT objective.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from collectors.prometheus.chunks import Chunk
+from collectors.prometheus.parse import Result
+from collectors.prometheus.queries import FAMILIES, Family, Scope, regex_alternatives
+from recommender.core.settings_scaling import ScalingSettings
+from recommender.core.settings_sources import (
+    RECORDABLE,
+    PrometheusSettings,
+    recorded_metric_name,
+    recorded_range_s,
+)
+
+PREFIX = "namespace_pod:"  # the shipped rules' names: namespace_pod:<canonical metric>:<range>
+SHIPPED_OBJECTIVE_S = ScalingSettings.model_fields["ttft_objective_s"].default  # the shipped over-objective rule's
+RULE_TAG = "rightsizer_rule"  # labels each term of the interval query with the series it counts
+MAX_INTERVAL_SPAN_S = 3600  # the interval is counted over the last hour of a recorded series (at most)
+_BY_METRIC = {f.metric: f for f in FAMILIES}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One family read from a recorded series: its name, range R (s), evaluation interval I (s), and the first
+    grid step from which it is read (earlier steps are raw)."""
+
+    metric: str
+    name: str
+    range_s: int
+    interval_s: float
+    from_s: float
+
+
+@dataclass(frozen=True)
+class RulePlan:
+    """What a collection reads from recording rules, and why each other family present stays raw."""
+
+    recorded: dict[str, Recorded]
+    raw_because: dict[str, str]  # metric → why it is read raw
+
+    def line(self, present: set[str], grid_start_s: float) -> str:
+        """The cost line's part about the sources, e.g. ``recording rules: 5 of 6 families recorded (2m every 1m),
+        5 only from 2026-11-25 13:40 UTC on (raw before); raw: ttft_p95_s (a quantile ...)``."""
+        rec = {k: v for k, v in self.recorded.items() if k in present}
+        raw = {k: why for k, why in self.raw_because.items() if k in present and k not in rec}
+        if not rec and set(raw.values()) <= {"no recorded series"}:
+            return "recording rules: none found, raw series read"
+        out = f"recording rules: {len(rec)} of {len(present)} families recorded"
+        if rec:
+            out += f" ({', '.join(sorted({f'{_dur(v.range_s)} every {_dur(v.interval_s)}' for v in rec.values()}))})"
+            late = [v.from_s for v in rec.values() if v.from_s > grid_start_s]
+            if late:
+                out += (f", {len(late)} only from {datetime.fromtimestamp(min(late), UTC):%Y-%m-%d %H:%M} UTC on "
+                        "(raw before)")
+        reasons: dict[str, list[str]] = {}
+        for k, why in sorted(raw.items()):
+            reasons.setdefault(why, []).append(k)
+        return out + "".join(f"; raw: {', '.join(ks)} ({why})" for why, ks in reasons.items())
+
+
+def _dur(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}h" if s % 3600 == 0 else f"{s // 60}m" if s % 60 == 0 else f"{s}s"
+
+
+def candidates(p: PrometheusSettings) -> dict[str, tuple[str, ...]]:
+    """Series names each family may be read from, the user's first; the shipped ones as a regex over any range."""
+    out: dict[str, tuple[str, ...]] = {}
+    for metric in RECORDABLE:
+        mine = p.recorded_series.get(metric)
+        out[metric] = ((recorded_metric_name(mine),) if mine else ()) + (f"{PREFIX}{metric}:",)
+    return out
+
+
+def names_regex(p: PrometheusSettings) -> str:
+    """The recorded series' names the census counts besides the raw ones (the shipped ones at any range). They
+    are selected with the same namespaces and extra matchers as the raw series, so a rule without those labels
+    is absent, and not used."""
+    mine = sorted({recorded_metric_name(n) for n in p.recorded_series.values()})
+    shipped = f"{regex_alternatives([PREFIX])}({'|'.join(RECORDABLE)}):[0-9]+[smh]"
+    return "|".join([regex_alternatives(mine), shipped] if mine else [shipped])
+
+
+def is_recorded(name: str, p: PrometheusSettings) -> bool:
+    """Whether a name the census counted is a recorded series (:func:`names_regex`)."""
+    return re.fullmatch(names_regex(p), name) is not None
+
+
+def _q(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def coverage(result: Result, coarse: Chunk) -> dict[str, float]:
+    """From the census answer (a range query at ``coarse``), per recorded name the first step of its last run
+    of consecutive steps with series that reaches the window's last step; names absent there are left out."""
+    out = {}
+    for item in result:
+        name = (item.get("metric") or {}).get("__name__")
+        times = sorted(float(t) for t, v in item.get("values") or () if float(v) > 0)
+        if not name or not times or times[-1] < coarse.end_s:
+            continue
+        first = times[-1]
+        for t in reversed(times[:-1]):
+            if first - t > coarse.step_s * 1.5:
+                break
+            first = t
+        out[name] = first
+    return out
+
+
+def interval_query(names: dict[str, float], scope: Scope, end_s: float) -> str:
+    """Per recorded name (→ the time it covers from) the most samples any of its series has over its last hour
+    (or less, where it starts later), each term labelled with the name (a function drops ``__name__``)."""
+    terms = []
+    for name, since in sorted(names.items()):
+        span = spans_s(since, end_s)
+        terms.append(f'label_replace(max(count_over_time({scope.matchers(name)}[{span}s])), "{RULE_TAG}", '
+                     f'{_q(name)}, "", "")')
+    return " or ".join(terms)
+
+
+def spans_s(since_s: float, end_s: float) -> int:
+    """The span the interval of a series recorded since ``since_s`` is counted over: at most an hour."""
+    return int(max(60, min(MAX_INTERVAL_SPAN_S, end_s - since_s)))
+
+
+def intervals(result: Result, names: dict[str, float], end_s: float) -> dict[str, float]:
+    """Evaluation interval per recorded name (s) from :func:`interval_query`'s instant answer: span / samples,
+    to the second (half a sample off either way); names with fewer than two samples are left out (their
+    interval cannot be told)."""
+    out = {}
+    for item in result:
+        name = (item.get("metric") or {}).get(RULE_TAG)
+        value = item.get("value") or (item.get("values") or [[0, "0"]])[-1]
+        count = float(value[1])
+        if name in names and count >= 2:
+            # a range closed at both ends (2.x) holds span / I + 1 samples, one open at the left (3.x) span / I
+            out[name] = float(round(spans_s(names[name], end_s) / (count - 0.5)))
+    return out
+
+
+def choose(present: dict[str, float], every: dict[str, float], p: PrometheusSettings, window_s: int,
+           fine: Chunk, objective_s: float | None = None) -> RulePlan:
+    """Which families to read recorded, from which grid step, and why each other stays raw.
+
+    ``present``: recorded name → covered from (:func:`coverage`); ``every``: name → evaluation interval
+    (:func:`intervals`). Per family the user's series first, else the shipped one of the largest usable range.
+    """
+    objective = SHIPPED_OBJECTIVE_S if objective_s is None else objective_s
+    recorded: dict[str, Recorded] = {}
+    why: dict[str, str] = {}
+    for metric, names in candidates(p).items():
+        fam = _BY_METRIC[metric]
+        mine = names[0] if len(names) == 2 else None
+        found = [n for n in present if n == mine] or sorted(
+            (n for n in present if n.startswith(names[-1]) and recorded_range_s(n) is not None),
+            key=lambda n: -(recorded_range_s(n) or 0))
+        if not found:
+            why[metric] = "no recorded series"
+            continue
+        reasons = []
+        for name in found:
+            r = recorded_range_s(p.recorded_series[metric] if name == mine else name) or 0
+            i = every.get(name)
+            reason = unusable(fam, r, i, window_s, shipped=name != mine, objective_s=objective)
+            if reason:
+                reasons.append(reason)
+                continue
+            assert i is not None
+            first = first_step(present[name], window_s, fine)
+            if first is None:
+                reasons.append(f"recorded only since {datetime.fromtimestamp(present[name], UTC):%H:%M} UTC")
+                break
+            recorded[metric] = Recorded(metric, name, r, i, first)
+            break
+        if metric not in recorded:
+            why[metric] = reasons[0] if reasons else "no recorded series"
+    return RulePlan(recorded, why)
+
+
+def unusable(fam: Family, range_s: int, interval_s: float | None, window_s: int, *, shipped: bool,
+             objective_s: float) -> str | None:
+    """Why a series recorded over ``range_s`` every ``interval_s`` cannot stand in for ``fam`` at ``window_s``
+    (None: it can)."""
+    if interval_s is None:
+        return "recorded series too short to tell its interval"
+    if range_s <= 0 or window_s % range_s:
+        return f"step window {_dur(window_s)} is not a multiple of the rule's {_dur(range_s)}"
+    if interval_s > range_s * 1.02:
+        return f"evaluated every {_dur(interval_s)}, longer than its {_dur(range_s)} range: gaps"
+    if fam.quantile is not None and window_s != range_s:
+        return f"a quantile over {_dur(window_s)} does not combine from {_dur(range_s)} ones"
+    if fam.over_objective and shipped and not math.isclose(objective_s, SHIPPED_OBJECTIVE_S):
+        return f"recorded for a {SHIPPED_OBJECTIVE_S:g} s TTFT objective, not {objective_s:g} s"
+    return None
+
+
+def first_step(since_s: float, window_s: int, fine: Chunk) -> float | None:
+    """The first grid step of ``fine`` whose whole window lies after ``since_s`` (None: none does)."""
+    t = fine.start_s + max(0, math.ceil((since_s + window_s - fine.start_s) / fine.step_s)) * fine.step_s
+    return t if t <= fine.end_s else None
+
+
+def recorded_query(rec: Recorded, scope: Scope, window_s: int) -> str:
+    """One series per (namespace, pod): the W / R tiles of a step combined as the family combines time. The
+    subquery's instants are multiples of R; its range stops half a tile short of W, so the instant at t - W
+    (the previous step's last tile) is out whether the server's ranges are closed at the left (2.x) or not."""
+    fam = _BY_METRIC[rec.metric]
+    fn = "max_over_time" if fam.over_time == "max_over_time" or fam.quantile is not None else "avg_over_time"
+    return f"{fn}({scope.matchers(rec.name)}[{window_s - rec.range_s // 2}s:{rec.range_s}s])"
+
+
+def split_range(fine: Chunk, rec: Recorded | None) -> tuple[Chunk | None, Chunk | None]:
+    """``fine`` cut at the first recorded step: (raw part, recorded part); either may be None."""
+    if rec is None or rec.from_s > fine.end_s:
+        return fine, None
+    if rec.from_s <= fine.start_s:
+        return None, fine
+    return (Chunk(fine.start_s, rec.from_s - fine.step_s, fine.step_s), Chunk(rec.from_s, fine.end_s, fine.step_s))
+

@@ -1,0 +1,155 @@
+"""Recording rules and the memory budget against a real Prometheus.
+
+The TSDB holds the raw series of tests/promcluster.py over the whole 48 h window and, for its second half only,
+the shipped recording rules (deploy/monitoring/recording-rules.yaml) as ``promtool tsdb create-blocks-from
+rules`` evaluates them over those raw series: a cluster whose rules were installed a day ago. A collection that
+reads them must give the frames a raw-only collection gives (same metrics, pods, steps and values).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import requests
+import yaml
+
+from collectors.pods import PodUsage
+from collectors.prometheus import PromClient, QueryStats, chunks, collect_pod_usage
+from recommender.core import usage as m
+from recommender.core.progress import RecordingProgress
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import PrometheusSettings
+from tests import promcluster as pc
+from tests.promfixture import PromServer, build_tsdb, prometheus_binaries, write_openmetrics
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(prometheus_binaries() is None,
+                       reason="Debian's prometheus/promtool not installed (apt-get install -y prometheus)"),
+]
+RULES = Path(__file__).resolve().parents[1] / "deploy" / "monitoring" / "recording-rules.yaml"
+
+
+def _rules_file(path: Path) -> Path:
+    doc = yaml.safe_load(RULES.read_text())
+    path.write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def half_recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, datetime]]:
+    """A server over raw series for 48 h and recorded series for the last 24 h of them."""
+    work = tmp_path_factory.mktemp("rules")
+    end_s = int(datetime.now(UTC).timestamp()) // 3600 * 3600
+    write_openmetrics(pc.cluster_series(end_s), work / "data.om", pc.TYPES)
+    build_tsdb(work / "data.om", work / "tsdb")
+    mid_s = end_s - int(pc.HOURS * 3600 / 2)
+    with PromServer.from_tsdb(work / "tsdb") as raw:
+        done = subprocess.run(
+            ["promtool", "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={raw.url}", f"--start={mid_s}",
+             f"--end={end_s}", f"--output-dir={work / 'tsdb'}", str(_rules_file(work / "rules.yaml"))],
+            capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    with PromServer.from_tsdb(work / "tsdb") as prom:
+        yield prom.url, datetime.fromtimestamp(end_s, UTC)
+
+
+class Client(PromClient):
+    """A real client that remembers the ranges it read and may read every raw window ``offset_s`` earlier."""
+
+    def __init__(self, p: PrometheusSettings, offset_s: int = 0) -> None:
+        super().__init__(p, QueryStats())
+        self.offset_s = offset_s
+        self.ranges: list[tuple[str, float]] = []
+
+    def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
+        self.ranges.append((promql, start_s))
+        if self.offset_s:
+            promql = promql.replace("[120s]", f"[120s] offset {self.offset_s}s")
+        return super().query_range(promql, start_s, end_s, step_s)
+
+
+def _collect(url: str, end: datetime, offset_s: int = 0, **prom: object) -> tuple[PodUsage, Client]:
+    s = Settings(history_s=pc.HOURS * 3600,
+                 prometheus=PrometheusSettings(**{"url": url, "retries": 0, **prom}))  # type: ignore[arg-type]
+    client = Client(s.prometheus, offset_s)
+    usage = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, RecordingProgress(), client=client)
+    return usage, client
+
+
+def _same_frames(a: PodUsage, b: PodUsage) -> None:
+    assert sorted(a.series) == sorted(b.series)
+    for metric in a.series:
+        pd.testing.assert_frame_equal(a.series[metric], b.series[metric], rtol=1e-9, atol=1e-12, obj=metric)
+
+
+def _rule_lag_s(url: str, at_s: float) -> float:
+    """How long before a whole minute the rules were evaluated (their group's phase: real servers and promtool
+    alike offset each group)."""
+    got = requests.get(f"{url}/api/v1/query", params={"query": "namespace_pod:fb_used_mib:2m[5m]", "time": at_s},
+                       timeout=30).json()["data"]["result"][0]["values"]
+    return (at_s - float(got[-1][0])) % 60
+
+
+def test_half_recorded_window_reads_rules_for_its_second_half_and_agrees_with_raw(
+        half_recorded: tuple[str, datetime]) -> None:
+    url, end = half_recorded
+    raw, raw_client = _collect(url, end, recording_rules=False)
+    mixed, client = _collect(url, end)
+    # same metrics, pods, steps and units; before the rules, the raw values themselves
+    assert sorted(mixed.series) == sorted(raw.series)
+    first = min(start for q, start in client.ranges if "s:120s])" in q)  # the recorded reads
+    mid = end.timestamp() - pc.HOURS * 3600 / 2
+    assert mid < first <= mid + 1200  # within a census step and a window of the rules starting
+    cut = pd.Timestamp(first, unit="s", tz="UTC")
+    # from the first recorded step on: a rule evaluated at t - lag read the raw samples in (t - lag - 120 s,
+    # t - lag]; scrapes are at :30, so that is the raw window at t when lag < 30 s, else the one a minute before
+    lag = _rule_lag_s(url, end.timestamp() - 3600)
+    shifted, _ = _collect(url, end, offset_s=60 if lag > 30 else 0, recording_rules=False)
+    for metric, frame in mixed.series.items():
+        assert list(frame.columns) == list(raw.series[metric].columns), metric
+        pd.testing.assert_frame_equal(frame[frame.index < cut], raw.series[metric][frame.index < cut], obj=metric)
+        got, want = frame[frame.index >= cut].to_numpy(), shifted.series[metric][frame.index >= cut].to_numpy()
+        same = np.isclose(got, want, rtol=1e-9, atol=1e-12, equal_nan=True)
+        # promtool restarts the group's phase at each block it writes: a few steps read a window one minute off
+        assert same.mean() > 0.98, f"{metric}: {same.mean():.3f} of the recorded steps equal raw"
+        step_change = np.nanmax(np.abs(np.diff(want, axis=0)), initial=0.0)
+        assert np.nanmax(np.abs(got - want)[~same], initial=0.0) <= step_change, metric
+    assert len(mixed.series[m.KV_USAGE_FRAC].columns) == 3 and mixed.series[m.TTFT_P95_S].notna().any().any()
+    # every family present was read from the rules for the second half (W = R = 120 s), raw before
+    line = client.stats.line()
+    assert "recording rules: 10 of 11 families recorded (2m every" in line and "10 only from" in line, line
+    assert "raw before" in line and raw_client.stats.sources == ""
+    # the cluster has no 2.5 s TTFT bucket: the over-objective rule records nothing (as the raw query answers)
+    assert "raw: ttft_over_objective_per_s (no recorded series)" in line
+    assert client.stats.queries > raw_client.stats.queries  # the recorded halves are queries of their own
+
+
+def test_rules_the_step_cannot_use_fall_back_to_raw_and_say_why(half_recorded: tuple[str, datetime]) -> None:
+    url, end = half_recorded
+    # a user's rule named with a 5m range: the 2 min step window is not a multiple of it
+    user = {m.FB_USED_MIB: "namespace_pod:fb_used_mib:2m[5m]"}
+    raw, _ = _collect(url, end, recording_rules=False)
+    mixed, client = _collect(url, end, recorded_series=user)
+    pd.testing.assert_frame_equal(mixed.series[m.FB_USED_MIB], raw.series[m.FB_USED_MIB])
+    assert "fb_used_mib (step window 2m is not a multiple of the rule's 5m)" in client.stats.sources
+    assert "9 of 11 families recorded" in client.stats.sources
+
+
+def test_a_budgeted_collection_equals_an_unbudgeted_one(cluster: pc.Cluster) -> None:
+    wide, wide_client = _collect(cluster.url, cluster.end, query_memory_mib=1024)
+    tight, tight_client = _collect(cluster.url, cluster.end, query_memory_mib=0.25)
+    _same_frames(tight, wide)
+    assert tight.devices == wide.devices and tight.vllm == wide.vllm
+    assert tight_client.stats.queries > wide_client.stats.queries and tight_client.stats.splits == 0
+    # the server's own count (stats=all) of the samples its largest query held stays within the budget
+    budget = chunks.budget_samples(PrometheusSettings(query_memory_mib=0.25))
+    assert 0 < tight_client.stats.peak_samples <= budget < wide_client.stats.peak_samples
+    assert "samples loaded, at most" in tight_client.stats.line()
+    assert np.isfinite(tight.series[m.FB_USED_MIB].to_numpy(dtype=float)).any()
