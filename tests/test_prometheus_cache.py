@@ -199,3 +199,14 @@ def test_settings_turn_the_cache_off_or_move_it(tmp_path: Path) -> None:
     s = Settings(prometheus=PrometheusSettings(url="http://p:9090", cache=False, cache_dir=str(tmp_path)))
     assert not s.prometheus.cache and s.prometheus.cache_dir == str(tmp_path)
     assert store.file_for(tmp_path, s) != store.file_for(tmp_path, s.model_copy(update={"namespaces": ("a",)}))
+
+
+def test_a_changed_recording_rule_setting_does_not_reuse_the_cache(tmp_path: Path) -> None:
+    """Reading recorded series instead of raw ones (or other recorded ones) is another query: a report after
+    the change reads everything, never the steps the other reading left in the cache."""
+    s = Settings(prometheus=PrometheusSettings(url="http://p:9090"))
+    off = Settings(prometheus=PrometheusSettings(url="http://p:9090", recording_rules=False))
+    mine = Settings(prometheus=PrometheusSettings(url="http://p:9090",
+                                                  recorded_series={"fb_used_mib": "team:fb_used:5m"}))
+    files = {store.file_for(tmp_path, x) for x in (s, off, mine)}
+    assert len(files) == 3

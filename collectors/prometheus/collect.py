@@ -183,7 +183,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     p = s.prometheus
     scope = Scope.of(s.namespaces, p)
     objective_s = s.scaling.ttft_objective_s
-    key = (client.url, scope, win.grid.step_s, win.window_s, with_ksm, objective_s)
+    key = (client.url, scope, win.grid.step_s, win.window_s, with_ksm, objective_s, p.recording_rules,
+           sorted(p.recorded_series.items()))
     first = cache.fresh_start(key, win.grid) if cache is not None else None
     client.check()
     grid, fine, where = win.grid, None, ""

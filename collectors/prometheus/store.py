@@ -47,10 +47,11 @@ def default_dir() -> Path:
 
 
 def file_for(folder: Path, s: Settings) -> Path:
-    """The cache file of one server, selection, step and history (a hash of them: none is in the name)."""
+    """The cache file of one server, selection, step, history and reading of recorded series (a hash of them: none
+    is in the name)."""
     p = s.prometheus
     what = (p.url.rstrip("/") if p.url else None, Scope.of(s.namespaces, p), p.node_labels, step_for(s.history_s, p),
-            s.history_s)
+            s.history_s, p.recording_rules, sorted(p.recorded_series.items()))
     return folder / f"usage-{hashlib.sha256(repr(what).encode('utf-8')).hexdigest()[:32]}.cache"
 
 
