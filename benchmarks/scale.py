@@ -155,7 +155,7 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
         env = {**os.environ, "COLUMNS": "1000", QUERY_LOG_ENV: str(log),  # rich wraps at 80 columns off a terminal
                "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # this
         # checkout's code, not the one an editable install of the console script points at
-        server_cpu0 = _cpu_s(server_pid) if server_pid else 0.0
+        server_cpu0, load_before = _cpu_s(server_pid) if server_pid else 0.0, os.getloadavg()[0]
         with err_path.open("w") as err, rss_peak(server_pid) as server_rss:
             t0 = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -168,7 +168,8 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
             print(f"report failed with exit status {proc.returncode}:\n{tail}", file=sys.stderr)
             raise SystemExit(proc.returncode or 1)
         fig: dict[str, Any] = {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024,
-                               "cpu_s": usage.ru_utime + usage.ru_stime}
+                               "cpu_s": usage.ru_utime + usage.ru_stime, "load_before": load_before,
+                               "load_after": os.getloadavg()[0]}  # the machine's 1-min load average
         if server_pid:
             fig["prometheus_cpu_s"] = _cpu_s(server_pid) - server_cpu0
             fig["prometheus_rss_before_mib"] = server_rss["before"]
@@ -241,8 +242,8 @@ def measure(url: str, name: str, fig: dict[str, Any], workers: int, floor: bool)
     if floor and queries:
         fig["floor_wall_s"], _ = replay(url, queries, workers)
         _, fig["samples_touched"] = replay(url, queries, workers, stats=True)
-    keys = ("wall_s", "floor_wall_s", "peak_rss_mib", "prometheus_cpu_s", "prometheus_rss_before_mib",
-            "prometheus_peak_rss_mib", "samples_touched", "queries", "points")
+    keys = ("wall_s", "floor_wall_s", "cpu_s", "peak_rss_mib", "prometheus_cpu_s", "prometheus_rss_before_mib",
+            "prometheus_peak_rss_mib", "samples_touched", "queries", "points", "load_before", "load_after")
     print(f"{name}: " + " ".join(f"{k}={_fmt(fig.get(k))}" for k in keys), flush=True)
 
 
