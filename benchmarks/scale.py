@@ -19,7 +19,8 @@ after), Prometheus RSS before and its peak during the report (``VmRSS`` sampled 
 (Prometheus' own ``stats=all``: ``totalQueryableSamples`` of the same queries replayed) and the server's floor:
 the report's queries (``$RIGHTSIZER_QUERY_LOG``) replayed from a bare HTTP client with the same concurrency,
 the answers read and not decoded. Then each goal as a ratio measured in the same run, met or not.
-``--step`` above 60 s writes a settings file with ``prometheus.min_step_s`` at the scrape interval, so a large
+``--step`` above 60 s writes a settings file with ``prometheus.min_step_s`` at the scrape interval (and, above
+150 s, serves with ``--query.lookback-delta`` at twice the scrape interval, as such a server needs), so a large
 fleet can keep the report's grid (2,016 steps over 14 d) with fewer samples on disk.
 
 Series per workload: DCGM FB_USED, FB_FREE, GR_ENGINE_ACTIVE (every pod) and, for every second
@@ -313,7 +314,8 @@ def main() -> None:
 
         workers = args.workers or PrometheusSettings().max_workers
         t0 = time.perf_counter()
-        with PromServer.from_tsdb(data) as prom:
+        lookback = [f"--query.lookback-delta={2 * args.step}s"] if args.step > 150 else []  # default 5 min
+        with PromServer.from_tsdb(data, extra_args=lookback) as prom:
             print(f"prometheus ready in {time.perf_counter() - t0:.1f} s at {prom.url}; running the report",
                   flush=True)
             with tempfile.TemporaryDirectory(prefix="scale-cache-") as cache_dir:
