@@ -18,6 +18,15 @@ raw series only): both wall times, the samples Prometheus loaded for each (its o
 summed over the range queries) and the ratios rules/raw (goals: samples <= 1/5, wall <= 1/3).
 Needs Debian's ``prometheus`` and ``promtool``.
 
+Against issue 42's goals, per report: client peak RSS, Prometheus CPU seconds (``/proc/<pid>/stat`` before and
+after), Prometheus RSS before and its peak during the report (``VmRSS`` sampled every 50 ms), samples touched
+(Prometheus' own ``stats=all``: ``totalQueryableSamples`` of the same queries replayed) and the server's floor:
+the report's queries (``$RIGHTSIZER_QUERY_LOG``) replayed from a bare HTTP client with the same concurrency,
+the answers read and not decoded. Then each goal as a ratio measured in the same run, met or not.
+``--step`` above 60 s writes a settings file with ``prometheus.min_step_s`` at the scrape interval (and, above
+150 s, serves with ``--query.lookback-delta`` at twice the scrape interval, as such a server needs), so a large
+fleet can keep the report's grid (2,016 steps over 14 d) with fewer samples on disk.
+
 Series per workload: DCGM FB_USED, FB_FREE, GR_ENGINE_ACTIVE (every pod) and, for every second
 workload (vLLM), kv_cache_usage_perc, num_requests_waiting, num_requests_running,
 request_success_total (a counter of the same daily cycle; the collector's request rate reads it with both
@@ -40,7 +49,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -53,6 +68,8 @@ from scale_tsdb import PARAMS_FILE, build_tsdb, check_blocks, stored_end  # noqa
 from tests.promfixture import PromServer, require_prometheus  # noqa: E402
 
 TARGET_WALL_S, TARGET_RSS_MIB = 60.0, 1024.0
+GOAL_WARM_X, GOAL_FLOOR_X, GOAL_PROM_RSS_X, GOAL_CLIENT_MIB = 20.0, 1.3, 1.1, 1024.0  # issue 42
+QUERY_LOG_ENV = "RIGHTSIZER_QUERY_LOG"  # collectors/prometheus/client.py appends each query to it
 STATS_LINE = re.compile(
     r"prometheus: (?P<queries>[\d,]+) queries \((?P<retried>[\d,]+) retried, (?P<split>[\d,]+) split\), "
     r"(?P<series>[\d,]+) series, (?P<points>[\d,]+) points; largest answer (?P<max_points_per_query>[\d,]+) "
@@ -80,17 +97,72 @@ def _hwm_mib(pid: int) -> float:
     return int(hit.group(1)) / 1024 if hit else float("nan")
 
 
+def _rss_mib(pid: int) -> float:
+    hit = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(hit.group(1)) / 1024 if hit else float("nan")
+
+
+@contextmanager
+def rss_peak(pid: int | None, every_s: float = 0.05) -> Iterator[dict[str, float]]:
+    """The server's RSS before (MiB, ``before``) and its highest sample while the block runs (``peak``)."""
+    fig: dict[str, float] = {}
+    if not pid:
+        yield fig
+        return
+    fig["before"] = fig["peak"] = _rss_mib(pid)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every_s):
+            fig["peak"] = max(fig["peak"], _rss_mib(pid))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield fig
+    finally:
+        stop.set()
+        thread.join()
+        fig["peak"] = max(fig["peak"], _rss_mib(pid))
+
+
+def replay(url: str, queries: list[dict[str, Any]], workers: int, stats: bool = False
+           ) -> tuple[float, int | None]:
+    """The report's queries sent again from a bare HTTP client, ``workers`` at a time as the report sends them
+    (gzip asked for as ``requests`` asks; answers read, not decoded): wall seconds, and with ``stats`` the samples
+    Prometheus says they touched (``totalQueryableSamples``; None where the server does not say)."""
+    touched: list[int | None] = []
+
+    def one(q: dict[str, Any]) -> None:
+        params = {k: str(v) for k, v in q["params"].items()} | ({"stats": "all"} if stats else {})
+        req = urllib.request.Request(f"{url}/api/v1/{q['endpoint']}?{urllib.parse.urlencode(params)}",
+                                     headers={"Accept-Encoding": "identity" if stats else "gzip, deflate"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            body = r.read()
+        if stats:
+            found = json.loads(body).get("data", {}).get("stats", {}).get("samples", {})
+            touched.append(found.get("totalQueryableSamples"))
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, queries))
+    wall = time.perf_counter() - t0
+    return wall, (sum(t for t in touched if t is not None) if touched and None not in touched else None)
+
+
 def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra: list[str],
                save: Path | None = None) -> dict[str, Any]:
-    """Run ``rightsizer report`` as a child: wall time around it, its own rusage (os.wait4), its figures."""
+    """Run ``rightsizer report`` as a child: wall time around it, its own rusage (os.wait4), the server's CPU
+    and RSS, its figures; ``queries`` lists what it asked Prometheus (for :func:`replay`)."""
     with tempfile.TemporaryDirectory(prefix="scale-report-") as tmp:
-        out, err_path = Path(tmp) / "report.json", Path(tmp) / "stderr.txt"
+        out, err_path, log = Path(tmp) / "report.json", Path(tmp) / "stderr.txt", Path(tmp) / "queries.jsonl"
         cmd = [*_cli(), "report", "--prometheus-url", url, "--no-kubernetes", "--history", f"{days:g}d",
                "--end", str(end_s), "-o", "json", "--output-file", str(out), *extra]
-        env = {**os.environ, "COLUMNS": "1000",  # rich wraps at 80 columns off a terminal
-               "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # this tree
-        server_cpu0 = _cpu_s(server_pid) if server_pid else 0.0
-        with err_path.open("w") as err:
+        env = {**os.environ, "COLUMNS": "1000", QUERY_LOG_ENV: str(log),  # rich wraps at 80 columns off a terminal
+               "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # this
+        # checkout's code, not the one an editable install of the console script points at
+        server_cpu0, load_before = _cpu_s(server_pid) if server_pid else 0.0, os.getloadavg()[0]
+        with err_path.open("w") as err, rss_peak(server_pid) as server_rss:
             t0 = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
             _, status, usage = os.wait4(proc.pid, 0)
@@ -102,10 +174,14 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
             print(f"report failed with exit status {proc.returncode}:\n{tail}", file=sys.stderr)
             raise SystemExit(proc.returncode or 1)
         fig: dict[str, Any] = {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024,
-                               "cpu_s": usage.ru_utime + usage.ru_stime}
+                               "cpu_s": usage.ru_utime + usage.ru_stime, "load_before": load_before,
+                               "load_after": os.getloadavg()[0]}  # the machine's 1-min load average
         if server_pid:
             fig["prometheus_cpu_s"] = _cpu_s(server_pid) - server_cpu0
+            fig["prometheus_rss_before_mib"] = server_rss["before"]
+            fig["prometheus_peak_rss_mib"] = server_rss["peak"]
             fig["prometheus_rss_hwm_mib"] = _hwm_mib(server_pid)
+        fig["queries_sent"] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         hit = STATS_LINE.search(" ".join(stderr.split()))
         if hit is None:
             print(f"warning: no query statistics line in the report's stderr:\n{stderr[-2000:]}", file=sys.stderr)
@@ -163,6 +239,49 @@ def _fmt(v: object) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
+def budget_mib(workers: int) -> float:
+    """The Prometheus memory the default settings allow the report's queries in flight (``query_memory_mib`` each)."""
+    from recommender.core.settings_sources import PrometheusSettings
+
+    return float(PrometheusSettings().query_memory_mib) * workers
+
+
+def goal(name: str, measured: float | None, limit: float, at_most: bool = True, how: str = "") -> str:
+    if measured is None:
+        return f"goal {name}: not measured{how}"
+    met = measured <= limit if at_most else measured >= limit
+    return f"goal {name}: {measured:.2f} {'<=' if at_most else '>='} {limit:g}? {'met' if met else 'NOT met'}{how}"
+
+
+def measure(url: str, name: str, fig: dict[str, Any], workers: int, floor: bool) -> None:
+    """Add the server's floor for the report's queries and the samples they touch to ``fig``; print its line."""
+    queries = fig.pop("queries_sent")
+    if floor and queries:
+        fig["floor_wall_s"], _ = replay(url, queries, workers)
+        _, fig["samples_touched"] = replay(url, queries, workers, stats=True)
+    keys = ("wall_s", "floor_wall_s", "cpu_s", "peak_rss_mib", "prometheus_cpu_s", "prometheus_rss_before_mib",
+            "prometheus_peak_rss_mib", "samples_touched", "queries", "points", "load_before", "load_after")
+    print(f"{name}: " + " ".join(f"{k}={_fmt(fig.get(k))}" for k in keys), flush=True)
+
+
+def goals(workloads: int, days: float, cold: dict[str, Any], warm: dict[str, Any] | None, workers: int) -> None:
+    """Issue 42's goals as ratios measured in this run (the machine's load cancels out), met or not."""
+    ratio = cold["wall_s"] / warm["wall_s"] if warm else None
+    print(goal("warm report >= 20x faster than cold (at 2,000 workloads)", ratio, GOAL_WARM_X, at_most=False,
+               how="" if workloads == 2000 else f" (measured at {workloads:,})"))
+    floor = cold.get("floor_wall_s")
+    print(goal("cold raw wall <= 1.3 x the bare-client floor", cold["wall_s"] / floor if floor else None,
+               GOAL_FLOOR_X))
+    budget = budget_mib(workers)
+    before, peak = cold.get("prometheus_rss_before_mib"), cold.get("prometheus_peak_rss_mib")
+    if before and peak:
+        allowed = GOAL_PROM_RSS_X * before + budget
+        print(goal("Prometheus peak RSS <= 1.1 x before + budget", peak / allowed, 1.0,
+                   how=f" (peak {peak:.0f} MiB, before {before:.0f} MiB, budget {budget:.0f} MiB)"))
+    print(goal("client peak RSS <= 1 GiB (at 10,000 x 14 d)", cold["peak_rss_mib"] / GOAL_CLIENT_MIB, 1.0,
+               how=f" ({cold['peak_rss_mib']:.0f} MiB at {workloads:,} x {days:g} d)"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     ap.add_argument("--workloads", type=int, default=2000)
@@ -178,6 +297,8 @@ def main() -> None:
     ap.add_argument("--rules", nargs="?", const=0.0, type=float, metavar="FROM",
                     help="also write recorded series (from this share of the history on; default all of it) and "
                          "compare a cold report on recording rules with one on raw series")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip replaying the report's queries from a bare client (the floor, samples touched)")
     args = ap.parse_args()
     require_prometheus()
     tmp: Path | None = None
@@ -202,14 +323,26 @@ def main() -> None:
                  "samples": samples, "build_s": round(build_s, 1), "rules_from": args.rules}) + "\n")
             print(f"tsdb_build_s={build_s:.1f} samples_written={samples} {check_blocks(data)}", flush=True)
         extra = ["--workers", str(args.workers)] if args.workers else []
+        if args.step > 60:  # the report's smallest step is the scrape interval (rate() needs two samples)
+            settings = (tmp or Path(tempfile.mkdtemp(prefix="rightsizer-scale-"))) / "settings.yaml"
+            tmp = settings.parent
+            settings.write_text(f"prometheus:\n  min_step_s: {args.step}\n")
+            extra += ["--settings", str(settings)]
+        from recommender.core.settings_sources import PrometheusSettings
+
+        workers = args.workers or PrometheusSettings().max_workers
         t0 = time.perf_counter()
-        with PromServer.from_tsdb(data) as prom:
+        lookback = [f"--query.lookback-delta={2 * args.step}s"] if args.step > 150 else []  # default 5 min
+        with PromServer.from_tsdb(data, extra_args=lookback) as prom:
             print(f"prometheus ready in {time.perf_counter() - t0:.1f} s at {prom.url}; running the report",
                   flush=True)
             with tempfile.TemporaryDirectory(prefix="scale-cache-") as cache_dir:
                 cached = [*extra, "--cache-dir", cache_dir]
                 fig = run_report(prom.url, args.days, end_s, prom.pid, cached, args.save_report)
                 warm = None if args.no_warm else run_report(prom.url, args.days, end_s, prom.pid, cached)
+            measure(prom.url, "cold, raw series", fig, workers, not args.no_floor)
+            if warm is not None:
+                measure(prom.url, "warm, from the cache", warm, workers, not args.no_floor)
             cycles = {} if args.no_cycles else run_cycles(prom.url, args.days, end_s, prom.pid)
             if args.rules is not None:
                 with tempfile.TemporaryDirectory(prefix="scale-rules-") as rules_tmp:
@@ -227,6 +360,7 @@ def main() -> None:
                   f"ratio={fig['wall_s'] / warm['wall_s']:.1f}x cold_points={fig.get('points')} "
                   f"warm_points={warm.get('points')} warm_prometheus_cpu_s={_fmt(warm.get('prometheus_cpu_s'))} "
                   f"warm_peak_rss_mib={warm['peak_rss_mib']:.0f} same_summary={same}")
+        goals(args.workloads, args.days, fig, warm, workers)
         if cycles:
             print("controller, two cycles 300 s apart (the second reads only new steps): "
                   + " ".join(f"{k}={_fmt(v)}" for k, v in cycles.items()))

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
-from pandas.api.typing import DataFrameGroupBy
 
 from recommender.core import usage as m
 from recommender.core.inventory import WorkloadRef
@@ -36,19 +35,52 @@ def aggregate_usage(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, Wo
     """Pod columns → workload columns, summing demand metrics and taking the max of the rest, plus
     ``SERVING_REPLICAS``: how many of a workload's pods reported vLLM metrics at each step (NaN where none
     did). A workload the HPA scales has a different count at each step; its capacity per replica is read
-    against this count, not today's."""
+    against this count, not today's.
+
+    A workload of one pod takes its pod's column as it is (a view where the columns keep their order: with
+    pandas' copy-on-write nothing is held twice); only workloads of several pods are grouped."""
     out: dict[str, pd.DataFrame] = {}
     for metric, frame in series.items():
-        grouped = _by_workload(frame, mapping)
-        if grouped is None:
-            continue
-        agg = grouped.sum(min_count=1) if metric in SUM_METRICS else grouped.max()
-        out[metric] = agg.T.astype("float64")
+        agg = _aggregate(frame, mapping, "sum" if metric in SUM_METRICS else "max")
+        if agg is not None:
+            out[metric] = agg
     source = next((series[x] for x in SERVING_FROM if x in series), None)
-    present = None if source is None else _by_workload(source.notna(), mapping)
+    present = None if source is None else _aggregate(source, mapping, "count")
     if present is not None:
-        out[m.SERVING_REPLICAS] = present.sum().T.astype("float64").replace(0.0, np.nan)
+        out[m.SERVING_REPLICAS] = present
     return out
+
+
+def _aggregate(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef], how: str) -> pd.DataFrame | None:
+    """One metric's workload columns (sorted by key, float64): ``how`` is "sum" (NaN where no pod had a value),
+    "max", or "count" (pods with a value; NaN where none had one). None without any mapped pod."""
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(frame.columns):
+        if c in mapping:
+            groups.setdefault(mapping[c].key, []).append(i)
+    if not groups:
+        return None
+    keys = sorted(groups)
+    values = frame.to_numpy(dtype=np.float64)  # one float64 block: a view, not a copy
+    single = [k for k in keys if len(groups[k]) == 1]
+    at = [groups[k][0] for k in single]
+    parts: list[pd.DataFrame] = []
+    if single:
+        data = values if at == list(range(values.shape[1])) else values[:, at]
+        if how == "count":
+            data = np.where(np.isnan(data), np.nan, 1.0)
+        elif how == "sum" and bool(((data == 0) & np.signbit(data)).any()):
+            data = data + 0.0  # a sum starts at +0.0: -0.0 reads 0.0, as grouped
+        parts.append(pd.DataFrame(data, index=frame.index, columns=pd.Index(single), copy=False))
+    several = [i for k in keys if len(groups[k]) > 1 for i in groups[k]]
+    if several:
+        sub = frame.iloc[:, several]
+        grouped = (sub.notna() if how == "count" else sub).T.groupby(
+            pd.Index([mapping[c].key for c in sub.columns]))
+        agg = grouped.sum(min_count=1) if how == "sum" else grouped.sum() if how == "count" else grouped.max()
+        agg = agg.T.astype("float64")
+        parts.append(agg.replace(0.0, np.nan) if how == "count" else agg)
+    return parts[0] if len(parts) == 1 else pd.concat(parts, axis=1)[keys]
 
 
 def fill_at_zero(usage: Mapping[str, pd.DataFrame], replicas: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -71,11 +103,3 @@ def fill_at_zero(usage: Mapping[str, pd.DataFrame], replicas: pd.DataFrame) -> d
             frame[cols] = frame[cols].mask(zero, 0.0)
             out[metric] = frame
     return out
-
-
-def _by_workload(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef]) -> DataFrameGroupBy | None:
-    """The frame's pod columns grouped by workload key (transposed: one row per pod), or None without any."""
-    cols = [c for c in frame.columns if c in mapping]
-    if not cols:
-        return None
-    return frame[cols].T.groupby(pd.Index([mapping[c].key for c in cols]))

@@ -210,3 +210,99 @@ def test_a_changed_recording_rule_setting_does_not_reuse_the_cache(tmp_path: Pat
                                                   recorded_series={"fb_used_mib": "team:fb_used:5m"}))
     files = {store.file_for(tmp_path, x) for x in (s, off, mine)}
     assert len(files) == 3
+
+
+def _enospc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills while the cache file is written: the OS call itself fails (not our error type)."""
+    import errno
+    import os
+
+    from recommender.core import writes
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(writes.os, "fsync", full)
+
+
+def test_a_full_disk_is_one_warning_leaves_no_partial_file_and_the_report_stands(
+        cluster: Cluster, uncached: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _enospc(monkeypatch)
+    res = report(cluster, tmp_path)
+    assert len(res.warnings) == 1 and "No space left on device" in res.warnings[0]
+    assert res.doc == uncached.doc and list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+def test_a_spoilt_file_on_a_full_disk_is_still_one_warning_and_is_never_read(
+        cluster: Cluster, uncached: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report(cluster, tmp_path, end_h=3)
+    (cached,) = tmp_path.iterdir()
+    spoilt = _truncate(cached.read_bytes())
+    cached.write_bytes(spoilt)
+    with monkeypatch.context() as patched:
+        _enospc(patched)
+        res = report(cluster, tmp_path)
+    assert len(res.warnings) == 1 and str(cached) in res.warnings[0]
+    assert not res.incremental and res.doc == uncached.doc
+    assert list(tmp_path.iterdir()) == [cached] and cached.read_bytes() == spoilt  # not replaced half-way
+    again = report(cluster, tmp_path)  # still spoilt: refused again, then replaced
+    assert len(again.warnings) == 1 and not again.incremental and again.doc == uncached.doc
+    assert report(cluster, tmp_path).incremental
+
+
+def test_a_cache_file_that_is_a_folder_is_one_warning_and_an_uncached_report(
+        cluster: Cluster, uncached: Report, tmp_path: Path) -> None:
+    report(cluster, tmp_path)
+    (cached,) = tmp_path.iterdir()
+    cached.unlink()
+    cached.mkdir()
+    res = report(cluster, tmp_path)
+    assert len(res.warnings) == 1 and "cannot be read" in res.warnings[0]
+    assert not res.incremental and res.doc == uncached.doc and cached.is_dir()
+
+
+@pytest.mark.parametrize("mode", [0o500, 0o000, None], ids=["read-only", "unreadable", "a-file"])
+def test_a_folder_the_report_may_not_use_is_one_warning_and_an_uncached_report(
+        cluster: Cluster, uncached: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int | None) -> None:
+    import errno
+    import os
+    import tempfile
+
+    folder = tmp_path / "cache"
+    if mode is None:
+        folder.write_text("a file where the cache folder should be")
+    else:
+        report(cluster, folder)  # a whole cache file in it
+        folder.chmod(mode)
+    try:
+        if mode is not None and os.access(folder, os.W_OK):  # root may anyway: the file system refuses (EROFS)
+            def refused(*_: Any, **__: Any) -> Any:
+                raise PermissionError(errno.EROFS, os.strerror(errno.EROFS))
+
+            monkeypatch.setattr(os, "access", lambda *_a, **_k: False)
+            monkeypatch.setattr(tempfile, "mkstemp", refused)
+        res = report(cluster, folder)
+    finally:
+        if mode is not None:
+            folder.chmod(0o700)
+    assert len(res.warnings) == 1 and "cannot be used" in res.warnings[0]
+    assert not res.incremental and res.doc == uncached.doc and res.points == uncached.points
+
+
+def test_a_file_of_this_version_with_a_foreign_body_is_refused() -> None:
+    """Another release that kept format 1 but changed the header or frames: refused, not misread."""
+    import hashlib
+
+    def forge(header: dict[str, Any], blobs: bytes = b"") -> bytes:
+        head = json.dumps(header).encode()
+        body = len(head).to_bytes(8, "big") + head + blobs
+        return store.MAGIC + f"{store.FORMAT_VERSION}\n{hashlib.sha256(body).hexdigest()}\n".encode() + body
+
+    good = json.loads(store.dumps(UsageCache(key="k"))[len(store.MAGIC):].split(b"\n", 2)[2][8:])
+    assert store.loads(forge(good)).key == "k"  # the forger writes what loads reads
+    frames = {**good["usage"], "frames": [["m", 0, 64]]}
+    for bad in (forge({"version": 1}), forge({**good, "version": 2}), forge({**good, "usage": {"key": "k"}}),
+                forge({**good, "usage": frames}), forge({**good, "usage": frames}, b"x" * 64), forge({}) + b"",
+                forge({**good, "usage": {**good["usage"], "last_s": "soon"}})):
+        with pytest.raises(store.CacheFileError):
+            store.loads(bad)

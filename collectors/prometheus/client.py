@@ -13,6 +13,7 @@ counted in :class:`QueryStats`.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -150,12 +151,14 @@ class PromClient:
 
     def query(self, promql: str, at_s: float) -> Result:
         """An instant query at ``at_s`` (unix seconds)."""
+        _log_query("query", {"query": promql, "time": at_s})
         return self._call(lambda: self._prom.custom_query(promql, params={"time": at_s}), promql)
 
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> Result:
         """A range query; ``start_s``/``end_s`` are on the step grid, so chunks join without gaps."""
         params = {"query": promql, "start": round(start_s), "end": round(end_s), "step": f"{step_s:g}s",
                   "stats": "all"}  # the samples it loaded and held, for the cost line
+        _log_query("query_range", params)
         return self._call(lambda: self._range(params), promql)
 
     def _range(self, params: dict[str, Any]) -> Result:
@@ -233,6 +236,19 @@ class PromClient:
         if status >= 500:
             return _Transient(f"{where} failed (HTTP {status}): {detail}")
         return PrometheusError(f"{where} rejected a query (HTTP {status}): {detail} — query: {_short(what)}")
+
+
+QUERY_LOG_ENV = "RIGHTSIZER_QUERY_LOG"  # a file: each query appended as a JSON line (benchmarks/scale.py)
+_LOG_LOCK = threading.Lock()
+
+
+def _log_query(endpoint: str, params: dict[str, Any]) -> None:
+    """Note the query in ``$RIGHTSIZER_QUERY_LOG`` when it is set, so the same queries can be replayed."""
+    path = os.environ.get(QUERY_LOG_ENV)
+    if path:
+        line = json.dumps({"endpoint": endpoint, "params": params}) + "\n"
+        with _LOG_LOCK, open(path, "a", encoding="utf-8") as fh:
+            fh.write(line)
 
 
 def _server_message(raw: str) -> str:

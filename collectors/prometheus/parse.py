@@ -66,8 +66,11 @@ class Accumulator:
         if not self.pods:
             return pd.DataFrame(index=self.grid.index(), dtype="float64")
         keys = sorted(self.pods)
-        data = np.column_stack([self.pods.pop(k) for k in keys])  # frees each array once copied
-        data[~np.isfinite(data)] = np.nan
+        data = np.empty((self.grid.n, len(keys)), order="F")  # each pod's column contiguous, as pandas keeps it
+        for i, k in enumerate(keys):  # each pod's array freed once copied: the family is held once, not twice
+            column = self.pods.pop(k)
+            column[~np.isfinite(column)] = np.nan
+            data[:, i] = column
         return pd.DataFrame(data, index=self.grid.index(), columns=pd.Index(keys))
 
 

@@ -163,7 +163,8 @@ def cache_options(fn: Any) -> Any:
     """The on-disk cache of the commands that collect once (report, snapshot)."""
     fn = click.option("--no-cache", is_flag=True,
                       help="Read everything from Prometheus; neither use nor update the cache of earlier reports.")(fn)
-    return click.option("--cache-dir", type=click.Path(file_okay=False), metavar="DIR",
+    # not checked here: a folder that cannot be used is one warning and an uncached report (collectors/.../store.py)
+    return click.option("--cache-dir", type=click.Path(readable=False), metavar="DIR",
                         help="Where reports keep what they read from Prometheus, so the next one over the same "
                              "server, selection, step and history reads only new steps [default: "
                              "$XDG_CACHE_HOME/gpu-rightsizer, else ~/.cache/gpu-rightsizer].")(fn)
