@@ -120,7 +120,7 @@ def test_reactive_scales_on_waiting_and_back_down_after_the_window() -> None:
     t = np.concatenate([burst, quiet])
     trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
     seen: list[int] = []
-    policy = Reactive(min_replicas=1)
+    policy = Reactive(min_replicas=1, max_replicas=100)
 
     def spy(obs: replay_sim.Observed) -> int:
         seen.append(obs.pods)
@@ -136,7 +136,8 @@ def test_reactive_bounded_scales_on_the_queue_up_to_its_ceiling_only(tmp_path: P
     burst = np.arange(0, 120, 1 / 30.0)  # 3,000 prefill tokens/s for two minutes: a queue of hundreds
     trace = Trace(burst, np.full(burst.size, 100.0), np.full(burst.size, 10.0))
     asked: dict[str, list[int]] = {"free": [], "bounded": []}
-    for name, policy in (("free", Reactive(min_replicas=1)), ("bounded", Reactive(min_replicas=1, max_replicas=3))):
+    for name, policy in (("free", Reactive(min_replicas=1, max_replicas=100)),
+                         ("bounded", Reactive(min_replicas=1, max_replicas=3))):
         def spy(obs: replay_sim.Observed, policy: Reactive = policy, name: str = name) -> int:
             asked[name].append(policy(obs))
             return asked[name][-1]
@@ -144,16 +145,17 @@ def test_reactive_bounded_scales_on_the_queue_up_to_its_ceiling_only(tmp_path: P
     assert max(asked["free"]) > 3 and max(asked["bounded"]) == 3
     path = tmp_path / "chunk-trace.csv"
     path.write_text("0,0.5,1.0,Gamma,1.0,2.0\n600,0.2,1.0,,0,0\n")
-    args = ["--trace", str(path), "--format", "servegen", "--policies", "static-peak,reactive-bounded"]
+    args = ["--trace", str(path), "--format", "servegen", "--policies", "static-peak,reactive"]
     assert replay.main(args) == 0
-    out = [x.split()[0] for x in capsys.readouterr().out.splitlines() if x.startswith("policy=")]
-    assert out == ["policy=static-peak", "policy=reactive-bounded"]
+    out = capsys.readouterr().out.splitlines()
+    assert [x.split()[0] for x in out if x.startswith("policy=")] == ["policy=static-peak", "policy=reactive"]
+    assert any(x.startswith("# static peak: ") and "every reactive one scales up to it at most" in x for x in out)
 
 
 def test_reactive_zero_deactivates_after_the_cooldown() -> None:
     t = np.array([0.0, 1.0, 2.0, 1000.0])
     trace = Trace(t, np.full(4, 100.0), np.full(4, 10.0))
-    r = simulate(trace, CAP, Reactive(min_replicas=0), "rz", warm=1)
+    r = simulate(trace, CAP, Reactive(min_replicas=0, max_replicas=100), "rz", warm=1)
     assert r.cold_starts == 1  # scaled to zero after 300 s without waiting, woke for the request at 1,000 s
     assert r.waited_on_cold_start >= 1 and r.ttft_s[-1] > CAP.cold_start_s
 
@@ -250,7 +252,7 @@ def test_oracle_scales_up_before_a_burst_it_reads_ahead() -> None:
     assert seen[300] == 1  # no earlier than it needs: the burst is more than a cold start away
     assert seen[600] >= 2  # asked for a cold start (30 s) + two syncs ahead of the burst
     assert (r.ttft_s[t >= 600] > 2.0).mean() == 0.0
-    late = simulate(trace, CAP, Reactive(min_replicas=1), "reactive", warm=1)
+    late = simulate(trace, CAP, Reactive(min_replicas=1, max_replicas=100), "reactive", warm=1)
     assert (late.ttft_s[t >= 600] > 2.0).mean() > 0.0
 
 
@@ -310,7 +312,7 @@ def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFi
     assert replay.main(["--trace", str(path), "--format", "servegen", "--servegen-mean-input", "200"]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("policy=")]
     assert [x.split()[0] for x in lines] == ["policy=static-peak", "policy=reactive", "policy=reactive-zero",
-                                             "policy=reactive-slice", "policy=ours", "policy=oracle"]
+                                             "policy=reactive-rightsized", "policy=ours", "policy=oracle"]
     for line in lines:
         fields = dict(kv.split("=") for kv in line.split())
         assert float(fields["gpu_hours"]) > 0 and 0 <= float(fields["ttft_violation_pct"]) <= 100
@@ -459,7 +461,7 @@ def test_cli_rejects_an_unknown_slice_and_runs_whole_gpus_with_none(tmp_path: Pa
     assert replay.main(["--trace", str(path), "--format", "servegen", "--slice", "2g.20gb"]) == 2
     assert "the model does not fit" in capsys.readouterr().err
     assert replay.main(["--trace", str(path), "--format", "servegen", "--slice", "none",
-                        "--policies", "reactive,reactive-slice"]) == 0
+                        "--policies", "reactive,reactive-rightsized"]) == 0
     out = capsys.readouterr().out
     assert "run on whole GPU" in out
     rows = [line.split()[1] for line in out.splitlines() if line.startswith("policy=")]
