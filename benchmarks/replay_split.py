@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DATA = Path(os.path.normpath(Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 SERVEGEN = DATA / "alibaba-servegen" / "data"
 TUNE, REPORT = "tune", "report"
 CLIENT_FILE = re.compile(r"chunk-(\d+)-trace\.csv")
