@@ -139,10 +139,17 @@ def client_line(record: dict[str, Any]) -> str:
     return f"client={where} shape={record.get('shape') or '?'} {cells} {goal}".rstrip()
 
 
+def order(record: dict[str, Any]) -> tuple[bool, str, int, str]:
+    """ServeGen populations first, by name, their clients by number; then the one-hour traces."""
+    number = record["client"].removeprefix("chunk-")
+    return record.get("format") != "servegen", record["population"], int(number) if number.isdigit() else -1, \
+        record["client"]
+
+
 def summarise(records: list[dict[str, Any]], policies: list[str], chart: Path | None) -> int:
     """The per-client lines and the fleet table of ``records`` (the last record of each client); 2 on a chart
     it cannot write."""
-    last = {(r["population"], r["client"]): r for r in records}
+    last = {(r["population"], r["client"]): r for r in sorted(records, key=order)}
     versions = sorted({f"{r.get('commit') or '?'} (code {r.get('code', '?')}, args {' '.join(r.get('args', []))})"
                        for r in last.values()})
     good = [r for r in last.values() if not r.get("error")]
@@ -238,9 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 append_record(args.out, record)
             records.append(record)
             print(f"[{n}/{len(todo)}] {c.population} {c.name} {record['wall_s']:.0f} s", file=sys.stderr, flush=True)
-    order = {(c.population, c.name): i for i, c in enumerate(chosen)}
-    return summarise(sorted(records, key=lambda r: order[(r["population"], r["client"])]), args.policies.split(","),
-                     args.chart)
+    return summarise(records, args.policies.split(","), args.chart)
 
 
 if __name__ == "__main__":

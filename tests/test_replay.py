@@ -380,44 +380,6 @@ def test_the_sweep_reads_the_goal_line_not_a_move_before_it(ours: float, met: bo
     assert goal_met("# ours moved from 3g.40gb to whole GPUs", "ours") is False  # no goal line: not met
 
 
-def test_the_fleet_line_sums_gpu_hours_and_weights_misses_by_requests() -> None:
-    from replay_sweep import fleet_line
-
-    small = ({"static-peak": (100.0, 0.0), "reactive": (60.0, 10.0), "ours": (30.0, 2.0)},
-             {"static-peak": 1000, "reactive": 1000, "ours": 1000})
-    large = ({"static-peak": (300.0, 0.0), "reactive": (140.0, 1.0), "ours": (90.0, 0.5)},
-             {"static-peak": 9000, "reactive": 9000, "ours": 9000})
-    line = fleet_line([small, large])
-    assert line is not None and line.startswith("# all 2 clients as one fleet: static-peak 400 GPU-h / 0.00%")
-    assert "reactive 200 GPU-h / 1.90%" in line  # (10% of 1,000 + 1% of 9,000) / 10,000, not the mean 5.5%
-    assert "ours 120 GPU-h / 0.65%" in line
-    assert line.endswith("(ours: 70% fewer GPU-hours than static-peak, 40% fewer GPU-hours than reactive)")
-    partial = ({"ours": (5.0, 0.0)}, {"ours": 10})  # a client that ran ours alone: only ours is summed
-    assert fleet_line([small, partial]) == "# all 2 clients as one fleet: ours 35 GPU-h / 1.98%"
-    assert fleet_line([]) is None
-
-
-def test_sweep_runs_each_client_and_counts_the_goal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import replay_sweep
-
-    for n, rate in ((1, "0.5"), (2, "0.2")):
-        (tmp_path / f"chunk-{n}-trace.csv").write_text(f"0,{rate},1.0,Gamma,1.0,2.0\n600,{rate},1.0,,0,0\n")
-    argv = ["--dir", str(tmp_path), "--clients", "1,2", "--jobs", "2", "--policies", "static-peak,reactive,oracle"]
-    assert replay_sweep.main([*argv, "--chart", str(tmp_path / "sweep.svg")]) == 0
-    assert ">reactive<" in (tmp_path / "sweep.svg").read_text()
-    out = capsys.readouterr().out.splitlines()
-    assert out.pop() == f"# chart: {tmp_path / 'sweep.svg'}"
-    clients = [x for x in out if x.startswith("client=")]
-    assert sorted(x.split()[0] for x in clients) == ["client=chunk-1", "client=chunk-2"]
-    assert all("static-peak=" in x and "oracle=" in x and "ours=" not in x for x in clients)
-    assert out[-2].startswith("# goal met on 0 of 2 clients by ours")  # ours was not run
-    assert out[-1].startswith("# all 2 clients as one fleet: static-peak ") and "(ours:" not in out[-1]
-    assert replay_sweep.main(["--dir", str(tmp_path), "--clients", "7"]) == 2
-    assert "no such client trace" in capsys.readouterr().err
-    assert replay_sweep.main(["--dir", str(tmp_path / "absent")]) == 0
-    assert "not found: skipped" in capsys.readouterr().out
-
-
 H100 = load_catalogue().get("H100-80GB")
 
 
