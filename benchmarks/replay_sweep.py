@@ -3,7 +3,7 @@ report each population's half as one fleet.
 
     python benchmarks/replay_sweep.py --population reason/deepseek-r1 --half both --out sweep.jsonl --jobs 2
     python benchmarks/replay_sweep.py --all --half report --out sweep.jsonl      # and the one-hour traces
-    python benchmarks/replay_sweep.py --summarise sweep.jsonl                    # no replay: the table again
+    python benchmarks/replay_sweep.py --summarise sweep.jsonl [more.jsonl]       # no replay: the table again
 
 Each client's figures go to ``--out`` (JSON lines, one per client, appended as each ends), so a long sweep
 can stop and go on: a client already there for the same code (a hash of the replay's and the product's
@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--population", action="append", help="a population to replay (repeatable): "
                        "language/m-mid, reason/deepseek-r1, azure/code... (replay_split.py lists them)")
     which.add_argument("--all", action="store_true", help="every population, the one-hour traces included")
-    which.add_argument("--summarise", type=Path, metavar="FILE", help="no replay: the lines and table of a sweep file")
+    which.add_argument("--summarise", type=Path, nargs="+", metavar="FILE",
+                       help="no replay: the lines and table of these sweep files")
     p.add_argument("--half", choices=[TUNE, REPORT, "both"], default="both",
                    help="the clients rules are chosen on (tune), those only reported (report), or both")
     p.add_argument("--clients", help="only these client numbers of the population (chunk-<n>)")
@@ -213,10 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         p.error(problem)
     if args.summarise is not None:
-        if not args.summarise.is_file():
-            print(f"error: --summarise {args.summarise}: no such file", file=sys.stderr)
+        absent = [f for f in args.summarise if not f.is_file()]
+        if absent:
+            print(f"error: --summarise {absent[0]}: no such file", file=sys.stderr)
             return 2
-        return summarise(read_records(args.summarise), args.policies.split(","), args.chart)
+        return summarise([r for f in args.summarise for r in read_records(f)], args.policies.split(","), args.chart)
     if not (args.all or args.population):
         p.error("name --population P (repeatable), --all or --summarise FILE")
     clients = all_clients(args.data)

@@ -104,9 +104,12 @@ def test_the_sweep_runs_a_half_records_each_client_and_resumes(tmp_path: Path, c
     again = capsys.readouterr()
     assert [x for x in again.out.splitlines() if x.startswith("| lang/m")] == table
     assert "replaying 0" in again.err
-    assert replay_sweep.main(["--summarise", str(out), "--policies", "static-peak,reactive"]) == 0
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps(records[0] | {"population": "lang/n"}) + "\n")
+    assert replay_sweep.main(["--summarise", str(out), str(other), "--policies", "static-peak,reactive"]) == 0
     summarised = capsys.readouterr()
     assert [x for x in summarised.out.splitlines() if x.startswith("| lang/m")] == table
+    assert any(x.startswith("| lang/n, report (1) |") for x in summarised.out.splitlines())
     assert "not a whole record: left out" in summarised.err
 
     ran: list[str] = []
