@@ -117,14 +117,20 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """One whole line per client, written in one call and synced, so a stopped sweep leaves whole records."""
     with path.open("a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.write(json.dumps(record) + "\n")
         f.flush()
         os.fsync(f.fileno())
 
 
+def ran(record: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
+    """The record's policies in the order its replay ran them (``--policies``)."""
+    args = record.get("args", [])
+    named = args[args.index("--policies") + 1].split(",") if "--policies" in args[:-1] else []
+    return sorted(record["policies"].items(), key=lambda kv: named.index(kv[0]) if kv[0] in named else len(named))
+
+
 def as_result(record: dict[str, Any]) -> ClientResult:
-    figures = {name: Figures(f["gpu_hours"], f["ttft_violation_pct"], int(f["requests"]))
-               for name, f in record["policies"].items()}
+    figures = {name: Figures(f["gpu_hours"], f["ttft_violation_pct"], int(f["requests"])) for name, f in ran(record)}
     return ClientResult(record["population"], record["client"], record["half"], figures,
                         float(record.get("unavoidable_pct", 0.0)), bool(record.get("goal", {}).get("ours")))
 
@@ -133,7 +139,7 @@ def client_line(record: dict[str, Any]) -> str:
     where = f"{record['population']} {record['client']} ({record['half']})"
     if record.get("error"):
         return f"client={where} error: {record['error']}"
-    cells = " ".join(f"{k}={f['gpu_hours']:.1f}h/{f['ttft_violation_pct']:.2f}%" for k, f in record["policies"].items())
+    cells = " ".join(f"{k}={f['gpu_hours']:.1f}h/{f['ttft_violation_pct']:.2f}%" for k, f in ran(record))
     goal = " ".join(f"{w}_goal={'met' if record['goal'][w] else 'not'}" for w in ("ours", "oracle")
                     if w in record["policies"])
     return f"client={where} shape={record.get('shape') or '?'} {cells} {goal}".rstrip()
@@ -157,10 +163,10 @@ def summarise(records: list[dict[str, Any]], policies: list[str], chart: Path | 
         print(client_line(r))
     print(f"# {len(good)} clients replayed, {len(last) - len(good)} failed; measured at " + "; ".join(versions))
     results = [as_result(r) for r in good]
-    ran = [p for p in policies if any(p in r.figures for r in results)]
-    ran += [p for r in results for p in r.figures if p not in ran]
+    shown = [p for p in policies if any(p in r.figures for r in results)]
+    shown += [p for r in results for p in r.figures if p not in shown]
     if results:
-        print("\n".join(fleet_table(fleets(results), list(dict.fromkeys(ran)))))
+        print("\n".join(fleet_table(fleets(results), list(dict.fromkeys(shown)))))
         met = sum(r.goal_met for r in results)
         print(f"# ours met the per-client goal {GOAL_TERMS} on {met} of {len(results)} clients")
     if chart is not None:
