@@ -32,7 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay_charts import ClientPoint, chart_path_problem, save, sweep_figure
-from replay_results import GOAL_TERMS, ClientResult, Figures, fleet_table, fleets
+from replay_fleet import ClientResult, Figures, fleet_table, fleets
+from replay_results import GOAL_TERMS
 from replay_split import DATA, REPORT, TUNE, Client, all_clients
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ STATIC_PEAK = re.compile(r"^# static peak: (\d+) replicas", re.M)
 GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay_results.verdict's line when it is met
 POLICIES = "static-peak,reactive,reactive-rightsized,ours,oracle"
 CODE_GLOBS = ("benchmarks/replay*.py", "recommender/**/*.py", "policies/**/*.py", "policies/**/*.yaml")
-NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py"}
+NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py"}
 
 
 def code_version(root: Path = ROOT) -> str:
