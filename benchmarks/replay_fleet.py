@@ -101,5 +101,5 @@ def fleet_table(fleets_: Sequence[Fleet], policies: Sequence[str]) -> list[str]:
 
 
 def hours(x: float) -> str:
-    """GPU-hours as the tables give them: whole hours from 100, three figures below (a one-hour trace's 1.95)."""
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+    """GPU-hours as the tables give them: whole hours from 100, three figures below (a one-hour trace's 1.80)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
