@@ -63,7 +63,7 @@ def test_fleets_group_by_population_and_half_tune_first_and_the_table_has_a_row_
                                                                 ("azure/conv", REPORT, 1)]
     rows = fleet_table(got, ["static-peak", "reactive", "ours"])
     assert len(rows) == 2 + 3 and rows[0].startswith("| population, half (clients) | static-peak | reactive | ours |")
-    assert rows[2].startswith("| a/b, tune (1) | 10 / 0.00 | not run | 6 / 0.40 | −40% / – / – | chunk-1: 0.40 |")
+    assert rows[2].startswith("| a/b, tune (1) | 10.0 / 0.00 | not run | 6.00 / 0.40 | −40% / – / – | chunk-1: 0.40 |")
     assert rows[3].endswith("| met |") and rows[4].endswith("| not met |")  # 3% over on the one-hour trace
 
 
