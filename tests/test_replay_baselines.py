@@ -52,6 +52,8 @@ def test_no_reactive_variant_holds_more_replicas_than_static_peak_needs(shape: s
     args = replay.parse_args(["--trace", "t.csv", "--format", "servegen"])
     warm = static_peak(trace, CAP, args.ttft_objective_s)
     table = replay.contenders(args, trace, CAP, shaped, warm)
+    assert table["reactive-rightsized"].cap == table["ours"].cap == shaped  # right-sized as ours is
+    assert table["reactive"].cap == table["reactive-zero"].cap == CAP  # on whole GPUs, as services run today
     reactive = [name for name in table if name.startswith("reactive")]
     assert {"reactive", "reactive-zero"} <= set(reactive) and len(reactive) >= 3
     for name in reactive:
