@@ -168,8 +168,10 @@ def summarise(records: list[dict[str, Any]], policies: list[str], chart: Path | 
     shown += [p for r in results for p in r.figures if p not in shown]
     if results:
         print("\n".join(fleet_table(fleets(results), list(dict.fromkeys(shown)))))
-        met = sum(r.goal_met for r in results)
-        print(f"# ours met the per-client goal {GOAL_TERMS} on {met} of {len(results)} clients")
+        with_ours = [r for r in results if "ours" in r.figures]
+        if with_ours:
+            met = sum(r.goal_met for r in with_ours)
+            print(f"# ours met the per-client goal {GOAL_TERMS} on {met} of {len(with_ours)} clients")
     if chart is not None:
         points = [ClientPoint(f"{r.population.rsplit('/', 1)[-1]}/{r.client}",
                               {p: (f.gpu_hours, f.over_pct) for p, f in r.figures.items()}, r.unavoidable_pct)

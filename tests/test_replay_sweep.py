@@ -93,6 +93,7 @@ def test_the_sweep_runs_a_half_records_each_client_and_resumes(tmp_path: Path, c
     lines = [x for x in first if x.startswith("client=")]
     assert [x.split()[1] for x in lines] == report  # in the population's order
     assert all(x.index(" static-peak=") < x.index(" reactive=") for x in lines)  # the policies in the order run
+    assert not any(x.startswith("# ours met") for x in first)  # ours did not run: no count of its goal
     table = [x for x in first if x.startswith("| lang/m")]
     assert table and table[0].startswith(f"| lang/m, report ({len(report)}) |")
 
