@@ -92,7 +92,8 @@ def replay_client(client: Client, extra: list[str]) -> dict[str, Any]:
                           *extra], capture_output=True, text=True, check=False)
     record: dict[str, Any] = {"wall_s": round(time.monotonic() - start, 1)}
     if out.returncode:
-        return record | {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+        why = [x for x in out.stderr.strip().splitlines() if not x.endswith("%")]  # not the progress lines
+        return record | {"error": f"exit {out.returncode}: {(why or ['no message'])[-1]}"}
     parsed = parse_replay(out.stdout)
     if not parsed["policies"]:
         return record | {"error": (out.stdout.strip().splitlines() or ["no policy ran"])[-1]}

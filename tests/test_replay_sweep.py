@@ -142,3 +142,7 @@ def test_the_sweep_says_what_it_cannot_run(tmp_path: Path, capsys: pytest.Captur
         replay_sweep.main(["--data", str(data)])  # neither a population, --all nor --summarise
     assert replay_sweep.main(["--data", str(tmp_path / "absent"), "--all"]) == 0
     assert "skipped" in capsys.readouterr().out
+    bad = tmp_path / "chunk-9-trace.csv"
+    bad.write_text("not,a\n")
+    failed = replay_sweep.replay_client(Client("lang/m", "chunk-9", REPORT, bad, "azure"), [])
+    assert failed["error"].startswith("exit 2: error: ") and "is not a azure trace" in failed["error"]
