@@ -34,10 +34,14 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   minReplicaCount 0, KEDA's activation checked every 30 s (pollingInterval) and cooldownPeriod 300 s.
   Requests wait only when the pool is saturated (admission each second takes every request that arrives
   within it, up to the budget), so this metric is 0 until a replica is full: it scales on a queue, late.
-  Both on whole GPUs, as services run today; ``reactive-slice`` is reactive on ours' shape: what the
-  slice buys without our scaling (an ablation, not the baseline). ``reactive-bounded`` (not run by
-  default) is reactive with maxReplicaCount at the static-peak count instead of KEDA's 100: an operator's
-  sane ceiling, which takes away the queue's overshoot but not its late scaling.
+  Every reactive variant has maxReplicaCount at static peak's replica count in its shape (KEDA's default
+  of 100 let the queue's overshoot hold up to 12 times static peak's GPU-hours): a baseline bounded as an
+  operator would bound it, which keeps its late scaling but not its runaway. ``reactive`` and
+  ``reactive-zero`` run on whole GPUs, as services run today; ``reactive-rightsized`` is ``reactive`` on the
+  shape ours starts on (``--slice``, chosen from the first hour), its bound the same capacity in that shape:
+  reactive against reactive-rightsized is what right-sizing saves, reactive-rightsized against ours what
+  ours' scaling saves. It stays on that shape where ours later moves to whole GPUs (ours' own misses decide
+  that move).
 - ``ours``: on the ``--slice`` shape, ``policies.replicas.scaling_plan`` refitted every ``--refit-s`` (300 s:
   the controller's default interval, so the published forecast is as old as in a cluster) on the history so
   far only (a ``recommender.analysis.forecast`` forecast of the per-minute arrival rate, the request rate the
@@ -78,6 +82,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -109,7 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "--wake-budget-frac)")
     p.add_argument("--refit-s", type=int, default=300, help="refit period of 'ours': the controller's interval "
                    "(its default, 300 s, publishes a new forecast every 5 minutes)")
-    p.add_argument("--policies", default="static-peak,reactive,reactive-zero,reactive-slice,ours,oracle",
+    p.add_argument("--policies", default="static-peak,reactive,reactive-zero,reactive-rightsized,ours,oracle",
                    help="oracle reads the future: a bound on what a forecast could buy, not a contender")
     p.add_argument("--seed", type=int, default=0, help="ServeGen arrivals and token lengths")
     p.add_argument("--chart", type=Path, help="also draw demand, GPUs held and misses over time per policy to this "
@@ -117,7 +122,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--servegen-mean-input", type=float, default=1000.0)
     p.add_argument("--servegen-mean-output", type=float, default=250.0)
     p.add_argument("--gpu", default="H100-80GB", help="GPU model (policies/data/gpus.yaml) of the capacity figures")
-    p.add_argument("--slice", default="auto", help="replica shape of 'ours', 'reactive-slice' and 'oracle': auto "
+    p.add_argument("--slice", default="auto", help="replica shape of 'ours', 'reactive-rightsized' and 'oracle': auto "
                    "(the smallest MIG profile that fits, see choose_slice), none (whole GPU) or a profile name")
     p.add_argument("--min-kv-tokens", type=float, default=32_768.0, help="KV cache a slice must hold (auto)")
     p.add_argument("--slice-prefill-budget-pct", type=float, default=0.25, help="points of requests a slice may add "
@@ -140,6 +145,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--whole-gpu-over-budget must be 0 (never) or more")
     if args.wake_budget_frac is not None and not 0 <= args.wake_budget_frac <= 1:
         p.error("--wake-budget-frac must lie in [0, 1]")
+    unknown = [n for n in args.policies.split(",") if n not in POLICIES]
+    if unknown:
+        p.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
     problem = chart_path_problem(args.chart)
     if problem:
         p.error(problem)
@@ -147,6 +155,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 CAPACITY_FLAGS = [f for f in vars(Capacity()) if f != "gpu_share"]
+POLICIES = ("static-peak", "reactive", "reactive-zero", "reactive-rightsized", "ours", "oracle")
 
 
 def replica_shape(args: argparse.Namespace, trace: Trace, cap: Capacity) -> tuple[Capacity, str]:
@@ -166,6 +175,41 @@ def replica_shape(args: argparse.Namespace, trace: Trace, cap: Capacity) -> tupl
     if on.kv_tokens <= 0:
         raise ValueError(f"--slice {args.slice}: the model does not fit ({on.kv_tokens:.0f} KV tokens left)")
     return on, profile.name
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One policy of the replay: how to make it, the replica shape it runs on and the replicas ready at 0 (static
+    peak's capacity in that shape: the service ran before the trace)."""
+
+    make: Callable[[], Policy]
+    cap: Capacity
+    start: int
+
+
+def same_capacity(replicas: int, trace: Trace, cap: Capacity, shape: Capacity) -> int:
+    """Replicas of ``shape`` that serve the requests/s of ``replicas`` of ``cap`` at the trace's token means."""
+    means = float(trace.input_tokens.mean()), float(trace.output_tokens.mean())
+    return math.ceil(replicas * cap.requests_per_s(*means) / shape.requests_per_s(*means) - 1e-9)
+
+
+def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Capacity,
+               warm: int) -> dict[str, Contender]:
+    """Every policy the replay knows, by name; ``warm`` is static peak's replica count on ``cap``."""
+    on_shape = same_capacity(warm, trace, cap, shaped)
+    settings = ScalingSettings(ttft_objective_s=args.ttft_objective_s,
+                               whole_gpu_over_budget=args.whole_gpu_over_budget or None,
+                               wake_budget_frac=args.wake_budget_frac)
+    return {
+        "static-peak": Contender(lambda: lambda obs: warm, cap, warm),
+        "reactive": Contender(lambda: Reactive(min_replicas=1, max_replicas=warm), cap, warm),
+        "reactive-zero": Contender(lambda: Reactive(min_replicas=0, max_replicas=warm), cap, warm),
+        "reactive-rightsized": Contender(lambda: Reactive(min_replicas=1, max_replicas=on_shape), shaped, on_shape),
+        "ours": Contender(lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s, settings,
+                                       whole=cap if shaped != cap else None), shaped, on_shape),
+        "oracle": Contender(lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)),
+                            shaped, on_shape),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,35 +237,20 @@ def main(argv: list[str] | None = None) -> int:
     span = float(trace.arrival_s[-1])
     print(f"# {trace.arrival_s.size} requests over {span / 3600:.2f} h; mean tokens in {trace.input_tokens.mean():.0f} "
           f"out {trace.output_tokens.mean():.0f}; capacity {cap}; objective {args.ttft_objective_s:g} s")
-    print(f"# ours, reactive-slice and oracle run on {shape}: {shaped}")
-    policies: dict[str, tuple[Callable[[], Policy], Capacity]] = {
-        "static-peak": (lambda: lambda obs: warm, cap),
-        "reactive": (lambda: Reactive(min_replicas=1), cap),
-        "reactive-zero": (lambda: Reactive(min_replicas=0), cap),
-        "reactive-slice": (lambda: Reactive(min_replicas=1), shaped),
-        "reactive-bounded": (lambda: Reactive(min_replicas=1, max_replicas=warm), cap),
-        "ours": (lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s,
-                              ScalingSettings(ttft_objective_s=args.ttft_objective_s,
-                                              whole_gpu_over_budget=args.whole_gpu_over_budget or None,
-                                              wake_budget_frac=args.wake_budget_frac),
-                              whole=cap if shaped != cap else None), shaped),
-        "oracle": (lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)), shaped),
-    }
-    unknown = [n for n in args.policies.split(",") if n not in policies]
-    if unknown:
-        print(f"error: unknown policy {unknown[0]!r} (known: {', '.join(policies)})", file=sys.stderr)
-        return 2
+    print(f"# ours, reactive-rightsized and oracle run on {shape}: {shaped}")
+
     warm = static_peak(trace, cap, args.ttft_objective_s)  # every policy starts at the provisioned size
+    print(f"# static peak: {warm} replicas on whole GPUs, {same_capacity(warm, trace, cap, shaped)} on {shape}: "
+          "every policy starts there, and every reactive one scales up to it at most")
+    policies = contenders(args, trace, cap, shaped, warm)
     floor = floor_pct(trace, cap, args.ttft_objective_s)
     jumps = after_jumps(trace.arrival_s, cap.cold_start_s)
-    means = float(trace.input_tokens.mean()), float(trace.output_tokens.mean())
     results = {}
     moves: dict[str, float] = {}  # a policy's change of shape, for the chart
     for name in args.policies.split(","):
-        make, capacity = policies[name]
-        start = math.ceil(warm * cap.requests_per_s(*means) / capacity.requests_per_s(*means) - 1e-9)
-        policy = make()
-        results[name] = simulate(trace, capacity, policy, name, start)
+        entry = policies[name]
+        policy = entry.make()
+        results[name] = simulate(trace, entry.cap, policy, name, entry.start)
         print(summary(name, results[name], args.ttft_objective_s, floor, jumps), flush=True)
         if isinstance(policy, Ours) and policy.escalated_s is not None:
             moves[f"{name}: {shape} → whole GPUs"] = policy.escalated_s

@@ -24,7 +24,7 @@ from matplotlib.ticker import FuncFormatter
 from recommender.outputs.charts import WIDTH_IN, chart_style, downsample, keep_ticks_inside, place_labels, to_svg
 
 POLICY_COLORS = {"static-peak": "#8a96a3", "reactive": "#f59f00", "reactive-zero": "#e8590c",
-                 "reactive-slice": "#c2255c", "reactive-bounded": "#ae3ec9", "ours": "#1f6fb2",
+                 "reactive-rightsized": "#c2255c", "ours": "#1f6fb2",
                  "oracle": "#2b8a3e"}
 GOAL_SAVING_PCT = 50.0  # the goal: at most half of static peak's GPU-hours...
 GOAL_OVER_PCT = 1.0  # ...and at most 1 point of requests over the objective beyond the unavoidable

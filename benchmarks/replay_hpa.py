@@ -18,9 +18,11 @@ KEDA_WAITING_TARGET = 5.0  # the issue's reactive baseline: requests waiting per
 
 
 class Reactive:
-    """KEDA + HPA on num_requests_waiting, AverageValue ``target`` per replica (reference.md §10, §12)."""
+    """KEDA + HPA on num_requests_waiting, AverageValue ``target`` per replica (reference.md §10, §12), between
+    ``min_replicas`` and ``max_replicas`` (maxReplicaCount: the replay sets static peak's count, not KEDA's
+    default of 100, on which the queue's overshoot ran away)."""
 
-    def __init__(self, min_replicas: int, target: float = KEDA_WAITING_TARGET, max_replicas: int = 100,
+    def __init__(self, min_replicas: int, max_replicas: int, target: float = KEDA_WAITING_TARGET,
                  cooldown_s: int = 300, down_window_s: int = 300) -> None:
         self.min, self.target, self.max = min_replicas, target, max_replicas
         self.cooldown, self.window = cooldown_s, down_window_s

@@ -1,67 +1,84 @@
-"""Run ``replay.py`` over many ServeGen clients and say on how many the replica goal is met.
+"""Run ``replay.py`` over the populations' clients, each half of issue 43's split (``replay_split.py``), and
+report each population's half as one fleet.
 
-    python benchmarks/replay_sweep.py --dir ../shared/data/alibaba-servegen/data/language/m-mid \\
-        --clients 2,9,17,38,43,88,0,10,62,90 --jobs 2
+    python benchmarks/replay_sweep.py --population reason/deepseek-r1 --half both --out sweep.jsonl --jobs 2
+    python benchmarks/replay_sweep.py --all --half report --out sweep.jsonl      # and the one-hour traces
+    python benchmarks/replay_sweep.py --summarise sweep.jsonl [more.jsonl]       # no replay: the table again
 
-One line per client (GPU-hours and TTFT violations per policy, and the verdict for ours and the oracle),
-then a summary and the clients together as one fleet (GPU-hours summed, violations weighted by requests).
-Clients run as separate processes. A 14-day client takes about 4 minutes of one core (ours' refits, at any
-rate) and 7 µs more per request (chunk-2, 1.1 M requests: 4 minutes; a 13 M-request client: about 5); a
-one-day client 5-30 s. Clients of over 100 M requests do not fit in memory (benchmarks/REPLAY.md, "Replay
-speed"). Skips with a message when the data folder is absent.
+Each client's figures go to ``--out`` (JSON lines, one per client, appended as each ends), so a long sweep
+can stop and go on: a client already there for the same code (a hash of the replay's and the product's
+sources) and the same replay arguments is not run again. Prints one line per client (GPU-hours and % of
+requests over the objective per policy, whether ours met the per-client goal), then a table: each population's
+half as one fleet (GPU-hours summed; requests over the objective as a share of all the fleet's requests),
+ours against static peak and both reactive variants, the worst client and issue 43's fleet goal. Arguments
+the sweep does not know go to ``replay.py`` (``--seed 1``, ``--slice none``...). Skips with a message when
+the data folder is absent. Clients run as separate processes. A 14-day client takes about 4 minutes of one
+core (ours' refits, at any rate) and 7 µs more per request (chunk-2, 1.1 M requests: 4 minutes; a 13 M-request
+client: about 5); a one-day client 5-30 s. Clients of over 100 M requests do not fit in memory
+(benchmarks/REPLAY.md, "Replay speed").
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay_charts import ClientPoint, chart_path_problem, save, sweep_figure
+from replay_fleet import ClientResult, Figures, fleet_table, fleets
 from replay_results import GOAL_TERMS
+from replay_split import DATA, REPORT, TUNE, Client, all_clients
 
+ROOT = Path(__file__).resolve().parents[1]
 REPLAY = Path(__file__).resolve().with_name("replay.py")
-LINE = re.compile(r"policy=(\S+) gpu_hours=(\S+) ttft_violation_pct=(\S+)")
-UNAVOIDABLE = re.compile(r"unavoidable_pct=(\S+)")
-REQUESTS = re.compile(r"policy=(\S+) .*?\brequests=(\d+)")
+POLICY_LINE = re.compile(r"^policy=(\S+) (.*)$", re.M)
+SHAPE = re.compile(r"^# ours, \S+ and oracle run on (.+?): ", re.M)
+STATIC_PEAK = re.compile(r"^# static peak: (\d+) replicas", re.M)
 GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay_results.verdict's line when it is met
+POLICIES = "static-peak,reactive,reactive-rightsized,ours,oracle"
+CODE_GLOBS = ("benchmarks/replay*.py", "recommender/**/*.py", "policies/**/*.py", "policies/**/*.yaml")
+NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py"}
 
 
-Rows = dict[str, tuple[float, float]]  # policy → (GPU-hours, % of requests over the objective)
+def code_version(root: Path = ROOT) -> str:
+    """A hash of every source a replay runs (its modules, the product's recommender and policies; not the
+    sweep's own): a recorded client is reused only for the same code."""
+    h = hashlib.sha256()
+    paths = {p for g in CODE_GLOBS for p in root.glob(g) if p.is_file() and p.name not in NOT_RUN_BY_REPLAY}
+    for path in sorted(paths):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
-def run(path: Path, extra: list[str]) -> tuple[str, Rows, dict[str, bool], str, float, dict[str, int]]:
-    """(client, rows, {ours/oracle: goal met}, error line or '', unavoidable %, {policy: requests})."""
-    out = subprocess.run([sys.executable, str(REPLAY), "--trace", str(path), "--format", "servegen", *extra],
-                         capture_output=True, text=True, check=False)
-    name = path.name.removesuffix("-trace.csv")
-    if out.returncode:
-        return name, {}, {}, (out.stderr.strip().splitlines() or ["failed"])[-1], 0.0, {}
-    rows = {m[1]: (float(m[2]), float(m[3])) for m in LINE.finditer(out.stdout)}
-    requests = {m[1]: int(m[2]) for m in REQUESTS.finditer(out.stdout)}
-    floor = UNAVOIDABLE.search(out.stdout)
-    return name, rows, {who: goal_met(out.stdout, who) for who in ("ours", "oracle")}, "", \
-        float(floor[1]) if floor else 0.0, requests
+def commit(root: Path = ROOT) -> str:
+    """The checkout's commit, '+' where it has changes; '' outside git."""
+    def git(*a: str) -> str:
+        out = subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, check=False)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+" if head and git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def fleet_line(clients: list[tuple[Rows, dict[str, int]]]) -> str | None:
-    """The clients as one fleet, for the policies every client ran: GPU-hours summed, the share of all requests
-    over the objective, and ours against static peak and reactive. None without a policy every client ran."""
-    common = [p for p in (clients[0][0] if clients else {}) if all(p in rows and p in req for rows, req in clients)]
-    if not common:
-        return None
-    hours = {p: sum(rows[p][0] for rows, _ in clients) for p in common}
-    served = {p: sum(req[p] for _, req in clients) for p in common}
-    over = {p: sum(rows[p][1] / 100 * req[p] for rows, req in clients) for p in common}
-    cells = ", ".join(f"{p} {hours[p]:,.0f} GPU-h / {100 * over[p] / max(served[p], 1):.2f}%" for p in common)
-    vs = [f"{100 * (1 - hours['ours'] / hours[b]):.0f}% fewer GPU-hours than {b}" for b in ("static-peak", "reactive")
-          if "ours" in hours and hours.get(b)]
-    return f"# all {len(clients)} clients as one fleet: {cells}" + (f" (ours: {', '.join(vs)})" if vs else "")
+def parse_replay(stdout: str) -> dict[str, Any]:
+    """replay.py's output as a record's figures: every field of each policy line, the shape, static peak's
+    replicas, the unavoidable share and whether ours and the oracle met the per-client goal."""
+    policies: dict[str, dict[str, float]] = {}
+    for name, rest in POLICY_LINE.findall(stdout):
+        policies[name] = {k: float(v) for k, v in (kv.split("=", 1) for kv in rest.split())}
+    shape, peak = SHAPE.search(stdout), STATIC_PEAK.search(stdout)
+    unavoidable = next(iter(policies.values()), {}).get("unavoidable_pct", 0.0)
+    return {"policies": policies, "shape": shape[1] if shape else "", "static_peak_replicas": int(peak[1]) if peak
+            else None, "unavoidable_pct": unavoidable, "goal": {w: goal_met(stdout, w) for w in ("ours", "oracle")}}
 
 
 def goal_met(stdout: str, who: str) -> bool:
@@ -71,55 +88,179 @@ def goal_met(stdout: str, who: str) -> bool:
     return line.endswith(GOAL_MET)
 
 
+def replay_client(client: Client, extra: list[str]) -> dict[str, Any]:
+    """Replay one client in its own process; the record's figures, or ``error`` with replay.py's last line."""
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, str(REPLAY), "--trace", str(client.path), "--format", client.format,
+                          *extra], capture_output=True, text=True, check=False)
+    record: dict[str, Any] = {"wall_s": round(time.monotonic() - start, 1)}
+    if out.returncode:
+        why = [x for x in out.stderr.strip().splitlines() if not x.endswith("%")]  # not the progress lines
+        return record | {"error": f"exit {out.returncode}: {(why or ['no message'])[-1]}"}
+    parsed = parse_replay(out.stdout)
+    if not parsed["policies"]:
+        return record | {"error": (out.stdout.strip().splitlines() or ["no policy ran"])[-1]}
+    return record | parsed
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a sweep file; a line cut short (a sweep stopped mid-write) is left out with a note."""
+    if not path.is_file():
+        return []
+    records = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            print(f"# {path}:{n}: not a whole record: left out", file=sys.stderr)
+            continue
+        if isinstance(record, dict) and {"population", "client", "half"} <= record.keys():
+            records.append(record)
+    return records
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """One whole line per client, written in one call and synced, so a stopped sweep leaves whole records."""
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def ran(record: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
+    """The record's policies in the order its replay ran them (``--policies``)."""
+    args = record.get("args", [])
+    named = args[args.index("--policies") + 1].split(",") if "--policies" in args[:-1] else []
+    return sorted(record["policies"].items(), key=lambda kv: named.index(kv[0]) if kv[0] in named else len(named))
+
+
+def as_result(record: dict[str, Any]) -> ClientResult:
+    figures = {name: Figures(f["gpu_hours"], f["ttft_violation_pct"], int(f["requests"])) for name, f in ran(record)}
+    return ClientResult(record["population"], record["client"], record["half"], figures,
+                        float(record.get("unavoidable_pct", 0.0)), bool(record.get("goal", {}).get("ours")))
+
+
+def client_line(record: dict[str, Any]) -> str:
+    where = f"{record['population']} {record['client']} ({record['half']})"
+    if record.get("error"):
+        return f"client={where} error: {record['error']}"
+    cells = " ".join(f"{k}={f['gpu_hours']:.1f}h/{f['ttft_violation_pct']:.2f}%" for k, f in ran(record))
+    goal = " ".join(f"{w}_goal={'met' if record['goal'][w] else 'not'}" for w in ("ours", "oracle")
+                    if w in record["policies"])
+    return f"client={where} shape={record.get('shape') or '?'} {cells} {goal}".rstrip()
+
+
+def order(record: dict[str, Any]) -> tuple[bool, str, int, str]:
+    """ServeGen populations first, by name, their clients by number; then the one-hour traces."""
+    number = record["client"].removeprefix("chunk-")
+    return record.get("format") != "servegen", record["population"], int(number) if number.isdigit() else -1, \
+        record["client"]
+
+
+def summarise(records: list[dict[str, Any]], policies: list[str], chart: Path | None) -> int:
+    """The per-client lines and the fleet table of ``records`` (the last record of each client); 2 on a chart
+    it cannot write."""
+    last = {(r["population"], r["client"]): r for r in sorted(records, key=order)}
+    versions = sorted({f"{r.get('commit') or '?'} (code {r.get('code', '?')}, args {' '.join(r.get('args', []))})"
+                       for r in last.values()})
+    good = [r for r in last.values() if not r.get("error")]
+    for r in last.values():
+        print(client_line(r))
+    print(f"# {len(good)} clients replayed, {len(last) - len(good)} failed; measured at " + "; ".join(versions))
+    results = [as_result(r) for r in good]
+    shown = [p for p in policies if any(p in r.figures for r in results)]
+    shown += [p for r in results for p in r.figures if p not in shown]
+    if results:
+        print("\n".join(fleet_table(fleets(results), list(dict.fromkeys(shown)))))
+        with_ours = [r for r in results if "ours" in r.figures]
+        if with_ours:
+            met = sum(r.goal_met for r in with_ours)
+            print(f"# ours met the per-client goal {GOAL_TERMS} on {met} of {len(with_ours)} clients")
+    if chart is not None:
+        points = [ClientPoint(f"{r.population.rsplit('/', 1)[-1]}/{r.client}",
+                              {p: (f.gpu_hours, f.over_pct) for p, f in r.figures.items()}, r.unavoidable_pct)
+                  for r in results]
+        try:
+            save(sweep_figure(points), chart, "sweep")
+        except OSError as exc:
+            print(f"error: --chart {chart}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"# chart: {chart}")
+    return 0
+
+
+def choose(args: argparse.Namespace, clients: list[Client]) -> list[Client] | str:
+    """The clients the arguments name, or a one-line problem."""
+    populations = list(dict.fromkeys(c.population for c in clients))
+    wanted = populations if args.all else args.population or []
+    unknown = [p for p in wanted if p not in populations]
+    if unknown:
+        return f"no population {unknown[0]!r} under {args.data} (found: {', '.join(populations)})"
+    numbers = {f"chunk-{n.strip()}" for n in (args.clients or "").split(",") if n.strip()}
+    chosen = [c for c in clients if c.population in wanted and args.half in ("both", c.half)
+              and (not numbers or c.name in numbers)]
+    missing = numbers - {c.name for c in clients if c.population in wanted}
+    if missing:
+        return f"no client {sorted(missing)[0]} in {', '.join(wanted)}"
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dir", type=Path, default=Path("../shared/data/alibaba-servegen/data/language/m-mid"))
-    p.add_argument("--clients", default="2,9,17,38,43,88,0,10,62,90",
-                   help="client numbers (chunk-<n>-trace.csv): steady and intermittent ones by default")
-    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default: ../shared/data)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--population", action="append", help="a population to replay (repeatable): "
+                       "language/m-mid, reason/deepseek-r1, azure/code... (replay_split.py lists them)")
+    which.add_argument("--all", action="store_true", help="every population, the one-hour traces included")
+    which.add_argument("--summarise", type=Path, nargs="+", metavar="FILE",
+                       help="no replay: the lines and table of these sweep files")
+    p.add_argument("--half", choices=[TUNE, REPORT, "both"], default="both",
+                   help="the clients rules are chosen on (tune), those only reported (report), or both")
+    p.add_argument("--clients", help="only these client numbers of the population (chunk-<n>)")
+    p.add_argument("--out", type=Path, help="append each client's record to this JSON-lines file, and skip the "
+                   "clients it already holds for the same code and replay arguments")
+    p.add_argument("--policies", default=POLICIES, help="passed to replay.py")
+    p.add_argument("--jobs", type=int, default=2, help="clients replayed at once, one process each")
     p.add_argument("--chart", type=Path, help="also draw every client against the goal to this .svg, .png or .pdf")
     args, extra = p.parse_known_args(argv)
     problem = chart_path_problem(args.chart)
     if problem:
         p.error(problem)
-    if not args.dir.is_dir():
-        print(f"replay_sweep: {args.dir} not found: skipped (see ../shared/data/README.md)")
-        return 0
-    paths = [args.dir / f"chunk-{c.strip()}-trace.csv" for c in args.clients.split(",") if c.strip()]
-    missing = [str(x) for x in paths if not x.is_file()]
-    if missing:
-        print(f"error: no such client trace: {missing[0]}", file=sys.stderr)
-        return 2
-    met = {"ours": 0, "oracle": 0}
-    done = 0
-    points, fleet = [], []
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for name, rows, goals, err, floor, requests in pool.map(lambda x: run(x, extra), paths):
-            done += 1
-            print(f"[{done}/{len(paths)}] ", end="", file=sys.stderr, flush=True)
-            if err:
-                print(f"client={name} error: {err}")
-                continue
-            cells = " ".join(f"{k}={g:.0f}h/{v:.2f}%" for k, (g, v) in rows.items())
-            print(f"client={name} {cells} ours_goal={'met' if goals['ours'] else 'not'} "
-                  f"oracle_goal={'met' if goals['oracle'] else 'not'}", flush=True)
-            for who in met:
-                met[who] += goals[who]
-            points.append(ClientPoint(name, rows, floor))
-            fleet.append((rows, requests))
-    print(f"# goal met on {met['ours']} of {len(paths)} clients by ours, {met['oracle']} by the oracle "
-          "(which reads the future)")
-    line = fleet_line(fleet)
-    if line:
-        print(line)
-    if args.chart is not None:
-        try:
-            save(sweep_figure(points), args.chart, "sweep")
-        except OSError as exc:
-            print(f"error: --chart {args.chart}: {exc.strerror or exc}", file=sys.stderr)
+    if args.summarise is not None:
+        absent = [f for f in args.summarise if not f.is_file()]
+        if absent:
+            print(f"error: --summarise {absent[0]}: no such file", file=sys.stderr)
             return 2
-        print(f"# chart: {args.chart}")
-    return 0
+        return summarise([r for f in args.summarise for r in read_records(f)], args.policies.split(","), args.chart)
+    if not (args.all or args.population):
+        p.error("name --population P (repeatable), --all or --summarise FILE")
+    clients = all_clients(args.data)
+    if not clients:
+        print(f"replay_sweep: no traces under {args.data}: skipped (see ../shared/data/README.md)")
+        return 0
+    chosen = choose(args, clients)
+    if isinstance(chosen, str):
+        print(f"error: {chosen}", file=sys.stderr)
+        return 2
+    replay_args = ["--policies", args.policies, *extra]
+    code, at = code_version(), commit()
+    done = {(r["population"], r["client"]): r for r in read_records(args.out) if not r.get("error")
+            and r.get("code") == code and r.get("args") == replay_args} if args.out else {}
+    todo = [c for c in chosen if (c.population, c.name) not in done]
+    print(f"# {len(chosen)} clients, {len(chosen) - len(todo)} already in {args.out} for this code ({code}) and "
+          f"these arguments; replaying {len(todo)}", file=sys.stderr)
+    records = [done[(c.population, c.name)] for c in chosen if (c.population, c.name) in done]
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        running = {pool.submit(replay_client, c, replay_args): c for c in todo}
+        for n, future in enumerate(as_completed(running), 1):
+            c = running[future]
+            record = {"population": c.population, "client": c.name, "half": c.half, "format": c.format,
+                      "path": str(c.path), "code": code, "commit": at, "args": replay_args} | future.result()
+            if args.out is not None:
+                append_record(args.out, record)
+            records.append(record)
+            print(f"[{n}/{len(todo)}] {c.population} {c.name} {record['wall_s']:.0f} s", file=sys.stderr, flush=True)
+    return summarise(records, args.policies.split(","), args.chart)
 
 
 if __name__ == "__main__":

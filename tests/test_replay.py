@@ -120,7 +120,7 @@ def test_reactive_scales_on_waiting_and_back_down_after_the_window() -> None:
     t = np.concatenate([burst, quiet])
     trace = Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
     seen: list[int] = []
-    policy = Reactive(min_replicas=1)
+    policy = Reactive(min_replicas=1, max_replicas=100)
 
     def spy(obs: replay_sim.Observed) -> int:
         seen.append(obs.pods)
@@ -136,7 +136,8 @@ def test_reactive_bounded_scales_on_the_queue_up_to_its_ceiling_only(tmp_path: P
     burst = np.arange(0, 120, 1 / 30.0)  # 3,000 prefill tokens/s for two minutes: a queue of hundreds
     trace = Trace(burst, np.full(burst.size, 100.0), np.full(burst.size, 10.0))
     asked: dict[str, list[int]] = {"free": [], "bounded": []}
-    for name, policy in (("free", Reactive(min_replicas=1)), ("bounded", Reactive(min_replicas=1, max_replicas=3))):
+    for name, policy in (("free", Reactive(min_replicas=1, max_replicas=100)),
+                         ("bounded", Reactive(min_replicas=1, max_replicas=3))):
         def spy(obs: replay_sim.Observed, policy: Reactive = policy, name: str = name) -> int:
             asked[name].append(policy(obs))
             return asked[name][-1]
@@ -144,16 +145,17 @@ def test_reactive_bounded_scales_on_the_queue_up_to_its_ceiling_only(tmp_path: P
     assert max(asked["free"]) > 3 and max(asked["bounded"]) == 3
     path = tmp_path / "chunk-trace.csv"
     path.write_text("0,0.5,1.0,Gamma,1.0,2.0\n600,0.2,1.0,,0,0\n")
-    args = ["--trace", str(path), "--format", "servegen", "--policies", "static-peak,reactive-bounded"]
+    args = ["--trace", str(path), "--format", "servegen", "--policies", "static-peak,reactive"]
     assert replay.main(args) == 0
-    out = [x.split()[0] for x in capsys.readouterr().out.splitlines() if x.startswith("policy=")]
-    assert out == ["policy=static-peak", "policy=reactive-bounded"]
+    out = capsys.readouterr().out.splitlines()
+    assert [x.split()[0] for x in out if x.startswith("policy=")] == ["policy=static-peak", "policy=reactive"]
+    assert any(x.startswith("# static peak: ") and "every reactive one scales up to it at most" in x for x in out)
 
 
 def test_reactive_zero_deactivates_after_the_cooldown() -> None:
     t = np.array([0.0, 1.0, 2.0, 1000.0])
     trace = Trace(t, np.full(4, 100.0), np.full(4, 10.0))
-    r = simulate(trace, CAP, Reactive(min_replicas=0), "rz", warm=1)
+    r = simulate(trace, CAP, Reactive(min_replicas=0, max_replicas=100), "rz", warm=1)
     assert r.cold_starts == 1  # scaled to zero after 300 s without waiting, woke for the request at 1,000 s
     assert r.waited_on_cold_start >= 1 and r.ttft_s[-1] > CAP.cold_start_s
 
@@ -250,7 +252,7 @@ def test_oracle_scales_up_before_a_burst_it_reads_ahead() -> None:
     assert seen[300] == 1  # no earlier than it needs: the burst is more than a cold start away
     assert seen[600] >= 2  # asked for a cold start (30 s) + two syncs ahead of the burst
     assert (r.ttft_s[t >= 600] > 2.0).mean() == 0.0
-    late = simulate(trace, CAP, Reactive(min_replicas=1), "reactive", warm=1)
+    late = simulate(trace, CAP, Reactive(min_replicas=1, max_replicas=100), "reactive", warm=1)
     assert (late.ttft_s[t >= 600] > 2.0).mean() > 0.0
 
 
@@ -310,7 +312,7 @@ def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFi
     assert replay.main(["--trace", str(path), "--format", "servegen", "--servegen-mean-input", "200"]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("policy=")]
     assert [x.split()[0] for x in lines] == ["policy=static-peak", "policy=reactive", "policy=reactive-zero",
-                                             "policy=reactive-slice", "policy=ours", "policy=oracle"]
+                                             "policy=reactive-rightsized", "policy=ours", "policy=oracle"]
     for line in lines:
         fields = dict(kv.split("=") for kv in line.split())
         assert float(fields["gpu_hours"]) > 0 and 0 <= float(fields["ttft_violation_pct"]) <= 100
@@ -378,44 +380,6 @@ def test_the_sweep_reads_the_goal_line_not_a_move_before_it(ours: float, met: bo
     assert goal_met("# ours moved from 3g.40gb to whole GPUs", "ours") is False  # no goal line: not met
 
 
-def test_the_fleet_line_sums_gpu_hours_and_weights_misses_by_requests() -> None:
-    from replay_sweep import fleet_line
-
-    small = ({"static-peak": (100.0, 0.0), "reactive": (60.0, 10.0), "ours": (30.0, 2.0)},
-             {"static-peak": 1000, "reactive": 1000, "ours": 1000})
-    large = ({"static-peak": (300.0, 0.0), "reactive": (140.0, 1.0), "ours": (90.0, 0.5)},
-             {"static-peak": 9000, "reactive": 9000, "ours": 9000})
-    line = fleet_line([small, large])
-    assert line is not None and line.startswith("# all 2 clients as one fleet: static-peak 400 GPU-h / 0.00%")
-    assert "reactive 200 GPU-h / 1.90%" in line  # (10% of 1,000 + 1% of 9,000) / 10,000, not the mean 5.5%
-    assert "ours 120 GPU-h / 0.65%" in line
-    assert line.endswith("(ours: 70% fewer GPU-hours than static-peak, 40% fewer GPU-hours than reactive)")
-    partial = ({"ours": (5.0, 0.0)}, {"ours": 10})  # a client that ran ours alone: only ours is summed
-    assert fleet_line([small, partial]) == "# all 2 clients as one fleet: ours 35 GPU-h / 1.98%"
-    assert fleet_line([]) is None
-
-
-def test_sweep_runs_each_client_and_counts_the_goal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import replay_sweep
-
-    for n, rate in ((1, "0.5"), (2, "0.2")):
-        (tmp_path / f"chunk-{n}-trace.csv").write_text(f"0,{rate},1.0,Gamma,1.0,2.0\n600,{rate},1.0,,0,0\n")
-    argv = ["--dir", str(tmp_path), "--clients", "1,2", "--jobs", "2", "--policies", "static-peak,reactive,oracle"]
-    assert replay_sweep.main([*argv, "--chart", str(tmp_path / "sweep.svg")]) == 0
-    assert ">reactive<" in (tmp_path / "sweep.svg").read_text()
-    out = capsys.readouterr().out.splitlines()
-    assert out.pop() == f"# chart: {tmp_path / 'sweep.svg'}"
-    clients = [x for x in out if x.startswith("client=")]
-    assert sorted(x.split()[0] for x in clients) == ["client=chunk-1", "client=chunk-2"]
-    assert all("static-peak=" in x and "oracle=" in x and "ours=" not in x for x in clients)
-    assert out[-2].startswith("# goal met on 0 of 2 clients by ours")  # ours was not run
-    assert out[-1].startswith("# all 2 clients as one fleet: static-peak ") and "(ours:" not in out[-1]
-    assert replay_sweep.main(["--dir", str(tmp_path), "--clients", "7"]) == 2
-    assert "no such client trace" in capsys.readouterr().err
-    assert replay_sweep.main(["--dir", str(tmp_path / "absent")]) == 0
-    assert "not found: skipped" in capsys.readouterr().out
-
-
 H100 = load_catalogue().get("H100-80GB")
 
 
@@ -459,7 +423,7 @@ def test_cli_rejects_an_unknown_slice_and_runs_whole_gpus_with_none(tmp_path: Pa
     assert replay.main(["--trace", str(path), "--format", "servegen", "--slice", "2g.20gb"]) == 2
     assert "the model does not fit" in capsys.readouterr().err
     assert replay.main(["--trace", str(path), "--format", "servegen", "--slice", "none",
-                        "--policies", "reactive,reactive-slice"]) == 0
+                        "--policies", "reactive,reactive-rightsized"]) == 0
     out = capsys.readouterr().out
     assert "run on whole GPU" in out
     rows = [line.split()[1] for line in out.splitlines() if line.startswith("policy=")]

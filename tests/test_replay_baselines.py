@@ -1,0 +1,63 @@
+"""The replay's baselines are honest: no reactive variant holds more replicas than static peak needs (its count
+on the trace, in the variant's shape), and the right-sized reactive runs on the shape ours runs on."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import replay
+import replay_sim
+from replay_capacity import Capacity
+from replay_sim import simulate
+from replay_sizing import static_peak
+from replay_trace import Trace
+
+CAP = Capacity(prefill_tps=1000.0, decode_tps=1000.0, seq_tps=100.0, kv_tokens=100_000.0, max_seqs=8, cold_start_s=30.0)
+
+
+def bursts() -> Trace:
+    """Two-minute bursts of 30 requests/s (3,000 prefill tokens/s: three replicas' worth) every ten minutes, 1/s
+    between: the waiting queue grows to hundreds while new pods start, and KEDA's waiting target of 5 per
+    replica reads it as a need for tens of replicas."""
+    t = np.concatenate([np.concatenate((np.arange(s, s + 120, 1 / 30.0), np.arange(s + 120, s + 600, 1.0)))
+                        for s in range(0, 1800, 600)])
+    return Trace(t, np.full(t.size, 100.0), np.full(t.size, 10.0))
+
+
+def most_pods(trace: Trace, entry: replay.Contender, name: str) -> int:
+    """The most pods the policy held (starting ones too) at any HPA sync, and the count it asked for last."""
+    policy, held = entry.make(), [entry.start]
+
+    def spy(obs: replay_sim.Observed) -> int:
+        want = policy(obs)
+        held.append(max(obs.pods, want))
+        return want
+
+    simulate(trace, entry.cap, spy, name, entry.start)
+    return max(held)
+
+
+@pytest.mark.parametrize("shape", ["whole", "half"])
+def test_no_reactive_variant_holds_more_replicas_than_static_peak_needs(shape: str) -> None:
+    trace = bursts()
+    shaped = CAP if shape == "whole" else replace(CAP, prefill_tps=500.0, decode_tps=500.0, kv_tokens=50_000.0,
+                                                  gpu_share=0.5)
+    args = replay.parse_args(["--trace", "t.csv", "--format", "servegen"])
+    warm = static_peak(trace, CAP, args.ttft_objective_s)
+    table = replay.contenders(args, trace, CAP, shaped, warm)
+    assert table["reactive-rightsized"].cap == table["ours"].cap == shaped  # right-sized as ours is
+    assert table["reactive"].cap == table["reactive-zero"].cap == CAP  # on whole GPUs, as services run today
+    reactive = [name for name in table if name.startswith("reactive")]
+    assert {"reactive", "reactive-zero"} <= set(reactive) and len(reactive) >= 3
+    for name in reactive:
+        entry = table[name]
+        bound = replay.same_capacity(warm, trace, CAP, entry.cap)
+        most = most_pods(trace, entry, name)
+        assert entry.start == bound and most <= bound, f"{name} held {most} pods, static peak needs {bound}"
