@@ -77,9 +77,9 @@ POOLS = {"reactive-zero": (CAP, 1), "reactive": (THIRD, 2), "oracle": (CAP, 1), 
 
 def make(name: str, trace: Trace) -> Policy:
     if name == "reactive-zero":
-        return Reactive(min_replicas=0)
+        return Reactive(min_replicas=0, max_replicas=100)
     if name == "reactive":
-        return Reactive(min_replicas=1)
+        return Reactive(min_replicas=1, max_replicas=100)
     if name == "oracle":
         return Oracle(trace, CAP, 0.3)
     if name == "script":
