@@ -48,6 +48,7 @@ class Ours:
         self.next_refit = 0
         self.hpa = HpaMemory()  # the HPA controller's recommendations and scale events
         self.window_lo = 0  # the first served request whose first token came within the objective trigger's window
+        self.serving_at: dict[int, int] = {}  # serving replicas at each recent sync (second -> count)
         self.last_arrival = -10**9
         self.refits = 0
         self.pending_served = 0
@@ -104,20 +105,26 @@ class Ours:
         return hpa_behave(self.hpa, obs.k, obs.pods, want, hpa_behavior(plan, self.cap.cold_start_s))
 
     def _objective_missed(self, obs: Observed, plan: ScalingPlan) -> float:
-        """The objective trigger's value (``policies.autoscalerobjects.objective_missed_query``): the serving
-        replicas x (1 + the share of requests over the objective among those whose first token came in the
-        last ``rate_window_s``, read as vLLM's histogram gives it), 0 while that share is within the error budget
-        or no replica serves."""
+        """The objective trigger's value (``policies.autoscalerobjects.objective_missed_query``): the replicas
+        serving now and a window ago (the fewer of the two counts: pods go newest first) x (1 + the share of
+        requests over the objective among those whose first token came in the last ``rate_window_s``, read as
+        vLLM's histogram gives it), 0 while that share is within the error budget or no replica served through."""
+        window = plan.rate_window_s
+        self.serving_at[obs.k] = obs.serving
+        for old in [t for t in self.serving_at if t < obs.k - window]:
+            del self.serving_at[old]
+        then = self.serving_at.get(obs.k - window, 0)  # no sync a window ago (the replay's start): none counted
         lo = self.window_lo
         first = obs.served_arrival_s[lo:] + obs.served_ttft_s[lo:]  # served FIFO: first tokens come (nearly) in order
-        self.window_lo += int(np.searchsorted(first, obs.k - plan.rate_window_s, side="right"))
-        if not obs.serving or plan.ttft_objective_s is None or plan.ttft_error_budget is None:
+        self.window_lo += int(np.searchsorted(first, obs.k - window, side="right"))
+        serving = min(obs.serving, then)
+        if not serving or plan.ttft_objective_s is None or plan.ttft_error_budget is None:
             return 0.0
         recent = obs.served_ttft_s[self.window_lo:]
         if not recent.size:
             return 0.0
         share = histogram_over(recent, plan.ttft_objective_s) / recent.size
-        return obs.serving * (1.0 + share) if share > plan.ttft_error_budget else 0.0
+        return serving * (1.0 + share) if share > plan.ttft_error_budget else 0.0
 
     def _band_ahead(self, k: int) -> float:
         """Largest forecast band value over the next cold start (the horizon's last value beyond it)."""

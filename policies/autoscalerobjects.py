@@ -135,16 +135,18 @@ def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict
 
 
 def objective_missed_query(matchers: str, window_s: int, objective_s: float, budget: float) -> str:
-    """PromQL for the objective trigger (AverageValue 1): the serving replicas x (1 + the share of requests
-    whose TTFT exceeded ``objective_s`` over the last ``window_s``), only while that share exceeds ``budget``
-    (else no value: KEDA reads 0, and the other triggers decide). So while the objective is missed the HPA
-    asks for the replicas that serve now plus that share more, whatever the plan's capacity said: feedback,
-    not a model. Replicas that are still starting are not counted, so a step taken is not taken again until
-    they serve; a miss that outlasts them steps again.
+    """PromQL for the objective trigger (AverageValue 1): the replicas that served through the last
+    ``window_s`` x (1 + the share of requests whose TTFT exceeded ``objective_s`` in it), only while that
+    share exceeds ``budget`` (else no value: KEDA reads 0, and the other triggers decide). So while the
+    objective is missed the HPA asks for the replicas that missed it plus that share more, whatever the
+    plan's capacity said: feedback, not a model. Only pods serving now and a window ago count: the misses
+    in the window are those replicas' (a step taken is not taken again for the misses the histogram records
+    after it, as a drained backlog's; a wake from zero, whose pod served no window yet, asks nothing), and a
+    miss that outlasts the window steps again.
 
     The share is read from vLLM's TTFT histogram as the collector reads it (``within_objective``: the
-    buckets around an objective that is no bound, linearly); serving replicas are the pods reporting vLLM's
-    running gauge. It reads no waiting gauge, so the actuator never takes it for the waiting trigger."""
+    buckets around an objective that is no bound, linearly); serving pods are those reporting vLLM's running
+    gauge. It reads no waiting gauge, so the actuator never takes it for the waiting trigger."""
     window = f"[{window_s}s]"
 
     def bucket(bound: float) -> str:
@@ -153,8 +155,8 @@ def objective_missed_query(matchers: str, window_s: int, objective_s: float, bud
     total = bucket(math.inf)
     within = " + ".join(bucket(b) if w == 1.0 else f"{bucket(b)} * {w:.6g}" for b, w in within_objective(objective_s))
     share = f"(clamp_min({total} - ({within}), 0) / {total})"
-    serving = f"count(count by (pod) ({RUNNING_METRIC}{{{matchers}}}))"
-    return f"({serving} * (1 + {share})) and on() ({share} > {budget:.6g})"
+    now, then = (f"count by (pod) ({RUNNING_METRIC}{{{matchers}}}{at})" for at in ("", f" offset {window_s}s"))
+    return f"(count({now} and {then}) * (1 + {share})) and on() ({share} > {budget:.6g})"
 
 
 def _le(bound: float) -> str:

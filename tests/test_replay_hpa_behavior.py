@@ -98,16 +98,23 @@ def observed(k: int, serving: int, ttft: np.ndarray, first_s: np.ndarray) -> Obs
                     served_ttft_s=ttft, served_arrival_s=first_s - ttft)
 
 
-def test_ours_objective_trigger_reads_the_misses_of_the_last_window_only() -> None:
-    ours = replay_ours.Ours(Capacity(), WorkloadClass.REAL_TIME, 300, ScalingSettings())
+def test_ours_objective_trigger_reads_the_misses_of_the_last_window_of_the_replicas_serving_through_it() -> None:
     # 100 requests whose first token came at 0..99 s; the 20 of 60..79 s took 5 s (over the 2 s objective)
     first = np.arange(100.0)
     ttft = np.where((first >= 60) & (first < 80), 5.0, 0.5)
-    # at 100 s the last 120 s hold all 100: 20% over, 4 serving -> 4 x 1.2
-    assert ours._objective_missed(observed(100, 4, ttft, first), PLAN) == pytest.approx(4.8)
-    # at 190 s the window is (70 s, 190 s]: 9 of the 29 served in it were over
-    assert ours._objective_missed(observed(190, 4, ttft, first), PLAN) == pytest.approx(4 * (1 + 9 / 29))
-    # at 205 s only 85..99 s: none over -> nothing (the other triggers decide)
-    assert ours._objective_missed(observed(205, 4, ttft, first), PLAN) == 0.0
+
+    def syncs(serving: dict[int, int], plan: ScalingPlan = PLAN) -> dict[int, float]:
+        ours = replay_ours.Ours(Capacity(), WorkloadClass.REAL_TIME, 300, ScalingSettings())
+        return {k: ours._objective_missed(observed(k, serving.get(k, 4), ttft, first), plan) for k in range(0, 226, 15)}
+
+    got = syncs({})
+    assert got[105] == 0.0  # no sync a window (120 s) before: no replica served through it
+    # at 120 s the window (0 s, 120 s] holds 99 requests, 20 over: 4 serving through it -> 4 x (1 + 20/99)
+    assert got[120] == pytest.approx(4 * (1 + 20 / 99))
+    assert got[195] == pytest.approx(4 * (1 + 4 / 24))  # (75 s, 195 s]: 76..99 s, of which 76..79 s over
+    assert got[210] == 0.0  # (90 s, 210 s]: none over -> nothing (the other triggers decide)
+    # replicas added since the window began do not count: the misses were the replicas' that served it
+    assert syncs({0: 1})[120] == pytest.approx(1 * (1 + 20 / 99))
     # within the budget, or with no objective in the plan, nothing either
-    assert ours._objective_missed(observed(100, 4, ttft, first), replace(PLAN, ttft_error_budget=0.5)) == 0.0
+    assert syncs({}, replace(PLAN, ttft_error_budget=0.5))[120] == 0.0
+    assert syncs({}, replace(PLAN, ttft_objective_s=None))[120] == 0.0

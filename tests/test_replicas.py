@@ -464,7 +464,8 @@ def test_second_trigger_on_requests_waiting_drains_within_the_objective(
     w = workload(annotations={CAPACITY_ANNOTATION: "10", **annotations})
     p = plan(w, ReplicaHistory(60.0, series([5.0] * 120)), klass)
     assert p.waiting_per_replica == pytest.approx(waiting)
-    rate, queue = keda_parameters(p, 'pod=~"x-.*"')["triggers"]  # type: ignore[misc]
+    rate, queue, missed = keda_parameters(p, 'pod=~"x-.*"')["triggers"]  # type: ignore[misc]
+    assert "vllm:time_to_first_token_seconds_bucket" in missed["metadata"]["query"]  # the objective trigger
     assert rate["metadata"]["query"] == (  # arrivals: finished + the growth of running and waiting
         'clamp_min((sum(rate(vllm:request_success_total{pod=~"x-.*"}[120s])) or vector(0)) + '
         '(sum(deriv(vllm:num_requests_running{pod=~"x-.*"}[120s])) or vector(0)) + '
@@ -474,8 +475,9 @@ def test_second_trigger_on_requests_waiting_drains_within_the_objective(
     assert float(queue["metadata"]["threshold"]) == pytest.approx(waiting)
     assert "activationThreshold" not in queue["metadata"]  # waking from zero is the rate trigger's call
     assert any(f"{waiting:.3g} requests waiting per replica" in r for r in p.reasons)
-    # a plan without it (older plans, hand-made ones) keeps the one trigger
-    assert len(keda_parameters(replace(p, waiting_per_replica=None))["triggers"]) == 1  # type: ignore[arg-type]
+    # a plan without it or an objective (older plans, hand-made ones) keeps the one trigger
+    older = replace(p, waiting_per_replica=None, ttft_objective_s=None)
+    assert len(keda_parameters(older)["triggers"]) == 1  # type: ignore[arg-type]
 
 
 def test_real_time_and_short_gaps_do_not_scale_to_zero() -> None:
