@@ -1,7 +1,10 @@
 """``ours`` in the replay: the product's replica policy (``policies.replicas.scaling_plan``) refitted on the
 history so far every refit period and applied at every HPA sync through the triggers the plan publishes
-(forecast band, arrival rate, waiting requests), with scale to zero where the plan allows it and the move
-from a MIG slice to whole GPUs where the right-size policy would make it.
+(forecast band, arrival rate, waiting requests, and the objective being missed: the replicas that served
+through the last rate window x (1 + the share of its requests over the TTFT objective), while over the error
+budget), the HPA honouring the ``behavior`` the product emits (``policies.autoscalerobjects.hpa_behavior``,
+through ``replay_hpa.hpa_behave``), with scale to zero where the plan allows it and the move from a MIG slice
+to whole GPUs where the right-size policy would make it.
 """
 
 from __future__ import annotations

@@ -465,7 +465,7 @@ def test_second_trigger_on_requests_waiting_drains_within_the_objective(
     p = plan(w, ReplicaHistory(60.0, series([5.0] * 120)), klass)
     assert p.waiting_per_replica == pytest.approx(waiting)
     rate, queue, missed = keda_parameters(p, 'pod=~"x-.*"')["triggers"]  # type: ignore[misc]
-    assert "vllm:time_to_first_token_seconds_bucket" in missed["metadata"]["query"]  # the objective trigger
+    assert "vllm:time_to_first_token_seconds_bucket" in missed["metadata"]["query"]  # type: ignore[has-type]
     assert rate["metadata"]["query"] == (  # arrivals: finished + the growth of running and waiting
         'clamp_min((sum(rate(vllm:request_success_total{pod=~"x-.*"}[120s])) or vector(0)) + '
         '(sum(deriv(vllm:num_requests_running{pod=~"x-.*"}[120s])) or vector(0)) + '
