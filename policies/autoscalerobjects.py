@@ -19,7 +19,6 @@ WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
 TTFT_BUCKET_METRIC = "vllm:time_to_first_token_seconds_bucket"
 HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
-HPA_MAX_PERIOD_S = 1800  # periodSeconds limit, reference.md §12
 HPA_SYNC_S = 15  # the HPA controller's sync period (reference.md §12): one scale-up step per sync
 
 
@@ -106,31 +105,18 @@ def scale_down_window_s(plan: ScalingPlan, default_cold_start_s: float = 180.0) 
     return int(min(HPA_MAX_WINDOW_S, max(300, math.ceil(cold))))
 
 
-def scale_in_step(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> tuple[int, int] | None:
-    """The most the HPA may remove per period, as (Percent, periodSeconds): the class's headroom per cold
-    start. What stays after one step serves, at full capacity, the demand the replicas before it were sized for
-    at the target (n x (1 - headroom) x capacity = n x target), so demand that returns within a cold start
-    finds the replicas it needs ready. None where the plan keeps no headroom (batch): scale in at once."""
-    percent = math.floor(plan.headroom_frac * 100 + 1e-9)
-    if percent < 1:
-        return None
-    cold = plan.cold_start_s or default_cold_start_s
-    return percent, int(min(HPA_MAX_PERIOD_S, max(HPA_SYNC_S, math.ceil(cold))))
-
-
 def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:
     """HPA ``behavior`` (reference.md §12): scale up at once (x2 or +4 pods a sync, the HPA's default), scale
-    down only after one cold start (:func:`scale_down_window_s`) and then at most :func:`scale_in_step` at a
-    time: scale-in slower than scale-out."""
+    down only after one cold start (:func:`scale_down_window_s`): scale-in slower than scale-out. A rate limit
+    on scale-in after the window (the headroom per cold start) was tried and not kept (benchmarks/REPLAY.md,
+    Closed loop)."""
     window = scale_down_window_s(plan, default_cold_start_s)
-    step = scale_in_step(plan, default_cold_start_s)
-    down = [{"type": "Percent", "value": step[0], "periodSeconds": step[1]}] if step else \
-        [{"type": "Percent", "value": 100, "periodSeconds": HPA_SYNC_S}]
     return {
         "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
                     "policies": [{"type": "Pods", "value": 4, "periodSeconds": HPA_SYNC_S},
                                  {"type": "Percent", "value": 100, "periodSeconds": HPA_SYNC_S}]},
-        "scaleDown": {"stabilizationWindowSeconds": window, "selectPolicy": "Max", "policies": down},
+        "scaleDown": {"stabilizationWindowSeconds": window, "selectPolicy": "Max",
+                      "policies": [{"type": "Percent", "value": 100, "periodSeconds": HPA_SYNC_S}]},
     }
 
 

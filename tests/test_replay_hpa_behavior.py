@@ -54,9 +54,15 @@ def test_the_default_behavior_is_the_replays_earlier_hpa_step() -> None:
     assert a[5:25] == [40] * 20 and a[25] == 2  # the 300 s window holds 40, then down at once (100% a sync)
 
 
-def test_scale_in_is_limited_to_the_headroom_per_cold_start_after_the_window() -> None:
+def test_the_emitted_behavior_is_what_the_replay_runs() -> None:
     behavior: dict[str, Any] = hpa_behavior(PLAN)
-    assert behavior["scaleDown"]["policies"] == [{"type": "Percent", "value": 30, "periodSeconds": 120}]
+    assert behavior == default_behavior(300)  # cold start 120 s: the HPA's 300 s default window is the longer
+    assert hpa_behavior(replace(PLAN, cold_start_s=900.0))["scaleDown"]["stabilizationWindowSeconds"] == 900  # type: ignore[index]
+
+
+def test_a_scale_in_rate_limit_counts_from_the_start_of_its_period_after_the_window() -> None:
+    behavior = default_behavior(300)
+    behavior["scaleDown"]["policies"] = [{"type": "Percent", "value": 30, "periodSeconds": 120}]
     out = run(behavior, 40, [40] + [1] * 80)
     drop = next(i for i, n in enumerate(out) if n < 40)
     assert drop == 21  # the 300 s stabilisation window first (the recommendation of 40 at 0 s)
@@ -84,12 +90,6 @@ def test_select_policy_min_takes_the_smaller_change_and_the_up_window_the_lowest
     assert run(behavior, 10, [30, 30, 30]) == [14, 18, 22]
     # a recommendation of 12 at 15 s holds the count while it is in the 30 s window (the lowest counts)
     assert run(behavior, 10, [30, 12, 30, 30, 30]) == [14, 14, 14, 14, 18]
-
-
-def test_batch_without_headroom_scales_in_at_once() -> None:
-    behavior: dict[str, Any] = hpa_behavior(replace(PLAN, headroom_frac=0.0))
-    assert behavior["scaleDown"]["policies"] == \
-        [{"type": "Percent", "value": 100, "periodSeconds": 15}]
 
 
 def observed(k: int, serving: int, ttft: np.ndarray, first_s: np.ndarray) -> Observed:
