@@ -21,6 +21,7 @@ from policies.replicas import (
     hpa_behavior,
     keda_parameters,
     locate_knee,
+    rescued_steps,
     scaling_plan,
     wake_cost,
     wake_steps,
@@ -393,6 +394,54 @@ def test_a_wakes_misses_do_not_raise_headroom(misses_at: int, zero: bool, headro
     p = plan(with_capacity(), woken(misses_at, zero), RT, (FC,))
     assert p.headroom_frac == pytest.approx(headroom)
     assert any("left out of the error budget" in r for r in p.reasons) == (headroom == 0.30)
+
+
+def test_rescued_steps_are_those_met_on_more_replicas_than_a_recent_miss() -> None:
+    missed = series([0, 1, 0, 0, 0, 0, 0, np.nan, 1, 0, 0])
+    replicas = series([2, 2, 2, 3, 3, 2, 3, 3, 3, 3, 4])
+    got = rescued_steps(missed, replicas, 4)
+    # step 2: as many as the miss had; 3-4: one more; 5: back to 2; 6: the miss at 1 is 5 steps back;
+    # 7: no TTFT; 9: as many as the miss at 8; 10: one more
+    np.testing.assert_array_equal(got.to_numpy(), [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1])
+    assert not rescued_steps(missed, replicas, 0).any()
+    assert not rescued_steps(missed * 0, replicas, 4).any()  # no miss, nothing rescued
+
+
+def rescued(extra_replicas: bool) -> ReplicaHistory:
+    """One replica at 10 req/s for 1,500 steps, two missed steps, then 20 calm ones; where ``extra_replicas``, a
+    second replica serves the 5 steps after the misses (what the objective trigger adds)."""
+    ttft, replicas = np.ones(1522), np.ones(1522)
+    ttft[1500:1502] = 3.0
+    if extra_replicas:
+        replicas[1502:1507] = 2.0
+    return ReplicaHistory(60.0, series(np.full(1522, 10.0)), series(ttft), replicas=series(replicas))
+
+
+@pytest.mark.parametrize(("extra_replicas", "headroom"), [
+    (False, 0.30 + 0.1 * math.log2(2 / 60 / 0.01)),  # 2 missed of the last hour's 60 steps
+    (True, 0.30 + 0.1 * math.log2(7 / 60 / 0.01)),  # and the 5 the added replica served: 7 of 60
+])
+def test_steps_the_fast_loop_rescued_count_as_missed(extra_replicas: bool, headroom: float) -> None:
+    """The objective trigger adds replicas on a miss and the objective is met again: those steps are the fast
+    loop's, so the error budget counts them as missed, else headroom relaxes as the trigger works."""
+    p = plan(with_capacity(), rescued(extra_replicas), RT, (FC,), S.model_copy(update={"max_headroom_frac": 0.9}))
+    assert p.headroom_frac == pytest.approx(headroom)
+    assert any("replicas added for the miss" in r for r in p.reasons) == extra_replicas
+
+
+def test_the_knee_is_not_read_from_rescued_steps() -> None:
+    """Misses at 10 req/s per replica, good steps at 4; after each miss a second replica serves 10 req/s (5 per
+    replica) within the objective. Those 5s met it on the replicas added for the miss: the knee stays at 4."""
+    rate, ttft, replicas = [], [], []
+    for _ in range(40):
+        rate += [4.0, 10.0, 10.0, 10.0]
+        ttft += [1.0, 3.0, 1.0, 1.0]
+        replicas += [1.0, 1.0, 2.0, 2.0]
+    h = ReplicaHistory(60.0, series(rate), series(ttft), replicas=series(replicas))
+    p = plan(workload(), h, RT, (FC,))
+    assert p.capacity_source == "measured" and p.per_replica_capacity == pytest.approx(4.0)
+    fast = plan(workload(cold_start_s=1.0), h, RT, (FC,), S.model_copy(update={"rate_window_s": 1}))
+    assert fast.per_replica_capacity == pytest.approx(5.0)  # no rescue span: the 5s read as capacity
 
 
 def test_wake_steps_follow_each_run_at_zero() -> None:
