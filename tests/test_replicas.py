@@ -396,15 +396,17 @@ def test_a_wakes_misses_do_not_raise_headroom(misses_at: int, zero: bool, headro
     assert any("left out of the error budget" in r for r in p.reasons) == (headroom == 0.30)
 
 
-def test_rescued_steps_are_those_met_on_more_replicas_than_a_recent_miss() -> None:
-    missed = series([0, 1, 0, 0, 0, 0, 0, np.nan, 1, 0, 0])
-    replicas = series([2, 2, 2, 3, 3, 2, 3, 3, 3, 3, 4])
-    got = rescued_steps(missed, replicas, 4)
-    # step 2: as many as the miss had; 3-4: one more; 5: back to 2; 6: the miss at 1 is 5 steps back;
-    # 7: no TTFT; 9: as many as the miss at 8; 10: one more
-    np.testing.assert_array_equal(got.to_numpy(), [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1])
-    assert not rescued_steps(missed, replicas, 0).any()
-    assert not rescued_steps(missed * 0, replicas, 4).any()  # no miss, nothing rescued
+def test_rescued_steps_are_those_met_on_more_replicas_than_a_recent_miss_at_its_rate() -> None:
+    missed = series([0, 1, 0, 0, 0, 0, 0, np.nan, 1, 0, 0, 0])
+    replicas = series([2, 2, 2, 3, 3, 2, 3, 3, 3, 3, 4, 4])
+    rate = series([5, 8, 9, 8, 9, 9, 9, 9, 6, 9, 9, 5])
+    got = rescued_steps(missed, replicas, rate, 4)
+    # step 2: as many replicas as the miss had; 3-4: one more, at the miss's rate or above; 5: back to 2;
+    # 6: the miss at 1 is 5 steps back; 7: no TTFT; 9: as many as the miss at 8; 10: one more;
+    # 11: one more, but under the 6 req/s the replicas missed at
+    np.testing.assert_array_equal(got.to_numpy(), [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0])
+    assert not rescued_steps(missed, replicas, rate, 0).any()
+    assert not rescued_steps(missed * 0, replicas, rate, 4).any()  # no miss, nothing rescued
 
 
 def rescued(extra_replicas: bool) -> ReplicaHistory:

@@ -91,7 +91,10 @@ def _with_rescued(missed: pd.Series, history: ReplicaHistory, span_s: float) -> 
     objective was met there on replicas added for a miss, which the plan had not sized."""
     if history.replicas is None:
         return missed, []
-    rescued = rescued_steps(missed, history.replicas, int(span_s // history.step_s)).to_numpy(dtype=bool)
+    rate = history.request_rate_per_s
+    if rate is None:
+        return missed, []
+    rescued = rescued_steps(missed, history.replicas, rate, int(span_s // history.step_s)).to_numpy(dtype=bool)
     if not rescued.any():
         return missed, []
     return missed.mask(rescued, 1.0), [

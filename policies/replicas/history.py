@@ -92,7 +92,7 @@ def step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: floa
     frame["missed"] = (frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)
     if rescue_s > 0 and history.replicas is not None:
         frame["rescued"] = rescued_steps(frame["missed"].where(np.isfinite(frame["ttft"])), history.replicas,
-                                         int(rescue_s // history.step_s))
+                                         rate, int(rescue_s // history.step_s))
     else:
         frame["rescued"] = False
     frame = this_shape(frame, workload)
@@ -107,21 +107,22 @@ def rescue_s(settings: ScalingSettings, cold_start_s: float | None) -> float:
     return settings.rate_window_s + 2 * settings.cold_start_s(cold_start_s)
 
 
-def rescued_steps(missed: pd.Series, replicas: pd.Series, span_steps: int) -> pd.Series:
+def rescued_steps(missed: pd.Series, replicas: pd.Series, rate: pd.Series, span_steps: int) -> pd.Series:
     """Steps the fast loop rescued, as collected history shows them: steps that met the objective (``missed``
     0; 1 missed, NaN unknown) within ``span_steps`` after a missed step, with more serving ``replicas`` than that
-    step had. The objective trigger adds replicas on a miss (so does any trigger a burst fires); the steps
-    those replicas then serve within the objective are the fast loop's work, not the plan's: the slow loop
-    counts them as its misses and reads no capacity from them. Booleans on ``missed``'s index."""
+    step had and at least its request ``rate``: the replicas that missed would have served them at the rate
+    per replica they missed at. The objective trigger adds replicas on a miss (so does any trigger a burst
+    fires); the steps they then serve within the objective are the fast loop's work, not the plan's: the slow
+    loop counts them as its misses and reads no capacity from them. Booleans on ``missed``'s index."""
     flags = missed.to_numpy(dtype="float64")
     count = replicas.reindex(missed.index).to_numpy(dtype="float64")
-    at_miss = np.where((flags == 1) & np.isfinite(count), count, np.inf)
-    if span_steps < 1 or not np.isfinite(at_miss).any():
-        return pd.Series(False, index=missed.index)
-    fewest = pd.Series(at_miss).rolling(span_steps, min_periods=1).min().shift(1).to_numpy()  # the span before
-    with np.errstate(invalid="ignore"):
-        more = count > fewest
-    return pd.Series((flags == 0) & more, index=missed.index)
+    load = rate.reindex(missed.index).to_numpy(dtype="float64")
+    out = np.zeros(flags.size, dtype=bool)
+    for i in np.flatnonzero((flags == 1) & np.isfinite(count) & np.isfinite(load)) if span_steps >= 1 else ():
+        after = slice(i + 1, min(flags.size, i + 1 + span_steps))
+        with np.errstate(invalid="ignore"):
+            out[after] |= (flags[after] == 0) & (count[after] > count[i]) & (load[after] >= load[i])
+    return pd.Series(out, index=missed.index)
 
 
 def idle_runs(history: ReplicaHistory) -> tuple[np.ndarray, np.ndarray]:
