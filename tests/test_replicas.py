@@ -419,16 +419,22 @@ def rescued(extra_replicas: bool) -> ReplicaHistory:
     return ReplicaHistory(60.0, series(np.full(1522, 10.0)), series(ttft), replicas=series(replicas))
 
 
-@pytest.mark.parametrize(("extra_replicas", "headroom"), [
-    (False, 0.30 + 0.1 * math.log2(2 / 60 / 0.01)),  # 2 missed of the last hour's 60 steps
-    (True, 0.30 + 0.1 * math.log2(7 / 60 / 0.01)),  # and the 5 the added replica served: 7 of 60
+RESCUE = S.model_copy(update={"count_rescued_steps": True})
+
+
+@pytest.mark.parametrize(("extra_replicas", "count", "headroom"), [
+    (False, True, 0.30 + 0.1 * math.log2(2 / 60 / 0.01)),  # 2 missed of the last hour's 60 steps
+    (True, True, 0.30 + 0.1 * math.log2(7 / 60 / 0.01)),  # and the 5 the added replica served: 7 of 60
+    (True, False, 0.30 + 0.1 * math.log2(2 / 60 / 0.01)),  # the default: only the misses
 ])
-def test_steps_the_fast_loop_rescued_count_as_missed(extra_replicas: bool, headroom: float) -> None:
+def test_steps_the_fast_loop_rescued_count_as_missed(extra_replicas: bool, count: bool, headroom: float) -> None:
     """The objective trigger adds replicas on a miss and the objective is met again: those steps are the fast
-    loop's, so the error budget counts them as missed, else headroom relaxes as the trigger works."""
-    p = plan(with_capacity(), rescued(extra_replicas), RT, (FC,), S.model_copy(update={"max_headroom_frac": 0.9}))
+    loop's, so with count_rescued_steps the error budget counts them as missed, else headroom relaxes as the
+    trigger works."""
+    s = S.model_copy(update={"max_headroom_frac": 0.9, "count_rescued_steps": count})
+    p = plan(with_capacity(), rescued(extra_replicas), RT, (FC,), s)
     assert p.headroom_frac == pytest.approx(headroom)
-    assert any("replicas added for the miss" in r for r in p.reasons) == extra_replicas
+    assert any("replicas added for the miss" in r for r in p.reasons) == (extra_replicas and count)
 
 
 def test_the_knee_is_not_read_from_rescued_steps() -> None:
@@ -440,10 +446,11 @@ def test_the_knee_is_not_read_from_rescued_steps() -> None:
         ttft += [1.0, 3.0, 1.0, 1.0]
         replicas += [1.0, 1.0, 2.0, 2.0]
     h = ReplicaHistory(60.0, series(rate), series(ttft), replicas=series(replicas))
-    p = plan(workload(), h, RT, (FC,))
+    p = plan(workload(), h, RT, (FC,), RESCUE)
     assert p.capacity_source == "measured" and p.per_replica_capacity == pytest.approx(4.0)
-    fast = plan(workload(cold_start_s=1.0), h, RT, (FC,), S.model_copy(update={"rate_window_s": 1}))
+    fast = plan(workload(cold_start_s=1.0), h, RT, (FC,), RESCUE.model_copy(update={"rate_window_s": 1}))
     assert fast.per_replica_capacity == pytest.approx(5.0)  # no rescue span: the 5s read as capacity
+    assert plan(workload(), h, RT, (FC,)).per_replica_capacity == pytest.approx(5.0)  # the default: they count
 
 
 def test_wake_steps_follow_each_run_at_zero() -> None:

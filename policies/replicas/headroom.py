@@ -44,8 +44,9 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     frame = _budget_frame(workload, history, ttft, settings.min_capacity_steps)
     missed, wake_why = _without_wakes((frame["ttft"] > objective_s).where(np.isfinite(frame["ttft"])), history,
                                       settings.wake_s(workload.cold_start_s))
-    missed, rescue_why = _with_rescued(missed, history, rescue_s(settings, workload.cold_start_s))
-    wake_why += rescue_why
+    if settings.count_rescued_steps:
+        missed, rescue_why = _with_rescued(missed, history, rescue_s(settings, workload.cold_start_s))
+        wake_why += rescue_why
     known = missed * ~(frame["per"] > capacity) if capacity is not None else missed  # unknown rate: within capacity
     spent = _spent(known, missed, history.step_s, settings, within=capacity is not None)
     if not spent:
