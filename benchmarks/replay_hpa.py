@@ -5,6 +5,11 @@ the next cold start's requests (not causal: a bound on what a perfect forecast c
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 from replay_capacity import Capacity
 from replay_sim import HPA_SYNC_S, Observed
@@ -51,13 +56,84 @@ def hpa_proposal(cur: int, usage: float, target: float) -> int:
 
 
 def hpa_step(recs: list[tuple[int, int]], k: int, cur: int, rec: int, window_s: int) -> int:
-    """HPA behaviour: scale up at most max(+4, x2) per 15 s; scale down to the highest recommendation in the window."""
-    recs.append((k, rec))
-    while recs and recs[0][0] < k - window_s:
-        recs.pop(0)
-    if rec > cur:
-        return min(rec, max(cur + 4, 2 * cur))
-    return min(cur, max(r for _, r in recs))
+    """HPA behaviour at the defaults (reference.md §12) with a ``window_s`` scale-down stabilisation: scale up at
+    most max(+4, x2) per 15 s; scale down to the highest recommendation in the window."""
+    return hpa_behave(HpaMemory(recs), k, cur, rec, default_behavior(window_s))
+
+
+def default_behavior(down_window_s: int = 300) -> dict[str, Any]:
+    """The HPA's default ``behavior`` (reference.md §12), its scale-down window ``down_window_s``."""
+    return {"scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                        "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
+                                     {"type": "Percent", "value": 100, "periodSeconds": 15}]},
+            "scaleDown": {"stabilizationWindowSeconds": down_window_s, "selectPolicy": "Max",
+                          "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}}
+
+
+@dataclass
+class HpaMemory:
+    """What the HPA controller keeps per autoscaler between syncs: its recommendations (second, replicas) for
+    the stabilisation windows and the scale events (second, replicas added or removed) its policies' periods
+    count."""
+
+    recs: list[tuple[int, int]] = field(default_factory=list)
+    ups: list[tuple[int, int]] = field(default_factory=list)
+    downs: list[tuple[int, int]] = field(default_factory=list)
+
+
+def hpa_behave(mem: HpaMemory, k: int, cur: int, rec: int, behavior: Mapping[str, Any]) -> int:
+    """One HPA sync at second ``k`` honouring an autoscaling/v2 ``behavior`` as the controller does
+    (kubernetes pkg/controller/podautoscaler/horizontal.go): the recommendation ``rec`` (already within
+    min/max) is stabilised, the lowest of the scale-up window and the highest of the scale-down window, then
+    limited by each direction's policies from the replicas at the start of each policy's period (today's less
+    the events within it), the policies combined by ``selectPolicy`` (Max: the largest change; Min: the
+    smallest; Disabled: none). A recommendation exactly a window old still counts here (the controller
+    compares timestamps that never fall on the boundary)."""
+    up, down = behavior["scaleUp"], behavior["scaleDown"]
+    mem.recs.append((k, rec))
+    longest = max(int(up["stabilizationWindowSeconds"]), int(down["stabilizationWindowSeconds"]))
+    while mem.recs and mem.recs[0][0] < k - longest:
+        mem.recs.pop(0)
+    ups = [r for t, r in mem.recs if t >= k - int(up["stabilizationWindowSeconds"])]
+    downs = [r for t, r in mem.recs if t >= k - int(down["stabilizationWindowSeconds"])]
+    want = min(max(cur, min(ups)), max(downs))
+    if want > cur:
+        want = min(want, max(cur, _limit(mem, k, cur, up, +1)))
+    elif want < cur:
+        want = max(want, min(cur, _limit(mem, k, cur, down, -1)))
+    if want != cur:
+        (mem.ups if want > cur else mem.downs).append((k, abs(want - cur)))
+    period = max(int(p["periodSeconds"]) for rules in (up, down) for p in rules["policies"])
+    mem.ups[:] = [e for e in mem.ups if e[0] > k - period]
+    mem.downs[:] = [e for e in mem.downs if e[0] > k - period]
+    return want
+
+
+def _limit(mem: HpaMemory, k: int, cur: int, rules: Mapping[str, Any], sign: int) -> int:
+    """The furthest count one direction's policies allow from ``cur`` (``sign`` +1 up, -1 down)."""
+    select = rules.get("selectPolicy", "Max")
+    if select == "Disabled":
+        return cur
+    pick = max if (select == "Max") == (sign > 0) else min
+    out: int | None = None
+    for policy in rules["policies"]:
+        period = int(policy["periodSeconds"])
+        start = cur - _changed(mem.ups, k, period) + _changed(mem.downs, k, period)
+        value = float(policy["value"])
+        if policy["type"] == "Pods":
+            proposed = start + sign * int(value)
+        elif sign > 0:
+            proposed = math.ceil(start * (1 + value / 100))
+        else:
+            proposed = int(start * (1 - value / 100))
+        out = proposed if out is None else pick(out, proposed)
+    return cur if out is None else out
+
+
+def _changed(events: list[tuple[int, int]], k: int, period_s: int) -> int:
+    """Replicas added (or removed) by the events within the last ``period_s`` seconds (strictly after its
+    start, as the controller's ``getReplicasChangePerPeriod``)."""
+    return sum(n for t, n in events if t > k - period_s)
 
 
 class Oracle:

@@ -1,7 +1,10 @@
 """``ours`` in the replay: the product's replica policy (``policies.replicas.scaling_plan``) refitted on the
 history so far every refit period and applied at every HPA sync through the triggers the plan publishes
-(forecast band, arrival rate, waiting requests), with scale to zero where the plan allows it and the move
-from a MIG slice to whole GPUs where the right-size policy would make it.
+(forecast band, arrival rate, waiting requests, and the objective being missed: the replicas that served
+through the last rate window x (1 + the share of its requests over the TTFT objective), while over the error
+budget), the HPA honouring the ``behavior`` the product emits (``policies.autoscalerobjects.hpa_behavior``,
+through ``replay_hpa.hpa_behave``), with scale to zero where the plan allows it and the move from a MIG slice
+to whole GPUs where the right-size policy would make it.
 """
 
 from __future__ import annotations
@@ -12,16 +15,15 @@ import math
 import numpy as np
 import pandas as pd
 from replay_capacity import Capacity
-from replay_hpa import KEDA_POLL_S, KEDA_WAITING_TARGET, hpa_proposal, hpa_step
+from replay_hpa import KEDA_POLL_S, KEDA_WAITING_TARGET, HpaMemory, hpa_behave, hpa_proposal
 from replay_sim import Observed
 
-from collectors.prometheus.queries import within_objective
 from policies.mig import missed_too_often
 from policies.replicas import (
     BAND_BY_CLASS,
     NoScalingPlan,
     ReplicaHistory,
-    scale_down_window_s,
+    hpa_behavior,
     scaling_plan,
 )
 from recommender.analysis.features import after_zero
@@ -31,6 +33,7 @@ from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRe
 from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
 from recommender.core.settings import PolicySettings
 from recommender.core.settings_scaling import ScalingSettings
+from recommender.core.usage import within_objective
 
 
 class Ours:
@@ -46,7 +49,9 @@ class Ours:
         self.band = np.array([0.0])
         self.band_start = 0
         self.next_refit = 0
-        self.recs: list[tuple[int, int]] = []
+        self.hpa = HpaMemory()  # the HPA controller's recommendations and scale events
+        self.window_lo = 0  # the first served request whose first token came within the objective trigger's window
+        self.serving_at: dict[int, int] = {}  # serving replicas at each recent sync (second -> count)
         self.last_arrival = -10**9
         self.refits = 0
         self.pending_served = 0
@@ -90,7 +95,8 @@ class Ours:
         waiting = obs.waiting if obs.serving else 0
         want = max(hpa_proposal(obs.pods, ahead, plan.target_per_replica),
                    hpa_proposal(obs.pods, observed, plan.target_per_replica),
-                   hpa_proposal(obs.pods, waiting, plan.waiting_per_replica or KEDA_WAITING_TARGET))
+                   hpa_proposal(obs.pods, waiting, plan.waiting_per_replica or KEDA_WAITING_TARGET),
+                   hpa_proposal(obs.pods, self._objective_missed(obs, plan), 1.0))
         if plan.scale_to_zero:
             if obs.pods == 0:  # KEDA activates 0 -> 1 at its polling interval: forecast ahead, or a request held
                 active = ahead > plan.activation_threshold or obs.waiting > 0
@@ -102,8 +108,29 @@ class Ours:
         want = min(max(want, plan.min_replicas), plan.max_replicas)
         if obs.pods == 0:
             return want
-        window = scale_down_window_s(plan, self.cap.cold_start_s)
-        return hpa_step(self.recs, obs.k, obs.pods, want, window)
+        return hpa_behave(self.hpa, obs.k, obs.pods, want, hpa_behavior(plan, self.cap.cold_start_s))
+
+    def _objective_missed(self, obs: Observed, plan: ScalingPlan) -> float:
+        """The objective trigger's value (``policies.autoscalerobjects.objective_missed_query``): the replicas
+        serving now and a window ago (the fewer of the two counts: pods go newest first) x (1 + the share of
+        requests over the objective among those whose first token came in the last ``rate_window_s``, read as
+        vLLM's histogram gives it), 0 while that share is within the error budget or no replica served through."""
+        window = plan.rate_window_s
+        self.serving_at[obs.k] = obs.serving
+        for old in [t for t in self.serving_at if t < obs.k - window]:
+            del self.serving_at[old]
+        then = self.serving_at.get(obs.k - window, 0)  # no sync a window ago (the replay's start): none counted
+        lo = self.window_lo
+        first = obs.served_arrival_s[lo:] + obs.served_ttft_s[lo:]  # served FIFO: first tokens come (nearly) in order
+        self.window_lo += int(np.searchsorted(first, obs.k - window, side="right"))
+        serving = min(obs.serving, then)
+        if not serving or plan.ttft_objective_s is None or plan.ttft_error_budget is None:
+            return 0.0
+        recent = obs.served_ttft_s[self.window_lo:]
+        if not recent.size:
+            return 0.0
+        share = histogram_over(recent, plan.ttft_objective_s) / recent.size
+        return serving * (1.0 + share) if share > plan.ttft_error_budget else 0.0
 
     def _band_ahead(self, k: int) -> float:
         """Largest forecast band value over the next cold start (the horizon's last value beyond it)."""
@@ -173,7 +200,7 @@ class Ours:
         share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
-            self.recs.clear()  # the HPA's recommendations were counts of the old shape
+            self.hpa = HpaMemory()  # the HPA's recommendations were counts of the old shape
 
     def _token_means(self, obs: Observed) -> tuple[float, float]:
         """Mean input and output tokens of the requests arrived so far, as ``obs.tokens_in.mean()`` gives them,
@@ -218,7 +245,7 @@ class Ours:
 
 def histogram_over(ttft_s: np.ndarray, objective_s: float) -> float:
     """How many of these TTFTs exceed the objective as vLLM's histogram tells it: all of them less those its
-    buckets put within the objective (``collectors.prometheus.queries.within_objective``, as the collector's
+    buckets put within the objective (``recommender.core.usage.within_objective``, as the collector's
     query reads them)."""
     within = sum(float((ttft_s <= bound).sum()) * weight for bound, weight in within_objective(objective_s))
     return float(ttft_s.size - within)

@@ -12,11 +12,14 @@ from urllib.parse import urlsplit, urlunsplit
 from recommender.core.advice import AutoscalerObjects
 from recommender.core.plan import PLACEHOLDER_PROMETHEUS, PrometheusAddress, ScalingPlan
 from recommender.core.settings import PrometheusSettings
+from recommender.core.usage import within_objective
 
 RATE_TRIGGER_METRIC = "vllm:request_success_total"  # the KEDA triggers' queries read these (keda_parameters)
 WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
+TTFT_BUCKET_METRIC = "vllm:time_to_first_token_seconds_bucket"
 HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
+HPA_SYNC_S = 15  # the HPA controller's sync period (reference.md §12): one scale-up step per sync
 
 
 def autoscaler_objects(plan: ScalingPlan, namespace: str, name: str, kind: str = "Deployment",
@@ -31,8 +34,9 @@ def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"',
                     server_address: str = PLACEHOLDER_PROMETHEUS.url, polling_interval_s: int = 30
                     ) -> dict[str, object]:
     """A KEDA ScaledObject ``spec`` fragment (reference.md §10): a Prometheus trigger on request rate and,
-    where the plan sets ``waiting_per_replica``, one on requests waiting (the HPA follows the larger), both
-    summed over the series ``matchers`` select (the workload's pods).
+    where the plan sets ``waiting_per_replica``, one on requests waiting, and, where it has a TTFT objective and
+    error budget, one on the objective being missed (:func:`objective_missed_query`); the HPA follows the
+    largest. All read the series ``matchers`` select (the workload's pods).
 
     Trigger metadata values are strings, as KEDA expects; each query must return exactly one element.
     """
@@ -50,6 +54,11 @@ def keda_parameters(plan: ScalingPlan, matchers: str = 'namespace="NS"',
         triggers.append({"type": "prometheus", "metricType": "AverageValue",
                          "metadata": {"serverAddress": server_address, "query": waiting_query,
                                       "threshold": thresholds[WAITING_TRIGGER_METRIC]}})
+    if plan.ttft_objective_s is not None and plan.ttft_error_budget is not None:
+        triggers.append({"type": "prometheus", "metricType": "AverageValue",
+                         "metadata": {"serverAddress": server_address, "threshold": "1",
+                                      "query": objective_missed_query(matchers, plan.rate_window_s,
+                                                                      plan.ttft_objective_s, plan.ttft_error_budget)}})
     return {
         "pollingInterval": polling_interval_s,
         "cooldownPeriod": plan.cooldown_s,
@@ -97,16 +106,51 @@ def scale_down_window_s(plan: ScalingPlan, default_cold_start_s: float = 180.0) 
 
 
 def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:
-    """HPA ``behavior`` (reference.md §12): scale up at once, scale down only after one cold start
-    (:func:`scale_down_window_s`)."""
+    """HPA ``behavior`` (reference.md §12): scale up at once (x2 or +4 pods a sync, the HPA's default), scale
+    down only after one cold start (:func:`scale_down_window_s`): scale-in slower than scale-out. A rate limit
+    on scale-in after the window (the headroom per cold start) was tried and not kept (benchmarks/REPLAY.md,
+    Closed loop)."""
     window = scale_down_window_s(plan, default_cold_start_s)
     return {
         "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
-                    "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
-                                 {"type": "Percent", "value": 100, "periodSeconds": 15}]},
+                    "policies": [{"type": "Pods", "value": 4, "periodSeconds": HPA_SYNC_S},
+                                 {"type": "Percent", "value": 100, "periodSeconds": HPA_SYNC_S}]},
         "scaleDown": {"stabilizationWindowSeconds": window, "selectPolicy": "Max",
-                      "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]},
+                      "policies": [{"type": "Percent", "value": 100, "periodSeconds": HPA_SYNC_S}]},
     }
+
+
+def objective_missed_query(matchers: str, window_s: int, objective_s: float, budget: float) -> str:
+    """PromQL for the objective trigger (AverageValue 1): the replicas that served through the last
+    ``window_s`` x (1 + the share of requests whose TTFT exceeded ``objective_s`` in it), only while that
+    share exceeds ``budget`` (else no value: KEDA reads 0, and the other triggers decide). So while the
+    objective is missed the HPA asks for the replicas that missed it plus that share more, whatever the
+    plan's capacity said: feedback, not a model. Only pods serving now and a window ago count: the misses
+    in the window are those replicas' (a step taken is not taken again for the misses the histogram records
+    after it, as a drained backlog's; a wake from zero, whose pod served no window yet, asks nothing), and a
+    miss that outlasts the window steps again.
+
+    The share is read from vLLM's TTFT histogram as the collector reads it (``within_objective``: the
+    buckets around an objective that is no bound, linearly); serving pods are those reporting vLLM's running
+    gauge. It reads no waiting gauge, so the actuator never takes it for the waiting trigger."""
+    window = f"[{window_s}s]"
+
+    def bucket(bound: float) -> str:
+        return f"sum(rate({TTFT_BUCKET_METRIC}{{{matchers},{_le(bound)}}}{window}))"
+
+    total = bucket(math.inf)
+    within = " + ".join(bucket(b) if w == 1.0 else f"{bucket(b)} * {w:.6g}" for b, w in within_objective(objective_s))
+    share = f"(clamp_min({total} - ({within}), 0) / {total})"
+    now, then = (f"count by (pod) ({RUNNING_METRIC}{{{matchers}}}{at})" for at in ("", f" offset {window_s}s"))
+    return f"(count({now} and {then}) * (1 + {share})) and on() ({share} > {budget:.6g})"
+
+
+def _le(bound: float) -> str:
+    """A matcher for one bucket bound however the exporter wrote it (prometheus_client: "1.0"; Go: "1")."""
+    if bound == math.inf:
+        return 'le="+Inf"'
+    text = repr(float(bound))
+    return f'le=~"{text.removesuffix(".0")}|{text.replace(".", "[.]")}"' if text.endswith(".0") else f'le="{text}"'
 
 
 def hpa_external(plan: ScalingPlan, namespace: str, kind: str, name: str) -> dict[str, object]:

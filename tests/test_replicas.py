@@ -21,6 +21,7 @@ from policies.replicas import (
     hpa_behavior,
     keda_parameters,
     locate_knee,
+    rescued_steps,
     scaling_plan,
     wake_cost,
     wake_steps,
@@ -395,6 +396,63 @@ def test_a_wakes_misses_do_not_raise_headroom(misses_at: int, zero: bool, headro
     assert any("left out of the error budget" in r for r in p.reasons) == (headroom == 0.30)
 
 
+def test_rescued_steps_are_those_met_on_more_replicas_than_a_recent_miss_at_its_rate() -> None:
+    missed = series([0, 1, 0, 0, 0, 0, 0, np.nan, 1, 0, 0, 0])
+    replicas = series([2, 2, 2, 3, 3, 2, 3, 3, 3, 3, 4, 4])
+    rate = series([5, 8, 9, 8, 9, 9, 9, 9, 6, 9, 9, 5])
+    got = rescued_steps(missed, replicas, rate, 4)
+    # step 2: as many replicas as the miss had; 3-4: one more, at the miss's rate or above; 5: back to 2;
+    # 6: the miss at 1 is 5 steps back; 7: no TTFT; 9: as many as the miss at 8; 10: one more;
+    # 11: one more, but under the 6 req/s the replicas missed at
+    np.testing.assert_array_equal(got.to_numpy(), [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0])
+    assert not rescued_steps(missed, replicas, rate, 0).any()
+    assert not rescued_steps(missed * 0, replicas, rate, 4).any()  # no miss, nothing rescued
+
+
+def rescued(extra_replicas: bool) -> ReplicaHistory:
+    """One replica at 10 req/s for 1,500 steps, two missed steps, then 20 calm ones; where ``extra_replicas``, a
+    second replica serves the 5 steps after the misses (what the objective trigger adds)."""
+    ttft, replicas = np.ones(1522), np.ones(1522)
+    ttft[1500:1502] = 3.0
+    if extra_replicas:
+        replicas[1502:1507] = 2.0
+    return ReplicaHistory(60.0, series(np.full(1522, 10.0)), series(ttft), replicas=series(replicas))
+
+
+RESCUE = S.model_copy(update={"count_rescued_steps": True})
+
+
+@pytest.mark.parametrize(("extra_replicas", "count", "headroom"), [
+    (False, True, 0.30 + 0.1 * math.log2(2 / 60 / 0.01)),  # 2 missed of the last hour's 60 steps
+    (True, True, 0.30 + 0.1 * math.log2(7 / 60 / 0.01)),  # and the 5 the added replica served: 7 of 60
+    (True, False, 0.30 + 0.1 * math.log2(2 / 60 / 0.01)),  # the default: only the misses
+])
+def test_steps_the_fast_loop_rescued_count_as_missed(extra_replicas: bool, count: bool, headroom: float) -> None:
+    """The objective trigger adds replicas on a miss and the objective is met again: those steps are the fast
+    loop's, so with count_rescued_steps the error budget counts them as missed, else headroom relaxes as the
+    trigger works."""
+    s = S.model_copy(update={"max_headroom_frac": 0.9, "count_rescued_steps": count})
+    p = plan(with_capacity(), rescued(extra_replicas), RT, (FC,), s)
+    assert p.headroom_frac == pytest.approx(headroom)
+    assert any("replicas added for the miss" in r for r in p.reasons) == (extra_replicas and count)
+
+
+def test_the_knee_is_not_read_from_rescued_steps() -> None:
+    """Misses at 10 req/s per replica, good steps at 4; after each miss a second replica serves 10 req/s (5 per
+    replica) within the objective. Those 5s met it on the replicas added for the miss: the knee stays at 4."""
+    rate, ttft, replicas = [], [], []
+    for _ in range(40):
+        rate += [4.0, 10.0, 10.0, 10.0]
+        ttft += [1.0, 3.0, 1.0, 1.0]
+        replicas += [1.0, 1.0, 2.0, 2.0]
+    h = ReplicaHistory(60.0, series(rate), series(ttft), replicas=series(replicas))
+    p = plan(workload(), h, RT, (FC,), RESCUE)
+    assert p.capacity_source == "measured" and p.per_replica_capacity == pytest.approx(4.0)
+    fast = plan(workload(cold_start_s=1.0), h, RT, (FC,), RESCUE.model_copy(update={"rate_window_s": 1}))
+    assert fast.per_replica_capacity == pytest.approx(5.0)  # no rescue span: the 5s read as capacity
+    assert plan(workload(), h, RT, (FC,)).per_replica_capacity == pytest.approx(5.0)  # the default: they count
+
+
 def test_wake_steps_follow_each_run_at_zero() -> None:
     h = ReplicaHistory(60.0, series([1.0] * 12), replicas=series([1, 0, 0, 1, 2, 2, np.nan, 0, np.nan, 2, 2, 2]))
     got = wake_steps(h, 90.0)  # 2 steps after the run's end, and the end
@@ -464,7 +522,8 @@ def test_second_trigger_on_requests_waiting_drains_within_the_objective(
     w = workload(annotations={CAPACITY_ANNOTATION: "10", **annotations})
     p = plan(w, ReplicaHistory(60.0, series([5.0] * 120)), klass)
     assert p.waiting_per_replica == pytest.approx(waiting)
-    rate, queue = keda_parameters(p, 'pod=~"x-.*"')["triggers"]  # type: ignore[misc]
+    rate, queue, missed = keda_parameters(p, 'pod=~"x-.*"')["triggers"]  # type: ignore[misc]
+    assert "vllm:time_to_first_token_seconds_bucket" in missed["metadata"]["query"]  # type: ignore[has-type]
     assert rate["metadata"]["query"] == (  # arrivals: finished + the growth of running and waiting
         'clamp_min((sum(rate(vllm:request_success_total{pod=~"x-.*"}[120s])) or vector(0)) + '
         '(sum(deriv(vllm:num_requests_running{pod=~"x-.*"}[120s])) or vector(0)) + '
@@ -474,8 +533,9 @@ def test_second_trigger_on_requests_waiting_drains_within_the_objective(
     assert float(queue["metadata"]["threshold"]) == pytest.approx(waiting)
     assert "activationThreshold" not in queue["metadata"]  # waking from zero is the rate trigger's call
     assert any(f"{waiting:.3g} requests waiting per replica" in r for r in p.reasons)
-    # a plan without it (older plans, hand-made ones) keeps the one trigger
-    assert len(keda_parameters(replace(p, waiting_per_replica=None))["triggers"]) == 1  # type: ignore[arg-type]
+    # a plan without it or an objective (older plans, hand-made ones) keeps the one trigger
+    older = replace(p, waiting_per_replica=None, ttft_objective_s=None)
+    assert len(keda_parameters(older)["triggers"]) == 1  # type: ignore[arg-type]
 
 
 def test_real_time_and_short_gaps_do_not_scale_to_zero() -> None:

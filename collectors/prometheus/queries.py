@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from recommender.core import usage as m
 from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.settings_sources import PrometheusSettings
+from recommender.core.usage import within_objective
 
 # Names as exported. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9 (reference §9.1).
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -31,9 +32,6 @@ PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
 GENERATION_TOKENS = ("vllm:generation_tokens_total",)
 PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 TTFT_BUCKET = ("vllm:time_to_first_token_seconds_bucket",)
-# vLLM's TTFT histogram bounds (reference §9.1): the share over an objective between two of them is interpolated
-VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                       20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 CACHE_CONFIG = "vllm:cache_config_info"
 
 # kube-state-metrics: pod → ReplicaSet/Job → Deployment/CronJob, and the GPU resources each pod requests.
@@ -168,22 +166,6 @@ def _le(bound: float) -> str:
     text = "+Inf" if bound == math.inf else repr(float(bound))
     alts = {text, text.removesuffix(".0")} if text.endswith(".0") else {text}
     return f"le={_quote(sorted(alts)[0])}" if len(alts) == 1 else f"le=~{_quote(regex_alternatives(sorted(alts)))}"
-
-
-def within_objective(objective_s: float) -> tuple[tuple[float, float], ...]:
-    """(bucket bound, weight) pairs whose weighted cumulative counts are the observations up to the objective:
-    the bound itself where it is one; else the bounds around it, read linearly as ``histogram_quantile`` reads a
-    bucket (below the first bound, from 0); past the last finite bound, that bound. The collector's query and the
-    replay's histogram both read misses through it."""
-    bounds = VLLM_TTFT_BUCKETS_S
-    hi = next((i for i, b in enumerate(bounds) if b >= objective_s), None)
-    if hi is None:
-        return ((bounds[-1], 1.0),)
-    if bounds[hi] == objective_s:
-        return ((bounds[hi], 1.0),)
-    lo = bounds[hi - 1] if hi else 0.0
-    f = (objective_s - lo) / (bounds[hi] - lo)
-    return ((bounds[hi], f),) if not hi else ((lo, 1 - f), (bounds[hi], f))
 
 
 def over_objective_query(fam: Family, scope: Scope, window_s: int, objective_s: float) -> str:

@@ -34,7 +34,15 @@ from policies.replicas.estimates import (
     ScaleToZero,
 )
 from policies.replicas.headroom import error_budget_headroom, wake_steps
-from policies.replicas.history import ReplicaHistory, history_from_snapshot, history_span_s, idle_gaps_s, this_shape
+from policies.replicas.history import (
+    ReplicaHistory,
+    history_from_snapshot,
+    history_span_s,
+    idle_gaps_s,
+    rescue_s,
+    rescued_steps,
+    this_shape,
+)
 from policies.replicas.plan import scaling_plan, ttft_objective
 from policies.replicas.recorded import positive_number, recorded_capacity
 from policies.replicas.simulate import autoscaled_replicas, autoscaled_series, with_means
@@ -47,6 +55,7 @@ __all__ = [
     "autoscaled_series", "cooldown_s", "demand_to_size", "error_budget_headroom", "forecasts_to_act_on",
     "history_from_snapshot", "history_span_s", "hpa_behavior", "idle_gaps_s", "keda_parameters", "keep_lower_bound",
     "locate_knee", "per_replica_capacity", "positive_number", "recorded_capacity", "replica_bounds", "replicas_for",
-    "scale_down_window_s", "scale_to_zero", "scaling_plan", "significant", "this_shape", "trigger_thresholds",
+    "rescue_s", "rescued_steps", "scale_down_window_s", "scale_to_zero", "scaling_plan", "significant", "this_shape",
+    "trigger_thresholds",
     "ttft_objective", "wake_cost", "wake_steps", "with_means",
 ]

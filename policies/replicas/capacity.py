@@ -13,7 +13,7 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
 from policies.replicas.estimates import Absent, Capacity, CapacitySource, Carried
-from policies.replicas.history import ReplicaHistory, changed_within, step_outcomes
+from policies.replicas.history import ReplicaHistory, changed_within, rescue_s, step_outcomes
 from policies.replicas.recorded import positive_number
 from recommender.core.annotations import CAPACITY_ANNOTATION
 from recommender.core.inventory import Workload
@@ -45,7 +45,8 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
     than no plan at all right after a change (the KEDA scaler would answer errors), all of them, and it says so.
     """
     configured, conf_src = configured_capacity(workload, settings)
-    steps = step_outcomes(workload, history, objective_s) if settings.capacity_from_history else None
+    rescue = rescue_s(settings, workload.cold_start_s) if settings.count_rescued_steps else 0.0
+    steps = step_outcomes(workload, history, objective_s, rescue) if settings.capacity_from_history else None
     good = np.array([]) if steps is None else steps.loc[~steps["missed"], "per"].to_numpy(dtype="float64")
     enough = good.size >= settings.min_capacity_steps
     knee = locate_knee(steps, settings.min_knee_steps) if steps is not None and enough else None

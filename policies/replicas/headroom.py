@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from policies.replicas.estimates import Headroom
-from policies.replicas.history import ReplicaHistory, per_replica_rate, this_shape
+from policies.replicas.history import ReplicaHistory, per_replica_rate, rescue_s, rescued_steps, this_shape
 from recommender.analysis.features import after_zero, last_window
 from recommender.core.inventory import Workload
 from recommender.core.plan import WorkloadClass
@@ -44,6 +44,9 @@ def error_budget_headroom(cls: WorkloadClass, base: float, workload: Workload, h
     frame = _budget_frame(workload, history, ttft, settings.min_capacity_steps)
     missed, wake_why = _without_wakes((frame["ttft"] > objective_s).where(np.isfinite(frame["ttft"])), history,
                                       settings.wake_s(workload.cold_start_s))
+    if settings.count_rescued_steps:
+        missed, rescue_why = _with_rescued(missed, history, rescue_s(settings, workload.cold_start_s))
+        wake_why += rescue_why
     known = missed * ~(frame["per"] > capacity) if capacity is not None else missed  # unknown rate: within capacity
     spent = _spent(known, missed, history.step_s, settings, within=capacity is not None)
     if not spent:
@@ -82,6 +85,22 @@ def _without_wakes(missed: pd.Series, history: ReplicaHistory, wake_s: float) ->
     why = [f"{left_out} missed step(s) within {wake_s:g} s of a wake from zero left out of the error budget: "
            "the requests that arrive at zero wait a cold start, which no headroom serves"] if left_out else []
     return missed.mask(woke), why
+
+
+def _with_rescued(missed: pd.Series, history: ReplicaHistory, span_s: float) -> tuple[pd.Series, list[str]]:
+    """``missed`` with the steps the fast loop rescued (:func:`rescued_steps`) counted as missed, and why: the
+    objective was met there on replicas added for a miss, which the plan had not sized."""
+    if history.replicas is None:
+        return missed, []
+    rate = history.request_rate_per_s
+    if rate is None:
+        return missed, []
+    rescued = rescued_steps(missed, history.replicas, rate, int(span_s // history.step_s)).to_numpy(dtype=bool)
+    if not rescued.any():
+        return missed, []
+    return missed.mask(rescued, 1.0), [
+        f"{int(rescued.sum())} step(s) within {span_s:g} s of a miss that met the objective on more replicas than "
+        "missed it counted as missed: the replicas added for the miss served them, not the plan's"]
 
 
 def _spent(known: pd.Series, missed: pd.Series, step_s: float, settings: ScalingSettings, *, within: bool

@@ -13,6 +13,7 @@ import pandas as pd
 from recommender.analysis.features import split_at
 from recommender.core import usage as m
 from recommender.core.inventory import Workload
+from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.usage import Snapshot
 
 
@@ -75,9 +76,12 @@ def per_replica_rate(workload: Workload, history: ReplicaHistory) -> pd.Series |
     return rate / (history.replicas if history.replicas is not None else max(1, workload.allocation.replicas))
 
 
-def step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: float) -> pd.DataFrame | None:
+def step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: float, rescue_s: float = 0.0
+                  ) -> pd.DataFrame | None:
     """Per step with a request rate: the rate per replica (``per``) and whether the step missed the objective
-    or queued (``missed``); None without rate or TTFT history."""
+    or queued (``missed``), less the steps :func:`rescued_steps` finds within ``rescue_s`` of a miss (they met
+    the objective on replicas added for the miss: no evidence of what the replicas the plan sized serve); None
+    without rate or TTFT history."""
     rate, ttft = history.request_rate_per_s, history.ttft_p95_s
     if rate is None or ttft is None:
         return None
@@ -85,11 +89,40 @@ def step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: floa
     waiting = history.requests_waiting
     frame["waiting"] = 0.0 if waiting is None else waiting
     frame["per"] = per_replica_rate(workload, history)
+    frame["missed"] = (frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)
+    if rescue_s > 0 and history.replicas is not None:
+        frame["rescued"] = rescued_steps(frame["missed"].where(np.isfinite(frame["ttft"])), history.replicas,
+                                         rate, int(rescue_s // history.step_s))
+    else:
+        frame["rescued"] = False
     frame = this_shape(frame, workload)
     frame = frame[np.isfinite(frame["rate"]) & np.isfinite(frame["ttft"]) & np.isfinite(frame["per"])
-                  & (frame["rate"] > 0)]
-    frame["missed"] = (frame["ttft"] > objective_s) | (frame["waiting"].fillna(0) >= 1)
+                  & (frame["rate"] > 0) & ~frame["rescued"].astype(bool)]
     return frame[["per", "missed"]]
+
+
+def rescue_s(settings: ScalingSettings, cold_start_s: float | None) -> float:
+    """How long after a miss replicas added for it serve (s): the trigger's rate window to see the miss, a cold
+    start to add them, and the scale-down window they are held for (one cold start)."""
+    return settings.rate_window_s + 2 * settings.cold_start_s(cold_start_s)
+
+
+def rescued_steps(missed: pd.Series, replicas: pd.Series, rate: pd.Series, span_steps: int) -> pd.Series:
+    """Steps the fast loop rescued, as collected history shows them: steps that met the objective (``missed``
+    0; 1 missed, NaN unknown) within ``span_steps`` after a missed step, with more serving ``replicas`` than that
+    step had and at least its request ``rate``: the replicas that missed would have served them at the rate
+    per replica they missed at. The objective trigger adds replicas on a miss (so does any trigger a burst
+    fires); the steps they then serve within the objective are the fast loop's work, not the plan's: the slow
+    loop counts them as its misses and reads no capacity from them. Booleans on ``missed``'s index."""
+    flags = missed.to_numpy(dtype="float64")
+    count = replicas.reindex(missed.index).to_numpy(dtype="float64")
+    load = rate.reindex(missed.index).to_numpy(dtype="float64")
+    out = np.zeros(flags.size, dtype=bool)
+    for i in np.flatnonzero((flags == 1) & np.isfinite(count) & np.isfinite(load)) if span_steps >= 1 else ():
+        after = slice(i + 1, min(flags.size, i + 1 + span_steps))
+        with np.errstate(invalid="ignore"):
+            out[after] |= (flags[after] == 0) & (count[after] > count[i]) & (load[after] >= load[i])
+    return pd.Series(out, index=missed.index)
 
 
 def idle_runs(history: ReplicaHistory) -> tuple[np.ndarray, np.ndarray]:

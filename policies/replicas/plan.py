@@ -94,6 +94,9 @@ def _on_shape(x: _Inputs, capacity: Capacity, demand: Demand, shape: ShapeScale 
            *bounds.reasons, zero.reason, cooldown.reason,
            f"second trigger at {waiting:g} requests waiting per replica: what a replica starts within the "
            f"{x.objective_s:g} s objective at its target (it follows a queue at once, the rate over its window)"]
+    why.append(f"third trigger on the objective being missed: while over {s.ttft_error_budget:.3g} of the "
+               f"requests of the last {s.rate_window_s} s took over {x.objective_s:g} s to a first token, the "
+               "replicas serving plus that share more, whatever the capacity above says")
     if zero.allowed:
         why.append(f"activation above {act:g} req/s: wake when the forecast expects a request within one "
                    f"cold start ({cold_s:g} s), before the queue builds")
@@ -105,7 +108,8 @@ def _on_shape(x: _Inputs, capacity: Capacity, demand: Demand, shape: ShapeScale 
                        headroom_frac=headroom.frac, cold_start_s=x.workload.cold_start_s, reasons=tuple(why),
                        capacity_source=capacity.source.value, waiting_per_replica=waiting,
                        rate_window_s=s.rate_window_s, demand_source="forecast" if x.forecast else "observed",
-                       basis_capacity=basis, capacity_scale=scale, shape=shape.shape if shape else None)
+                       basis_capacity=basis, capacity_scale=scale, shape=shape.shape if shape else None,
+                       ttft_objective_s=x.objective_s, ttft_error_budget=s.ttft_error_budget)
 
 
 def _on_today(x: _Inputs, plan: ScalingPlan, demand: Demand) -> ScalingPlan:

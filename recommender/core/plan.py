@@ -132,6 +132,9 @@ class ScalingPlan:
     basis_capacity: float | None = None
     capacity_scale: float = 1.0
     shape: str | None = None  # the shape the bounds and thresholds are for ("mig 4g.40gb"), None: today's
+    # the TTFT objective (s) and the share of requests that may exceed it: the objective trigger steps up on misses
+    ttft_objective_s: float | None = None
+    ttft_error_budget: float | None = None
     # the same plan on today's shape where this one is estimated for another: what an autoscaler should follow
     # while the replicas keep today's shape (a policy that allows replicas but not the shape change)
     on_today: ScalingPlan | None = field(default=None, repr=False)

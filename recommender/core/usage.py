@@ -111,3 +111,24 @@ KV_TOKENS = "kv_tokens"  # KV cache tokens in use: kv_usage_frac x the KV pool (
 
 
 TOKENS_RATE = "tokens_per_s"  # prompt + generation tokens per second (a derived series)
+
+
+# vLLM's TTFT histogram bounds (reference §9.1): the share over an objective between two of them is interpolated
+VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                       20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+
+
+def within_objective(objective_s: float) -> tuple[tuple[float, float], ...]:
+    """(bucket bound, weight) pairs whose weighted cumulative counts are the observations up to the objective:
+    the bound itself where it is one; else the bounds around it, read linearly as ``histogram_quantile`` reads a
+    bucket (below the first bound, from 0); past the last finite bound, that bound. The collector's query and the
+    replay's histogram both read misses through it."""
+    bounds = VLLM_TTFT_BUCKETS_S
+    hi = next((i for i, b in enumerate(bounds) if b >= objective_s), None)
+    if hi is None:
+        return ((bounds[-1], 1.0),)
+    if bounds[hi] == objective_s:
+        return ((bounds[hi], 1.0),)
+    lo = bounds[hi - 1] if hi else 0.0
+    f = (objective_s - lo) / (bounds[hi] - lo)
+    return ((bounds[hi], f),) if not hi else ((lo, 1 - f), (bounds[hi], f))

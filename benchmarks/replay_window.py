@@ -1,0 +1,82 @@
+"""Replay ``ours`` (and optionally the oracle and static peak) over a window of days of one ServeGen client: the
+quick loop for trying a rule on a tune client before a full 14-day sweep (issue 43's closed loop was measured
+with it; benchmarks/REPLAY.md). The window is a trace of its own: history starts at its first request.
+
+    python benchmarks/replay_window.py ../shared/data/alibaba-servegen/data/language/m-small/chunk-20-trace.csv \\
+        --days 0 4 --policies ours,oracle
+
+Prints ``replay.py``'s line per policy and, for ours, where its plan ended (escalation to whole GPUs, target,
+headroom). Capacity, class (real-time), objective (2 s), shape (auto) and seed (0) are replay.py's defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from replay_capacity import Capacity, floor_pct
+from replay_hpa import Oracle
+from replay_ours import Ours
+from replay_results import summary
+from replay_sim import Policy, simulate
+from replay_sizing import choose_slice, static_peak
+from replay_trace import load_servegen, make_trace
+
+from recommender.core.catalogue import load_catalogue
+from recommender.core.plan import WorkloadClass
+from recommender.core.settings_scaling import ScalingSettings
+
+OBJECTIVE_S = 2.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("trace", type=Path, help="a ServeGen chunk-<n>-trace.csv")
+    p.add_argument("--days", type=float, nargs=2, default=(0.0, 4.0), metavar=("FROM", "TO"))
+    p.add_argument("--policies", default="ours", help="comma-separated: ours, oracle, static-peak")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if not args.trace.is_file():
+        print(f"replay_window: trace {args.trace} not found: skipped (see ../shared/data/README.md)")
+        return 0
+    unknown = set(args.policies.split(",")) - {"ours", "oracle", "static-peak"}
+    if unknown or not args.days[0] < args.days[1]:
+        p.error(f"unknown policy {sorted(unknown)[0]!r}" if unknown else "--days FROM must be before TO")
+    full = load_servegen(args.trace, args.seed, 1000.0, 250.0)
+    keep = (full.arrival_s >= args.days[0] * 86_400) & (full.arrival_s < args.days[1] * 86_400)
+    if not keep.any():
+        print(f"replay_window: no requests in days {args.days[0]:g}-{args.days[1]:g}")
+        return 0
+    trace = make_trace(full.arrival_s[keep], full.input_tokens[keep], full.output_tokens[keep])
+    cap = Capacity()
+    gpu = load_catalogue().get("H100-80GB")
+    assert gpu is not None
+    shaped, shape = choose_slice(trace, cap, gpu, OBJECTIVE_S, 32_768.0, 3600.0, 0.25, 0.9)
+    warm, floor = static_peak(trace, cap, OBJECTIVE_S), floor_pct(trace, cap, OBJECTIVE_S)
+    means = float(trace.input_tokens.mean()), float(trace.output_tokens.mean())
+    print(f"# {args.trace} days {args.days[0]:g}-{args.days[1]:g}: {trace.arrival_s.size} requests, ours on {shape}, "
+          f"static peak {warm}")
+    for name in args.policies.split(","):
+        policy: Policy
+        if name == "ours":
+            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300, ScalingSettings(),
+                                 whole=cap if shaped != cap else None)
+            on = shaped
+        elif name == "oracle":
+            policy, on = Oracle(trace, shaped, ScalingSettings().headroom_frac["real-time"]), shaped
+        else:
+            policy, on = (lambda obs: warm), cap
+        start = math.ceil(warm * cap.requests_per_s(*means) / on.requests_per_s(*means) - 1e-9)
+        print(summary(name, simulate(trace, on, policy, name, start), OBJECTIVE_S, floor), flush=True)
+        if name == "ours" and ours.plan is not None:
+            print(f"# ours ended: to whole GPUs at {ours.escalated_s}, target {ours.plan.target_per_replica:g} req/s, "
+                  f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
