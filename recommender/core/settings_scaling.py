@@ -44,8 +44,8 @@ class ScalingSettings(BaseModel):
         False, description="Opt-in: steps the fast loop rescued (within rate_window_s and two cold starts of a missed "
         "step, the objective met on more serving replicas than it had, at no lower request rate) count as missed in "
         "the error budget and are left out of the capacity at the knee, so the slow loop does not relax while the "
-        "objective trigger does its work. Off by default: on the tune clients it added GPU-hours and removed no "
-        "miss (benchmarks/REPLAY.md, Closed loop)."
+        "objective trigger does its work. Off by default; the replay figures behind that are in benchmarks/REPLAY.md "
+        "(Closed loop)."
     )
     headroom_step_frac: float = Field(
         0.1, ge=0, lt=1, description="Headroom added per doubling of the missed steps' share over the error budget."
