@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import requests
@@ -225,3 +226,11 @@ class PromServer:
 
     def __exit__(self, *exc: object) -> None:
         self._stop()
+
+
+def instant_query(url: str, query: str, at_s: float) -> list[dict[str, Any]]:
+    """The result of a PromQL instant query at ``at_s`` (unix seconds), as a KEDA Prometheus trigger asks it."""
+    r = requests.get(f"{url}/api/v1/query", params={"query": query, "time": at_s}, timeout=10)
+    assert r.status_code == 200, r.text
+    result: list[dict[str, Any]] = r.json()["data"]["result"]
+    return result

@@ -10,12 +10,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-import requests
 
 from policies.autoscalerobjects import autoscaler_objects
 from recommender.core import usage as m
 from recommender.core.plan import ScalingPlan
-from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+from tests.promfixture import (
+    PromServer,
+    Series,
+    build_tsdb,
+    instant_query,
+    prometheus_binaries,
+    write_openmetrics,
+)
 
 pytestmark = [
     pytest.mark.skipif(prometheus_binaries() is None,
@@ -59,10 +65,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
 
 
 def instant(url: str, query: str) -> list[dict[str, Any]]:
-    r = requests.get(f"{url}/api/v1/query", params={"query": query, "time": str(END_S)}, timeout=10)
-    assert r.status_code == 200, r.text
-    result: list[dict[str, Any]] = r.json()["data"]["result"]
-    return result
+    return instant_query(url, query, END_S)
 
 
 def objective_trigger(namespace: str, name: str) -> dict[str, Any]:

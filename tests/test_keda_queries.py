@@ -10,14 +10,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-import requests
 
 from collectors.prometheus import queries
 from policies.autoscalerobjects import autoscaler_objects
 from recommender.core import usage as m
 from recommender.core.plan import ScalingPlan
 from recommender.outputs import jsondoc
-from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+from tests.promfixture import (
+    PromServer,
+    Series,
+    build_tsdb,
+    instant_query,
+    prometheus_binaries,
+    write_openmetrics,
+)
 
 pytestmark = [
     pytest.mark.skipif(prometheus_binaries() is None,
@@ -73,10 +79,7 @@ def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def instant(url: str, query: str) -> list[dict[str, Any]]:
-    r = requests.get(f"{url}/api/v1/query", params={"query": query, "time": END_S}, timeout=10)
-    assert r.status_code == 200, r.text
-    result: list[dict[str, Any]] = r.json()["data"]["result"]
-    return result
+    return instant_query(url, query, END_S)
 
 
 def test_rate_and_waiting_triggers_each_return_the_deployments_one_sum(prom: PromServer) -> None:
