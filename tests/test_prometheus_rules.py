@@ -42,6 +42,34 @@ def _rules_file(path: Path) -> Path:
     return path
 
 
+def _backfill(url: str, rules: Path, start_s: int, end_s: int, out: Path) -> None:
+    done = subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={url}", f"--start={start_s}",
+         f"--end={end_s}", f"--output-dir={out}", str(rules)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _rules_in_phase(work: Path, url: str, start_s: int) -> Path:
+    """A rules file whose group promtool evaluates 5-25 s before each whole minute.
+
+    promtool places a group's evaluations at an offset hashed from the group's name and file path (Prometheus'
+    ``Group.EvalTimestamp``), so a temporary path gives a different phase each run; an evaluation within a
+    few seconds of a scrape (at :30) reads one raw window or the next by chance. Probe paths on 10 minutes of
+    history (read back with ``promtool tsdb dump``) until one evaluates at 35-55 s past the minute, where its
+    2 min window holds the same two scrapes as the raw query's window at the next whole minute.
+    """
+    for k in range(40):
+        rules, probe = _rules_file(work / f"rules-{k}.yaml"), work / f"probe-{k}"
+        _backfill(url, rules, start_s, start_s + 600, probe)
+        (probe / "wal").mkdir()  # dump opens the folder as a database
+        dump = subprocess.run(["promtool", "tsdb", "dump", str(probe)], capture_output=True, text=True, timeout=120,
+                              check=True).stdout
+        phases = {int(line.split()[-1]) // 1000 % 60 for line in dump.splitlines() if line.strip()}
+        if phases and all(35 <= s <= 55 for s in phases):
+            return rules
+    raise AssertionError("no rules path among 40 gave promtool an evaluation phase of 35-55 s")
+
+
 @pytest.fixture(scope="module")
 def half_recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, datetime]]:
     """A server over raw series for 48 h and recorded series for the last 24 h of them."""
@@ -51,34 +79,27 @@ def half_recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     build_tsdb(work / "data.om", work / "tsdb")
     mid_s = end_s - int(pc.HOURS * 3600 / 2)
     with PromServer.from_tsdb(work / "tsdb") as raw:
-        done = subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={raw.url}", f"--start={mid_s}",
-             f"--end={end_s}", f"--output-dir={work / 'tsdb'}", str(_rules_file(work / "rules.yaml"))],
-            capture_output=True, text=True, timeout=300, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
+        _backfill(raw.url, _rules_in_phase(work, raw.url, mid_s), mid_s, end_s, work / "tsdb")
     with PromServer.from_tsdb(work / "tsdb") as prom:
         yield prom.url, datetime.fromtimestamp(end_s, UTC)
 
 
 class Client(PromClient):
-    """A real client that remembers the ranges it read and may read every raw window ``offset_s`` earlier."""
+    """A real client that remembers the ranges it read."""
 
-    def __init__(self, p: PrometheusSettings, offset_s: int = 0) -> None:
+    def __init__(self, p: PrometheusSettings) -> None:
         super().__init__(p, QueryStats())
-        self.offset_s = offset_s
         self.ranges: list[tuple[str, float]] = []
 
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
         self.ranges.append((promql, start_s))
-        if self.offset_s:
-            promql = promql.replace("[120s]", f"[120s] offset {self.offset_s}s")
         return super().query_range(promql, start_s, end_s, step_s)
 
 
-def _collect(url: str, end: datetime, offset_s: int = 0, **prom: object) -> tuple[PodUsage, Client]:
+def _collect(url: str, end: datetime, **prom: object) -> tuple[PodUsage, Client]:
     s = Settings(history_s=pc.HOURS * 3600,
                  prometheus=PrometheusSettings(**{"url": url, "retries": 0, **prom}))  # type: ignore[arg-type]
-    client = Client(s.prometheus, offset_s)
+    client = Client(s.prometheus)
     usage = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, RecordingProgress(), client=client)
     return usage, client
 
@@ -109,13 +130,12 @@ def test_half_recorded_window_reads_rules_for_its_second_half_and_agrees_with_ra
     assert mid < first <= mid + 1200  # within a census step and a window of the rules starting
     cut = pd.Timestamp(first, unit="s", tz="UTC")
     # from the first recorded step on: a rule evaluated at t - lag read the raw samples in (t - lag - 120 s,
-    # t - lag]; scrapes are at :30, so that is the raw window at t when lag < 30 s, else the one a minute before
-    lag = _rule_lag_s(url, end.timestamp() - 3600)
-    shifted, _ = _collect(url, end, offset_s=60 if lag > 30 else 0, recording_rules=False)
+    # t - lag]; scrapes are at :30, so with the fixture's lag of 5-25 s that is the raw window at t
+    assert 5 <= _rule_lag_s(url, end.timestamp() - 3600) <= 25
     for metric, frame in mixed.series.items():
         assert list(frame.columns) == list(raw.series[metric].columns), metric
         pd.testing.assert_frame_equal(frame[frame.index < cut], raw.series[metric][frame.index < cut], obj=metric)
-        got, want = frame[frame.index >= cut].to_numpy(), shifted.series[metric][frame.index >= cut].to_numpy()
+        got, want = frame[frame.index >= cut].to_numpy(), raw.series[metric][frame.index >= cut].to_numpy()
         same = np.isclose(got, want, rtol=1e-9, atol=1e-12, equal_nan=True)
         # promtool restarts the group's phase at each block it writes: a few steps read a window one minute off
         assert same.mean() > 0.98, f"{metric}: {same.mean():.3f} of the recorded steps equal raw"
