@@ -67,8 +67,12 @@ def test_a_later_report_reads_only_the_new_steps_and_gives_the_uncached_answer(c
     assert later.incremental and not later.warnings
     assert later.doc == uncached.doc
     assert later.points < uncached.points / 5  # 3 h and the 2 re-read steps of a 2-day window
+    (cached,) = caches(tmp_path)
+    written = cached.stat()
     again = report(cluster, tmp_path)  # the same window: only the last two steps are read again
     assert again.doc == uncached.doc and again.points < later.points
+    assert (cached.stat().st_ino, cached.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # unchanged:
+    # not written again
     assert "over 2 steps of 120 s (1,438 earlier steps from the last collection)" in again.err  # 2 d at 120 s
 
 
@@ -109,7 +113,7 @@ def _truncate(data: bytes) -> bytes:
 
 
 def _other_version(data: bytes) -> bytes:
-    return data.replace(store.MAGIC + b"1\n", store.MAGIC + b"99\n", 1)
+    return data.replace(store.MAGIC + f"{store.FORMAT_VERSION}\n".encode(), store.MAGIC + b"99\n", 1)
 
 
 def _flipped(data: bytes) -> bytes:
@@ -295,7 +299,7 @@ def test_a_folder_the_report_may_not_use_is_one_warning_and_an_uncached_report(
 
 
 def test_a_file_of_this_version_with_a_foreign_body_is_refused() -> None:
-    """Another release that kept format 1 but changed the header or frames: refused, not misread."""
+    """Another release that kept this format's number but changed the header or frames: refused, not misread."""
     import hashlib
 
     def forge(header: dict[str, Any], blobs: bytes = b"") -> bytes:
@@ -306,7 +310,17 @@ def test_a_file_of_this_version_with_a_foreign_body_is_refused() -> None:
     good = json.loads(store.dumps(UsageCache(key="k"))[len(store.MAGIC):].split(b"\n", 2)[2][8:])
     assert store.loads(forge(good)).key == "k"  # the forger writes what loads reads
     frames = {**good["usage"], "frames": [["m", 0, 64]]}
-    for bad in (forge({"version": 1}), forge({**good, "version": 2}), forge({**good, "usage": {"key": "k"}}),
+    two = pd.DataFrame({"x": [1.0, 2.0]}, index=Grid(0.0, 60.0, 2).index())
+    body = store.dumps(UsageCache(key="k", series={"m": two}))[len(store.MAGIC):].split(b"\n", 2)[2]
+    size = int.from_bytes(body[:8], "big")
+    head, blob = json.loads(body[8:8 + size]), body[8 + size:]
+    assert store.loads(forge(head, blob)).series["m"]["x"].tolist() == [1.0, 2.0]
+    (name, offset, length, axes), = head["usage"]["frames"]
+    for wrong in ({**axes, "columns": ["x", "y"]}, {**axes, "index": axes["index"][:1]}, {**axes, "unit": "parsec"}):
+        with pytest.raises(store.CacheFileError):
+            store.loads(forge({**head, "usage": {**head["usage"], "frames": [[name, offset, length, wrong]]}}, blob))
+    for bad in (forge({"version": 1}), forge({**good, "version": store.FORMAT_VERSION + 1}),
+                forge({**good, "usage": {"key": "k"}}),
                 forge({**good, "usage": frames}), forge({**good, "usage": frames}, b"x" * 64), forge({}) + b"",
                 forge({**good, "usage": {**good["usage"], "last_s": "soon"}})):
         with pytest.raises(store.CacheFileError):
@@ -336,8 +350,9 @@ def test_a_spoilt_memo_file_is_one_warning_and_a_correct_report(cluster: Cluster
 
     report(cluster, tmp_path)
     (memo,) = tmp_path.glob("*.memo")
-    as_cache = memo.read_bytes().replace(memostore.MAGIC, store.MAGIC, 1)  # the same spoilers as the cache's
-    memo.write_bytes(spoil(as_cache).replace(store.MAGIC, memostore.MAGIC, 1))
+    ours, theirs = (m.MAGIC + f"{m.FORMAT_VERSION}\n".encode() for m in (memostore, store))
+    as_cache = memo.read_bytes().replace(ours, theirs, 1)  # the same spoilers as the cache's
+    memo.write_bytes(spoil(as_cache).replace(theirs, ours, 1).replace(store.MAGIC, memostore.MAGIC, 1))
     res = report(cluster, tmp_path)
     assert len(res.warnings) == 1 and str(memo) in res.warnings[0] and res.doc == uncached.doc
     healed = report(cluster, tmp_path)

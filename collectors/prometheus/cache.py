@@ -66,7 +66,8 @@ def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], 
     """The cached steps before ``fresh_start`` that are still in ``grid``, then the fresh ones, per metric.
 
     Pods are the columns with a value in the window, as a full collection's answers would hold them (a pod
-    whose only points in the window are NaN is left out: it says nothing either way)."""
+    whose only points in the window are NaN is left out: it says nothing either way). A metric read with no
+    column at all stays, without columns: the next collection then reads only new steps of it too."""
     index = grid.index()
     cut = pd.Timestamp(fresh_start, unit="s", tz="UTC")
     out: dict[str, pd.DataFrame] = {}
@@ -75,6 +76,8 @@ def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], 
         kept = None if old is None else old[(old.index >= index[0]) & (old.index < cut)].dropna(axis=1, how="all")
         parts = [f for f in (kept, fresh.get(metric)) if f is not None and len(f.columns)]
         if not parts:
+            if any(f is not None and f.columns.empty for f in (old, fresh.get(metric))):  # no column read at all
+                out[metric] = pd.DataFrame(index=index, dtype="float64")  # (no replica counts): still read
             continue
         frame = pd.concat(parts, axis=0).reindex(index=index)
         out[metric] = frame[sorted(frame.columns)]
