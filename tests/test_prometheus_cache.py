@@ -357,3 +357,16 @@ def test_a_spoilt_memo_file_is_one_warning_and_a_correct_report(cluster: Cluster
     assert len(res.warnings) == 1 and str(memo) in res.warnings[0] and res.doc == uncached.doc
     healed = report(cluster, tmp_path)
     assert not healed.warnings and healed.doc == uncached.doc
+
+
+def test_the_file_and_the_collections_key_are_made_from_one_reading(tmp_path: Path) -> None:
+    """``file_for`` and the key ``_collect`` checks are both made from ``cache.reading``: a setting that shapes the
+    queries (the TTFT objective misses are counted against, node labels) gives another file too."""
+    from collectors.prometheus.cache import reading
+    from recommender.core.settings_scaling import ScalingSettings
+
+    s = Settings(prometheus=PrometheusSettings(url="http://p:9090/"))
+    other = [s.model_copy(update={"scaling": ScalingSettings(ttft_objective_s=9.0)}),
+             s.model_copy(update={"prometheus": s.prometheus.model_copy(update={"node_labels": ("zone",)})})]
+    assert reading(s)[0] == "http://p:9090"  # as the client names it
+    assert len({store.file_for(tmp_path, x) for x in (s, *other)}) == 3

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from collectors.prometheus import parse
+from collectors.prometheus.chunks import step_for
 from collectors.prometheus.devices import DeviceTable
 from collectors.prometheus.parse import Grid
+from collectors.prometheus.queries import Scope
+from recommender.core.settings import Settings
 
 OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or written late fill them in
 
@@ -54,6 +57,16 @@ class UsageCache:
         self.key, self.series, self.last_s = digest(key), dict(series), last
         self.full_s = self.full_s if first is not None else last
         return series
+
+
+def reading(s: Settings) -> tuple[object, ...]:
+    """What selects and shapes the series a report reads: server, selection, node labels, step, history, the TTFT
+    objective misses are counted against, recorded series. The report cache's file (``store.file_for``) and the
+    key a collection checks its cache with (``collect._collect``) are both made from it."""
+    p = s.prometheus
+    return (p.url.rstrip("/") if p.url else None, Scope.of(s.namespaces, p), p.node_labels,
+            step_for(s.history_s, p), s.history_s, s.scaling.ttft_objective_s, p.recording_rules,
+            tuple(sorted(p.recorded_series.items())))
 
 
 def digest(key: tuple[object, ...]) -> str:

@@ -26,10 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.prometheus.cache import UsageCache
-from collectors.prometheus.chunks import step_for
+from collectors.prometheus.cache import UsageCache, reading
 from collectors.prometheus.devices import DeviceTable
-from collectors.prometheus.queries import Scope
 from recommender.core.settings import Settings
 
 FORMAT_VERSION = 2  # 2: each frame one Parquet column, its index and columns in the header
@@ -50,12 +48,9 @@ def default_dir() -> Path:
 
 
 def file_for(folder: Path, s: Settings) -> Path:
-    """The cache file of one server, selection, step, history and reading of recorded series (a hash of them: none
-    is in the name)."""
-    p = s.prometheus
-    what = (p.url.rstrip("/") if p.url else None, Scope.of(s.namespaces, p), p.node_labels, step_for(s.history_s, p),
-            s.history_s, p.recording_rules, sorted(p.recorded_series.items()))
-    return folder / f"usage-{hashlib.sha256(repr(what).encode('utf-8')).hexdigest()[:32]}.cache"
+    """The cache file of one reading of the cluster (``cache.reading``: server, selection, step, history, ...), named
+    by a hash of it: none of it is in the name."""
+    return folder / f"usage-{hashlib.sha256(repr(reading(s)).encode('utf-8')).hexdigest()[:32]}.cache"
 
 
 def dumps(cache: UsageCache) -> bytes:
