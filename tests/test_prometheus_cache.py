@@ -370,3 +370,20 @@ def test_the_file_and_the_collections_key_are_made_from_one_reading(tmp_path: Pa
              s.model_copy(update={"prometheus": s.prometheus.model_copy(update={"node_labels": ("zone",)})})]
     assert reading(s)[0] == "http://p:9090"  # as the client names it
     assert len({store.file_for(tmp_path, x) for x in (s, *other)}) == 3
+
+
+def test_a_frame_read_with_no_column_stays_so_the_next_read_is_incremental() -> None:
+    """No replica counts for any workload is still something read: kept without columns, the next collection
+    reads only new steps of it (before, it was dropped and every other report read it all again)."""
+    from collectors.prometheus.cache import join_usage
+
+    grid = Grid(0.0, 60.0, 4)
+    empty = pd.DataFrame(index=grid.index(), dtype="float64")
+    joined = join_usage({"replicas": empty}, {"replicas": empty.iloc[2:]}, grid, 120.0)
+    assert list(joined) == ["replicas"] and joined["replicas"].columns.empty
+    assert join_usage({"replicas": empty}, {}, grid, 120.0)["replicas"].index.equals(grid.index())
+    cache = UsageCache()
+    cache.keep(("k",), {"replicas": empty}, grid, None)
+    assert cache.fresh_start(("k",), Grid(60.0, 60.0, 4)) is not None  # the window moved a step: incremental
+    lost = pd.DataFrame({"a/p": [float("nan"), float("nan"), 3.0, 4.0]}, index=grid.index())
+    assert join_usage({"fb": lost}, {}, grid, 120.0) == {}  # no value before the new steps, none read: gone

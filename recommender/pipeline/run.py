@@ -21,7 +21,7 @@ from policies.rightscale import shape_scale
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
 from policies.tenancy import tenancy_cost, with_tenancy_reasons
-from recommender.analysis.classify import classify, load_class_model, overridden
+from recommender.analysis.classify import classify, overridden
 from recommender.analysis.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.analysis.features import WorkloadFeatures, workload_features
 from recommender.analysis.forecast import NotEnoughHistory, forecast_series
@@ -144,7 +144,7 @@ def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints], memo:
         objective_s = c.ttft_objective_s if c else None
         out[w.ref.key] = remembered(memo, key("class", (digests or {}).get(w.ref.key), w, objective_s),
                                     lambda w=w, objective_s=objective_s: classify(
-                                        w, demand_shape(snapshot, w, objective_s), load_class_model()))
+                                        w, demand_shape(snapshot, w, objective_s)))  # the model when needed
     return out
 
 
