@@ -11,7 +11,7 @@ does I/O.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -58,10 +58,12 @@ def key(part: str, *inputs: object) -> str:
     return f"{part}:{hashlib.blake2b(raw, digest_size=20).hexdigest()}"
 
 
-def remembered(memo: Memo | None, k: str, compute: Any) -> Any:
-    """``memo[k]`` when held, else ``compute()``, kept in ``memo`` under ``k``."""
+def remembered(memo: Memo | None, part: str, inputs: tuple[object, ...], compute: Callable[[], Any]) -> Any:
+    """What ``memo`` holds under :func:`key` ``(part, *inputs)``, else ``compute()``, kept there (no key is made
+    without a memo)."""
     if memo is None:
         return compute()
+    k = key(part, *inputs)
     try:
         return memo[k]
     except KeyError:

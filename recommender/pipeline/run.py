@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 
 from policies.autoscalerobjects import trigger_prometheus
 from policies.bounds import within_replica_bounds
@@ -35,7 +36,7 @@ from recommender.core.plan import Classification, Forecast, Plan, Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
 from recommender.pipeline.advice import with_advice
-from recommender.pipeline.memo import Memo, key, remembered, series_digests
+from recommender.pipeline.memo import Memo, remembered, series_digests
 
 
 @contextmanager
@@ -128,7 +129,7 @@ def _features(snapshot: Snapshot, w: Workload, settings: Settings, usable_frac: 
         return replace(workload_features(snapshot, w, idle, window_s, wake_s), usable_frac=usable_frac,
                        unusable=unusable)
 
-    return remembered(memo, key("features", digest, w, idle, window_s, wake_s, usable_frac, unusable), compute)
+    return remembered(memo, "features", (digest, w, idle, window_s, wake_s, usable_frac, unusable), compute)
 
 
 def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints], memo: Memo | None = None,
@@ -142,10 +143,14 @@ def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints], memo:
             out[w.ref.key] = overridden(c.class_override, c.source)
             continue
         objective_s = c.ttft_objective_s if c else None
-        out[w.ref.key] = remembered(memo, key("class", (digests or {}).get(w.ref.key), w, objective_s),
-                                    lambda w=w, objective_s=objective_s: classify(
-                                        w, demand_shape(snapshot, w, objective_s)))  # the model when needed
+        out[w.ref.key] = remembered(memo, "class", ((digests or {}).get(w.ref.key), w, objective_s),
+                                    partial(_classify, snapshot, w, objective_s))
     return out
+
+
+def _classify(snapshot: Snapshot, w: Workload, objective_s: float | None) -> Classification:
+    """The classifier's class of one workload (its model is loaded only where no rule decides)."""
+    return classify(w, demand_shape(snapshot, w, objective_s))
 
 
 def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
@@ -158,8 +163,8 @@ def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
         return {}
     ranked = sorted(snapshot.workloads, key=lambda w: (-w.allocation.total_gpu_equivalents, w.ref))
     chosen = {w.ref.key for w in ranked[:fs.max_workloads]}
-    out = {w.ref.key: remembered(memo, key("forecast", (digests or {}).get(w.ref.key), w, fs.horizon_s, fs.levels),
-                                 lambda w=w: forecast_workload(snapshot, w, fs))
+    out = {w.ref.key: remembered(memo, "forecast", ((digests or {}).get(w.ref.key), w, fs.horizon_s, fs.levels),
+                                 partial(forecast_workload, snapshot, w, fs))
            for w in snapshot.workloads if w.ref.key in chosen}
     skipped = (f"no forecast: only the {fs.max_workloads} workloads holding the most GPUs are forecast "
                "(--forecast-max)",)
