@@ -12,6 +12,8 @@ the largest query (points per query and per series). Target on the 2-core machin
 with the first's cache (``--no-cycles`` skips them): what a cycle costs Prometheus once the controller runs.
 The report runs twice with one ``--cache-dir``: cold (an empty cache) and warm (the same window again, so it
 reads only the last two steps from Prometheus): both wall times and their ratio (``--no-warm`` skips the second).
+``--moved N`` runs the cold and warm reports N report steps before the TSDB's end, then a third report at its end
+with the same cache: a warm report whose window moved (new steps: most workloads' derived results recomputed).
 ``--rules`` also writes the recorded series of ``deploy/monitoring/recording-rules.yaml`` (for the whole window,
 or from ``--rules FROM`` x the history on) and adds a cold report on them beside the cold raw one (which then reads
 raw series only): both wall times, the samples Prometheus loaded for each (its own query stats, ``stats=all``,
@@ -315,6 +317,9 @@ def main() -> None:
     ap.add_argument("--save-report", type=Path, help="also keep the JSON report here")
     ap.add_argument("--no-cycles", action="store_true", help="skip the two controller cycles after the report")
     ap.add_argument("--no-warm", action="store_true", help="skip the warm second report from the cache")
+    ap.add_argument("--moved", type=int, default=0, metavar="N",
+                    help="run cold and warm N report steps before the TSDB's end, then a warm report at its end "
+                         "(the window moved N steps)")
     ap.add_argument("--rules", nargs="?", const=0.0, type=float, metavar="FROM",
                     help="also write recorded series (from this share of the history on; default all of it) and "
                          "compare a cold report on recording rules with one on raw series")
@@ -357,13 +362,24 @@ def main() -> None:
         with PromServer.from_tsdb(data, extra_args=lookback) as prom:
             print(f"prometheus ready in {time.perf_counter() - t0:.1f} s at {prom.url}; running the report",
                   flush=True)
+            from collectors.prometheus.chunks import step_for
+
+            report_step = step_for(args.days * 86_400, PrometheusSettings(**(
+                {"min_step_s": args.step} if args.step > 60 else {})))
+            first_end = end_s - int(args.moved * report_step)
+            moved = None
             with tempfile.TemporaryDirectory(prefix="scale-cache-") as cache_dir:
                 cached = [*extra, "--cache-dir", cache_dir]
-                fig = run_report(prom.url, args.days, end_s, prom.pid, cached, args.save_report)
-                warm = None if args.no_warm else run_report(prom.url, args.days, end_s, prom.pid, cached)
+                fig = run_report(prom.url, args.days, first_end, prom.pid, cached, args.save_report)
+                warm = None if args.no_warm else run_report(prom.url, args.days, first_end, prom.pid, cached)
+                if args.moved:
+                    moved = run_report(prom.url, args.days, end_s, prom.pid, cached)
             measure(prom.url, "cold, raw series", fig, workers, not args.no_floor)
             if warm is not None:
                 measure(prom.url, "warm, from the cache", warm, workers, not args.no_floor)
+            if moved is not None:
+                measure(prom.url, f"warm, window moved {args.moved} steps of {report_step:g} s", moved, workers,
+                        not args.no_floor)
             cycles = {} if args.no_cycles else run_cycles(prom.url, args.days, end_s, prom.pid)
             if args.rules is not None:
                 with tempfile.TemporaryDirectory(prefix="scale-rules-") as rules_tmp:
@@ -381,6 +397,10 @@ def main() -> None:
                   f"ratio={fig['wall_s'] / warm['wall_s']:.1f}x cold_points={fig.get('points')} "
                   f"warm_points={warm.get('points')} warm_prometheus_cpu_s={_fmt(warm.get('prometheus_cpu_s'))} "
                   f"warm_peak_rss_mib={warm['peak_rss_mib']:.0f} same_summary={same}")
+        if moved is not None:
+            print(f"report from the cache, window moved {args.moved} steps: cold_wall_s={fig['wall_s']:.1f} "
+                  f"moved_wall_s={moved['wall_s']:.1f} ratio={fig['wall_s'] / moved['wall_s']:.1f}x "
+                  f"moved_points={moved.get('points')}")
         goals(args.workloads, args.days, fig, warm, workers)
         if cycles:
             print("controller, two cycles 300 s apart (the second reads only new steps): "

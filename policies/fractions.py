@@ -24,9 +24,12 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.optimize import LinearConstraint, milp
+
+if TYPE_CHECKING:
+    from scipy.optimize import LinearConstraint
 
 MPS_MAX_CLIENTS = 48  # per GPU (reference.md §4); scales down with the MIG compute instance size
 RESOLUTION = 1000  # compute units per GPU: Kubernetes-style milli-GPU
@@ -197,6 +200,7 @@ def _decode(arcs: Sequence[tuple[Node, Node, int]], flow: Sequence[int], loss: d
 def _model(arcs: Sequence[tuple[Node, Node, int]], demand: Sequence[int]) -> tuple[list[Node], LinearConstraint,
                                                                                    LinearConstraint, np.ndarray]:
     """Flow conservation at every node but the source (loss arcs drain to the sink) and demand coverage."""
+    from scipy.optimize import LinearConstraint  # here: scipy takes ~0.5 s to import, and most reports need none
     nodes = sorted(({a for a, _, _ in arcs} | {b for _, b, _ in arcs}) - {(0, 0)})
     at = {v: i for i, v in enumerate(nodes)}
     n = len(arcs) + len(nodes)
@@ -232,6 +236,8 @@ def pack_exact_1d(shares: Sequence[Share], max_clients: int = MPS_MAX_CLIENTS, r
     arcs = sorted(_arcs(sizes, demand, resolution // step, max_clients))
     if len(arcs) > MAX_ARCS:
         return _with(bfd, bad, [*why, f"{len(sizes)} distinct sizes make the exact graph too large: best fit kept"])
+    from scipy.optimize import milp
+
     nodes, flow_c, cover_c, cost = _model(arcs, demand)
     res = milp(cost, constraints=[flow_c, cover_c], integrality=np.ones(len(cost)),
                options={"time_limit": time_limit_s})

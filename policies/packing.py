@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from recommender.core.catalogue import GpuModel, MigProfile
 
@@ -216,6 +215,9 @@ def _solve(pats: Sequence[Devices], demand: Mapping[str, int], matchable: Mappin
     weight = float(sum(matchable.values()) + 1)
     cost = np.concatenate([np.full(n, weight), -np.ones(len(match))])
     upper = [min(demand[nm] // c for nm, c in p) for p in pats] + [matchable[p] for p in match]
+    from scipy.optimize import Bounds, LinearConstraint, milp  # here: scipy takes ~0.5 s to import, and most
+    # reports pack no MIG slice optimally
+
     cons = [LinearConstraint(a, d, d)] + ([LinearConstraint(link, -np.inf, 0.0)] if match else [])
     try:
         res = milp(cost, constraints=cons, integrality=np.ones(len(cost)), bounds=Bounds(0, upper),

@@ -40,6 +40,11 @@ class Report:
         self.incremental = _INCREMENTAL in self.err
 
 
+def caches(folder: Path) -> list[Path]:
+    """The report cache files in ``folder`` (the pipeline's memo lies beside each: tests/test_report_memo.py)."""
+    return sorted(f for f in folder.iterdir() if f.suffix == ".cache")
+
+
 def report(c: Cluster, cache: Path | str | None, *extra: str, end_h: float = 0.0, url: str | None = None) -> Report:
     where = ["--cache-dir", str(cache)] if cache is not None else ["--no-cache"]
     end = (c.end - timedelta(hours=end_h)).isoformat()
@@ -57,13 +62,17 @@ def uncached(cluster: Cluster) -> Report:
 def test_a_later_report_reads_only_the_new_steps_and_gives_the_uncached_answer(cluster: Cluster, uncached: Report,
                                                                                tmp_path: Path) -> None:
     first = report(cluster, tmp_path, end_h=3)
-    assert not first.incremental and len(list(tmp_path.iterdir())) == 1
+    assert not first.incremental and len(caches(tmp_path)) == 1
     later = report(cluster, tmp_path)
     assert later.incremental and not later.warnings
     assert later.doc == uncached.doc
     assert later.points < uncached.points / 5  # 3 h and the 2 re-read steps of a 2-day window
+    (cached,) = caches(tmp_path)
+    written = cached.stat()
     again = report(cluster, tmp_path)  # the same window: only the last two steps are read again
     assert again.doc == uncached.doc and again.points < later.points
+    assert (cached.stat().st_ino, cached.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # unchanged:
+    # not written again
     assert "over 2 steps of 120 s (1,438 earlier steps from the last collection)" in again.err  # 2 d at 120 s
 
 
@@ -77,26 +86,26 @@ def test_a_changed_namespace_step_or_url_does_not_reuse_the_cache(cluster: Clust
     other = cluster.url.replace("127.0.0.1", "localhost")  # the same server under another URL
     assert other != cluster.url
     assert not report(cluster, tmp_path, url=other).incremental
-    assert len(list(tmp_path.iterdir())) == 4
+    assert len(caches(tmp_path)) == 4
 
 
 def test_no_cache_reads_everything_and_writes_nothing(cluster: Cluster, uncached: Report, tmp_path: Path) -> None:
     report(cluster, tmp_path)
-    (cached,) = tmp_path.iterdir()
-    before = cached.read_bytes()
+    before = {f: f.read_bytes() for f in tmp_path.iterdir()}
     res = CliRunner().invoke(main, ["report", "--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d",
                                     "--min-history", "12h", "--end", cluster.end.isoformat(), "-o", "json",
                                     "--cache-dir", str(tmp_path), "--no-cache"], catch_exceptions=False)
     plain = Report(res)
     assert not plain.incremental and plain.points == uncached.points
-    assert list(tmp_path.iterdir()) == [cached] and cached.read_bytes() == before
+    assert {f: f.read_bytes() for f in tmp_path.iterdir()} == before  # neither the cache nor the memo beside it
 
 
 def test_the_cache_keeps_no_url_in_clear(cluster: Cluster, tmp_path: Path) -> None:
     report(cluster, tmp_path)
-    (cached,) = tmp_path.iterdir()
     host = cluster.url.split("//")[1]
-    assert host not in cached.name and host.encode() not in cached.read_bytes()
+    assert len(list(tmp_path.iterdir())) == 2  # the cache and the pipeline's memo beside it
+    for cached in tmp_path.iterdir():
+        assert host not in cached.name and host.encode() not in cached.read_bytes()
 
 
 def _truncate(data: bytes) -> bytes:
@@ -104,7 +113,7 @@ def _truncate(data: bytes) -> bytes:
 
 
 def _other_version(data: bytes) -> bytes:
-    return data.replace(store.MAGIC + b"1\n", store.MAGIC + b"99\n", 1)
+    return data.replace(store.MAGIC + f"{store.FORMAT_VERSION}\n".encode(), store.MAGIC + b"99\n", 1)
 
 
 def _flipped(data: bytes) -> bytes:
@@ -117,7 +126,7 @@ def _flipped(data: bytes) -> bytes:
 def test_a_spoilt_cache_file_is_one_warning_and_a_full_correct_read(cluster: Cluster, uncached: Report,
                                                                     tmp_path: Path, spoil: Any) -> None:
     report(cluster, tmp_path, end_h=3)
-    (cached,) = tmp_path.iterdir()
+    (cached,) = caches(tmp_path)
     cached.write_bytes(spoil(cached.read_bytes()))
     spoilt = report(cluster, tmp_path)
     assert len(spoilt.warnings) == 1 and str(cached) in spoilt.warnings[0]
@@ -236,7 +245,7 @@ def test_a_full_disk_is_one_warning_leaves_no_partial_file_and_the_report_stands
 def test_a_spoilt_file_on_a_full_disk_is_still_one_warning_and_is_never_read(
         cluster: Cluster, uncached: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     report(cluster, tmp_path, end_h=3)
-    (cached,) = tmp_path.iterdir()
+    (cached,) = caches(tmp_path)
     spoilt = _truncate(cached.read_bytes())
     cached.write_bytes(spoilt)
     with monkeypatch.context() as patched:
@@ -244,7 +253,7 @@ def test_a_spoilt_file_on_a_full_disk_is_still_one_warning_and_is_never_read(
         res = report(cluster, tmp_path)
     assert len(res.warnings) == 1 and str(cached) in res.warnings[0]
     assert not res.incremental and res.doc == uncached.doc
-    assert list(tmp_path.iterdir()) == [cached] and cached.read_bytes() == spoilt  # not replaced half-way
+    assert caches(tmp_path) == [cached] and cached.read_bytes() == spoilt  # not replaced half-way
     again = report(cluster, tmp_path)  # still spoilt: refused again, then replaced
     assert len(again.warnings) == 1 and not again.incremental and again.doc == uncached.doc
     assert report(cluster, tmp_path).incremental
@@ -253,7 +262,7 @@ def test_a_spoilt_file_on_a_full_disk_is_still_one_warning_and_is_never_read(
 def test_a_cache_file_that_is_a_folder_is_one_warning_and_an_uncached_report(
         cluster: Cluster, uncached: Report, tmp_path: Path) -> None:
     report(cluster, tmp_path)
-    (cached,) = tmp_path.iterdir()
+    (cached,) = caches(tmp_path)
     cached.unlink()
     cached.mkdir()
     res = report(cluster, tmp_path)
@@ -290,7 +299,7 @@ def test_a_folder_the_report_may_not_use_is_one_warning_and_an_uncached_report(
 
 
 def test_a_file_of_this_version_with_a_foreign_body_is_refused() -> None:
-    """Another release that kept format 1 but changed the header or frames: refused, not misread."""
+    """Another release that kept this format's number but changed the header or frames: refused, not misread."""
     import hashlib
 
     def forge(header: dict[str, Any], blobs: bytes = b"") -> bytes:
@@ -301,8 +310,80 @@ def test_a_file_of_this_version_with_a_foreign_body_is_refused() -> None:
     good = json.loads(store.dumps(UsageCache(key="k"))[len(store.MAGIC):].split(b"\n", 2)[2][8:])
     assert store.loads(forge(good)).key == "k"  # the forger writes what loads reads
     frames = {**good["usage"], "frames": [["m", 0, 64]]}
-    for bad in (forge({"version": 1}), forge({**good, "version": 2}), forge({**good, "usage": {"key": "k"}}),
+    two = pd.DataFrame({"x": [1.0, 2.0]}, index=Grid(0.0, 60.0, 2).index())
+    body = store.dumps(UsageCache(key="k", series={"m": two}))[len(store.MAGIC):].split(b"\n", 2)[2]
+    size = int.from_bytes(body[:8], "big")
+    head, blob = json.loads(body[8:8 + size]), body[8 + size:]
+    assert store.loads(forge(head, blob)).series["m"]["x"].tolist() == [1.0, 2.0]
+    (name, offset, length, axes), = head["usage"]["frames"]
+    for wrong in ({**axes, "columns": ["x", "y"]}, {**axes, "index": axes["index"][:1]}, {**axes, "unit": "parsec"}):
+        with pytest.raises(store.CacheFileError):
+            store.loads(forge({**head, "usage": {**head["usage"], "frames": [[name, offset, length, wrong]]}}, blob))
+    for bad in (forge({"version": 1}), forge({**good, "version": store.FORMAT_VERSION + 1}),
+                forge({**good, "usage": {"key": "k"}}),
                 forge({**good, "usage": frames}), forge({**good, "usage": frames}, b"x" * 64), forge({}) + b"",
                 forge({**good, "usage": {**good["usage"], "last_s": "soon"}})):
         with pytest.raises(store.CacheFileError):
             store.loads(bad)
+
+
+def test_a_second_report_over_the_same_window_reuses_every_derived_result(
+        cluster: Cluster, uncached: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline's memo beside the cache (tests/test_report_memo.py): the same window again computes no
+    workload's features, class or forecasts, and gives the uncached report."""
+    from recommender.pipeline import run
+
+    report(cluster, tmp_path)
+    computed: list[str] = []
+    real = run.workload_features
+    monkeypatch.setattr(run, "workload_features", lambda *a, **kw: computed.append(a[1].ref.key) or real(*a, **kw))
+    again = report(cluster, tmp_path)
+    assert again.doc == uncached.doc and not again.warnings and computed == []
+    assert report(cluster, tmp_path, end_h=1).doc != uncached.doc and computed  # another window: computed
+
+
+@pytest.mark.parametrize("spoil", [_truncate, _other_version, _flipped, lambda _: b"", lambda _: b"not a memo\n"],
+                         ids=["truncated", "other-version", "altered", "empty", "foreign"])
+def test_a_spoilt_memo_file_is_one_warning_and_a_correct_report(cluster: Cluster, uncached: Report, tmp_path: Path,
+                                                                spoil: Any) -> None:
+    from recommender.pipeline import memostore
+
+    report(cluster, tmp_path)
+    (memo,) = tmp_path.glob("*.memo")
+    ours, theirs = (m.MAGIC + f"{m.FORMAT_VERSION}\n".encode() for m in (memostore, store))
+    as_cache = memo.read_bytes().replace(ours, theirs, 1)  # the same spoilers as the cache's
+    memo.write_bytes(spoil(as_cache).replace(theirs, ours, 1).replace(store.MAGIC, memostore.MAGIC, 1))
+    res = report(cluster, tmp_path)
+    assert len(res.warnings) == 1 and str(memo) in res.warnings[0] and res.doc == uncached.doc
+    healed = report(cluster, tmp_path)
+    assert not healed.warnings and healed.doc == uncached.doc
+
+
+def test_the_file_and_the_collections_key_are_made_from_one_reading(tmp_path: Path) -> None:
+    """``file_for`` and the key ``_collect`` checks are both made from ``cache.reading``: a setting that shapes the
+    queries (the TTFT objective misses are counted against, node labels) gives another file too."""
+    from collectors.prometheus.cache import reading
+    from recommender.core.settings_scaling import ScalingSettings
+
+    s = Settings(prometheus=PrometheusSettings(url="http://p:9090/"))
+    other = [s.model_copy(update={"scaling": ScalingSettings(ttft_objective_s=9.0)}),
+             s.model_copy(update={"prometheus": s.prometheus.model_copy(update={"node_labels": ("zone",)})})]
+    assert reading(s)[0] == "http://p:9090"  # as the client names it
+    assert len({store.file_for(tmp_path, x) for x in (s, *other)}) == 3
+
+
+def test_a_frame_read_with_no_column_stays_so_the_next_read_is_incremental() -> None:
+    """No replica counts for any workload is still something read: kept without columns, the next collection
+    reads only new steps of it (before, it was dropped and every other report read it all again)."""
+    from collectors.prometheus.cache import join_usage
+
+    grid = Grid(0.0, 60.0, 4)
+    empty = pd.DataFrame(index=grid.index(), dtype="float64")
+    joined = join_usage({"replicas": empty}, {"replicas": empty.iloc[2:]}, grid, 120.0)
+    assert list(joined) == ["replicas"] and joined["replicas"].columns.empty
+    assert join_usage({"replicas": empty}, {}, grid, 120.0)["replicas"].index.equals(grid.index())
+    cache = UsageCache()
+    cache.keep(("k",), {"replicas": empty}, grid, None)
+    assert cache.fresh_start(("k",), Grid(60.0, 60.0, 4)) is not None  # the window moved a step: incremental
+    lost = pd.DataFrame({"a/p": [float("nan"), float("nan"), 3.0, 4.0]}, index=grid.index())
+    assert join_usage({"fb": lost}, {}, grid, 120.0) == {}  # no value before the new steps, none read: gone

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from collectors.prometheus import parse
+from collectors.prometheus.chunks import step_for
 from collectors.prometheus.devices import DeviceTable
 from collectors.prometheus.parse import Grid
+from collectors.prometheus.queries import Scope
+from recommender.core.settings import Settings
 
 OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or written late fill them in
 
@@ -56,6 +59,16 @@ class UsageCache:
         return series
 
 
+def reading(s: Settings) -> tuple[object, ...]:
+    """What selects and shapes the series a report reads: server, selection, node labels, step, history, the TTFT
+    objective misses are counted against, recorded series. The report cache's file (``store.file_for``) and the
+    key a collection checks its cache with (``collect._collect``) are both made from it."""
+    p = s.prometheus
+    return (p.url.rstrip("/") if p.url else None, Scope.of(s.namespaces, p), p.node_labels,
+            step_for(s.history_s, p), s.history_s, s.scaling.ttft_objective_s, p.recording_rules,
+            tuple(sorted(p.recorded_series.items())))
+
+
 def digest(key: tuple[object, ...]) -> str:
     """A collection's key as a hash of its repr (strings, numbers, frozen dataclasses: stable across runs)."""
     return hashlib.sha256(repr(key).encode("utf-8")).hexdigest()
@@ -66,7 +79,8 @@ def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], 
     """The cached steps before ``fresh_start`` that are still in ``grid``, then the fresh ones, per metric.
 
     Pods are the columns with a value in the window, as a full collection's answers would hold them (a pod
-    whose only points in the window are NaN is left out: it says nothing either way)."""
+    whose only points in the window are NaN is left out: it says nothing either way). A metric read with no
+    column at all stays, without columns: the next collection then reads only new steps of it too."""
     index = grid.index()
     cut = pd.Timestamp(fresh_start, unit="s", tz="UTC")
     out: dict[str, pd.DataFrame] = {}
@@ -75,6 +89,8 @@ def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], 
         kept = None if old is None else old[(old.index >= index[0]) & (old.index < cut)].dropna(axis=1, how="all")
         parts = [f for f in (kept, fresh.get(metric)) if f is not None and len(f.columns)]
         if not parts:
+            if any(f is not None and f.columns.empty for f in (old, fresh.get(metric))):  # no column read at all
+                out[metric] = pd.DataFrame(index=index, dtype="float64")  # (no replica counts): still read
             continue
         frame = pd.concat(parts, axis=0).reindex(index=index)
         out[metric] = frame[sorted(frame.columns)]

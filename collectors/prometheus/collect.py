@@ -23,7 +23,7 @@ import pandas as pd
 
 from collectors.pods import PodDevices, PodUsage, pod_key
 from collectors.prometheus import chunks, parse, queries, rules
-from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.cache import UsageCache, reading
 from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError, QueryStats
 from collectors.prometheus.devices import DeviceTable, gpu_nodes
@@ -183,8 +183,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     p = s.prometheus
     scope = Scope.of(s.namespaces, p)
     objective_s = s.scaling.ttft_objective_s
-    key = (client.url, scope, win.grid.step_s, win.window_s, with_ksm, objective_s, p.recording_rules,
-           sorted(p.recorded_series.items()))
+    key = (*reading(s), client.url, win.window_s, with_ksm)
     first = cache.fresh_start(key, win.grid) if cache is not None else None
     client.check()
     grid, fine, where = win.grid, None, ""

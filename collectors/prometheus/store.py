@@ -5,9 +5,11 @@ One file per server, selection, step and history, named by a hash of them (the U
 stored in clear; credentials never reach the cache at all): a changed query, selection, step or URL finds no
 file or a file whose key does not match, and reads everything. The file is written whole or not at all
 (``recommender.core.writes``): a magic line, the format version, a SHA-256 of the body, then the body: a JSON
-header (what the cache knows besides its series) and each series frame as Parquet. A file that is not ours,
-of another version, truncated or altered does not match its checksum or header and is not used: the caller
-reads everything and says so in one line.
+header (what the cache knows besides its series, and each frame's index and columns) and each frame's values
+as one float64 Parquet column, column after column (one wide frame is one array: 2,000 pods are not 2,000
+Parquet columns to convert one by one). A file that is not ours, of another version, truncated or altered does
+not match its checksum or header and is not used: the caller reads everything and says so in one line. A
+report whose collection changed nothing the file holds (the same window again) does not write it.
 """
 
 from __future__ import annotations
@@ -21,15 +23,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from collectors.prometheus.cache import UsageCache
-from collectors.prometheus.chunks import step_for
+from collectors.prometheus.cache import UsageCache, reading
 from collectors.prometheus.devices import DeviceTable
-from collectors.prometheus.queries import Scope
 from recommender.core.settings import Settings
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: each frame one Parquet column, its index and columns in the header
 MAGIC = b"gpu-rightsizer usage cache\n"
 APP = "gpu-rightsizer"
 _LENGTH = 8  # bytes of the header's length
@@ -47,12 +48,9 @@ def default_dir() -> Path:
 
 
 def file_for(folder: Path, s: Settings) -> Path:
-    """The cache file of one server, selection, step, history and reading of recorded series (a hash of them: none
-    is in the name)."""
-    p = s.prometheus
-    what = (p.url.rstrip("/") if p.url else None, Scope.of(s.namespaces, p), p.node_labels, step_for(s.history_s, p),
-            s.history_s, p.recording_rules, sorted(p.recorded_series.items()))
-    return folder / f"usage-{hashlib.sha256(repr(what).encode('utf-8')).hexdigest()[:32]}.cache"
+    """The cache file of one reading of the cluster (``cache.reading``: server, selection, step, history, ...), named
+    by a hash of it: none of it is in the name."""
+    return folder / f"usage-{hashlib.sha256(repr(reading(s)).encode('utf-8')).hexdigest()[:32]}.cache"
 
 
 def dumps(cache: UsageCache) -> bytes:
@@ -67,6 +65,11 @@ def dumps(cache: UsageCache) -> bytes:
 
 def loads(data: bytes) -> UsageCache:
     """The cache from :func:`dumps`' bytes; CacheFileError when they are not a whole file of this version."""
+    return _loads(data)[0]
+
+
+def _loads(data: bytes) -> tuple[UsageCache, dict[str, Any]]:
+    """:func:`loads`, and the file's header (what :func:`_unchanged` compares a later cache with)."""
     if not data.startswith(MAGIC):
         raise CacheFileError("not a gpu-rightsizer usage cache")
     version, _, rest = data[len(MAGIC):].partition(b"\n")
@@ -85,35 +88,72 @@ def loads(data: bytes) -> UsageCache:
         cache = _restore(header["usage"], blobs)
         if header.get("workloads") is not None:
             cache.workloads = _restore(header["workloads"], blobs)
-        return cache
+        return cache, header
     except CacheFileError:
         raise
     except Exception as exc:  # a file whose checksum matches but that we cannot read: treat as not ours
         raise CacheFileError(f"unreadable ({type(exc).__name__})") from None
 
 
-def _state(cache: UsageCache, part: str, blobs: list[bytes]) -> dict[str, Any]:
-    """What ``cache`` holds as JSON, its frames appended to ``blobs`` as Parquet (offset and length noted)."""
-    frames = []
-    for name, frame in cache.series.items():
-        buf = io.BytesIO()
-        frame.to_parquet(buf, engine="pyarrow", compression="zstd")
-        raw = buf.getvalue()
-        frames.append([name, sum(len(b) for b in blobs), len(raw)])
-        blobs.append(raw)
+def _meta(cache: UsageCache, part: str) -> dict[str, Any]:
+    """What ``cache`` holds besides its frames' values, as JSON."""
     return {"key": cache.key, "last_s": cache.last_s, "full_s": cache.full_s, "refresh_s": cache.refresh_s,
-            "counts": cache.counts, "frames": frames,
+            "counts": cache.counts,
             "inventory": {k: [[labels, value, t] for labels, value, t in v] for k, v in cache.inventory.items()},
             "devices": _devices(cache.devices) if cache.devices is not None else None, "part": part}
 
 
+def _state(cache: UsageCache, part: str, blobs: list[bytes]) -> dict[str, Any]:
+    """What ``cache`` holds as JSON, its frames' values appended to ``blobs`` (offset and length noted)."""
+    frames = []
+    for name, frame in cache.series.items():
+        raw = _values(frame)
+        frames.append([name, sum(len(b) for b in blobs), len(raw), _axes(frame)])
+        blobs.append(raw)
+    return {**_meta(cache, part), "frames": frames}
+
+
+def _axes(frame: pd.DataFrame) -> dict[str, Any]:
+    """A frame's index (UTC times) and column names."""
+    index = frame.index
+    if not isinstance(index, pd.DatetimeIndex):
+        raise TypeError("a cached frame's index is not a DatetimeIndex")
+    return {"index": index.asi8.tolist(), "unit": index.unit, "tz": str(index.tz) if index.tz else None,
+            "columns": [str(c) for c in frame.columns]}
+
+
+def _values(frame: pd.DataFrame) -> bytes:
+    """A frame's values, column after column, as one float64 Parquet column (zstd)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = np.asfortranarray(frame.to_numpy(dtype="float64")).ravel(order="F")
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"v": pa.array(values, type=pa.float64())}), buf, compression="zstd")
+    return buf.getvalue()
+
+
+def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    stamps = np.asarray(axes["index"], dtype="int64").view(f"datetime64[{axes['unit']}]")
+    index = pd.DatetimeIndex(stamps)
+    if axes["tz"]:
+        index = index.tz_localize("UTC").tz_convert(axes["tz"])
+    columns = pd.Index([str(c) for c in axes["columns"]])
+    values = pq.read_table(io.BytesIO(raw)).column("v").to_numpy()
+    if values.dtype != np.float64 or values.size != len(index) * len(columns):
+        raise CacheFileError("a frame of another shape than its header says")
+    return pd.DataFrame(values.reshape((len(index), len(columns)), order="F"), index=index, columns=columns)
+
+
 def _restore(state: dict[str, Any], blobs: memoryview) -> UsageCache:
     series = {}
-    for name, offset, length in state["frames"]:
+    for name, offset, length, axes in state["frames"]:
         raw = bytes(blobs[offset:offset + length])
         if len(raw) != length:
             raise CacheFileError("truncated frame")
-        series[str(name)] = pd.read_parquet(io.BytesIO(raw), engine="pyarrow")
+        series[str(name)] = _frame(raw, axes)
     return UsageCache(
         key=str(state["key"]) if state["key"] is not None else None, series=series,
         counts={str(k): int(v) for k, v in state["counts"].items()},
@@ -121,6 +161,27 @@ def _restore(state: dict[str, Any], blobs: memoryview) -> UsageCache:
                    for k, v in state["inventory"].items()},
         devices=_device_table(state["devices"]) if state["devices"] is not None else None,
         last_s=float(state["last_s"]), full_s=float(state["full_s"]), refresh_s=float(state["refresh_s"]))
+
+
+def _unchanged(cache: UsageCache, header: dict[str, Any], read: dict[str, dict[str, pd.DataFrame]]) -> bool:
+    """Whether ``cache`` holds exactly what the file of ``header`` held (``read``: its frames per part, as read
+    from it): then writing it again would write the same file."""
+    for part, now in (("usage", cache), ("workloads", cache.workloads)):
+        was, then = header.get(part), read.get(part)
+        if now is None or was is None or then is None:
+            if now is None and was is None:
+                continue
+            return False
+        meta = json.loads(json.dumps(_meta(now, part)))  # as the file would hold it
+        if meta != {k: v for k, v in was.items() if k != "frames"} or now.series.keys() != then.keys():
+            return False
+        for name, frame in now.series.items():
+            old = then[name]
+            if not (frame.index.equals(old.index) and frame.columns.equals(old.columns)
+                    and np.array_equal(frame.to_numpy(dtype="float64"), old.to_numpy(dtype="float64"),
+                                       equal_nan=True)):
+                return False
+    return True
 
 
 def _devices(table: DeviceTable) -> dict[str, Any]:
@@ -154,6 +215,8 @@ class DiskCache:
         self.folder = folder
         self.path = file_for(folder, s)
         self.broken = False
+        # the file's header and frames as read: a cache that still holds just that is not written again
+        self._read: tuple[dict[str, Any], dict[str, dict[str, pd.DataFrame]]] | None = None
 
     def load(self) -> tuple[UsageCache | None, str | None]:
         """The cache to collect with (empty where there is no file yet or it is unusable) and a warning line,
@@ -171,15 +234,20 @@ class DiskCache:
         except OSError as exc:
             return self._broken(f"cache file {self.path} cannot be read ({_why(exc)})")
         try:
-            return loads(data), None
+            cache, header = _loads(data)
         except CacheFileError as exc:  # an empty cache reads everything; its file replaces this one
             return UsageCache(), f"cache file {self.path} not used: {exc}; reading everything from Prometheus"
+        frames = {"usage": dict(cache.series)}
+        if cache.workloads is not None:
+            frames["workloads"] = dict(cache.workloads.series)
+        self._read = (header, frames)
+        return cache, None
 
     def save(self, cache: UsageCache | None) -> str | None:
         """Write ``cache`` whole or not at all; a warning line where it could not be written."""
         from recommender.core.writes import write_file
 
-        if cache is None or self.broken:
+        if cache is None or self.broken or (self._read is not None and _unchanged(cache, *self._read)):
             return None
         try:
             write_file(self.path, dumps(cache))

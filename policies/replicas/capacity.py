@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from sklearn.isotonic import IsotonicRegression
 
 from policies.replicas.estimates import Absent, Capacity, CapacitySource, Carried
 from policies.replicas.history import ReplicaHistory, changed_within, rescue_s, step_outcomes
@@ -108,6 +107,8 @@ def locate_knee(steps: pd.DataFrame, min_missed: int = 1) -> Knee | None:
     frame = steps[steps["per"] > 0].sort_values("per", kind="stable")
     if frame.empty:
         return None
+    from sklearn.isotonic import IsotonicRegression  # here: scikit-learn takes ~1 s to import
+
     per = frame["per"].to_numpy(dtype="float64")
     chance = IsotonicRegression(increasing=True).fit_transform(per, frame["missed"].to_numpy(dtype="float64"))
     likely = np.flatnonzero(chance > 0.5)

@@ -22,17 +22,19 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import StandardScaler
 
 from recommender.analysis.shape import DemandShape, SeriesShape
 from recommender.core.annotations import CLASS_ANNOTATION
 from recommender.core.inventory import Workload
+
+if TYPE_CHECKING:  # scikit-learn is imported where a model is trained (~1 s): a report whose classes are all
+    # remembered or decided by rules needs none
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
 from recommender.core.plan import Classification, WorkloadClass
 from recommender.core.resources import BATCH_WORKLOAD_KINDS
 
@@ -126,6 +128,11 @@ def train_model(table: pd.DataFrame, random_state: int = 0) -> ClassModel:
     x, y = training_matrix(table)
     labels, counts = np.unique(y, return_counts=True)
     weight = dict(zip(labels, counts.max() / counts, strict=True))
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
     pipeline = Pipeline([("impute", SimpleImputer(strategy="median")), ("scale", StandardScaler()),
                          ("lr", LogisticRegression(C=0.3, max_iter=2000, random_state=random_state))])
     pipeline.fit(x, y, lr__sample_weight=np.array([weight[v] for v in y]))

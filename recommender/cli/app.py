@@ -21,6 +21,7 @@ from recommender.pipeline.run import run_once
 if TYPE_CHECKING:
     from collectors.prometheus.cache import UsageCache
     from recommender.controller.policy import LabelSelector
+    from recommender.pipeline.memostore import DiskMemo
 
 
 class RichProgress:
@@ -81,10 +82,19 @@ def collect_once(source: str, path: str | None, settings: Settings, end: datetim
     """One snapshot for a report or ``snapshot``: from Prometheus with the cache of earlier ones on disk (unless
     ``prometheus.cache`` is off), so only the steps added since are read; a cache folder or file that cannot be
     used gives one warning line and a collection that reads everything."""
+    return _collect_cached(source, path, settings, end)[0]
+
+
+def _collect_cached(source: str, path: str | None, settings: Settings, end: datetime, with_memo: bool = False
+                    ) -> tuple[Snapshot, DiskMemo | None]:
+    """:func:`collect_once`, and (``with_memo``) the pipeline's memo beside the cache file
+    (``recommender.pipeline.memostore``), loaded: None where the cache is off or its folder cannot be used. The
+    cache folder gives a report one warning line at most: the memo says nothing where the cache file warned."""
     p = settings.prometheus
     if source != "prometheus" or not p.cache:
-        return collect(source, path, settings, end)
+        return collect(source, path, settings, end), None
     from collectors.prometheus.store import DiskCache, default_dir
+    from recommender.pipeline.memostore import DiskMemo
 
     disk = DiskCache(Path(p.cache_dir).expanduser() if p.cache_dir else default_dir(), settings)
     with RichProgress() as shown:
@@ -95,7 +105,11 @@ def collect_once(source: str, path: str | None, settings: Settings, end: datetim
         failed = disk.save(cache)
         if failed and not warning:
             shown.log(f"warning: {failed}")
-    return snap
+        quiet = bool(warning or failed)
+        memo = None if disk.broken or not with_memo else DiskMemo(disk.path.with_suffix(".memo"), quiet=quiet)
+        if memo is not None and (found := memo.load()):
+            shown.log(f"warning: {found}")
+    return snap, memo
 
 
 def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:
@@ -116,14 +130,16 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
     from recommender.outputs import get_companions, get_formatter
 
     renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}  # an unknown format fails before the run
-    snap = collect_once(source, path, settings, end)
+    snap, memo = _collect_cached(source, path, settings, end, with_memo=True)
     if selector is not None:
         from recommender.cli.selector import select_labels  # the selector's parser (and apscheduler) only for -l
 
         found, snap = len(snap.workloads), select_labels(snap, selector)
         if found and not snap.workloads:
             raise ConfigError(f"none of the {found} workloads found has labels that -l matches")
-    plan = run_once(snap, settings, snap.end)
+    plan = run_once(snap, settings, snap.end, memo=memo)
+    if memo is not None and (failed := memo.save()):
+        RichProgress().log(f"warning: {failed}")
     return {f: (render(plan, snap), companions(plan) if companions else {})
             for f, (render, companions) in renderers.items()}
 

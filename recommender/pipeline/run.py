@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 
 from policies.autoscalerobjects import trigger_prometheus
 from policies.bounds import within_replica_bounds
@@ -21,7 +22,7 @@ from policies.rightscale import shape_scale
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
 from policies.tenancy import tenancy_cost, with_tenancy_reasons
-from recommender.analysis.classify import classify, load_class_model, overridden
+from recommender.analysis.classify import classify, overridden
 from recommender.analysis.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.analysis.features import WorkloadFeatures, workload_features
 from recommender.analysis.forecast import NotEnoughHistory, forecast_series
@@ -35,6 +36,7 @@ from recommender.core.plan import Classification, Forecast, Plan, Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
 from recommender.pipeline.advice import with_advice
+from recommender.pipeline.memo import Memo, remembered, series_digests
 
 
 @contextmanager
@@ -46,11 +48,13 @@ def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
 
 def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
              catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
-             constraints: Mapping[str, WorkloadConstraints] | None = None) -> Plan:
+             constraints: Mapping[str, WorkloadConstraints] | None = None, memo: Memo | None = None) -> Plan:
     """One pass of the pipeline over a snapshot. ``now`` is the plan's timestamp (no clock inside).
     ``previous`` is the last cycle's plan in a loop: its scaling plans carry capacity forward.
     ``constraints`` (workload key → a policy object's class and MIG bounds) come from the controller; the
-    report has none."""
+    report has none. ``memo`` (from the edge: a dict, a file's contents) holds features, classes and forecasts of
+    earlier runs under digests of their inputs (``recommender.pipeline.memo``): those found are reused, the others
+    computed and added."""
     if not snapshot.workloads:
         scope = ", ".join(settings.namespaces) or "all namespaces"
         raise NoWorkloadsError(f"no GPU workloads found in {scope}")
@@ -61,19 +65,16 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     given = snapshot  # what the formats are handed beside the plan: its advice reads the same series
     with _timed(timings, "quality"):
         snapshot, quality = clean(snapshot, catalogue, load_bounds(), settings.policy.min_usable_frac)
+    digests = series_digests(snapshot) if memo is not None else {}
     with _timed(timings, "features"):
-        feats: dict[str, WorkloadFeatures] = {
-            w.ref.key: replace(workload_features(snapshot, w, settings.policy.idle_compute_frac,
-                                                 settings.scaling.error_budget_window_s,
-                                                 settings.scaling.wake_s(w.cold_start_s)),
-                               usable_frac=quality[w.ref.key].usable_frac, unusable=quality[w.ref.key].unusable)
-            for w in snapshot.workloads
-        }
+        feats = {w.ref.key: _features(snapshot, w, settings, quality[w.ref.key].usable_frac,
+                                      quality[w.ref.key].unusable, memo, digests.get(w.ref.key))
+                 for w in snapshot.workloads}
     with _timed(timings, "classify"):
         fixed = constraints or {}
-        classes = _classes(snapshot, fixed)
+        classes = _classes(snapshot, fixed, memo, digests)
     with _timed(timings, "forecast"):
-        forecasts = _forecasts(snapshot, settings)
+        forecasts = _forecasts(snapshot, settings, memo, digests)
     before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
     with _timed(timings, "policies"):
         recs = []
@@ -118,26 +119,53 @@ def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous
     return before.get(workload.ref.key)
 
 
-def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints]) -> dict[str, Classification]:
-    """Each workload's class: a policy's ``classOverride`` where one is set, else the classifier's."""
-    model = load_class_model()
+def _features(snapshot: Snapshot, w: Workload, settings: Settings, usable_frac: float, unusable: str | None,
+              memo: Memo | None, digest: str | None) -> WorkloadFeatures:
+    """One workload's features with the data-quality stage's verdict (remembered in ``memo``)."""
+    idle, window_s = settings.policy.idle_compute_frac, settings.scaling.error_budget_window_s
+    wake_s = settings.scaling.wake_s(w.cold_start_s)
+
+    def compute() -> WorkloadFeatures:
+        return replace(workload_features(snapshot, w, idle, window_s, wake_s), usable_frac=usable_frac,
+                       unusable=unusable)
+
+    return remembered(memo, "features", (digest, w, idle, window_s, wake_s, usable_frac, unusable), compute)
+
+
+def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints], memo: Memo | None = None,
+             digests: Mapping[str, str] | None = None) -> dict[str, Classification]:
+    """Each workload's class: a policy's ``classOverride`` where one is set, else the classifier's (remembered
+    in ``memo``)."""
     out = {}
     for w in snapshot.workloads:
         c = fixed.get(w.ref.key)
+        if c is not None and c.class_override is not None:
+            out[w.ref.key] = overridden(c.class_override, c.source)
+            continue
         objective_s = c.ttft_objective_s if c else None
-        out[w.ref.key] = (classify(w, demand_shape(snapshot, w, objective_s), model)
-                          if c is None or c.class_override is None else overridden(c.class_override, c.source))
+        out[w.ref.key] = remembered(memo, "class", ((digests or {}).get(w.ref.key), w, objective_s),
+                                    partial(_classify, snapshot, w, objective_s))
     return out
 
 
-def _forecasts(snapshot: Snapshot, settings: Settings) -> dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]]:
-    """Forecasts of the workloads that hold the most GPUs (at most ``forecast.max_workloads``)."""
+def _classify(snapshot: Snapshot, w: Workload, objective_s: float | None) -> Classification:
+    """The classifier's class of one workload (its model is loaded only where no rule decides)."""
+    return classify(w, demand_shape(snapshot, w, objective_s))
+
+
+def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
+               digests: Mapping[str, str] | None = None
+               ) -> dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]]:
+    """Forecasts of the workloads that hold the most GPUs (at most ``forecast.max_workloads``), remembered in
+    ``memo``."""
     fs = settings.forecast
     if not fs.enabled:
         return {}
     ranked = sorted(snapshot.workloads, key=lambda w: (-w.allocation.total_gpu_equivalents, w.ref))
     chosen = {w.ref.key for w in ranked[:fs.max_workloads]}
-    out = {w.ref.key: forecast_workload(snapshot, w, fs) for w in snapshot.workloads if w.ref.key in chosen}
+    out = {w.ref.key: remembered(memo, "forecast", ((digests or {}).get(w.ref.key), w, fs.horizon_s, fs.levels),
+                                 partial(forecast_workload, snapshot, w, fs))
+           for w in snapshot.workloads if w.ref.key in chosen}
     skipped = (f"no forecast: only the {fs.max_workloads} workloads holding the most GPUs are forecast "
                "(--forecast-max)",)
     return out | {w.ref.key: ((), skipped) for w in snapshot.workloads if w.ref.key not in chosen}

@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from statsmodels.tools.sm_exceptions import ConvergenceWarning
-from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
 from recommender.analysis.forecast.base import Band, FloatArray, Forecaster, ModelFitError, residual_bands
 
@@ -98,11 +96,16 @@ class HoltWinters(Forecaster):
                 result = self._estimate(y)
             except (ValueError, np.linalg.LinAlgError) as exc:
                 raise ModelFitError(f"Holt-Winters could not be fit: {str(exc).splitlines()[0]}") from None
+        from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
         if any(issubclass(w.category, ConvergenceWarning) for w in caught):
             raise ModelFitError(f"Holt-Winters did not converge in {self.maxiter} iterations")
         return result
 
     def _estimate(self, y: FloatArray) -> Any:  # statsmodels' HoltWintersResults (untyped)
+        from statsmodels.tsa.holtwinters import ExponentialSmoothing  # here: statsmodels takes ~0.4 s to import,
+        # and a report whose forecasts are all remembered fits none
+
         m = self.season_length
         model = ExponentialSmoothing(y, trend=self.trend, damped_trend=self.trend is not None,
                                      seasonal="add" if m else None, seasonal_periods=m,
