@@ -163,7 +163,11 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         now = client.query(f"count({selector})", win.coarse.end_s)
         series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
         cut = coarse_chunks(win, p, series, pieces=p.max_workers, instant=True)
-    run_jobs(client, [Job("census", promql, c, i) for i, c in enumerate(cut)], merge, progress, "counting series")
+    jobs = [Job("census", promql, c, i) for i, c in enumerate(cut)]
+    if recorded is not None:  # step series, evaluated too seldom for the instant lookback alone
+        step = rules.step_census_query(scope)
+        jobs += [Job("census", step, c, len(cut) + i) for i, c in enumerate(cut)]
+    run_jobs(client, jobs, merge, progress, "counting series")
     return counts
 
 
@@ -214,7 +218,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     def on_result(job: Job, result: Result) -> None:
         """Fold an answer in at once (usage into arrays, inventory to its latest values); keep none."""
         if job.key in acc:
-            acc[job.key].add(result, scope.namespace_label, scope.pod_label)
+            acc[job.key].add(result, scope.namespace_label, scope.pod_label, job.shift_s)
         elif job.key == "devices":
             device_table.add(result)
         else:
