@@ -79,7 +79,8 @@ class RulePlan:
         rec = {k: v for k, v in self.recorded.items() if k in present}
         stepped = {k: v for k, v in self.stepped.items() if k in present}
         raw = {k: why for k, why in self.raw_because.items() if k in present and k not in rec and k not in stepped}
-        if not rec and not stepped and set(raw.values()) <= {"no recorded series"}:
+        if not rec and not stepped and set(raw.values()) <= {"no recorded series"} and \
+                not present & self.step_because.keys():
             return "recording rules: none found, raw series read"
         out = f"recording rules: {len(rec.keys() | stepped.keys())} of {len(present)} families recorded"
         if rec:
@@ -140,12 +141,12 @@ def step_names_regex() -> str:
     return f"{regex_alternatives([PREFIX])}({'|'.join(RECORDABLE)}):{STEP}[0-9]+[smh]"
 
 
-def step_census_query(scope: Scope) -> str:
-    """How many step series each name has at an instant: evaluated every 10 min at most, a step series may have
-    no sample in the last 5 min (the instant lookback), so the instant 5 min earlier is looked at too (``or``
-    keeps each series once, its ``__name__`` with it)."""
+def step_census_term(scope: Scope) -> str:
+    """What the census adds to its selector (of raw, range and step series) so that it sees step series: those
+    evaluated every 10 min may have no sample within the instant lookback (5 min), so the same step series 5 min
+    earlier are added where the instant has none (``or`` matched on name, namespace and pod)."""
     sel = scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}")
-    return f"count by (__name__) ({sel} or {sel} offset 5m)"
+    return f" or on(__name__, {scope.by}) {sel} offset 5m"
 
 
 def step_range_s(name: str) -> int | None:
