@@ -19,8 +19,13 @@ query over a window of S evaluated at the aligned instants b (multiples of S): e
 the block b = floor(t / S) x S - S (the last complete one but one, so its scrapes have all arrived), whatever
 the group's phase. A report step whose window W is a multiple of S reads the W / S blocks that make it up as
 one sample each (:func:`step_query`), exactly the raw query's answer where W = S; they are the coarsest source
-and are preferred over the range series, which (else raw) fill the steps before them and the last steps, whose
-blocks are not evaluated yet.
+and are preferred over the range series, which (else raw) fill the steps before them and the last two steps,
+whose blocks are not evaluated yet. Where W = k S the blocks combine as the range tiles do (the peak of peaks;
+for means, counter rates and the request rate's growth slopes the mean over the blocks, which is the raw
+answer for means and for rates up to the extrapolation at each block's ends), so TTFT p95 is read from them
+only where W = S; for the mean the group's interval must divide S (each block then holds as many evaluations,
+all recording the same value). A group evaluated every 10 min may have no sample within the census' instant
+lookback (5 min), so the census also looks 5 min earlier for them (:func:`step_census_term`).
 """
 
 from __future__ import annotations
