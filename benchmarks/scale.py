@@ -14,10 +14,12 @@ The report runs twice with one ``--cache-dir``: cold (an empty cache) and warm (
 reads only the last two steps from Prometheus): both wall times and their ratio (``--no-warm`` skips the second).
 ``--moved N`` runs the cold and warm reports N report steps before the TSDB's end, then a third report at its end
 with the same cache: a warm report whose window moved (new steps: most workloads' derived results recomputed).
-``--rules`` also writes the recorded series of ``deploy/monitoring/recording-rules.yaml`` (for the whole window,
-or from ``--rules FROM`` x the history on) and adds a cold report on them beside the cold raw one (which then reads
-raw series only): both wall times, the samples Prometheus loaded for each (its own query stats, ``stats=all``,
-summed over the range queries) and the ratios rules/raw (goals: samples <= 1/5, wall <= 1/3).
+``--rules`` also writes the recorded series of ``deploy/monitoring/recording-rules.yaml`` (the 2 min range series
+and the 10 min step series; for the whole window, or from ``--rules FROM`` x the history on) and adds two cold
+reports, on raw series only and on the rules (the cold and warm reports above run with the default settings, so
+they read the rules too): both wall times, the samples Prometheus loaded for each (its own query stats,
+``stats=all``, summed over the range queries), the client's CPU seconds, and the ratios rules/raw (goals: samples
+<= 1/5, wall <= 1/3).
 Needs Debian's ``prometheus`` and ``promtool``.
 
 Against issue 42's goals, per report: client peak RSS, Prometheus CPU seconds (``/proc/<pid>/stat`` before and
@@ -417,7 +419,9 @@ def main() -> None:
                   f"samples_ratio={ratio('samples_loaded')} (goal <= 0.20) "
                   f"raw_prometheus_cpu_s={_fmt(raw.get('prometheus_cpu_s'))} "
                   f"rules_prometheus_cpu_s={_fmt(rec.get('prometheus_cpu_s'))} raw_queries={raw.get('queries')} "
-                  f"rules_queries={rec.get('queries')} same_summary="
+                  f"rules_queries={rec.get('queries')} raw_client_cpu_s={_fmt(raw.get('cpu_s'))} "
+                  f"rules_client_cpu_s={_fmt(rec.get('cpu_s'))} load={_fmt(raw.get('load_before'))}.."
+                  f"{_fmt(rec.get('load_after'))} same_summary="
                   f"{all(raw[k] == rec[k] for k in ('workloads', 'with_recommendation', 'gpus_held'))}")
         if args.keep:
             print(f"kept the TSDB in {args.keep} (python benchmarks/scale.py --reuse {args.keep} ...)")

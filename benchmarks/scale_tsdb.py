@@ -10,6 +10,12 @@ evaluation at a scrape time reads that scrape and the one before (a 2 min window
 the mean for activity and queues, and finished requests plus the growth of running and waiting per second for the
 request rate. Written for the samples from ``rules_from`` x the history on (0: the whole window; 0.5: rules
 installed half way). The first sample of each time window has no earlier one in its window: it stands alone.
+And the step rules' series (``namespace_pod:<metric>:step10m``, every 10 min at a phase of ``STEP_PHASE_S``): each
+evaluation at t holds the raw query over the block [b - 600 s, b] for b = floor(t / 600) x 600 - 600, as
+Prometheus 2.42 answers it (ranges closed at both ends: 11 scrapes): the peak, the mean, and for the request
+rate the counter's increase over the block / 600 s (samples at both ends: no extrapolation) plus the
+least-squares slopes of running and waiting, clamped at 0. Blocks reaching into the previous time window take
+its samples from it (the noise is drawn per window).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ COUNTER = "vllm:request_success"  # OpenMetrics family of vllm:request_success_t
 PEAK_RPS = 20.0  # finished requests/s at the daily peak of a workload at level 1
 CACHE_CONFIG = "vllm:cache_config_info"
 RULE = "namespace_pod:{}:2m"  # the shipped recording rules' names
+STEP_RULE, STEP_S, STEP_PHASE_S = "namespace_pod:{}:step10m", 600, 137  # the step rules: name, step, group phase
 
 
 def _pod(i: int) -> tuple[str, str]:
@@ -190,6 +197,7 @@ def _write_window(w: Window) -> tuple[int, float, float]:
             samples += len(hourly)
         if w.rules_from is not None and w.rules_from < w.k1:
             samples += _write_recorded(f, w, ts, tails)
+            samples += _write_steps(f, w)
         f.write(b"# EOF\n")
     t1 = time.perf_counter()
     cmd = ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet", f"--max-block-duration={BLOCK_S}s"]
@@ -215,6 +223,86 @@ def _write_recorded(f: Any, w: Window, ts: np.ndarray, tails: list[bytes]) -> in
             prefix = f'{RULE.format(metric)}{{namespace="{ns}",pod="{pod}"}} '.encode()
             values = [repr(v).encode() for v in found[metric][first:].tolist()]
             f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails[first:]))))
+            samples += len(values)
+    return samples
+
+
+def _window_of(k: int, w: Window) -> tuple[int, int]:
+    """The sample indexes [k0, k1) of the time window (one block range) holding sample ``k`` (k < w.k1)."""
+    def block(j: int) -> int:
+        return (w.first_s + j * w.step_s) // BLOCK_S
+
+    if k >= w.k0:
+        return w.k0, w.k1
+    k0 = max(0, -(-(block(k) * BLOCK_S - w.first_s) // w.step_s))
+    return k0, min(w.k1, -(-((block(k) + 1) * BLOCK_S - w.first_s) // w.step_s))
+
+
+def _values_at(i: int, k_lo: int, w: Window) -> dict[str, np.ndarray]:
+    """Workload ``i``'s raw values (as floats) at sample indexes [k_lo, w.k1), from the windows that hold them."""
+    parts: list[dict[str, np.ndarray]] = []
+    k = k_lo
+    while k < w.k1:
+        k0, k1 = _window_of(k, w)
+        ts = w.first_s + np.arange(k0, k1, dtype=np.int64) * w.step_s
+        codes = _codes(i, ts, k0)
+        part = {n: idx.astype("float64")[k - k0:] / (FRAC_DIGITS if table is _FRAC else 1)
+                for n, (table, idx) in codes.items()}
+        if _is_vllm(i):
+            part[COUNTER] = _finished(i, ts).astype("float64")[k - k0:]
+        parts.append(part)
+        k = k1
+    return {n: np.concatenate([p[n] for p in parts]) for n in parts[0]}
+
+
+def _step_values(i: int, w: Window, evals: np.ndarray) -> dict[str, np.ndarray]:
+    """Workload ``i``'s step series at evaluation times ``evals`` (unix s): the raw query over each block."""
+    per = STEP_S // w.step_s  # scrapes per block; the block holds per + 1 of them (closed range)
+    ends = (evals // STEP_S) * STEP_S - STEP_S
+    k_end = (ends - w.first_s) // w.step_s  # the scrape at b
+    lo = int(k_end.min()) - per
+    v = _values_at(i, lo, w)
+    idx = (k_end - lo)[:, None] + np.arange(-per, 1)[None, :]  # each block's scrapes, oldest first
+
+    def block(name: str) -> np.ndarray:
+        return v[name][idx]
+
+    out = {"fb_used_mib": block("DCGM_FI_DEV_FB_USED").max(axis=1),
+           "gr_engine_active_frac": block("DCGM_FI_PROF_GR_ENGINE_ACTIVE").mean(axis=1)}
+    if _is_vllm(i):
+        x = np.arange(-per, 1, dtype="float64") * w.step_s
+
+        def slope(y: np.ndarray) -> np.ndarray:
+            return ((x - x.mean()) * (y - y.mean(axis=1, keepdims=True))).sum(axis=1) / ((x - x.mean()) ** 2).sum()
+
+        run, wait, done = block("vllm:num_requests_running"), block("vllm:num_requests_waiting"), block(COUNTER)
+        out |= {"kv_usage_frac": block("vllm:kv_cache_usage_perc").max(axis=1), "requests_running": run.mean(axis=1),
+                "requests_waiting": wait.mean(axis=1),
+                "request_rate_per_s": np.maximum((done[:, -1] - done[:, 0]) / STEP_S + slope(run) + slope(wait), 0.0)}
+    return out
+
+
+def _write_steps(f: Any, w: Window) -> int:
+    """The step rules' series of one time window: their evaluations in it from sample ``w.rules_from`` on, whose
+    blocks lie within the history; returns the samples written."""
+    start = w.first_s + max(w.k0, w.rules_from or 0) * w.step_s
+    end = w.first_s + (w.k1 - 1) * w.step_s
+    evals = np.arange(-(-(start - STEP_PHASE_S) // STEP_S) * STEP_S + STEP_PHASE_S, end + 1, STEP_S)
+    evals = evals[(evals // STEP_S) * STEP_S - 2 * STEP_S >= w.first_s]  # the block's first scrape exists
+    if not len(evals):
+        return 0
+    tails = [f" {t}\n".encode() for t in evals.tolist()]
+    per_pod = [_step_values(i, w, evals) for i in range(w.workloads)]
+    samples = 0
+    for metric in per_pod[0]:
+        f.write(f"# TYPE {STEP_RULE.format(metric)} gauge\n".encode())
+        for i, found in enumerate(per_pod):
+            if metric not in found:
+                continue
+            ns, pod = _pod(i)
+            prefix = f'{STEP_RULE.format(metric)}{{namespace="{ns}",pod="{pod}"}} '.encode()
+            values = [repr(v).encode() for v in found[metric].tolist()]
+            f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails))))
             samples += len(values)
     return samples
 

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from collectors.prometheus import queries
+from collectors.prometheus import rules as recording
 from policies.autoscalerobjects import autoscaler_objects
 from recommender.core import usage as m
 from recommender.core.inventory import WorkloadRef
@@ -443,12 +444,24 @@ def _rules() -> dict[str, str]:
 
 
 def test_recording_rules_are_what_the_recommender_queries() -> None:
-    rules = _rules()
+    """One rule per family per resolution: the 2 min range rules every minute, the 10 min step rules every 10 min
+    (at most their step, so every block is evaluated), each expression what the collector's own code forms."""
+    doc = _load(DEPLOY / "monitoring" / "recording-rules.yaml")
+    groups = {g["name"]: g for g in doc["spec"]["groups"]}
+    assert set(groups) == {"gpu-rightsizer.usage", "gpu-rightsizer.usage-steps"}
+    assert groups["gpu-rightsizer.usage"]["interval"] == "1m"
+    assert groups["gpu-rightsizer.usage-steps"]["interval"] == "10m"
+    ranged = {r["record"]: r["expr"] for r in groups["gpu-rightsizer.usage"]["rules"]}
+    stepped = {r["record"]: r["expr"] for r in groups["gpu-rightsizer.usage-steps"]["rules"]}
     for fam in queries.FAMILIES:
         want = queries.usage_query(fam.metric, queries.Scope(()), 120)
-        got = rules.get(f"namespace_pod:{fam.metric}:2m")
+        got = ranged.get(f"namespace_pod:{fam.metric}:2m")
         assert got is not None and " ".join(got.split()) == want, f"update the rule for {fam.metric}: {want}"
-    assert len(rules) == len(queries.FAMILIES)
+        want = recording.step_rule_expr(fam.metric, 600)
+        got = stepped.get(recording.step_name(fam.metric, 600))
+        assert got is not None and " ".join(got.split()) == want, f"update the step rule for {fam.metric}: {want}"
+        assert recording.step_range_s(recording.step_name(fam.metric, 600)) == 600
+    assert len(ranged) == len(stepped) == len(queries.FAMILIES) and len(_rules()) == 2 * len(queries.FAMILIES)
 
 
 def test_promtool_accepts_the_rules(tmp_path: Path) -> None:

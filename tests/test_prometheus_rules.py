@@ -3,11 +3,14 @@
 The TSDB holds the raw series of tests/promcluster.py over the whole 48 h window and, for its second half only,
 the shipped recording rules (deploy/monitoring/recording-rules.yaml) as ``promtool tsdb create-blocks-from
 rules`` evaluates them over those raw series: a cluster whose rules were installed a day ago. A collection that
-reads them must give the frames a raw-only collection gives (same metrics, pods, steps and values).
+reads them must give the frames a raw-only collection gives (same metrics, pods, steps and values). The step
+rules (10 min) are backfilled for the last quarter only, so a report at 10 min steps mixes raw, range rules,
+step rules, and range rules again for the last two steps (whose blocks are not evaluated yet).
 """
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -36,9 +39,12 @@ pytestmark = [
 RULES = Path(__file__).resolve().parents[1] / "deploy" / "monitoring" / "recording-rules.yaml"
 
 
-def _rules_file(path: Path) -> Path:
+RANGE_GROUP, STEP_GROUP = "gpu-rightsizer.usage", "gpu-rightsizer.usage-steps"
+
+
+def _rules_file(path: Path, group: str = RANGE_GROUP) -> Path:
     doc = yaml.safe_load(RULES.read_text())
-    path.write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
+    path.write_text(yaml.safe_dump({"groups": [g for g in doc["spec"]["groups"] if g["name"] == group]}))
     return path
 
 
@@ -84,6 +90,22 @@ def half_recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
         yield prom.url, datetime.fromtimestamp(end_s, UTC)
 
 
+@pytest.fixture(scope="module")
+def stepped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, datetime]]:
+    """Raw series for 48 h, the range rules for the last 24 h (phase pinned as above), the step rules for the
+    last 12 h (at whatever phase promtool gives their group: the reader does not depend on it)."""
+    work = tmp_path_factory.mktemp("steps")
+    end_s = int(datetime.now(UTC).timestamp()) // 3600 * 3600
+    write_openmetrics(pc.cluster_series(end_s), work / "data.om", pc.TYPES)
+    build_tsdb(work / "data.om", work / "tsdb")
+    mid_s, late_s = end_s - int(pc.HOURS * 3600 / 2), end_s - int(pc.HOURS * 3600 / 4)
+    with PromServer.from_tsdb(work / "tsdb") as raw:
+        _backfill(raw.url, _rules_in_phase(work, raw.url, mid_s), mid_s, end_s, work / "tsdb")
+        _backfill(raw.url, _rules_file(work / "steps.yaml", STEP_GROUP), late_s, end_s, work / "tsdb")
+    with PromServer.from_tsdb(work / "tsdb") as prom:
+        yield prom.url, datetime.fromtimestamp(end_s, UTC)
+
+
 class Client(PromClient):
     """A real client that remembers the ranges it read and may read every raw window ``offset_s`` earlier."""
 
@@ -91,15 +113,18 @@ class Client(PromClient):
         super().__init__(p, QueryStats())
         self.offset_s = offset_s
         self.ranges: list[tuple[str, float]] = []
+        self.spans: list[tuple[str, float, float]] = []
 
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
         self.ranges.append((promql, start_s))
+        self.spans.append((promql, start_s, end_s))
         if self.offset_s:
             promql = promql.replace("[120s]", f"[120s] offset {self.offset_s}s")
         return super().query_range(promql, start_s, end_s, step_s)
 
 
 def _collect(url: str, end: datetime, offset_s: int = 0, **prom: object) -> tuple[PodUsage, Client]:
+    """A collection over the fixture's 48 h (at 2 min steps; ``target_points=288``: 10 min)."""
     s = Settings(history_s=pc.HOURS * 3600,
                  prometheus=PrometheusSettings(**{"url": url, "retries": 0, **prom}))  # type: ignore[arg-type]
     client = Client(s.prometheus, offset_s)
@@ -178,3 +203,77 @@ def test_a_budgeted_collection_equals_an_unbudgeted_one(cluster: pc.Cluster) -> 
     assert 0 < tight_client.stats.peak_samples <= budget < wide_client.stats.peak_samples
     assert "samples loaded, at most" in tight_client.stats.line()
     assert np.isfinite(tight.series[m.FB_USED_MIB].to_numpy(dtype=float)).any()
+
+
+STEP_READ = "[600s] offset 1ms)"  # how a step series is read at 10 min steps (rules.step_query)
+
+
+def _sources(client: Client, metric_names: tuple[str, ...], frame: pd.DataFrame) -> pd.Series:
+    """Per grid step of ``frame``, which source the client read it from: step, range or raw."""
+    src = pd.Series("raw", index=frame.index)
+    for promql, start, end in client.spans:
+        kind = "step" if STEP_READ in promql else "range" if "s:120s])" in promql else None
+        if kind and any(n in promql for n in metric_names):
+            shift = 1200 if kind == "step" else 0
+            t = np.array([x.timestamp() for x in frame.index])
+            src[(t >= start - shift) & (t <= end - shift)] = kind
+    return src
+
+
+def test_a_window_at_10m_steps_reads_step_rules_where_they_cover_it_and_equals_raw_there(
+        stepped: tuple[str, datetime]) -> None:
+    url, end = stepped
+    raw, raw_client = _collect(url, end, recording_rules=False, target_points=288)
+    mixed, client = _collect(url, end, target_points=288)
+    assert raw.series[m.FB_USED_MIB].index.freq == pd.Timedelta(minutes=10)  # the report's step is the rules'
+    assert sorted(mixed.series) == sorted(raw.series)
+    step_reads = [(q, start) for q, start in client.ranges if STEP_READ in q]
+    assert {q.split('"')[1] for q, _ in step_reads} == {f"namespace_pod:{k}:step10m" for k in raw.series
+                                                        if k not in (m.FB_TOTAL_MIB, m.TTFT_OVER_OBJECTIVE_RATE)}
+    late = end.timestamp() - pc.HOURS * 3600 / 4
+    first_step = min(start for _, start in step_reads) - 1200  # read 2 S after each step
+    assert late < first_step <= late + 3600 + 600  # within a census step and a window of the rules starting
+    for metric, frame in mixed.series.items():
+        want = raw.series[metric]
+        assert list(frame.columns) == list(want.columns), metric
+        src = _sources(client, (f":{metric}:",), frame)
+        if metric in (m.FB_TOTAL_MIB, m.TTFT_OVER_OBJECTIVE_RATE):
+            continue
+        # four sources in time order: raw, the 2 min rules, the step rules, the 2 min rules for the last 2 steps
+        # (raw for TTFT p95: a quantile does not combine from 2 min ones)
+        fine = "raw" if metric == m.TTFT_P95_S else "range"
+        runs = [k for k, _ in itertools.groupby(src)]
+        assert runs == (["raw", "step", "raw"] if fine == "raw" else ["raw", "range", "step", "range"]), (metric, runs)
+        assert (src.iloc[-2:] == fine).all() and (src == "step").sum() >= 60
+        # the step rules: the raw query's own answer at that step, to the last bit
+        pd.testing.assert_frame_equal(frame[src == "step"], want[src == "step"], rtol=0, atol=0, obj=metric)
+        pd.testing.assert_frame_equal(frame[src == "raw"], want[src == "raw"], obj=metric)
+        # the 2 min rules in 5 tiles of 2 min: peaks and means of the same scrapes (phase pinned), and counter
+        # rates of a steady counter, equal; the request rate's growth term (deriv of gauges) is the mean of 5
+        # tiles' slopes, not one slope over the step: within 2.5 % here (2.0 % measured)
+        got, ref = frame[src == "range"].to_numpy(), want[src == "range"].to_numpy()
+        close = np.isclose(got, ref, rtol=0.025 if metric == m.REQUEST_RATE else 1e-9, atol=1e-12, equal_nan=True)
+        assert fine == "raw" or close.mean() > 0.98, f"{metric}: {close.mean():.3f} of the range-rule steps agree"
+    line = client.stats.line()
+    assert "10 read at 10m steps (every 10m) from" in line and "finer series or raw around them" in line, line
+    assert "raw: ttft_over_objective_per_s (no recorded series)" in line and raw_client.stats.sources == ""
+    # a step series is one sample per step and pod: far fewer samples than raw
+    assert client.stats.samples < raw_client.stats.samples
+
+
+def test_step_rules_the_step_cannot_use_fall_back_and_a_users_range_series_still_reads(
+        stepped: tuple[str, datetime]) -> None:
+    url, end = stepped
+    # at 2 min steps the 10 min blocks do not combine into a step: the range rules serve
+    _, client = _collect(url, end)
+    assert not any(STEP_READ in q or "[120s] offset 1ms" in q for q, _ in client.ranges)
+    assert "step series unused: " in client.stats.sources and "step window 2m is not a multiple of the step " \
+        "series' 10m" in client.stats.sources
+    # a user's range series in settings (here the shipped one under the user's name and range) comes before
+    # the shipped range series, and the step series still comes first where it covers the window
+    user = {m.FB_USED_MIB: "namespace_pod:fb_used_mib:2m[2m]"}
+    raw, _ = _collect(url, end, recording_rules=False, target_points=288)
+    mine, client = _collect(url, end, recorded_series=user, target_points=288)
+    src = _sources(client, (":fb_used_mib:",), mine.series[m.FB_USED_MIB])
+    assert [k for k, _ in itertools.groupby(src)] == ["raw", "range", "step", "range"]
+    pd.testing.assert_frame_equal(mine.series[m.FB_USED_MIB], raw.series[m.FB_USED_MIB], rtol=1e-9, atol=1e-12)

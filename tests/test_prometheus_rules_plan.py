@@ -90,3 +90,72 @@ def test_every_family_may_be_recorded_and_nothing_else() -> None:
     from recommender.core.settings_sources import RECORDABLE
 
     assert sorted(RECORDABLE) == sorted(f.metric for f in rules.FAMILIES)
+
+
+def _step(metric: str, size: str = "10m") -> str:
+    return f"namespace_pod:{metric}:step{size}"
+
+
+def test_step_series_are_named_apart_from_range_series() -> None:
+    assert rules.step_range_s(_step(m.FB_USED_MIB)) == 600 and rules.step_range_s(_step(m.POWER_W, "1h")) == 3600
+    assert rules.step_range_s(_name(m.FB_USED_MIB)) is None and rules.step_range_s("team:fb:step10m") is None
+    assert rules.step_name(m.KV_USAGE_FRAC, 600) == _step(m.KV_USAGE_FRAC)
+    assert rules.is_recorded(_step(m.FB_USED_MIB), PrometheusSettings())
+    assert rules.recorded_range_s(_step(m.FB_USED_MIB)) is None  # never taken for a 10 min range series
+
+
+def test_the_coarsest_source_covering_a_step_is_read_and_the_last_two_steps_from_finer_ones() -> None:
+    present = {_name(m.FB_USED_MIB): 0.0, _step(m.FB_USED_MIB): 30_000.0, _step(m.KV_USAGE_FRAC): 0.0,
+               _step(m.FB_USED_MIB, "5m"): 0.0}
+    every = {_name(m.FB_USED_MIB): 60.0, _step(m.FB_USED_MIB): 600.0, _step(m.KV_USAGE_FRAC): 600.0,
+             _step(m.FB_USED_MIB, "5m"): 300.0}
+    plan = rules.choose(present, every, PrometheusSettings(), 600, FINE)
+    fb = plan.stepped[m.FB_USED_MIB]
+    assert fb.name == _step(m.FB_USED_MIB) and (fb.from_s, fb.to_s) == (30_600.0, FINE.end_s - 1200)  # 10m over 5m
+    got = rules.segments(FINE, plan.recorded[m.FB_USED_MIB], fb)
+    assert got == [("raw", Chunk(0.0, 0.0, 600.0)), ("range", Chunk(600.0, 30_000.0, 600.0)),
+                   ("step", Chunk(30_600.0, FINE.end_s - 1200, 600.0)),
+                   ("range", Chunk(FINE.end_s - 600, FINE.end_s, 600.0))]
+    # no range series: raw before and after the step series
+    kv = rules.segments(FINE, plan.recorded.get(m.KV_USAGE_FRAC), plan.stepped[m.KV_USAGE_FRAC])
+    assert [s for s, _ in kv] == ["raw", "step", "raw"] and kv[-1][1].steps == 2
+    line = plan.line({m.FB_USED_MIB, m.KV_USAGE_FRAC}, FINE.start_s)
+    assert "2 of 2 families recorded (2m every 1m)" in line and "; 2 read at 10m steps (every 10m) from" in line
+    q, shift = rules.step_query(fb, rules.Scope(("a",)), 1200)
+    assert shift == 1200.0
+    assert q == 'max_over_time({__name__="namespace_pod:fb_used_mib:step10m",namespace=~"a",pod!=""}[1200s] offset 1ms)'
+    assert rules.step_query(plan.stepped[m.KV_USAGE_FRAC], rules.Scope(()), 600)[0].startswith("max_over_time(")
+
+
+@pytest.mark.parametrize(("metric", "size", "interval", "window", "why"), [
+    (m.FB_USED_MIB, 600, 600.0, 600, None),
+    (m.FB_USED_MIB, 600, 300.0, 1200, None),  # a peak of blocks: any number of evaluations each
+    (m.FB_USED_MIB, 600, 600.0, 120, "step window 2m is not a multiple of the step series' 10m"),
+    (m.FB_USED_MIB, 600, 900.0, 600, "evaluated every 15m, longer than its 10m step: gaps"),
+    (m.TTFT_P95_S, 600, 600.0, 600, None),
+    (m.TTFT_P95_S, 600, 600.0, 1200, "a quantile over 20m does not combine from 10m ones"),
+    (m.POWER_W, 600, 240.0, 1200, "evaluated every 4m, not a divisor of its 10m step: blocks weigh unequally"),
+    (m.POWER_W, 600, 240.0, 600, None),  # one block: every evaluation in it records the same value
+    (m.POWER_W, 600, 300.0, 1200, None),
+    (m.FB_USED_MIB, 600, None, 600, "step series too short to tell its interval"),
+])
+def test_step_series_that_cannot_be_read_say_why(metric: str, size: int, interval: float | None, window: int,
+                                                 why: str | None) -> None:
+    fam = next(f for f in rules.FAMILIES if f.metric == metric)
+    assert rules.step_unusable(fam, size, interval, window, objective_s=2.0) == why
+
+
+def test_a_step_series_starting_too_late_or_for_another_objective_is_not_read() -> None:
+    late = {_step(m.FB_USED_MIB): FINE.end_s - 1200.0}  # its first whole window ends after the last block read
+    plan = rules.choose(late, dict.fromkeys(late, 600.0), PrometheusSettings(), 600, FINE)
+    assert m.FB_USED_MIB not in plan.stepped and plan.step_because[m.FB_USED_MIB].startswith("recorded only since")
+    assert "step series unused: fb_used_mib (recorded only since" in plan.line({m.FB_USED_MIB}, 0.0)
+    over = {_step(m.TTFT_OVER_OBJECTIVE_RATE): 0.0}
+    plan = rules.choose(over, dict.fromkeys(over, 600.0), PrometheusSettings(), 600, FINE, objective_s=1.0)
+    assert plan.step_because[m.TTFT_OVER_OBJECTIVE_RATE] == "recorded for a 2 s TTFT objective, not 1 s"
+
+
+def test_the_step_rule_is_the_raw_query_at_the_aligned_block_before_the_last() -> None:
+    raw = rules.usage_query(m.POWER_W, rules.Scope(()), 600)
+    assert rules.step_rule_expr(m.POWER_W, 600) == f"last_over_time(({raw})[600s:600s] offset 600s)"
+    assert rules.step_census_term(rules.Scope(())).startswith(" or on(__name__, namespace, pod) {namespace!=\"\"")

@@ -155,14 +155,17 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
                 if rules.is_recorded(name, p):
                     recorded.setdefault(name, []).extend(item.get("values") or [])
 
-    also = rules.names_regex(p) if recorded is not None else ""
+    also = f"{rules.names_regex(p)}|{rules.step_names_regex()}" if recorded is not None else ""
     promql, selector = queries.census_query(scope, also), queries.census_selector(scope, also)
+    if recorded is not None:
+        promql = f"count by (__name__) ({selector}{rules.step_census_term(scope)})"
     if since is not None:
         cut = [since]
     else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
         now = client.query(f"count({selector})", win.coarse.end_s)
         series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
-        cut = coarse_chunks(win, p, series, pieces=p.max_workers, instant=True)
+        held = 2 * series if recorded is not None else series  # the step term selects its series a second time
+        cut = coarse_chunks(win, p, held, pieces=p.max_workers, instant=True)
     run_jobs(client, [Job("census", promql, c, i) for i, c in enumerate(cut)], merge, progress, "counting series")
     return counts
 
@@ -213,7 +216,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     def on_result(job: Job, result: Result) -> None:
         """Fold an answer in at once (usage into arrays, inventory to its latest values); keep none."""
         if job.key in acc:
-            acc[job.key].add(result, scope.namespace_label, scope.pod_label)
+            acc[job.key].add(result, scope.namespace_label, scope.pod_label, job.shift_s)
         elif job.key == "devices":
             device_table.add(result)
         else:

@@ -17,7 +17,7 @@ from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError
 from collectors.prometheus.parse import Result
 from collectors.prometheus.queries import Scope
-from collectors.prometheus.rules import RulePlan, recorded_query, split_range
+from collectors.prometheus.rules import RulePlan, recorded_query, segments, step_query
 from collectors.prometheus.window import Window
 from recommender.core.progress import Progress
 from recommender.core.settings_sources import PrometheusSettings
@@ -38,6 +38,7 @@ class Job:
     chunk: Chunk
     origin: int  # index of the planned job it was split from (for progress)
     depth: int = 0
+    shift_s: float = 0.0  # evaluated at each step + shift_s (a step series' blocks are recorded after them)
 
 
 def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tuple[str, ...] = ()
@@ -90,20 +91,25 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
     for fam in queries.FAMILIES:
         series = parse.total(counts, fam.all_names)
         rec = rules.recorded.get(fam.metric) if rules is not None else None
-        if series == 0 and rec is None:
+        stepped = rules.stepped.get(fam.metric) if rules is not None else None
+        if series == 0 and rec is None and stepped is None:
             continue
-        raw_part, rec_part = split_range(fine or win.fine, rec)
-        if raw_part is not None and series:
-            per = chunks.steps_per_chunk(series, step, p, parse.total(counts, fam.read_names), win.window_s)
-            promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
-            f = raw_part
-            jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
-        if rec_part is not None and rec is not None:  # one series per pod, one sample per tile of range_s
-            pods = max(series, parse.total(counts, (queries.FB_USED,)), 1)
-            per = chunks.steps_per_chunk(pods, step, p, window_s=win.window_s, sample_s=rec.range_s)
-            promql = recorded_query(rec, scope, win.window_s)
-            f = rec_part
-            jobs += [Job(fam.metric, promql, c, 0) for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
+        pods = max(series, parse.total(counts, (queries.FB_USED,)), 1)
+        for source, f in segments(fine or win.fine, rec, stepped):
+            shift = 0.0
+            if source == "raw":
+                if not series:
+                    continue
+                per = chunks.steps_per_chunk(series, step, p, parse.total(counts, fam.read_names), win.window_s)
+                promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
+            elif source == "range" and rec is not None:  # one series per pod, one sample per tile of range_s
+                per = chunks.steps_per_chunk(pods, step, p, window_s=win.window_s, sample_s=rec.range_s)
+                promql = recorded_query(rec, scope, win.window_s)
+            elif stepped is not None:  # one series per pod, one sample per evaluation
+                per = chunks.steps_per_chunk(pods, step, p, window_s=win.window_s, sample_s=stepped.interval_s)
+                promql, shift = step_query(stepped, scope, win.window_s)
+            jobs += [Job(fam.metric, promql, c, 0, shift_s=shift)
+                     for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
     for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
@@ -111,7 +117,7 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
         spans = [fine] if fine is not None else coarse_chunks(win, p, pods * promql.count("{"), instant=instant)
         # GPU nodes as they are now: MIG devices an earlier layout had are gone
         jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else spans)]
-    return [Job(j.key, j.promql, j.chunk, i) for i, j in enumerate(jobs)]
+    return [Job(j.key, j.promql, j.chunk, i, shift_s=j.shift_s) for i, j in enumerate(jobs)]
 
 
 def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Result], None],
@@ -131,7 +137,8 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
                 while waiting and len(pending) < client.settings.max_workers:
                     job = waiting.popleft()
                     c = job.chunk
-                    pending[pool.submit(client.query_range, job.promql, c.start_s, c.end_s, c.step_s)] = job
+                    pending[pool.submit(client.query_range, job.promql, c.start_s + job.shift_s,
+                                        c.end_s + job.shift_s, c.step_s)] = job
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     job = pending.pop(fut)
@@ -143,7 +150,7 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
                             raise
                         client.stats.count("splits")
                         parts[job.origin] += 1
-                        waiting.extendleft(Job(job.key, job.promql, h, job.origin, job.depth + 1)
+                        waiting.extendleft(Job(job.key, job.promql, h, job.origin, job.depth + 1, job.shift_s)
                                            for h in reversed(halves))
                         continue
                     on_result(job, result)

@@ -43,7 +43,8 @@ class Accumulator:
     grid: Grid
     pods: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def add(self, result: Result, ns_label: str, pod_label: str) -> None:
+    def add(self, result: Result, ns_label: str, pod_label: str, shift_s: float = 0.0) -> None:
+        """Fold one range answer in; ``shift_s``: it was evaluated that long after each grid step."""
         for item in result:
             labels = item.get("metric") or {}
             ns, pod = labels.get(ns_label), labels.get(pod_label)
@@ -56,7 +57,7 @@ class Accumulator:
                 arr = self.pods[key] = np.full(self.grid.n, np.nan)
             times, raw = zip(*values, strict=True)  # numpy parses the value strings ("NaN", "+Inf" too)
             ts, vs = np.array(times, dtype=np.float64), np.array(raw, dtype=np.float64)
-            pos = np.rint((ts - self.grid.start_s) / self.grid.step_s).astype(np.int64)
+            pos = np.rint((ts - shift_s - self.grid.start_s) / self.grid.step_s).astype(np.int64)
             ok = (pos >= 0) & (pos < self.grid.n)
             arr[pos[ok]] = vs[ok]
 

@@ -13,18 +13,31 @@ one exists without a gap to the window's end; steps from one window after that a
 steps raw. A family falls back to raw series, and the cost line says why, where no recorded series exists, the
 step is not a multiple of its range, it is evaluated less often than its range (gaps), or it was recorded for
 another TTFT objective.
+
+Step series (``namespace_pod:<metric>:step<S>``, the second group of the shipped rules) hold the family's raw
+query over a window of S evaluated at the aligned instants b (multiples of S): each evaluation at t records
+the block b = floor(t / S) x S - S (the last complete one but one, so its scrapes have all arrived), whatever
+the group's phase. A report step whose window W is a multiple of S reads the W / S blocks that make it up as
+one sample each (:func:`step_query`), exactly the raw query's answer where W = S; they are the coarsest source
+and are preferred over the range series, which (else raw) fill the steps before them and the last two steps,
+whose blocks are not evaluated yet. Where W = k S the blocks combine as the range tiles do (the peak of peaks;
+for means, counter rates and the request rate's growth slopes the mean over the blocks, which is the raw
+answer for means and for rates up to the extrapolation at each block's ends), so TTFT p95 is read from them
+only where W = S; for the mean the group's interval must divide S (each block then holds as many evaluations,
+all recording the same value). A group evaluated every 10 min may have no sample within the census' instant
+lookback (5 min), so the census also looks 5 min earlier for them (:func:`step_census_term`).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.parse import Result
-from collectors.prometheus.queries import FAMILIES, Family, Scope, regex_alternatives
+from collectors.prometheus.queries import FAMILIES, Family, Scope, regex_alternatives, usage_query
 from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.settings_sources import (
     RECORDABLE,
@@ -34,9 +47,11 @@ from recommender.core.settings_sources import (
 )
 
 PREFIX = "namespace_pod:"  # the shipped rules' names: namespace_pod:<canonical metric>:<range>
+STEP = "step"  # the shipped step series: namespace_pod:<canonical metric>:step<S>
 SHIPPED_OBJECTIVE_S = ScalingSettings.model_fields["ttft_objective_s"].default  # the shipped over-objective rule's
 RULE_TAG = "rightsizer_rule"  # labels each term of the interval query with the series it counts
 MAX_INTERVAL_SPAN_S = 3600  # the interval is counted over the last hour of a recorded series (at most)
+MAX_STEP_SPAN_S = 6 * 3600  # and over the last 6 h of a step series (36 samples at 10 min: the interval to 2 %)
 _BY_METRIC = {f.metric: f for f in FAMILIES}
 
 
@@ -50,6 +65,7 @@ class Recorded:
     range_s: int
     interval_s: float
     from_s: float
+    to_s: float = math.inf  # the last grid step read from it (step series: blocks evaluated by the window's end)
 
 
 @dataclass(frozen=True)
@@ -58,25 +74,48 @@ class RulePlan:
 
     recorded: dict[str, Recorded]
     raw_because: dict[str, str]  # metric → why it is read raw
+    stepped: dict[str, Recorded] = field(default_factory=dict)  # metric → its step series, where usable
+    step_because: dict[str, str] = field(default_factory=dict)  # metric → why its step series is not used
 
     def line(self, present: set[str], grid_start_s: float) -> str:
         """The cost line's part about the sources, e.g. ``recording rules: 5 of 6 families recorded (2m every 1m),
-        5 only from 2026-11-25 13:40 UTC on (raw before); raw: ttft_p95_s (a quantile ...)``."""
+        5 only from 2026-11-25 13:40 UTC on (raw before); 5 at 10m steps (every 10m) from ..., the last 2 steps
+        from finer series; raw: ttft_p95_s (a quantile ...)``."""
         rec = {k: v for k, v in self.recorded.items() if k in present}
-        raw = {k: why for k, why in self.raw_because.items() if k in present and k not in rec}
-        if not rec and set(raw.values()) <= {"no recorded series"}:
+        stepped = {k: v for k, v in self.stepped.items() if k in present}
+        raw = {k: why for k, why in self.raw_because.items() if k in present and k not in rec and k not in stepped}
+        if not rec and not stepped and set(raw.values()) <= {"no recorded series"} and \
+                not present & self.step_because.keys():
             return "recording rules: none found, raw series read"
-        out = f"recording rules: {len(rec)} of {len(present)} families recorded"
+        out = f"recording rules: {len(rec.keys() | stepped.keys())} of {len(present)} families recorded"
         if rec:
-            out += f" ({', '.join(sorted({f'{_dur(v.range_s)} every {_dur(v.interval_s)}' for v in rec.values()}))})"
+            out += f" ({', '.join(sorted({f'{_dur(v.range_s)} every {_about(v.interval_s)}' for v in rec.values()}))})"
             late = [v.from_s for v in rec.values() if v.from_s > grid_start_s]
             if late:
                 out += (f", {len(late)} only from {datetime.fromtimestamp(min(late), UTC):%Y-%m-%d %H:%M} UTC on "
                         "(raw before)")
+        if stepped:
+            kinds = sorted({f"{_dur(v.range_s)} steps (every {_about(v.interval_s)})" for v in stepped.values()})
+            first = min(v.from_s for v in stepped.values())
+            last = max(v.to_s for v in stepped.values())
+            out += (f"; {len(stepped)} read at {', '.join(kinds)} from "
+                    f"{datetime.fromtimestamp(first, UTC):%Y-%m-%d %H:%M} to {datetime.fromtimestamp(last, UTC):%H:%M}"
+                    " UTC, finer series or raw around them")
+        unused: dict[str, list[str]] = {}
+        for k, why in sorted(self.step_because.items()):
+            if k in present and k not in stepped:
+                unused.setdefault(why, []).append(k)
+        out += "".join(f"; step series unused: {', '.join(ks)} ({why})" for why, ks in unused.items())
         reasons: dict[str, list[str]] = {}
         for k, why in sorted(raw.items()):
             reasons.setdefault(why, []).append(k)
         return out + "".join(f"; raw: {', '.join(ks)} ({why})" for why, ks in reasons.items())
+
+
+def _about(seconds: float) -> str:
+    """An estimated interval: to the minute where within 5 % of one (608 s → 10m)."""
+    minutes = round(seconds / 60)
+    return _dur(minutes * 60) if minutes and abs(seconds - minutes * 60) <= 0.05 * minutes * 60 else _dur(seconds)
 
 
 def _dur(seconds: float) -> str:
@@ -102,9 +141,33 @@ def names_regex(p: PrometheusSettings) -> str:
     return "|".join([regex_alternatives(mine), shipped] if mine else [shipped])
 
 
+def step_names_regex() -> str:
+    """The shipped step series' names at any step (``namespace_pod:<metric>:step<S>``)."""
+    return f"{regex_alternatives([PREFIX])}({'|'.join(RECORDABLE)}):{STEP}[0-9]+[smh]"
+
+
+def step_census_term(scope: Scope) -> str:
+    """What the census adds to its selector (of raw, range and step series) so that it sees step series: those
+    evaluated every 10 min may have no sample within the instant lookback (5 min), so the same step series 5 min
+    earlier are added where the instant has none (``or`` matched on name, namespace and pod)."""
+    sel = scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}")
+    return f" or on(__name__, {scope.by}) {sel} offset 5m"
+
+
+def step_range_s(name: str) -> int | None:
+    """S of a step series' name (``namespace_pod:fb_used_mib:step10m`` → 600); None for any other name."""
+    hit = re.fullmatch(f"{step_names_regex()[:-len('[0-9]+[smh]')]}([0-9]+[smh])", name)
+    return recorded_range_s(f"x:{hit.group(2)}") if hit else None
+
+
+def step_name(metric: str, step_s: int) -> str:
+    """The shipped step series of ``metric`` at step ``step_s``."""
+    return f"{PREFIX}{metric}:{STEP}{_dur(step_s)}"
+
+
 def is_recorded(name: str, p: PrometheusSettings) -> bool:
-    """Whether a name the census counted is a recorded series (:func:`names_regex`)."""
-    return re.fullmatch(names_regex(p), name) is not None
+    """Whether a name the census counted is a recorded series (:func:`names_regex`) or a step series."""
+    return re.fullmatch(names_regex(p), name) is not None or step_range_s(name) is not None
 
 
 def _q(value: str) -> str:
@@ -134,15 +197,17 @@ def interval_query(names: dict[str, float], scope: Scope, end_s: float) -> str:
     (or less, where it starts later), each term labelled with the name (a function drops ``__name__``)."""
     terms = []
     for name, since in sorted(names.items()):
-        span = spans_s(since, end_s)
+        span = spans_s(since, end_s, name)
         terms.append(f'label_replace(max(count_over_time({scope.matchers(name)}[{span}s])), "{RULE_TAG}", '
                      f'{_q(name)}, "", "")')
     return " or ".join(terms)
 
 
-def spans_s(since_s: float, end_s: float) -> int:
-    """The span the interval of a series recorded since ``since_s`` is counted over: at most an hour."""
-    return int(max(60, min(MAX_INTERVAL_SPAN_S, end_s - since_s)))
+def spans_s(since_s: float, end_s: float, name: str = "") -> int:
+    """The span the interval of a series recorded since ``since_s`` is counted over: at most an hour (6 h for a
+    step series, evaluated less often)."""
+    longest = MAX_STEP_SPAN_S if step_range_s(name) else MAX_INTERVAL_SPAN_S
+    return int(max(60, min(longest, end_s - since_s)))
 
 
 def intervals(result: Result, names: dict[str, float], end_s: float) -> dict[str, float]:
@@ -156,7 +221,7 @@ def intervals(result: Result, names: dict[str, float], end_s: float) -> dict[str
         count = float(value[1])
         if name in names and count >= 2:
             # a range closed at both ends (2.x) holds span / I + 1 samples, one open at the left (3.x) span / I
-            out[name] = float(round(spans_s(names[name], end_s) / (count - 0.5)))
+            out[name] = float(round(spans_s(names[name], end_s, name) / (count - 0.5)))
     return out
 
 
@@ -196,7 +261,57 @@ def choose(present: dict[str, float], every: dict[str, float], p: PrometheusSett
             break
         if metric not in recorded:
             why[metric] = reasons[0] if reasons else "no recorded series"
-    return RulePlan(recorded, why)
+    stepped, step_why = _choose_steps(present, every, window_s, fine, objective)
+    return RulePlan(recorded, why, stepped, step_why)
+
+
+def _choose_steps(present: dict[str, float], every: dict[str, float], window_s: int, fine: Chunk,
+                  objective_s: float) -> tuple[dict[str, Recorded], dict[str, str]]:
+    """Per family the step series of the largest usable step S, the grid steps it covers (from one window after
+    it starts to the last step whose blocks are evaluated by the window's end, 2 S before it), and why the
+    family's step series are not used where none is."""
+    stepped: dict[str, Recorded] = {}
+    why: dict[str, str] = {}
+    for metric in RECORDABLE:
+        fam = _BY_METRIC[metric]
+        found = sorted((n for n in present if step_range_s(n) and n.startswith(f"{PREFIX}{metric}:")),
+                       key=lambda n: -(step_range_s(n) or 0))
+        for name in found:
+            size = step_range_s(name) or 0
+            reason = step_unusable(fam, size, every.get(name), window_s, objective_s)
+            first = first_step(present[name], window_s, fine)
+            last = fine.start_s + math.floor((fine.end_s - 2 * size - fine.start_s) / fine.step_s) * fine.step_s
+            if reason is None and (first is None or last < first):
+                reason = f"recorded only since {datetime.fromtimestamp(present[name], UTC):%H:%M} UTC"
+            if reason is not None:
+                why.setdefault(metric, reason)
+                continue
+            assert first is not None
+            stepped[metric] = Recorded(metric, name, size, every[name], first, last)
+            why.pop(metric, None)
+            break
+    return stepped, why
+
+
+def step_unusable(fam: Family, step_s: int, interval_s: float | None, window_s: int, objective_s: float
+                  ) -> str | None:
+    """Why a step series of blocks of ``step_s`` evaluated every ``interval_s`` cannot be read at ``window_s``
+    (None: it can). Every evaluation within a block records the same value, so a block needs one at least;
+    blocks combine as their mean only when each holds as many evaluations."""
+    if interval_s is None:
+        return "step series too short to tell its interval"
+    if window_s % step_s:
+        return f"step window {_dur(window_s)} is not a multiple of the step series' {_dur(step_s)}"
+    if interval_s > step_s * 1.02:
+        return f"evaluated every {_dur(interval_s)}, longer than its {_dur(step_s)} step: gaps"
+    if fam.quantile is not None and window_s != step_s:
+        return f"a quantile over {_dur(window_s)} does not combine from {_dur(step_s)} ones"
+    per_block = step_s / interval_s
+    if window_s != step_s and fam.over_time != "max_over_time" and abs(per_block - round(per_block)) > 0.1:
+        return f"evaluated every {_dur(interval_s)}, not a divisor of its {_dur(step_s)} step: blocks weigh unequally"
+    if fam.over_objective and not math.isclose(objective_s, SHIPPED_OBJECTIVE_S):
+        return f"recorded for a {SHIPPED_OBJECTIVE_S:g} s TTFT objective, not {objective_s:g} s"
+    return None
 
 
 def unusable(fam: Family, range_s: int, interval_s: float | None, window_s: int, *, shipped: bool,
@@ -229,6 +344,40 @@ def recorded_query(rec: Recorded, scope: Scope, window_s: int) -> str:
     fam = _BY_METRIC[rec.metric]
     fn = "max_over_time" if fam.over_time == "max_over_time" or fam.quantile is not None else "avg_over_time"
     return f"{fn}({scope.matchers(rec.name)}[{window_s - rec.range_s // 2}s:{rec.range_s}s])"
+
+
+def step_rule_expr(metric: str, step_s: int, objective_s: float | None = None) -> str:
+    """The expression of the shipped step rule of ``metric`` at step S: the raw query over S (all namespaces)
+    evaluated at the aligned instant b = floor(t / S) x S - S by a subquery of step S (its instants are
+    multiples of S) offset by S, so it is the last complete block but one whatever the group's phase."""
+    raw = usage_query(metric, Scope(()), step_s, objective_s)
+    return f"last_over_time(({raw})[{step_s}s:{step_s}s] offset {step_s}s)"
+
+
+def step_query(rec: Recorded, scope: Scope, window_s: int) -> tuple[str, float]:
+    """The PromQL reading step ``s`` of a step series, and the shift (s) at which to evaluate it: the blocks of
+    ``s``'s window (s - W, s] are the ones ending at s - k S, recorded by the evaluations in [s - W + 2 S, s + 2 S);
+    evaluated at s + 2 S with ``offset 1ms`` its range [s + 2 S - W - 1 ms, s + 2 S - 1 ms] holds exactly those
+    (a phase of S - 1 ms would add one more, at the left end, in Prometheus 2.x). One per (namespace, pod),
+    peaks combined as the peak, the rest as the mean."""
+    fam = _BY_METRIC[rec.metric]
+    fn = "max_over_time" if fam.over_time == "max_over_time" or fam.quantile is not None else "avg_over_time"
+    return f"{fn}({scope.matchers(rec.name)}[{window_s}s] offset 1ms)", 2.0 * rec.range_s
+
+
+def segments(fine: Chunk, rec: Recorded | None, stepped: Recorded | None) -> list[tuple[str, Chunk]]:
+    """``fine`` cut into runs of steps by their source, in time order: "step" (from the step series), "range"
+    (from the range series ``rec``), "raw"; each step from the coarsest source that covers it."""
+    out: list[tuple[str, Chunk]] = []
+    for k in range(fine.steps):
+        t = fine.start_s + k * fine.step_s
+        src = ("step" if stepped is not None and stepped.from_s <= t <= stepped.to_s
+               else "range" if rec is not None and rec.from_s <= t else "raw")
+        if out and out[-1][0] == src:
+            out[-1] = (src, Chunk(out[-1][1].start_s, t, fine.step_s))
+        else:
+            out.append((src, Chunk(t, t, fine.step_s)))
+    return out
 
 
 def split_range(fine: Chunk, rec: Recorded | None) -> tuple[Chunk | None, Chunk | None]:

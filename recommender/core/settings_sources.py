@@ -73,7 +73,8 @@ class PrometheusSettings(BaseModel):
         "flight the server's query memory stays under max_workers times this, plus its garbage collector's slack.")
     recording_rules: bool = Field(
         True, description="Read the recorded series of deploy/monitoring/recording-rules.yaml "
-        "(namespace_pod:<metric>:<range>) or of recorded_series where they cover the window, raw series elsewhere.")
+        "(namespace_pod:<metric>:step<S> at the report's step where it is a multiple of S, else "
+        "namespace_pod:<metric>:<range>) or of recorded_series where they cover the window, raw series elsewhere.")
     recorded_series: dict[str, str] = Field(
         default_factory=dict, description="Your own recording rules, canonical metric → series name, e.g. "
         "{fb_used_mib: 'gpu:fb_used:5m'}: the same aggregation per (namespace, pod) as the shipped rule, over the "
