@@ -97,24 +97,37 @@ def _hwm_mib(pid: int) -> float:
     return int(hit.group(1)) / 1024 if hit else float("nan")
 
 
-def _rss_mib(pid: int) -> float:
-    hit = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
-    return int(hit.group(1)) / 1024 if hit else float("nan")
+def _rss_mib(pid: int) -> dict[str, float]:
+    """The process' resident memory, MiB: all of it (``rss``), and its anonymous part (``anon``: heap and stacks,
+    what only the OOM killer can take back; the rest is mostly the TSDB's memory-mapped files, page cache)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    got = {}
+    for key, field in (("rss", "VmRSS"), ("anon", "RssAnon")):
+        hit = re.search(rf"{field}:\s+(\d+) kB", status)
+        got[key] = int(hit.group(1)) / 1024 if hit else float("nan")
+    return got
 
 
 @contextmanager
 def rss_peak(pid: int | None, every_s: float = 0.05) -> Iterator[dict[str, float]]:
-    """The server's RSS before (MiB, ``before``) and its highest sample while the block runs (``peak``)."""
+    """The server's RSS before (MiB, ``before``) and its highest sample while the block runs (``peak``); the same
+    for its anonymous memory (``anon_before``, ``anon_peak``)."""
     fig: dict[str, float] = {}
     if not pid:
         yield fig
         return
-    fig["before"] = fig["peak"] = _rss_mib(pid)
+    now = _rss_mib(pid)
+    fig["before"] = fig["peak"] = now["rss"]
+    fig["anon_before"] = fig["anon_peak"] = now["anon"]
     stop = threading.Event()
+
+    def take() -> None:
+        now = _rss_mib(pid)
+        fig["peak"], fig["anon_peak"] = max(fig["peak"], now["rss"]), max(fig["anon_peak"], now["anon"])
 
     def sample() -> None:
         while not stop.wait(every_s):
-            fig["peak"] = max(fig["peak"], _rss_mib(pid))
+            take()
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
@@ -123,7 +136,7 @@ def rss_peak(pid: int | None, every_s: float = 0.05) -> Iterator[dict[str, float
     finally:
         stop.set()
         thread.join()
-        fig["peak"] = max(fig["peak"], _rss_mib(pid))
+        take()
 
 
 def replay(url: str, queries: list[dict[str, Any]], workers: int, stats: bool = False
@@ -180,6 +193,8 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
             fig["prometheus_cpu_s"] = _cpu_s(server_pid) - server_cpu0
             fig["prometheus_rss_before_mib"] = server_rss["before"]
             fig["prometheus_peak_rss_mib"] = server_rss["peak"]
+            fig["prometheus_anon_before_mib"] = server_rss["anon_before"]
+            fig["prometheus_anon_peak_mib"] = server_rss["anon_peak"]
             fig["prometheus_rss_hwm_mib"] = _hwm_mib(server_pid)
         fig["queries_sent"] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         hit = STATS_LINE.search(" ".join(stderr.split()))
@@ -260,7 +275,8 @@ def measure(url: str, name: str, fig: dict[str, Any], workers: int, floor: bool)
         fig["floor_wall_s"], _ = replay(url, queries, workers)
         _, fig["samples_touched"] = replay(url, queries, workers, stats=True)
     keys = ("wall_s", "floor_wall_s", "cpu_s", "peak_rss_mib", "prometheus_cpu_s", "prometheus_rss_before_mib",
-            "prometheus_peak_rss_mib", "samples_touched", "queries", "points", "load_before", "load_after")
+            "prometheus_peak_rss_mib", "prometheus_anon_before_mib", "prometheus_anon_peak_mib", "samples_touched",
+            "queries", "points", "load_before", "load_after")
     print(f"{name}: " + " ".join(f"{k}={_fmt(fig.get(k))}" for k in keys), flush=True)
 
 
@@ -278,6 +294,11 @@ def goals(workloads: int, days: float, cold: dict[str, Any], warm: dict[str, Any
         allowed = GOAL_PROM_RSS_X * before + budget
         print(goal("Prometheus peak RSS <= 1.1 x before + budget", peak / allowed, 1.0,
                    how=f" (peak {peak:.0f} MiB, before {before:.0f} MiB, budget {budget:.0f} MiB)"))
+    before, peak = cold.get("prometheus_anon_before_mib"), cold.get("prometheus_anon_peak_mib")
+    if before and peak:  # not the issue's goal, which is on RSS: the part of it that is not page cache
+        allowed = GOAL_PROM_RSS_X * before + budget
+        print(goal("(beside it) Prometheus peak anonymous memory <= 1.1 x before + budget", peak / allowed, 1.0,
+                   how=f" (peak {peak:.0f} MiB, before {before:.0f} MiB; the rest of RSS is mapped TSDB files)"))
     print(goal("client peak RSS <= 1 GiB (at 10,000 x 14 d)", cold["peak_rss_mib"] / GOAL_CLIENT_MIB, 1.0,
                how=f" ({cold['peak_rss_mib']:.0f} MiB at {workloads:,} x {days:g} d)"))
 
