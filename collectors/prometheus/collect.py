@@ -201,7 +201,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
-    acc = {fam.metric: Accumulator(grid) for fam in queries.FAMILIES}
+    acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names)) for fam in queries.FAMILIES}
     device_table = DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
     if first is not None and cache is not None:  # what the cache saw that is still in the window
