@@ -10,10 +10,12 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors.pods import pod_key
+from collectors.pods import PodDevices, pod_key
+from collectors.prometheus.collect import _device_memory
 from collectors.prometheus.devices import DeviceTable, _device_id
 from collectors.prometheus.points import decode
 
@@ -84,3 +86,18 @@ def test_a_pod_seen_with_no_finite_sample_holds_its_device_alone() -> None:
     got = {r.pod: (r.shared_with, r.device_memory_mib) for r in table.records()}
     assert got == {"p1": (1, None), "p2": (1, 1.0)} and not table.on_device
     assert np.array_equal(table.seen[_device_id({"UUID": "GPU-a"})]["ns/p2"][0], [0.0, 60.0])
+
+
+def test_device_memory_is_the_pods_total_wherever_framebuffer_used_has_a_value() -> None:
+    rng = np.random.default_rng(5)
+    keys = [f"ns/p{i:03d}" for i in range(600)]  # more columns than one slice of the fill
+    used = pd.DataFrame(np.where(rng.random((40, 600)) < 0.3, np.nan, 1000.0), columns=pd.Index(keys))
+    devices = tuple(PodDevices("ns", k.split("/")[1], "H100", 1, None, float(80_000 + i) if i % 7 else None, 1, ())
+                    for i, k in enumerate(keys))
+    total = _device_memory(used, devices)
+    assert total is not None
+    known = [k for i, k in enumerate(keys) if i % 7]
+    want = np.where(used[known].notna().to_numpy(), [80_000.0 + keys.index(k) for k in known], np.nan)
+    assert list(total.columns) == known and total.index.equals(used.index)
+    assert total.to_numpy().tobytes() == want.tobytes()
+    assert _device_memory(used, ()) is None and _device_memory(None, devices) is None

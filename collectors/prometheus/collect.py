@@ -54,12 +54,16 @@ def _device_memory(used: pd.DataFrame | None, devices: tuple[PodDevices, ...]) -
     if used is None:
         return None
     mib = {pod_key(d.namespace, d.pod): d.device_memory_mib for d in devices if d.device_memory_mib}
-    cols = [c for c in used.columns if c in mib]
-    if not cols:
+    where = [i for i, c in enumerate(used.columns) if c in mib]
+    if not where:
         return None
-    present = used[cols].notna().to_numpy()
-    values = np.where(present, np.array([mib[c] for c in cols]), np.nan)
-    return pd.DataFrame(values, index=used.index, columns=pd.Index(cols))
+    cols = used.columns[where]
+    values = np.full((len(used.index), len(cols)), np.nan, order="F")  # pandas' own layout: taken as it is
+    for lo in range(0, len(cols), 256):  # a slice of columns at a time: no copy of FB used, a small mask
+        part = slice(lo, lo + 256)
+        present = used.iloc[:, where[part]].notna().to_numpy()
+        np.copyto(values[:, part], np.array([mib[c] for c in cols[part]]), where=present)
+    return pd.DataFrame(values, index=used.index, columns=cols, copy=False)
 
 
 def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Progress, *,
