@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.prometheus import parse
+from collectors.prometheus import parse, points
 from collectors.prometheus.points import Points, decode
 
 _FINITE = st.floats(allow_nan=False, allow_infinity=False)
@@ -73,3 +73,15 @@ def test_the_accumulator_places_decoded_points_as_it_places_string_pairs(pods: l
     assert list(a.columns) == list(b.columns) == sorted(f"n/{p}" for p in pods)
     assert _bits(a.to_numpy()) == _bits(b.to_numpy()) and a.index.equals(b.index)
     assert not np.isinf(b.to_numpy()).any() and not as_points.pods  # ±Inf → NaN; emptied
+
+
+def test_many_series_parse_alike_in_one_batch_or_several(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    raws = [json.dumps([[60 * k, repr(float(v))] for k, v in enumerate(rng.random(n))]).encode()
+            for n in (5, 0, 17, 1, 9)]
+    whole = points.decode_many(raws)
+    monkeypatch.setattr(points, "_BATCH", 8)  # a batch after every series or two
+    for got in (points.decode_many(raws), [decode(r) for r in raws]):
+        assert [len(p) for p in got] == [5, 0, 17, 1, 9]
+        assert all(_bits(a.times) == _bits(b.times) and _bits(a.values) == _bits(b.values)
+                   for a, b in zip(whole, got, strict=True))

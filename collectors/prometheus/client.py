@@ -28,7 +28,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from urllib3.util.retry import Retry
 
-from collectors.prometheus.points import decode as decode_points
+from collectors.prometheus.points import decode_many as decode_points
 from recommender.core.errors import PrometheusError
 from recommender.core.settings_sources import PrometheusSettings
 
@@ -176,8 +176,10 @@ class PromClient:
         samples = data.get("stats", {}).get("samples", {})
         if samples:
             self.stats.loaded(samples.get("totalQueryableSamples", 0), samples.get("peakSamples", 0))
-        return [{"metric": item["metric"], "values": decode_points(item["values"])} if "values" in item
-                else {"metric": item["metric"]} for item in data["result"]]
+        result = data["result"]
+        points = iter(decode_points([item["values"] for item in result if "values" in item]))
+        return [{"metric": item["metric"], "values": next(points)} if "values" in item else {"metric": item["metric"]}
+                for item in result]
 
     def _call(self, fn: Any, what: str) -> Result:
         p = self.settings
