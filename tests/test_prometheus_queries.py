@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import itertools
+import math
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -257,14 +258,19 @@ def test_range_answers_decode_with_extra_fields_and_special_values() -> None:
     with _canned(body) as url:
         result = _range(url)
     assert [r["metric"] for r in result] == [{"namespace": "n", "pod": "p"}, {"pod": "q"}]
-    assert result[0]["values"] == [(1000.0, "NaN"), (1060.0, "+Inf"), (1120.0, "2.5")]
+    points = result[0]["values"]  # the samples as float arrays: NaN and ±Inf as the server wrote them
+    assert points.times.tolist() == [1000.0, 1060.0, 1120.0] and points.values[1:].tolist() == [math.inf, 2.5]
+    assert math.isnan(points.values[0]) and list(result[1]["values"]) == [(1000.5, -1000.0)]
     acc = parse.Accumulator(parse.Grid(1000.0, 60.0, 3))
     acc.add(result, "namespace", "pod")
     assert acc.frame()["n/p"].tolist()[2] == 2.5
 
 
 @pytest.mark.parametrize("body", [b'{"hello":"world"}', b"<html>not json</html>",
-                                  b'{"status":"success","data":{"result":[{"metric":{},"values":[["x","1"]]}]}}'])
+                                  b'{"status":"success","data":{"result":[{"metric":{},"values":[["x","1"]]}]}}',
+                                  b'{"status":"success","data":{"result":[{"metric":{},"values":[[1,"2"],[3,"x"]]}]}}',
+                                  b'{"status":"success","data":{"result":[{"metric":{},"values":[[1,"2"],[3,"4"',
+                                  b'{"status":"success","data":{"result":[{"metric":{},"values":[[1,"2",3]]}]}}'])
 def test_a_range_answer_that_is_not_prometheus_is_one_line(body: bytes) -> None:
     with _canned(body) as url, pytest.raises(PrometheusError, match="did not answer like a Prometheus API") as err:
         _range(url)

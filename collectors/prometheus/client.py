@@ -2,8 +2,10 @@
 
 prometheus-api-client holds the session (bearer token and extra headers, basic auth, CA bundle,
 client certificate) and makes the instant queries. Range queries use the same session but decode the
-answer with msgspec against its schema: answers run to 500,000 points, and ``json.loads`` of them was
-the largest CPU cost of a fleet report (about four times msgspec's). The library's urllib3 retries are
+answer with msgspec against its schema, each series' samples left undecoded and parsed straight into float
+arrays (``points.py``): answers run to hundreds of thousands of points, ``json.loads`` of them was the largest
+CPU cost of a fleet report, and a whole answer decoded as Python objects (about 130 bytes a point) was the
+largest part of the client's memory while querying. The library's urllib3 retries are
 switched off so that tenacity alone retries, with exponential backoff, what is worth retrying
 (connection failures, timeouts, 429 and 5xx). Answers that retrying cannot fix (401/403, a bad query,
 a query over the server's limits) fail at once, each as one line that says what to do. Every query is
@@ -18,7 +20,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict
 
 import msgspec
 import requests
@@ -26,17 +28,20 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from urllib3.util.retry import Retry
 
+from collectors.prometheus.points import decode_many as decode_points
 from recommender.core.errors import PrometheusError
 from recommender.core.settings_sources import PrometheusSettings
 
-Result = list[dict[str, Any]]  # Prometheus' data.result: [{"metric": {...}, "values": [[ts, "v"], ...]}]
+# Prometheus' data.result: [{"metric": {...}, "values": [[ts, "v"], ...]}] as an instant query answers it; a range
+# query's "values" are Points, a sequence of (ts, value) float pairs backed by two arrays
+Result = list[dict[str, Any]]
 _LIMIT = re.compile(r"too many samples|maximum resolution|exceeded|max.?samples|limit", re.IGNORECASE)
 _MESSAGE_CHARS = 240
 
 
 class _Series(TypedDict):
     metric: dict[str, str]
-    values: NotRequired[list[tuple[float, str]]]  # values stay strings ("NaN", "+Inf"), as json.loads gives them
+    values: NotRequired[msgspec.Raw]  # [[ts, "v"], ...] undecoded, for points.decode
 
 
 class _Samples(TypedDict):
@@ -171,7 +176,10 @@ class PromClient:
         samples = data.get("stats", {}).get("samples", {})
         if samples:
             self.stats.loaded(samples.get("totalQueryableSamples", 0), samples.get("peakSamples", 0))
-        return cast(Result, data["result"])
+        result = data["result"]
+        points = iter(decode_points([item["values"] for item in result if "values" in item]))
+        return [{"metric": item["metric"], "values": next(points)} if "values" in item else {"metric": item["metric"]}
+                for item in result]
 
     def _call(self, fn: Any, what: str) -> Result:
         p = self.settings

@@ -54,12 +54,16 @@ def _device_memory(used: pd.DataFrame | None, devices: tuple[PodDevices, ...]) -
     if used is None:
         return None
     mib = {pod_key(d.namespace, d.pod): d.device_memory_mib for d in devices if d.device_memory_mib}
-    cols = [c for c in used.columns if c in mib]
-    if not cols:
+    where = [i for i, c in enumerate(used.columns) if c in mib]
+    if not where:
         return None
-    present = used[cols].notna().to_numpy()
-    values = np.where(present, np.array([mib[c] for c in cols]), np.nan)
-    return pd.DataFrame(values, index=used.index, columns=pd.Index(cols))
+    cols = used.columns[where]
+    values = np.full((len(used.index), len(cols)), np.nan, order="F")  # pandas' own layout: taken as it is
+    for lo in range(0, len(cols), 256):  # a slice of columns at a time: no copy of FB used, a small mask
+        part = slice(lo, lo + 256)
+        present = used.iloc[:, where[part]].notna().to_numpy()
+        np.copyto(values[:, part], np.array([mib[c] for c in cols[part]]), where=present)
+    return pd.DataFrame(values, index=used.index, columns=cols, copy=False)
 
 
 def collect_pod_usage(s: Settings, start: datetime, end: datetime, progress: Progress, *,
@@ -203,7 +207,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
-    acc = {fam.metric: Accumulator(grid) for fam in queries.FAMILIES}
+    acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names)) for fam in queries.FAMILIES}
     device_table = DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
     if first is not None and cache is not None:  # what the cache saw that is still in the window

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.pods import PodOwner, PodRequests, VllmInfo, pod_key
+from collectors.prometheus.points import Points
 
 Result = list[dict[str, Any]]
 Latest = list[tuple[dict[str, str], float, float]]  # (labels, last finite value, its time), oldest first
@@ -38,41 +39,78 @@ class Grid:
 
 @dataclass
 class Accumulator:
-    """Per-pod value arrays of one metric on the grid, filled chunk by chunk."""
+    """Per-pod value arrays of one metric on the grid, filled chunk by chunk.
+
+    The pods' arrays are the columns of a few column-major blocks, the first as wide as the ``expected`` pods
+    (the census' count), so that :meth:`frame` can hand the first block to pandas as it is: pods are given
+    columns in key order within each answer, and when that is the frame's order (no pod appeared after the
+    first answer in a key between earlier ones) and one block holds them all, nothing is copied. Otherwise the
+    columns are copied once into the frame, and the blocks freed. Columns never given to a pod are never
+    written, so their pages are never resident."""
 
     grid: Grid
-    pods: dict[str, np.ndarray] = field(default_factory=dict)
+    expected: int = 0
+    pods: dict[str, int] = field(default_factory=dict)  # pod key → its column, counted across the blocks
+    _blocks: list[np.ndarray] = field(default_factory=list)
+    _widths: list[int] = field(default_factory=list)  # each block's end: the first column after it
 
     def add(self, result: Result, ns_label: str, pod_label: str, shift_s: float = 0.0) -> None:
         """Fold one range answer in; ``shift_s``: it was evaluated that long after each grid step."""
+        found = []
         for item in result:
             labels = item.get("metric") or {}
             ns, pod = labels.get(ns_label), labels.get(pod_label)
-            values = item.get("values") or ()
-            if not ns or not pod or not values:
-                continue
-            key = pod_key(ns, pod)
-            arr = self.pods.get(key)
-            if arr is None:
-                arr = self.pods[key] = np.full(self.grid.n, np.nan)
-            times, raw = zip(*values, strict=True)  # numpy parses the value strings ("NaN", "+Inf" too)
-            ts, vs = np.array(times, dtype=np.float64), np.array(raw, dtype=np.float64)
+            values = item.get("values")
+            if ns and pod and values is not None and len(values):
+                found.append((pod_key(ns, pod), values))
+        for key, values in sorted(found, key=lambda x: x[0]):
+            if isinstance(values, Points):
+                ts, vs = values.times, values.values
+            else:  # as an instant answer or a test writes them: [[ts, "v"], ...]
+                times, raw = zip(*values, strict=True)  # numpy parses the value strings ("NaN", "+Inf" too)
+                ts, vs = np.array(times, dtype=np.float64), np.array(raw, dtype=np.float64)
             pos = np.rint((ts - shift_s - self.grid.start_s) / self.grid.step_s).astype(np.int64)
             ok = (pos >= 0) & (pos < self.grid.n)
-            arr[pos[ok]] = vs[ok]
+            self._column(key)[pos[ok]] = vs[ok]
+
+    def _column(self, key: str) -> np.ndarray:
+        """The pod's array (a column of a block), all NaN when new."""
+        i = self.pods.get(key)
+        fresh = i is None
+        if i is None:
+            i = self.pods[key] = len(self.pods)
+            if not self._blocks or i >= self._widths[-1]:
+                width = max(self.expected, 64) if not self._blocks else max(64, len(self.pods) // 4)
+                self._blocks.append(np.empty((self.grid.n, width), order="F"))
+                self._widths.append(i + width)
+        b = next(k for k, end in enumerate(self._widths) if i < end)
+        column = self._blocks[b][:, i - (self._widths[b - 1] if b else 0)]
+        if fresh:
+            column.fill(np.nan)
+        return column
 
     def frame(self) -> pd.DataFrame:
-        """Wide frame: index = grid timestamps (UTC), one column per pod; ±Inf (e.g. quantiles) → NaN.
-        Empties the accumulator, so the data is held once."""
+        """Wide frame: index = grid timestamps (UTC), one column per pod in key order; ±Inf (e.g. quantiles) →
+        NaN. Empties the accumulator, so the data is held once."""
         if not self.pods:
             return pd.DataFrame(index=self.grid.index(), dtype="float64")
         keys = sorted(self.pods)
-        data = np.empty((self.grid.n, len(keys)), order="F")  # each pod's column contiguous, as pandas keeps it
-        for i, k in enumerate(keys):  # each pod's array freed once copied: the family is held once, not twice
-            column = self.pods.pop(k)
-            column[~np.isfinite(column)] = np.nan
-            data[:, i] = column
-        return pd.DataFrame(data, index=self.grid.index(), columns=pd.Index(keys))
+        blocks, ends, pods = self._blocks, self._widths, self.pods
+        self._blocks, self._widths, self.pods = [], [], {}
+        if len(blocks) == 1 and list(pods) == keys:
+            data = blocks[0][:, : len(keys)]  # a view: the block is the frame's
+        else:
+            data = np.empty((self.grid.n, len(keys)), order="F")  # each pod's column contiguous, as pandas keeps it
+            starts = [0, *ends[:-1]]
+            for j, k in enumerate(keys):
+                i = pods[k]
+                n = next(n for n, end in enumerate(ends) if i < end)
+                data[:, j] = blocks[n][:, i - starts[n]]
+            del blocks
+        for lo in range(0, data.shape[1], 256):  # ±Inf → NaN a slice at a time (a small mask)
+            part = data[:, lo: lo + 256]
+            part[~np.isfinite(part)] = np.nan
+        return pd.DataFrame(data, index=self.grid.index(), columns=pd.Index(keys), copy=False)
 
 
 def latest(result: Result) -> Latest:

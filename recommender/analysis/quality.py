@@ -117,7 +117,7 @@ def _plausible_device(workload: Workload, catalogue: Catalogue, tol: float) -> W
 
 def _limits(bound: MetricBound, frame: pd.DataFrame, snapshot: Snapshot, total: pd.DataFrame | None,
             catalogue: Catalogue, tol: float) -> tuple[float, float | np.ndarray]:
-    """(min, max) for ``frame``: numbers, or a max per cell from each workload's device."""
+    """(min, max) for ``frame``: numbers, or a max per column (a row) or per cell from each workload's device."""
     lo = -math.inf if bound.min is None else bound.min
     hi = bound.max
     if hi is None:
@@ -125,11 +125,13 @@ def _limits(bound: MetricBound, frame: pd.DataFrame, snapshot: Snapshot, total: 
     if not isinstance(hi, str):
         return lo, hi * (1 + tol)
     by_key = {w.ref.key: w for w in snapshot.workloads}
-    flat = [_memory_limit(by_key.get(c), hi, catalogue) for c in frame.columns]
-    cells = pd.DataFrame(np.tile(flat, (len(frame), 1)), index=frame.index, columns=frame.columns)
+    flat = np.array([_memory_limit(by_key.get(c), hi, catalogue) for c in frame.columns], dtype="float64")
     if hi == DEVICE and total is not None:  # the series' own total at that step, where it has one
-        cells = total.reindex(index=frame.index, columns=frame.columns).fillna(cells)
-    return lo, cells.to_numpy(dtype="float64") * (1 + tol)
+        own = total.reindex(index=frame.index, columns=frame.columns).to_numpy(dtype="float64")  # no copy if aligned
+        cells = np.where(np.isnan(own), flat, own)
+        cells *= 1 + tol
+        return lo, cells
+    return lo, (flat * (1 + tol))[np.newaxis, :]  # one max per column, for every step
 
 
 def _memory_limit(workload: Workload | None, kind: str, catalogue: Catalogue) -> float:
