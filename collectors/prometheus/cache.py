@@ -9,6 +9,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from collectors.prometheus import parse
@@ -19,6 +20,12 @@ from collectors.prometheus.queries import Scope
 from recommender.core.settings import Settings
 
 OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or written late fill them in
+# A re-read step whose value differs from the cached one by at most this, relative, is the cached value summed in
+# another order (Prometheus' ``sum by`` adds in no fixed order): reordering n terms moves a sum by at most
+# (n - 1) x eps x sum|terms|, i.e. (n - 1) x 2.2e-16 of it for the non-negative terms read here (utilisation,
+# memory, counts): 1e-12 covers sums of up to ~4,500 series. A real change of one sample moves a sum by that
+# sample's resolution (a count, a percent, a byte), many orders above 1e-12 of the sum.
+REORDER_RTOL = 1e-12
 
 
 @dataclass
@@ -87,7 +94,10 @@ def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], 
     for metric in sorted(cached.keys() | fresh.keys()):
         old = cached.get(metric)
         kept = None if old is None else old[(old.index >= index[0]) & (old.index < cut)].dropna(axis=1, how="all")
-        parts = [f for f in (kept, fresh.get(metric)) if f is not None and len(f.columns)]
+        new = fresh.get(metric)
+        if old is not None and new is not None:
+            new = same_as_cached(old, new)
+        parts = [f for f in (kept, new) if f is not None and len(f.columns)]
         if not parts:
             if any(f is not None and f.columns.empty for f in (old, fresh.get(metric))):  # no column read at all
                 out[metric] = pd.DataFrame(index=index, dtype="float64")  # (no replica counts): still read
@@ -95,3 +105,19 @@ def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], 
         frame = pd.concat(parts, axis=0).reindex(index=index)
         out[metric] = frame[sorted(frame.columns)]
     return out
+
+
+def same_as_cached(cached: pd.DataFrame, fresh: pd.DataFrame, rtol: float = REORDER_RTOL) -> pd.DataFrame:
+    """``fresh`` with each value that equals the cached one of its step and pod to within ``rtol`` (relative;
+    float summation reordering, :data:`REORDER_RTOL`) replaced by the cached one, so that what is derived from
+    the series (the pipeline memo's digests) sees the same bits. A step the cache holds as NaN or not at all
+    (filled in since), a value now NaN, or any change beyond the bound keeps the fresh value."""
+    if fresh.empty or cached.empty:
+        return fresh
+    old = cached.reindex(index=fresh.index, columns=fresh.columns).to_numpy(dtype="float64")
+    now = fresh.to_numpy(dtype="float64")
+    with np.errstate(invalid="ignore"):
+        close = np.isfinite(old) & np.isfinite(now) & (np.abs(now - old) <= rtol * np.maximum(np.abs(now), np.abs(old)))
+    if not close.any() or np.array_equal(np.where(close, old, now), now, equal_nan=True):
+        return fresh
+    return pd.DataFrame(np.where(close, old, now), index=fresh.index, columns=fresh.columns)
