@@ -413,8 +413,8 @@ def test_a_re_read_step_summed_in_another_order_keeps_the_cached_bits() -> None:
 
     rng = random.Random(7)
     pods = 200
-    once, shuffled, _ = _sums(rng, pods, 1000)
-    assert sum(a != b for a, b in zip(once, shuffled, strict=True)) > pods // 4  # the reordering does move the last bits
+    once, shuffled, _ = _sums(rng, pods, 1000)  # the reordering does move the last bits (below)
+    assert sum(a != b for a, b in zip(once, shuffled, strict=True)) > pods // 4
     grid = Grid(0.0, 60.0, 4)
     cols = [f"ns/p{i}" for i in range(pods)]
     cached = pd.DataFrame([[1.0] * pods, [2.0] * pods, [3.0] * pods, once], index=grid.index(), columns=cols)
