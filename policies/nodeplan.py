@@ -14,7 +14,7 @@ a GPU with no planned workload keeps its current devices (no eviction). Pure: no
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,12 +128,13 @@ def _mark_whole(state: _NodeState, whole: int) -> None:
         state.slots[i] = _Slot("whole")
 
 
-def _plan_own(state: _NodeState, demands: Sequence[MigDemand], warnings: list[str]) -> list[_Moved]:
+def _plan_own(state: _NodeState, demands: Sequence[MigDemand], warnings: list[str],
+              memo: MutableMapping[str, Any] | None = None) -> list[_Moved]:
     """Pack the node's own slices on its GPUs; return the layouts that did not fit (its overflow)."""
     node, gpu = state.node, state.gpu
     whole = _whole(demands, node, warnings)
     slices = [p for d in demands if d.profile is not None for p in [gpu.profile(d.profile)] * d.count if p]
-    packing = solve_mig(gpu, slices, [dict(c) for c in state.current])
+    packing = solve_mig(gpu, slices, [dict(c) for c in state.current], memo=memo)
     state.optimal = packing.optimal
     chosen = sorted((devices_of(lay.mig_devices()) for lay in packing.layouts),
                     key=lambda d: d not in state.current)  # stable: GPUs left as they are kept first
@@ -242,9 +243,10 @@ def _pseudo(gpu: GpuModel, moved: Sequence[_Moved], label: str, per_node: int, w
     return out
 
 
-def _unknown_node(gpu: GpuModel, demands: Sequence[MigDemand], per_node: int) -> list[_NodeState]:
+def _unknown_node(gpu: GpuModel, demands: Sequence[MigDemand], per_node: int,
+                  memo: MutableMapping[str, Any] | None = None) -> list[_NodeState]:
     slices = [p for d in demands if d.profile is not None for p in [gpu.profile(d.profile)] * d.count if p]
-    packing = solve_mig(gpu, slices)
+    packing = solve_mig(gpu, slices, memo=memo)
     pool = _pool(demands)
     moved = [_Moved(devs, _take(pool, devs), "") for devs in (devices_of(lay.mig_devices()) for lay in packing.layouts)]
     why = (f"node unknown for {len({d.workload for d in demands})} workload(s): their {len(slices)} slices "
@@ -252,8 +254,10 @@ def _unknown_node(gpu: GpuModel, demands: Sequence[MigDemand], per_node: int) ->
     return _pseudo(gpu, moved, f"{gpu.key}, node unknown", per_node, why)
 
 
-def plan_nodes(demands: Sequence[MigDemand], nodes: Sequence[GpuNode], catalogue: Catalogue) -> NodePlanResult:
-    """Per-node MIG plans for the demands, overflow moved or reported as new GPUs, and the mig-parted config."""
+def plan_nodes(demands: Sequence[MigDemand], nodes: Sequence[GpuNode], catalogue: Catalogue,
+               memo: MutableMapping[str, Any] | None = None) -> NodePlanResult:
+    """Per-node MIG plans for the demands, overflow moved or reported as new GPUs, and the mig-parted config
+    (``memo``: MIG packings remembered, :func:`policies.packing.solved`)."""
     by_name = {n.name: n for n in nodes}
     warnings: list[str] = []
     ok: list[MigDemand] = []
@@ -276,14 +280,15 @@ def plan_nodes(demands: Sequence[MigDemand], nodes: Sequence[GpuNode], catalogue
         states[node.name] = state = _NodeState(node, gpu, cur, [_Slot("keep") for _ in cur])
         mine = [d for d in ok if d.node == node.name]
         if any(d.profile for d in mine):
-            moved.setdefault(gpu.key, []).extend(_plan_own(state, mine, warnings))
+            moved.setdefault(gpu.key, []).extend(_plan_own(state, mine, warnings, memo))
         elif mine:  # whole GPUs only: those GPUs are not free for other nodes' overflow
             _mark_whole(state, _whole(mine, node, warnings))
-    return _assemble(ok, states, moved, catalogue, warnings)
+    return _assemble(ok, states, moved, catalogue, warnings, memo)
 
 
 def _assemble(ok: Sequence[MigDemand], states: Mapping[str, _NodeState], moved: Mapping[str, list[_Moved]],
-              catalogue: Catalogue, warnings: list[str]) -> NodePlanResult:
+              catalogue: Catalogue, warnings: list[str], memo: MutableMapping[str, Any] | None = None
+              ) -> NodePlanResult:
     extra: list[_NodeState] = []
     new_gpus: dict[str, int] = {}
     for key in sorted({*moved, *(d.gpu_model for d in ok if d.node is None and d.profile)}):
@@ -298,7 +303,7 @@ def _assemble(ok: Sequence[MigDemand], states: Mapping[str, _NodeState], moved: 
             extra += _pseudo(gpu, rest, f"new {key} node", per_node, why)
         unknown = [d for d in ok if d.node is None and d.gpu_model == key and d.profile]
         if unknown:
-            extra += _unknown_node(gpu, unknown, per_node)
+            extra += _unknown_node(gpu, unknown, per_node, memo)
     configs: dict[str, list[dict[str, Any]]] = {}
     plans = [p for s in [*states.values(), *extra] if (p := _finish(s, configs)) is not None]
     config = {"version": "v1", "mig-configs": dict(sorted(configs.items()))}

@@ -14,8 +14,9 @@ current state, because each change evicts every pod on that GPU.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -232,9 +233,31 @@ def _solve(pats: Sequence[Devices], demand: Mapping[str, int], matchable: Mappin
     return x, res.status == 0, "" if res.status == 0 else f"MILP stopped early ({res.message}): best found kept"
 
 
+def solved(pats: Sequence[Devices], demand: Mapping[str, int], matchable: Mapping[Devices, int],
+           time_limit_s: float, memo: MutableMapping[str, Any] | None) -> tuple[list[int] | None, bool, str]:
+    """:func:`_solve`'s answer, kept in ``memo`` under ``milp:`` and a digest of every input it reads (patterns,
+    demand, matchable GPUs, time limit; JSON-ready: pattern counts, proven optimal, why not)."""
+    if memo is None:
+        return _solve(pats, demand, matchable, time_limit_s)
+    import hashlib
+
+    raw = repr((1, tuple(pats), sorted(demand.items()), sorted(matchable.items()), float(time_limit_s)))
+    k = f"milp:{hashlib.blake2b(raw.encode('utf-8'), digest_size=20).hexdigest()}"
+    try:
+        counts, optimal, why = memo[k]
+        return (None if counts is None else [int(c) for c in counts]), bool(optimal), str(why)
+    except KeyError:
+        found = _solve(pats, demand, matchable, time_limit_s)
+        memo[k] = [found[0], found[1], found[2]]
+        return found
+
+
 def solve_mig(gpu: GpuModel, profiles: Iterable[MigProfile], current: Sequence[Mapping[str, int]] = (),
-              *, time_limit_s: float = SOLVER_TIME_LIMIT_S) -> MigPacking:
+              *, time_limit_s: float = SOLVER_TIME_LIMIT_S, memo: MutableMapping[str, Any] | None = None
+              ) -> MigPacking:
     """Fewest GPUs for the slices, then fewest reconfigured GPUs against ``current``; FFD as the fallback.
+    ``memo`` (from the edge: the pipeline's memo) keeps each MILP's answer under a digest of its inputs
+    (:func:`solved`), so a report packing the same slices again solves nothing (nor imports scipy).
 
     Raises ValueError when a profile is not one of ``gpu``'s (a slice that cannot be placed is bad input).
     """
@@ -248,7 +271,7 @@ def solve_mig(gpu: GpuModel, profiles: Iterable[MigProfile], current: Sequence[M
         return MigPacking((), (), 0, True, "milp")
     pats = patterns(gpu, demand)
     matchable = {d: n for d, n in Counter(cur).items() if d in set(pats)}
-    counts, optimal, why = _solve(pats, demand, matchable, time_limit_s)
+    counts, optimal, why = solved(pats, demand, matchable, time_limit_s, memo)
     ffd = pack(gpu, profs)
     if counts is None or sum(counts) > len(ffd):
         chosen = [devices_of(lay.mig_devices()) for lay in ffd]
@@ -279,9 +302,10 @@ def _finish(gpu: GpuModel, chosen: list[Devices], cur: list[Devices], optimal: b
 
 
 def pack_optimal(gpu: GpuModel, profiles: Iterable[MigProfile], current: Sequence[Mapping[str, int]] = (),
-                 *, time_limit_s: float = SOLVER_TIME_LIMIT_S) -> list[GpuLayout]:
+                 *, time_limit_s: float = SOLVER_TIME_LIMIT_S, memo: MutableMapping[str, Any] | None = None
+                 ) -> list[GpuLayout]:
     """Layouts on the fewest GPUs, then fewest reconfigured against ``current``, ordered by GPU index.
 
     See :func:`solve_mig` for the indices, the reconfiguration count and the fallback reason.
     """
-    return list(solve_mig(gpu, profiles, current, time_limit_s=time_limit_s).layouts)
+    return list(solve_mig(gpu, profiles, current, time_limit_s=time_limit_s, memo=memo).layouts)

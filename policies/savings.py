@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from policies.packing import pack_optimal
 from policies.tenancy import fraction, packed_fraction_gpus, share_groups
@@ -25,7 +26,8 @@ def with_money(rec: Recommendation, prices: PriceSettings) -> Recommendation:
     return replace(rec, monthly_savings_usd=round(saved * price * prices.hours_per_month, 2))
 
 
-def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue, tenancy: TenancySettings | None = None) -> int:
+def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue, tenancy: TenancySettings | None = None,
+                memo: MutableMapping[str, Any] | None = None) -> int:
     """Whole GPUs the recommended fleet needs: MIG slices packed into valid layouts (exact MILP, fewest
     GPUs), fractional shares packed per GPU model and tenant (``mechanisms.tenancy``: by default a namespace;
     MPS, time-slicing, HAMi and KAI isolate neither memory nor faults), the rest whole.
@@ -42,7 +44,7 @@ def packed_gpus(recs: Sequence[Recommendation], catalogue: Catalogue, tenancy: T
             slices[gpu.key].extend([prof] * (alloc.mig_count * alloc.replicas))
         elif fraction(r, catalogue) is None:
             whole += alloc.total_gpu_equivalents
-    packed = sum(len(pack_optimal(catalogue.gpus[k], profs)) for k, profs in slices.items())
+    packed = sum(len(pack_optimal(catalogue.gpus[k], profs, memo=memo)) for k, profs in slices.items())
     packed += packed_fraction_gpus(share_groups(recs, catalogue, tenancy or TenancySettings()), catalogue)
     return packed + math.ceil(whole - 1e-9)
 
@@ -57,7 +59,8 @@ def autoscaled_gpus(rec: Recommendation) -> float | None:
 
 
 def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalogue,
-              tenancy: TenancySettings | None = None) -> Summary:
+              tenancy: TenancySettings | None = None, memo: MutableMapping[str, Any] | None = None) -> Summary:
+    """The fleet's totals; ``memo``: MIG packings remembered (:func:`policies.packing.solved`)."""
     hours = window_s / 3600.0
     held = sum(r.gpus_held for r in recs)
     needed = sum(r.gpus_needed for r in recs)
@@ -71,7 +74,7 @@ def summarize(recs: Sequence[Recommendation], window_s: float, catalogue: Catalo
         with_recommendation=sum(1 for r in recs if r.recommended is not None),
         gpus_held=round(held, 3),
         gpus_needed=round(needed, 3),
-        gpus_needed_packed=packed_gpus(recs, catalogue, tenancy),
+        gpus_needed_packed=packed_gpus(recs, catalogue, tenancy, memo),
         monthly_savings_usd=round(sum(r.monthly_savings_usd or 0.0 for r in recs), 2),
         gpu_hours_held=round(held * hours, 1),
         gpu_hours_needed=round(needed * hours, 1),

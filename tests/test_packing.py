@@ -148,3 +148,33 @@ def test_a_gpu_that_already_holds_the_slices_is_left_alone() -> None:
     one = gpu.profile("1g.10gb")
     assert one is not None
     assert solve_mig(gpu, [one], current=[{"3g.40gb": 2}]).reconfigured == 1
+
+
+def test_a_remembered_milp_answer_is_reused_only_for_the_same_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a memo (the pipeline's, from the edge), the same slices and current layout solve no MILP again and
+    give the same packing; other slices, another current layout or time limit solve again. The memo's values
+    survive the memo file's JSON (``recommender.pipeline.memostore``)."""
+    import json
+
+    from policies import packing
+    from recommender.pipeline import memostore
+
+    solves: list[int] = []
+    real = packing._solve
+
+    def counted(*a: object, **kw: object) -> tuple[list[int] | None, bool, str]:
+        solves.append(1)
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(packing, "_solve", counted)
+    profs = _profs(A100, "3g.40gb*2 2g.20gb*2 1g.10gb*2")
+    current = [{"3g.40gb": 2}, {"2g.20gb": 2, "1g.10gb": 2}]
+    cold = solve_mig(A100, profs, current)
+    memo: dict[str, object] = {}
+    assert solve_mig(A100, profs, current, memo=memo) == cold and len(solves) == 2
+    stored = {k: memostore.decode(k, json.loads(json.dumps(memostore.encode(k, v)))) for k, v in memo.items()}
+    assert solve_mig(A100, profs, current, memo=stored) == cold and len(solves) == 2  # remembered: not solved
+    assert len(pack_optimal(A100, profs, memo=stored)) == len(cold.layouts) and len(solves) == 3  # no current
+    solve_mig(A100, _profs(A100, "3g.40gb*2 2g.20gb*2 1g.10gb*3"), current, memo=stored)
+    solve_mig(A100, profs, current, time_limit_s=1.0, memo=stored)
+    assert len(solves) == 5

@@ -38,6 +38,7 @@ class Registry(Generic[T]):
     known: str = "known"
     check: Callable[[object], str | None] | None = None  # what is wrong with a plugin's object, or None
     _entries: dict[str, T] = field(default_factory=dict, repr=False)
+    _imported: bool = field(default=False, repr=False)  # every built-in's module imported (by :meth:`loaded`)
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: register the decorated object as ``name``."""
@@ -93,8 +94,10 @@ class Registry(Generic[T]):
 
     def loaded(self) -> dict[str, T]:
         """Every built-in entry, imported, plus whatever is registered (plugins stay unloaded)."""
-        for module in sorted(set(self.builtins.values())):
-            import_module(module)
+        if not self._imported:  # once: a module stays imported (a mechanism's lookup calls this per allocation)
+            for module in sorted(set(self.builtins.values())):
+                import_module(module)
+            self._imported = True
         return dict(self._entries)
 
     def _plugins(self) -> dict[str, list[EntryPoint]]:

@@ -1,5 +1,6 @@
 """The pipeline's memo (``recommender.pipeline.memo``) kept on disk beside the report cache, so that a report
-whose inputs did not change for a workload reuses its features, class and forecasts.
+whose inputs did not change for a workload reuses its features, class and forecasts (and the fleet's MIG
+packings' MILP answers).
 
 One file beside the usage cache file, written whole or not at all (``recommender.core.writes``): a magic line,
 the format version, a SHA-256 of the body, then the body as JSON: the code version and each entry (key, value).
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import policies.packing
 import recommender
 from recommender.analysis.features import Quantiles, WorkloadFeatures
 from recommender.core.plan import Classification, Forecast, WorkloadClass
@@ -50,6 +52,8 @@ def code_version() -> str:
         except metadata.PackageNotFoundError:
             h.update(f"{lib}=-;".encode())
     root = Path(recommender.__file__).parent
+    packing = Path(policies.packing.__file__)  # the MIG packings' MILP (``milp:`` entries)
+    h.update(b"policies/packing.py\0" + packing.read_bytes() + b"\0")
     for part in _CODE:
         where = root / part
         for path in sorted(where.rglob("*") if where.is_dir() else [where]):
@@ -70,6 +74,9 @@ def encode(k: str, value: Any) -> Any:
     if part == "forecast":
         found, notes = value
         return [[_forecast(f) for f in found], list(notes)]
+    if part == "milp":  # policies.packing.solved: pattern counts (or None), proven optimal, why not
+        counts, optimal, why = value
+        return [None if counts is None else [int(c) for c in counts], bool(optimal), str(why)]
     raise ValueError(f"no encoding for memo part {part!r}")
 
 
@@ -86,6 +93,9 @@ def decode(k: str, raw: Any) -> Any:
     if part == "forecast":
         found, notes = raw
         return tuple(_unforecast(f) for f in found), tuple(notes)
+    if part == "milp":
+        counts, optimal, why = raw
+        return [None if counts is None else [int(c) for c in counts], bool(optimal), str(why)]
     raise MemoFileError(f"an entry of unknown kind {part[:20]!r}")
 
 

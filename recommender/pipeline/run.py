@@ -94,9 +94,9 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
         tenancy = tenancy_cost(recs, catalogue, settings.mechanisms.tenancy)
         recs = with_tenancy_reasons(recs, tenancy)
         summary = summarize(recs, (snapshot.end - snapshot.start).total_seconds(), catalogue,
-                            settings.mechanisms.tenancy)
+                            settings.mechanisms.tenancy, memo)
     with _timed(timings, "mig_nodes"):
-        nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue)
+        nodes = plan_nodes(mig_demands(recs, catalogue), snapshot.nodes, catalogue, memo)
     with _timed(timings, "device_plugin"):
         sharing = plan_device_plugin(recs, snapshot.nodes, nodes.nodes, settings)
     prometheus, auth_why = trigger_prometheus(settings.scaling.keda_prometheus_url, settings.prometheus)
