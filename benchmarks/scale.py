@@ -376,7 +376,9 @@ def main() -> None:
                 warm = None if args.no_warm else run_report(prom.url, args.days, first_end, prom.pid, cached)
                 if args.moved:
                     moved = run_report(prom.url, args.days, end_s, prom.pid, cached)
-            measure(prom.url, "cold, raw series", fig, workers, not args.no_floor)
+            # under --rules the TSDB holds recorded series and the default settings read them: say so
+            cold_name = "cold, raw series" if args.rules is None else "cold, default settings (recorded series read)"
+            measure(prom.url, cold_name, fig, workers, not args.no_floor)
             if warm is not None:
                 measure(prom.url, "warm, from the cache", warm, workers, not args.no_floor)
             if moved is not None:
