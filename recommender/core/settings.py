@@ -68,6 +68,11 @@ class ForecastSettings(BaseModel):
         100, ge=0, description="Forecast at most this many workloads, those holding the most GPUs first "
         "(about 50 ms a series: large fleets would otherwise wait minutes)."
     )
+    reselect_s: float = Field(
+        3600.0, ge=0, description="A caller that forecasts the same series every cycle (the controller) chooses the "
+        "model by backtest at most this often, seconds, and only refits the chosen one in between (0: every "
+        "time). A one-shot report has no earlier choice and always chooses."
+    )
 
     @field_validator("levels")
     @classmethod
