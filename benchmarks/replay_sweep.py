@@ -15,7 +15,9 @@ the sweep does not know go to ``replay.py`` (``--seed 1``, ``--slice none``...).
 the data folder is absent. Clients run as separate processes. A 14-day client takes about 4 minutes of one
 core (ours' refits, at any rate) and 7 µs more per request (chunk-2, 1.1 M requests: 4 minutes; a 13 M-request
 client: about 5); a one-day client 5-30 s. Clients of over 100 M requests do not fit in memory
-(benchmarks/REPLAY.md, "Replay speed").
+(benchmarks/REPLAY.md, "Replay speed"): a ServeGen client whose rates add up to more than ``--max-requests``
+(default 50 M, about 13 GiB and 6 minutes of per-request work) is left out, with a ``skipped`` line, and the
+summary counts and names the clients left out.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay_results.verdict's line 
 POLICIES = "static-peak,reactive,reactive-rightsized,ours,oracle"
 CODE_GLOBS = ("benchmarks/replay*.py", "recommender/**/*.py", "policies/**/*.py", "policies/**/*.yaml")
 NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py"}
+MAX_REQUESTS = 50_000_000  # per client, by default: over this a replay needs over ~13 GiB (~270 bytes a request)
+WINDOW_S = 600.0  # a ServeGen trace's rate window
 
 
 def code_version(root: Path = ROOT) -> str:
@@ -103,6 +107,32 @@ def replay_client(client: Client, extra: list[str]) -> dict[str, Any]:
     return record | parsed
 
 
+def expected_requests(client: Client) -> int | None:
+    """The requests a ServeGen client's replay generates, about: its windows' rates x 600 s (``load_servegen``
+    draws each window's arrivals at its rate). None for other formats (one-hour traces) and unreadable files."""
+    if client.format != "servegen":
+        return None
+    total = 0.0
+    try:
+        with client.path.open() as f:
+            for line in f:
+                field = line.split(",", 2)
+                rate = float(field[1]) if len(field) > 1 and field[1] else 0.0
+                total += rate * WINDOW_S if rate > 0 else 0.0
+    except (OSError, ValueError):
+        return None
+    return round(total)
+
+
+def too_large(client: Client, limit: float) -> dict[str, Any] | None:
+    """A ``skipped`` record for a client of more than ``limit`` requests, else None."""
+    n = expected_requests(client)
+    if n is None or n <= limit:
+        return None
+    return {"wall_s": 0.0, "skipped": f"about {n / 1e6:.0f} M requests, over --max-requests {limit:.3g}",
+            "expected_requests": n}
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of a sweep file; a line cut short (a sweep stopped mid-write) is left out with a note."""
     if not path.is_file():
@@ -142,6 +172,8 @@ def as_result(record: dict[str, Any]) -> ClientResult:
 
 def client_line(record: dict[str, Any]) -> str:
     where = f"{record['population']} {record['client']} ({record['half']})"
+    if record.get("skipped"):
+        return f"client={where} skipped: {record['skipped']}"
     if record.get("error"):
         return f"client={where} error: {record['error']}"
     cells = " ".join(f"{k}={f['gpu_hours']:.1f}h/{f['ttft_violation_pct']:.2f}%" for k, f in ran(record))
@@ -163,10 +195,15 @@ def summarise(records: list[dict[str, Any]], policies: list[str], chart: Path | 
     last = {(r["population"], r["client"]): r for r in sorted(records, key=order)}
     versions = sorted({f"{r.get('commit') or '?'} (code {r.get('code', '?')}, args {' '.join(r.get('args', []))})"
                        for r in last.values()})
-    good = [r for r in last.values() if not r.get("error")]
+    good = [r for r in last.values() if not r.get("error") and not r.get("skipped")]
+    skipped = [r for r in last.values() if r.get("skipped")]
     for r in last.values():
         print(client_line(r))
-    print(f"# {len(good)} clients replayed, {len(last) - len(good)} failed; measured at " + "; ".join(versions))
+    failed = len(last) - len(good) - len(skipped)
+    names = ", ".join(f"{r['population']} {r['client']}" for r in skipped)
+    left_out = f" ({names})" if skipped else ""
+    print(f"# {len(good)} clients replayed, {failed} failed, {len(skipped)} left out as too large{left_out}; "
+          "measured at " + "; ".join(versions))
     results = [as_result(r) for r in good]
     shown = [p for p in policies if any(p in r.figures for r in results)]
     shown += [p for r in results for p in r.figures if p not in shown]
@@ -222,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default=POLICIES, help="passed to replay.py")
     p.add_argument("--jobs", type=int, default=2, help="clients replayed at once, one process each")
     p.add_argument("--chart", type=Path, help="also draw every client against the goal to this .svg, .png or .pdf")
+    p.add_argument("--max-requests", type=float, default=MAX_REQUESTS, help="leave out ServeGen clients whose rates "
+                   "add up to more requests than this (default %(default).3g: larger ones do not fit in memory); "
+                   "they are named in the summary")
     args, extra = p.parse_known_args(argv)
     problem = chart_path_problem(args.chart)
     if problem:
@@ -245,11 +285,20 @@ def main(argv: list[str] | None = None) -> int:
     replay_args = ["--policies", args.policies, *extra]
     code, at = code_version(), commit()
     done = {(r["population"], r["client"]): r for r in read_records(args.out) if not r.get("error")
-            and r.get("code") == code and r.get("args") == replay_args} if args.out else {}
+            and not r.get("skipped") and r.get("code") == code and r.get("args") == replay_args} if args.out else {}
     todo = [c for c in chosen if (c.population, c.name) not in done]
+    skips = [(c, skip) for c in todo if (skip := too_large(c, args.max_requests)) is not None]
+    todo = [c for c in todo if all(c is not skipped for skipped, _ in skips)]
     print(f"# {len(chosen)} clients, {len(chosen) - len(todo)} already in {args.out} for this code ({code}) and "
           f"these arguments; replaying {len(todo)}", file=sys.stderr)
     records = [done[(c.population, c.name)] for c in chosen if (c.population, c.name) in done]
+    for c, skip in skips:
+        record = {"population": c.population, "client": c.name, "half": c.half, "format": c.format,
+                  "path": str(c.path), "code": code, "commit": at, "args": replay_args} | skip
+        print(client_line(record), file=sys.stderr, flush=True)
+        if args.out is not None:
+            append_record(args.out, record)
+        records.append(record)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         running = {pool.submit(replay_client, c, replay_args): c for c in todo}
         for n, future in enumerate(as_completed(running), 1):
