@@ -69,9 +69,10 @@ class ForecastSettings(BaseModel):
         "(about 50 ms a series: large fleets would otherwise wait minutes)."
     )
     reselect_s: float = Field(
-        3600.0, ge=0, description="A caller that forecasts the same series every cycle (the controller) chooses the "
-        "model by backtest at most this often, seconds, and only refits the chosen one in between (0: every "
-        "time). A one-shot report has no earlier choice and always chooses."
+        3600.0, ge=0, description="A caller that carries the model choice from one forecast of a series to the "
+        "next (forecast_with_choice) chooses the model by backtest at most this often, seconds, and only refits "
+        "the chosen one in between (0: every time). A one-shot report has no earlier choice and always chooses; "
+        "the controller's pipeline does not carry choices yet."
     )
 
     @field_validator("levels")
