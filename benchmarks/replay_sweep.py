@@ -16,7 +16,7 @@ the data folder is absent. Clients run as separate processes. A 14-day client ta
 core (ours' refits, at any rate) and 7 µs more per request (chunk-2, 1.1 M requests: 4 minutes; a 13 M-request
 client: about 5); a one-day client 5-30 s. Clients of over 100 M requests do not fit in memory
 (benchmarks/REPLAY.md, "Replay speed"): a ServeGen client whose rates add up to more than ``--max-requests``
-(default 50 M, about 13 GiB and 6 minutes of per-request work) is left out, with a ``skipped`` line, and the
+(default 30 M: about 9 GiB, so that two fit at ``--jobs 2``, and 4 minutes of per-request work) is left out, with a ``skipped`` line, and the
 summary counts and names the clients left out.
 """
 
@@ -50,7 +50,7 @@ GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay_results.verdict's line 
 POLICIES = "static-peak,reactive,reactive-rightsized,ours,oracle"
 CODE_GLOBS = ("benchmarks/replay*.py", "recommender/**/*.py", "policies/**/*.py", "policies/**/*.yaml")
 NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py"}
-MAX_REQUESTS = 50_000_000  # per client, by default: over this a replay needs over ~13 GiB (~270 bytes a request)
+MAX_REQUESTS = 30_000_000  # per client, by default: over this a replay needs over ~9 GiB (~300 bytes a request)
 WINDOW_S = 600.0  # a ServeGen trace's rate window
 
 
