@@ -16,8 +16,8 @@ the data folder is absent. Clients run as separate processes. A 14-day client ta
 core (ours' refits, at any rate) and 7 µs more per request (chunk-2, 1.1 M requests: 4 minutes; a 13 M-request
 client: about 5); a one-day client 5-30 s. Clients of over 100 M requests do not fit in memory
 (benchmarks/REPLAY.md, "Replay speed"): a ServeGen client whose rates add up to more than ``--max-requests``
-(default 30 M: about 9 GiB, so that two fit at ``--jobs 2``, and 4 minutes of per-request work) is left out, with a ``skipped`` line, and the
-summary counts and names the clients left out.
+(default 30 M: about 9 GiB, so that two fit at ``--jobs 2``, and 4 minutes of per-request work) is left
+out, with a ``skipped`` line, and the summary counts and names the clients left out.
 """
 
 from __future__ import annotations
