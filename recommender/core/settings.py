@@ -71,8 +71,8 @@ class ForecastSettings(BaseModel):
     reselect_s: float = Field(
         3600.0, ge=0, description="A caller that carries the model choice from one forecast of a series to the "
         "next (forecast_with_choice) chooses the model by backtest at most this often, seconds, and only refits "
-        "the chosen one in between (0: every time). A one-shot report has no earlier choice and always chooses; "
-        "the controller's pipeline does not carry choices yet."
+        "the chosen one in between (0: every time). The controller carries each workload's choices from one cycle "
+        "to the next; a one-shot report has no earlier choice and always chooses."
     )
 
     @field_validator("levels")
