@@ -12,12 +12,13 @@ requests over the objective per policy, whether ours met the per-client goal), t
 half as one fleet (GPU-hours summed; requests over the objective as a share of all the fleet's requests),
 ours against static peak and both reactive variants, the worst client and issue 43's fleet goal. Arguments
 the sweep does not know go to ``replay.py`` (``--seed 1``, ``--slice none``...). Skips with a message when
-the data folder is absent. Clients run as separate processes. A 14-day client takes about 4 minutes of one
-core (ours' refits, at any rate) and 7 µs more per request (chunk-2, 1.1 M requests: 4 minutes; a 13 M-request
-client: about 5); a one-day client 5-30 s. Clients of over 100 M requests do not fit in memory
-(benchmarks/REPLAY.md, "Replay speed"): a ServeGen client whose rates add up to more than ``--max-requests``
-(default 30 M: about 9 GiB, so that two fit at ``--jobs 2``, and 4 minutes of per-request work) is left
-out, with a ``skipped`` line, and the summary counts and names the clients left out.
+the data folder is absent. Clients run as separate processes, one thread each: ``OMP_NUM_THREADS`` and the
+BLAS libraries' equivalents are 1 unless set (numpy's threads only spin when ``--jobs`` processes share the
+cores). Times (benchmarks/REPLAY.md, "Replay speed"): a 14-day client's refits and start take about 70 s of
+one core, plus about 7 µs a request (chunk-2, 1.1 M requests: about 80 s); a one-day client 3-8 s. Clients of
+over 100 M requests do not fit in memory: a ServeGen client whose rates add up to more than
+``--max-requests`` (default 30 M: about 9 GiB, so that two fit at ``--jobs 2``, and about 4 minutes of
+per-request work) is left out, with a ``skipped`` line, and the summary counts and names the clients left out.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ CODE_GLOBS = ("benchmarks/replay*.py", "recommender/**/*.py", "policies/**/*.py"
 NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py"}
 MAX_REQUESTS = 30_000_000  # per client, by default: over this a replay needs over ~9 GiB (~300 bytes a request)
 WINDOW_S = 600.0  # a ServeGen trace's rate window
+# thread-count variables of OpenMP and the BLAS builds numpy/scipy may use: 1 in each replay unless set
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
 def code_version(root: Path = ROOT) -> str:
@@ -92,11 +96,17 @@ def goal_met(stdout: str, who: str) -> bool:
     return line.endswith(GOAL_MET)
 
 
+def child_env(environ: dict[str, str]) -> dict[str, str]:
+    """A replay's environment: ``environ`` with each of ``THREAD_VARS`` the user did not set at 1."""
+    return {**{v: "1" for v in THREAD_VARS}, **environ}
+
+
 def replay_client(client: Client, extra: list[str]) -> dict[str, Any]:
-    """Replay one client in its own process; the record's figures, or ``error`` with replay.py's last line."""
+    """Replay one client in its own process (one thread: ``child_env``); the record's figures, or ``error`` with
+    replay.py's last line."""
     start = time.monotonic()
     out = subprocess.run([sys.executable, str(REPLAY), "--trace", str(client.path), "--format", client.format,
-                          *extra], capture_output=True, text=True, check=False)
+                          *extra], capture_output=True, text=True, check=False, env=child_env(dict(os.environ)))
     record: dict[str, Any] = {"wall_s": round(time.monotonic() - start, 1)}
     if out.returncode:
         why = [x for x in out.stderr.strip().splitlines() if not x.endswith("%")]  # not the progress lines

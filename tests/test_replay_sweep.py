@@ -174,3 +174,23 @@ def test_clients_over_the_request_limit_are_left_out_named_and_counted(
     assert replay_sweep.main([*argv[:-1], "1000"]) == 0  # a higher limit: the clients left out are replayed
     assert sorted(ran) == sorted(tune + report)
     assert "0 left out" in capsys.readouterr().out
+
+
+def test_each_replay_runs_one_thread_unless_the_user_set_the_thread_counts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, str]] = []
+
+    def fake_run(*_: Any, env: dict[str, str], **__: Any) -> Any:
+        seen.append(env)
+        return replay_sweep.subprocess.CompletedProcess([], 1, "", "no replay here")
+
+    monkeypatch.setattr(replay_sweep.subprocess, "run", fake_run)
+    for var in replay_sweep.THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("RIGHTSIZER_SWEEP_MARK", "kept")
+    record = replay_sweep.replay_client(Client("p/q", "chunk-1", REPORT, tmp_path / "t.csv", "servegen"), [])
+    assert record["error"] == "exit 1: no replay here"
+    (env,) = seen
+    assert env["OMP_NUM_THREADS"] == "3" and env["RIGHTSIZER_SWEEP_MARK"] == "kept"  # the user's, untouched
+    assert all(env[v] == "1" for v in replay_sweep.THREAD_VARS if v != "OMP_NUM_THREADS")
