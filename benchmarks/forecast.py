@@ -4,6 +4,7 @@
     python benchmarks/forecast.py --clients 20          # a quick run: 20 ServeGen clients per folder
     python benchmarks/forecast.py --keep-gaps           # ServeGen's collection gaps scored as zero demand
     python benchmarks/forecast.py --datasets alibaba --horizons 24h   # one data set, one horizon
+    python benchmarks/forecast.py --choice-age 5        # each model chosen 50 minutes before its origin
 
 Data (``--shared``, default ``../shared/data`` or ``$GPU_RIGHTSIZER_SHARED``): ServeGen per-client request
 rates (language/m-mid and m-small as one data set, 10-minute windows, 14 days), the Helios per-minute virtual-cluster
@@ -62,10 +63,17 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recommender.analysis.forecast import Naive, SeasonalNaive, clean_series  # noqa: E402
+from recommender.analysis.forecast import (  # noqa: E402
+    Naive,
+    NotEnoughHistory,
+    SeasonalNaive,
+    clean_series,
+    forecast_with_choice,
+)
 from recommender.analysis.forecast.batch import forecast_many  # noqa: E402
 from recommender.analysis.forecast.csvio import read_series_csv  # noqa: E402
 from recommender.analysis.forecast.metrics import mase, smape  # noqa: E402
+from recommender.core.plan import Forecast  # noqa: E402
 
 STEP_S = 600
 DAILY = 86_400 // STEP_S
@@ -182,8 +190,10 @@ class Run:
     forecasts: int
 
 
-def run_horizon(series: dict[str, pd.Series], h: int, origins: int, spacing: int) -> Run:
-    """Backtest every series at ``origins`` origins."""
+def run_horizon(series: dict[str, pd.Series], h: int, origins: int, spacing: int, choice_age: int = 0) -> Run:
+    """Backtest every series at ``origins`` origins; with ``choice_age`` (steps), each origin's model is the one
+    chosen ``choice_age`` steps before it, refitted (``forecast_with_choice``, as the controller does between
+    choices: ``forecast.reselect_s``)."""
     index = common_grid(series)
     grids = {sid: y.reindex(index) for sid, y in series.items()}
     end = len(index)
@@ -194,7 +204,7 @@ def run_horizon(series: dict[str, pd.Series], h: int, origins: int, spacing: int
         pos = end - h - (origins - 1 - k) * spacing
         train = {sid: g.iloc[:pos].dropna() for sid, g in grids.items()}
         t0 = time.perf_counter()
-        done, _ = forecast_many(train, h)
+        done = forecast_many(train, h)[0] if not choice_age else with_older_choice(grids, train, pos, h, choice_age)
         elapsed, calls = elapsed + time.perf_counter() - t0, calls + len(train)
         for sid, fc in done:
             per[sid].append(origin_scores(grids[sid], pos, h, fc.frame, train[sid]))
@@ -203,6 +213,19 @@ def run_horizon(series: dict[str, pd.Series], h: int, origins: int, spacing: int
         forecasts += len(done)
     scores = {sid: summarize(rows, models[sid]) for sid, rows in per.items() if rows}
     return Run(scores, 1000 * elapsed / max(calls, 1), bound, forecasts)
+
+
+def with_older_choice(grids: dict[str, pd.Series], train: dict[str, pd.Series], pos: int, h: int,
+                      age: int) -> list[tuple[str, Forecast]]:
+    """Each series' forecast at ``pos`` from the model chosen on its history ``age`` steps earlier."""
+    done = []
+    for sid, g in grids.items():
+        try:
+            _, choice = forecast_with_choice(g.iloc[: pos - age].dropna(), h)
+            done.append((sid, forecast_with_choice(train[sid], h, previous=choice, reselect_s=float("inf"))[0]))
+        except NotEnoughHistory:
+            continue
+    return done
 
 
 def origin_scores(g: pd.Series, pos: int, h: int, frame: pd.DataFrame, train: pd.Series) -> tuple[float, ...]:
@@ -344,6 +367,9 @@ def main() -> None:
     ap.add_argument("--helios-columns", default=",".join(HELIOS_COLUMNS), help="Helios series, comma-separated.")
     ap.add_argument("--horizons", default="1h,24h", help="Comma-separated subset of 1h,24h.")
     ap.add_argument("--datasets", default=",".join(DATASETS), help=f"Comma-separated subset of {','.join(DATASETS)}.")
+    ap.add_argument("--choice-age", type=int, default=0, help="Forecast each origin with the model chosen this many "
+                    "steps before it, refitted (forecast.reselect_s: 5 = a choice 50 minutes old; default 0: chosen "
+                    "at the origin). Timing then includes the earlier choice.")
     args = ap.parse_args()
     wanted = args.datasets.split(",")
     unknown = [w for w in [*wanted, *args.horizons.split(",")] if w not in DATASETS and w not in HORIZONS]
@@ -368,7 +394,7 @@ def main() -> None:
             series = via_csv(loaders[name](), Path(tmp), name)
             for label in args.horizons.split(","):
                 h, origins, spacing = HORIZONS[label]
-                run = run_horizon(series, h, origins, spacing)
+                run = run_horizon(series, h, origins, spacing, args.choice_age)
                 met += report(name, label, run, len(series) - len(run.scores), table).values()
     if len(table) > 2:
         print("\nMAE ratios, ours / baseline (below 1: ours better):\n" + "\n".join(table))

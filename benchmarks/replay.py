@@ -100,6 +100,7 @@ from replay_trace import LOADERS, Trace, load_servegen
 
 from recommender.core.catalogue import load_catalogue
 from recommender.core.plan import WorkloadClass
+from recommender.core.settings import ForecastSettings
 from recommender.core.settings_scaling import ScalingSettings
 
 
@@ -116,6 +117,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(its default, 300 s, publishes a new forecast every 5 minutes)")
     p.add_argument("--policies", default="static-peak,reactive,reactive-zero,reactive-rightsized,ours,oracle",
                    help="oracle reads the future: a bound on what a forecast could buy, not a contender")
+    p.add_argument("--reselect-s", type=float, default=ForecastSettings().reselect_s, help="'ours' chooses its "
+                   "forecast model by backtest at most this often and refits only that model in between "
+                   "(forecast.reselect_s; 0: at every refit)")
     p.add_argument("--seed", type=int, default=0, help="ServeGen arrivals and token lengths")
     p.add_argument("--chart", type=Path, help="also draw demand, GPUs held and misses over time per policy to this "
                    ".svg, .png or .pdf file")
@@ -139,8 +143,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         value = getattr(d, field)
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
-    if min(getattr(args, f) for f in CAPACITY_FLAGS) <= 0 or args.ttft_objective_s <= 0 or args.refit_s <= 0:
-        p.error("capacity figures, the TTFT objective and the refit period must be positive")
+    positive = min(getattr(args, f) for f in CAPACITY_FLAGS) > 0 and args.ttft_objective_s > 0 and args.refit_s > 0
+    if not positive or args.reselect_s < 0:
+        p.error("capacity figures, the TTFT objective and the refit period must be positive, --reselect-s 0 or more")
     if args.whole_gpu_over_budget is not None and args.whole_gpu_over_budget < 0:
         p.error("--whole-gpu-over-budget must be 0 (never) or more")
     if args.wake_budget_frac is not None and not 0 <= args.wake_budget_frac <= 1:
@@ -206,7 +211,8 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
         "reactive-zero": Contender(lambda: Reactive(min_replicas=0, max_replicas=warm), cap, warm),
         "reactive-rightsized": Contender(lambda: Reactive(min_replicas=1, max_replicas=on_shape), shaped, on_shape),
         "ours": Contender(lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s, settings,
-                                       whole=cap if shaped != cap else None), shaped, on_shape),
+                                       whole=cap if shaped != cap else None, reselect_s=args.reselect_s),
+                            shaped, on_shape),
         "oracle": Contender(lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)),
                             shaped, on_shape),
     }

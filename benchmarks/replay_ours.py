@@ -27,21 +27,25 @@ from policies.replicas import (
     scaling_plan,
 )
 from recommender.analysis.features import after_zero
-from recommender.analysis.forecast import NotEnoughHistory, forecast_series
+from recommender.analysis.forecast import ModelChoice, NotEnoughHistory, forecast_with_choice
 from recommender.core.annotations import CAPACITY_ANNOTATION
 from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
 from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
-from recommender.core.settings import PolicySettings
+from recommender.core.settings import ForecastSettings, PolicySettings
 from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.usage import within_objective
 
 
 class Ours:
-    """The product's replica policy, refitted on the past every ``refit_s`` and applied every 15 s."""
+    """The product's replica policy, refitted on the past every ``refit_s`` and applied every 15 s; its forecast
+    model chosen by backtest at most every ``reselect_s`` (``forecast.reselect_s``; 0: at every refit)."""
 
     def __init__(self, cap: Capacity, cls: WorkloadClass, refit_s: int, settings: ScalingSettings,
-                 bin_s: int = 60, history_s: int = 7 * 86_400, whole: Capacity | None = None) -> None:
+                 bin_s: int = 60, history_s: int = 7 * 86_400, whole: Capacity | None = None,
+                 reselect_s: float = ForecastSettings().reselect_s) -> None:
         self.cap, self.cls, self.refit_s, self.settings = cap, cls, refit_s, settings
+        self.reselect_s = reselect_s
+        self.choice: ModelChoice | None = None  # the forecast model last chosen by backtest
         self.whole = whole  # the whole GPU a slice gives way to (policies.mig.missed_too_often); None: no change
         self.escalated_s: float | None = None
         self.bin_s, self.history_s = bin_s, history_s
@@ -159,7 +163,9 @@ class Ours:
         forecasts = []
         self.band, self.band_start = np.array([0.0]), full * self.bin_s
         with contextlib.suppress(NotEnoughHistory):  # as the pipeline: on any history, its band widened while short
-            forecasts.append(forecast_series(rate, horizon, metric="request_rate_per_s"))
+            forecast, self.choice = forecast_with_choice(rate, horizon, metric="request_rate_per_s",
+                                                         previous=self.choice, reselect_s=self.reselect_s)
+            forecasts.append(forecast)
         cls = Classification(self.cls, 1.0, ("--class",), "annotation")
         plan = scaling_plan(workload, history, cls, forecasts, self.settings, self.plan)
         self.plan = None if isinstance(plan, NoScalingPlan) else plan

@@ -12,10 +12,13 @@ requests over the objective per policy, whether ours met the per-client goal), t
 half as one fleet (GPU-hours summed; requests over the objective as a share of all the fleet's requests),
 ours against static peak and both reactive variants, the worst client and issue 43's fleet goal. Arguments
 the sweep does not know go to ``replay.py`` (``--seed 1``, ``--slice none``...). Skips with a message when
-the data folder is absent. Clients run as separate processes. A 14-day client takes about 4 minutes of one
-core (ours' refits, at any rate) and 7 µs more per request (chunk-2, 1.1 M requests: 4 minutes; a 13 M-request
-client: about 5); a one-day client 5-30 s. Clients of over 100 M requests do not fit in memory
-(benchmarks/REPLAY.md, "Replay speed").
+the data folder is absent. Clients run as separate processes, one thread each: ``OMP_NUM_THREADS`` and the
+BLAS libraries' equivalents are 1 unless set (numpy's threads only spin when ``--jobs`` processes share the
+cores). Times (benchmarks/REPLAY.md, "Replay speed"): a 14-day client's refits and start take about 70 s of
+one core, plus about 7 µs a request (chunk-2, 1.1 M requests: about 80 s); a one-day client 3-8 s. Clients of
+over 100 M requests do not fit in memory: a ServeGen client whose rates add up to more than
+``--max-requests`` (default 30 M: about 9 GiB, so that two fit at ``--jobs 2``, and about 4 minutes of
+per-request work) is left out, with a ``skipped`` line, and the summary counts and names the clients left out.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay_results.verdict's line 
 POLICIES = "static-peak,reactive,reactive-rightsized,ours,oracle"
 CODE_GLOBS = ("benchmarks/replay*.py", "recommender/**/*.py", "policies/**/*.py", "policies/**/*.yaml")
 NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py"}
+MAX_REQUESTS = 30_000_000  # per client, by default: over this a replay needs over ~9 GiB (~300 bytes a request)
+WINDOW_S = 600.0  # a ServeGen trace's rate window
+# thread-count variables of OpenMP and the BLAS builds numpy/scipy may use: 1 in each replay unless set
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
 def code_version(root: Path = ROOT) -> str:
@@ -88,11 +96,17 @@ def goal_met(stdout: str, who: str) -> bool:
     return line.endswith(GOAL_MET)
 
 
+def child_env(environ: dict[str, str]) -> dict[str, str]:
+    """A replay's environment: ``environ`` with each of ``THREAD_VARS`` the user did not set at 1."""
+    return {**{v: "1" for v in THREAD_VARS}, **environ}
+
+
 def replay_client(client: Client, extra: list[str]) -> dict[str, Any]:
-    """Replay one client in its own process; the record's figures, or ``error`` with replay.py's last line."""
+    """Replay one client in its own process (one thread: ``child_env``); the record's figures, or ``error`` with
+    replay.py's last line."""
     start = time.monotonic()
     out = subprocess.run([sys.executable, str(REPLAY), "--trace", str(client.path), "--format", client.format,
-                          *extra], capture_output=True, text=True, check=False)
+                          *extra], capture_output=True, text=True, check=False, env=child_env(dict(os.environ)))
     record: dict[str, Any] = {"wall_s": round(time.monotonic() - start, 1)}
     if out.returncode:
         why = [x for x in out.stderr.strip().splitlines() if not x.endswith("%")]  # not the progress lines
@@ -101,6 +115,32 @@ def replay_client(client: Client, extra: list[str]) -> dict[str, Any]:
     if not parsed["policies"]:
         return record | {"error": (out.stdout.strip().splitlines() or ["no policy ran"])[-1]}
     return record | parsed
+
+
+def expected_requests(client: Client) -> int | None:
+    """The requests a ServeGen client's replay generates, about: its windows' rates x 600 s (``load_servegen``
+    draws each window's arrivals at its rate). None for other formats (one-hour traces) and unreadable files."""
+    if client.format != "servegen":
+        return None
+    total = 0.0
+    try:
+        with client.path.open() as f:
+            for line in f:
+                field = line.split(",", 2)
+                rate = float(field[1]) if len(field) > 1 and field[1] else 0.0
+                total += rate * WINDOW_S if rate > 0 else 0.0
+    except (OSError, ValueError):
+        return None
+    return round(total)
+
+
+def too_large(client: Client, limit: float) -> dict[str, Any] | None:
+    """A ``skipped`` record for a client of more than ``limit`` requests, else None."""
+    n = expected_requests(client)
+    if n is None or n <= limit:
+        return None
+    return {"wall_s": 0.0, "skipped": f"about {n / 1e6:.0f} M requests, over --max-requests {limit:.3g}",
+            "expected_requests": n}
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -142,6 +182,8 @@ def as_result(record: dict[str, Any]) -> ClientResult:
 
 def client_line(record: dict[str, Any]) -> str:
     where = f"{record['population']} {record['client']} ({record['half']})"
+    if record.get("skipped"):
+        return f"client={where} skipped: {record['skipped']}"
     if record.get("error"):
         return f"client={where} error: {record['error']}"
     cells = " ".join(f"{k}={f['gpu_hours']:.1f}h/{f['ttft_violation_pct']:.2f}%" for k, f in ran(record))
@@ -163,10 +205,15 @@ def summarise(records: list[dict[str, Any]], policies: list[str], chart: Path | 
     last = {(r["population"], r["client"]): r for r in sorted(records, key=order)}
     versions = sorted({f"{r.get('commit') or '?'} (code {r.get('code', '?')}, args {' '.join(r.get('args', []))})"
                        for r in last.values()})
-    good = [r for r in last.values() if not r.get("error")]
+    good = [r for r in last.values() if not r.get("error") and not r.get("skipped")]
+    skipped = [r for r in last.values() if r.get("skipped")]
     for r in last.values():
         print(client_line(r))
-    print(f"# {len(good)} clients replayed, {len(last) - len(good)} failed; measured at " + "; ".join(versions))
+    failed = len(last) - len(good) - len(skipped)
+    names = ", ".join(f"{r['population']} {r['client']}" for r in skipped)
+    left_out = f" ({names})" if skipped else ""
+    print(f"# {len(good)} clients replayed, {failed} failed, {len(skipped)} left out as too large{left_out}; "
+          "measured at " + "; ".join(versions))
     results = [as_result(r) for r in good]
     shown = [p for p in policies if any(p in r.figures for r in results)]
     shown += [p for r in results for p in r.figures if p not in shown]
@@ -222,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default=POLICIES, help="passed to replay.py")
     p.add_argument("--jobs", type=int, default=2, help="clients replayed at once, one process each")
     p.add_argument("--chart", type=Path, help="also draw every client against the goal to this .svg, .png or .pdf")
+    p.add_argument("--max-requests", type=float, default=MAX_REQUESTS, help="leave out ServeGen clients whose rates "
+                   "add up to more requests than this (default %(default).3g: larger ones do not fit in memory); "
+                   "they are named in the summary")
     args, extra = p.parse_known_args(argv)
     problem = chart_path_problem(args.chart)
     if problem:
@@ -245,11 +295,20 @@ def main(argv: list[str] | None = None) -> int:
     replay_args = ["--policies", args.policies, *extra]
     code, at = code_version(), commit()
     done = {(r["population"], r["client"]): r for r in read_records(args.out) if not r.get("error")
-            and r.get("code") == code and r.get("args") == replay_args} if args.out else {}
+            and not r.get("skipped") and r.get("code") == code and r.get("args") == replay_args} if args.out else {}
     todo = [c for c in chosen if (c.population, c.name) not in done]
+    skips = [(c, skip) for c in todo if (skip := too_large(c, args.max_requests)) is not None]
+    todo = [c for c in todo if all(c is not skipped for skipped, _ in skips)]
     print(f"# {len(chosen)} clients, {len(chosen) - len(todo)} already in {args.out} for this code ({code}) and "
           f"these arguments; replaying {len(todo)}", file=sys.stderr)
     records = [done[(c.population, c.name)] for c in chosen if (c.population, c.name) in done]
+    for c, skip in skips:
+        record = {"population": c.population, "client": c.name, "half": c.half, "format": c.format,
+                  "path": str(c.path), "code": code, "commit": at, "args": replay_args} | skip
+        print(client_line(record), file=sys.stderr, flush=True)
+        if args.out is not None:
+            append_record(args.out, record)
+        records.append(record)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         running = {pool.submit(replay_client, c, replay_args): c for c in todo}
         for n, future in enumerate(as_completed(running), 1):

@@ -28,6 +28,7 @@ from replay_trace import load_servegen, make_trace
 
 from recommender.core.catalogue import load_catalogue
 from recommender.core.plan import WorkloadClass
+from recommender.core.settings import ForecastSettings
 from recommender.core.settings_scaling import ScalingSettings
 
 OBJECTIVE_S = 2.0
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=float, nargs=2, default=(0.0, 4.0), metavar=("FROM", "TO"))
     p.add_argument("--policies", default="ours", help="comma-separated: ours, oracle, static-peak")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reselect-s", type=float, default=ForecastSettings().reselect_s,
+                   help="ours' forecast model chosen by backtest at most this often (0: at every refit)")
     args = p.parse_args(argv)
     if not args.trace.is_file():
         print(f"replay_window: trace {args.trace} not found: skipped (see ../shared/data/README.md)")
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         policy: Policy
         if name == "ours":
             policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300, ScalingSettings(),
-                                 whole=cap if shaped != cap else None)
+                                 whole=cap if shaped != cap else None, reselect_s=args.reselect_s)
             on = shaped
         elif name == "oracle":
             policy, on = Oracle(trace, shaped, ScalingSettings().headroom_frac["real-time"]), shaped

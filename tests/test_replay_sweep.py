@@ -146,3 +146,51 @@ def test_the_sweep_says_what_it_cannot_run(tmp_path: Path, capsys: pytest.Captur
     bad.write_text("not,a\n")
     failed = replay_sweep.replay_client(Client("lang/m", "chunk-9", REPORT, bad, "azure"), [])
     assert failed["error"].startswith("exit 2: error: ") and "is not a azure trace" in failed["error"]
+
+
+def test_clients_over_the_request_limit_are_left_out_named_and_counted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    data, tune, report = servegen_data(tmp_path / "data")  # 0.5/s clients: 600 requests; 0.2/s: 240
+    big = [tune[0], report[0]]
+    assert [replay_sweep.expected_requests(Client("lang/m", n, TUNE, data / "alibaba-servegen" / "data" / "lang" /
+                                                  "m" / f"{n}-trace.csv", "servegen")) for n in (*big, tune[1])] \
+        == [600, 600, 240]
+    ran: list[str] = []
+
+    def fake(c: Client, extra: list[str]) -> dict[str, Any]:
+        ran.append(c.name)
+        return {"wall_s": 0.0, "error": "stub"}
+
+    monkeypatch.setattr(replay_sweep, "replay_client", fake)
+    out = tmp_path / "sweep.jsonl"
+    argv = ["--data", str(data), "--population", "lang/m", "--out", str(out), "--max-requests", "300"]
+    assert replay_sweep.main(argv) == 0
+    printed = capsys.readouterr()
+    assert sorted(ran) == sorted([tune[1], report[1]])
+    assert sum("skipped: about 0 M requests, over --max-requests 300" in x for x in printed.out.splitlines()) == 2
+    count = next(x for x in printed.out.splitlines() if " clients replayed, " in x)
+    assert "2 failed, 2 left out as too large" in count and all(f"lang/m {n}" in count for n in big)
+    ran.clear()
+    assert replay_sweep.main([*argv[:-1], "1000"]) == 0  # a higher limit: the clients left out are replayed
+    assert sorted(ran) == sorted(tune + report)
+    assert "0 left out" in capsys.readouterr().out
+
+
+def test_each_replay_runs_one_thread_unless_the_user_set_the_thread_counts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, str]] = []
+
+    def fake_run(*_: Any, env: dict[str, str], **__: Any) -> Any:
+        seen.append(env)
+        return replay_sweep.subprocess.CompletedProcess([], 1, "", "no replay here")
+
+    monkeypatch.setattr(replay_sweep.subprocess, "run", fake_run)
+    for var in replay_sweep.THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("RIGHTSIZER_SWEEP_MARK", "kept")
+    record = replay_sweep.replay_client(Client("p/q", "chunk-1", REPORT, tmp_path / "t.csv", "servegen"), [])
+    assert record["error"] == "exit 1: no replay here"
+    (env,) = seen
+    assert env["OMP_NUM_THREADS"] == "3" and env["RIGHTSIZER_SWEEP_MARK"] == "kept"  # the user's, untouched
+    assert all(env[v] == "1" for v in replay_sweep.THREAD_VARS if v != "OMP_NUM_THREADS")

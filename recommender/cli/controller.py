@@ -20,6 +20,7 @@ from recommender.cli.options import SETTINGS_SECTIONS, build_settings, fail, par
 from recommender.core.errors import RightsizerError
 
 if TYPE_CHECKING:
+    from recommender.analysis.forecast import ModelChoice
     from recommender.controller.constraints import Constrain
     from recommender.core.settings import Settings
     from recommender.pipeline.planstore import PlanStore
@@ -135,7 +136,9 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
 class Cycle:
     """One controller cycle: collect and plan. Its usage cache lets every cycle after the first read only the
     steps added since; the last plan in ``store`` carries capacity forward (policies.replicas.keep_lower_bound);
-    a collector's line that the last cycle logged too is not logged again."""
+    the last cycle's forecast model choices (``choices``) are handed to the next, which refits a choice younger
+    than ``forecast.reselect_s`` instead of choosing again; a collector's line that the last cycle logged too is
+    not logged again."""
 
     def __init__(self, source: str, path: str | None, settings: Settings, store: PlanStore) -> None:
         from collectors.prometheus.cache import UsageCache
@@ -143,18 +146,21 @@ class Cycle:
         self.source, self.path, self.settings, self.store = source, path, settings, store
         self.cache = UsageCache()
         self.said: frozenset[str] = frozenset()
+        self.choices: dict[str, dict[str, ModelChoice]] = {}  # workload key -> metric -> model (run_cycle's)
 
     def __call__(self, now: datetime, constrain: Constrain) -> Any:
         """Collect, then plan with the policies' constraints on the workloads collected."""
         from recommender.cli.app import RichProgress, collect
-        from recommender.pipeline.run import run_once
+        from recommender.pipeline.run import run_cycle
 
         with RichProgress(quiet=self.said) as progress:
             snap = collect(self.source, self.path, self.settings, now, self.cache, progress)
         self.said = frozenset(progress.said)
         last = self.store.latest()
-        return run_once(snap, self.settings, now, previous=last.plan if last else None,
-                        constraints=constrain(snap.workloads)), snap
+        done = run_cycle(snap, self.settings, now, previous=last.plan if last else None,
+                         constraints=constrain(snap.workloads), choices=self.choices)
+        self.choices = done.choices
+        return done.plan, snap
 
 
 def _read_config(path: str) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""One reconcile = collect → ``run_once`` → per policy object: Off nothing; Recommend: status, annotation,
-Event; Auto: regression check of the last change, then guardrails → dry-run diff → guarded patch. Next,
-workloads no policy targets but annotated ``rightsizer.io/mode`` are handled as if one did. Then MIG node
-changes in flight are advanced (so a restart resumes them). ``schedule.run_scheduled`` calls
-:meth:`Controller.reconcile` every interval; only the Lease holder acts, and each write is fenced (sent
-only while the lease is held, else :class:`~recommender.controller.kube.NotLeader`). A failure in one
-policy (RBAC denial, timeout, conflict, a lost lease) is reported on that policy and the loop goes on.
+"""One reconcile = collect → plan (``plan_fn``: ``rightsizer controller``'s ``Cycle`` runs ``run_cycle``, which
+carries each workload's forecast model choices to the next cycle) → per policy object: Off nothing; Recommend:
+status, annotation, Event; Auto: regression check of the last change, then guardrails → dry-run diff → guarded
+patch. Next, workloads no policy targets but annotated ``rightsizer.io/mode`` are handled as if one did. Then
+MIG node changes in flight are advanced (so a restart resumes them). ``schedule.run_scheduled`` calls
+:meth:`Controller.reconcile` every interval; only the Lease holder acts, and each write is fenced (sent only
+while the lease is held, else :class:`~recommender.controller.kube.NotLeader`). A failure in one policy (RBAC
+denial, timeout, conflict, a lost lease) is reported on that policy and the loop goes on.
 """
 
 from __future__ import annotations

@@ -68,6 +68,12 @@ class ForecastSettings(BaseModel):
         100, ge=0, description="Forecast at most this many workloads, those holding the most GPUs first "
         "(about 50 ms a series: large fleets would otherwise wait minutes)."
     )
+    reselect_s: float = Field(
+        3600.0, ge=0, description="A caller that carries the model choice from one forecast of a series to the "
+        "next (forecast_with_choice) chooses the model by backtest at most this often, seconds, and only refits "
+        "the chosen one in between (0: every time). The controller carries each workload's choices from one cycle "
+        "to the next; a one-shot report has no earlier choice and always chooses."
+    )
 
     @field_validator("levels")
     @classmethod

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 
@@ -25,7 +25,7 @@ from policies.tenancy import tenancy_cost, with_tenancy_reasons
 from recommender.analysis.classify import classify, overridden
 from recommender.analysis.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.analysis.features import WorkloadFeatures, workload_features
-from recommender.analysis.forecast import NotEnoughHistory, forecast_series
+from recommender.analysis.forecast import ModelChoice, NotEnoughHistory, forecast_with_choice
 from recommender.analysis.quality import clean, fleet_warning
 from recommender.analysis.quality_data import load_bounds
 from recommender.analysis.shape import demand_shape
@@ -46,6 +46,17 @@ def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
     timings[step] = round(time.perf_counter() - t0, 4)
 
 
+Choices = Mapping[str, Mapping[str, ModelChoice]]  # workload key -> demand metric -> the model chosen for it
+
+
+@dataclass(frozen=True)
+class Cycled:
+    """One loop cycle's plan and the forecast model choices it used (to be handed to the next cycle)."""
+
+    plan: Plan
+    choices: dict[str, dict[str, ModelChoice]] = field(default_factory=dict)
+
+
 def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
              catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
              constraints: Mapping[str, WorkloadConstraints] | None = None, memo: Memo | None = None) -> Plan:
@@ -55,6 +66,19 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     report has none. ``memo`` (from the edge: a dict, a file's contents) holds features, classes and forecasts of
     earlier runs under digests of their inputs (``recommender.pipeline.memo``): those found are reused, the others
     computed and added."""
+    return run_cycle(snapshot, settings, now, policy=policy, catalogue=catalogue, cards=cards, previous=previous,
+                     constraints=constraints, memo=memo).plan
+
+
+def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
+              catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
+              constraints: Mapping[str, WorkloadConstraints] | None = None, memo: Memo | None = None,
+              choices: Choices | None = None) -> Cycled:
+    """``run_once`` for a loop that carries forecast model choices from one cycle to the next: ``choices`` are
+    the last cycle's (``Cycled.choices``; ``{}`` on the first), and a choice younger than
+    ``forecast.reselect_s`` is refitted without a new backtest (``forecast_with_choice``). With ``choices``
+    the forecasts do not use ``memo`` (a loop's series gain steps every cycle, so their digests never repeat).
+    Without ``choices`` (None) the plan is ``run_once``'s and no choices come back."""
     if not snapshot.workloads:
         scope = ", ".join(settings.namespaces) or "all namespaces"
         raise NoWorkloadsError(f"no GPU workloads found in {scope}")
@@ -74,7 +98,8 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
         fixed = constraints or {}
         classes = _classes(snapshot, fixed, memo, digests)
     with _timed(timings, "forecast"):
-        forecasts = _forecasts(snapshot, settings, memo, digests)
+        chosen: dict[str, dict[str, ModelChoice]] = {}
+        forecasts = _forecasts(snapshot, settings, memo, digests, choices, chosen)
     before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
     with _timed(timings, "policies"):
         recs = []
@@ -106,7 +131,8 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
                  *((tenancy.warning,) if tenancy.warning else ())), timings, snapshot.source,
                 nodes.nodes, nodes.mig_parted_config, prometheus, sharing)
     with _timed(timings, "advice"):
-        return with_advice(plan, given, catalogue)
+        plan = with_advice(plan, given, catalogue)
+    return Cycled(plan, chosen)
 
 
 def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None
@@ -154,38 +180,62 @@ def _classify(snapshot: Snapshot, w: Workload, objective_s: float | None) -> Cla
 
 
 def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
-               digests: Mapping[str, str] | None = None
+               digests: Mapping[str, str] | None = None, choices: Choices | None = None,
+               chosen: dict[str, dict[str, ModelChoice]] | None = None
                ) -> dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]]:
-    """Forecasts of the workloads that hold the most GPUs (at most ``forecast.max_workloads``), remembered in
-    ``memo``."""
+    """Forecasts of the workloads that hold the most GPUs (at most ``forecast.max_workloads``): remembered in
+    ``memo`` when no ``choices`` are carried; with ``choices``, made from them and the choices used put in
+    ``chosen``."""
     fs = settings.forecast
     if not fs.enabled:
         return {}
     ranked = sorted(snapshot.workloads, key=lambda w: (-w.allocation.total_gpu_equivalents, w.ref))
-    chosen = {w.ref.key for w in ranked[:fs.max_workloads]}
-    out = {w.ref.key: remembered(memo, "forecast", ((digests or {}).get(w.ref.key), w, fs.horizon_s, fs.levels),
-                                 partial(forecast_workload, snapshot, w, fs))
-           for w in snapshot.workloads if w.ref.key in chosen}
+    keys = {w.ref.key for w in ranked[:fs.max_workloads]}
+    out: dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]] = {}
+    for w in snapshot.workloads:
+        if w.ref.key not in keys:
+            continue
+        if choices is None:
+            out[w.ref.key] = remembered(memo, "forecast", ((digests or {}).get(w.ref.key), w, fs.horizon_s,
+                                                           fs.levels), partial(forecast_workload, snapshot, w, fs))
+            continue
+        found, notes, used = forecast_workload_choosing(snapshot, w, fs, choices.get(w.ref.key, {}))
+        out[w.ref.key] = (found, notes)
+        if chosen is not None and used:
+            chosen[w.ref.key] = used
     skipped = (f"no forecast: only the {fs.max_workloads} workloads holding the most GPUs are forecast "
                "(--forecast-max)",)
-    return out | {w.ref.key: ((), skipped) for w in snapshot.workloads if w.ref.key not in chosen}
+    return out | {w.ref.key: ((), skipped) for w in snapshot.workloads if w.ref.key not in keys}
 
 
 def forecast_workload(snapshot: Snapshot, workload: Workload, fs: ForecastSettings
                       ) -> tuple[tuple[Forecast, ...], tuple[str, ...]]:
     """Every demand forecast of one workload, and a note for each one that could not be made."""
+    found, notes, _ = forecast_workload_choosing(snapshot, workload, fs, {})
+    return found, notes
+
+
+def forecast_workload_choosing(snapshot: Snapshot, workload: Workload, fs: ForecastSettings,
+                               previous: Mapping[str, ModelChoice]
+                               ) -> tuple[tuple[Forecast, ...], tuple[str, ...], dict[str, ModelChoice]]:
+    """``forecast_workload``, reusing ``previous`` (demand metric → model choice) for ``fs.reselect_s``, and the
+    choice each forecast used (by metric)."""
     horizon = max(1, round(fs.horizon_s / snapshot.step_s))
     found: list[Forecast] = []
     notes: list[str] = []
+    used: dict[str, ModelChoice] = {}
     for metric in DEMAND_METRICS:
         y = demand_series(snapshot, workload, metric)
         if y is None:
             continue
         try:
-            found.append(forecast_series(y, horizon, fs.levels, metric))
+            forecast, used[metric] = forecast_with_choice(y, horizon, fs.levels, metric, previous.get(metric),
+                                                          fs.reselect_s)
         except NotEnoughHistory as exc:
             notes.append(f"no {LABELS[metric]} forecast: {exc}")
-    return tuple(found), tuple(notes)
+            continue
+        found.append(forecast)
+    return tuple(found), tuple(notes), used
 
 
 def with_scaling(rec: Recommendation, found: ScalingPlan | NoScalingPlan) -> Recommendation:

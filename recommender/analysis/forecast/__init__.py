@@ -9,7 +9,7 @@
 reward; for capacity read the ``hi_<level>`` bounds. Everything here is pure except ``csvio``.
 """
 
-from recommender.analysis.forecast.api import forecast_series
+from recommender.analysis.forecast.api import ModelChoice, forecast_series, forecast_with_choice
 from recommender.analysis.forecast.auto import AutoForecaster, default_candidates
 from recommender.analysis.forecast.backtest import backtest, origin_positions
 from recommender.analysis.forecast.base import Forecaster, ModelFitError, NotEnoughHistory, level_columns, upper_band
@@ -25,6 +25,7 @@ __all__ = [
     "CleanSeries",
     "Forecaster",
     "HoltWinters",
+    "ModelChoice",
     "ModelFitError",
     "Naive",
     "NotEnoughHistory",
@@ -36,6 +37,7 @@ __all__ = [
     "default_candidates",
     "detect_seasonality",
     "forecast_series",
+    "forecast_with_choice",
     "level_columns",
     "mase",
     "origin_positions",

@@ -7,17 +7,23 @@ gaps by ``1 + filled share``. Each widening and each repair comes back as a reas
 Series finer than 10 minutes (a 60 s Prometheus step: 1,440 points a day) are modelled on 10-minute
 means and each forecast value is held over its 10 minutes: seasonal models over 1,440-point seasons
 cost seconds a series, and demand planned a day ahead does not need minute detail.
+
+A caller that forecasts the same series every few minutes (the controller, the replay's ``ours``) may carry
+the last ``ModelChoice`` into ``forecast_with_choice``: while it is younger than ``reselect_s`` and the
+series is modelled at the same step and horizon, only the chosen model is fitted again (the backtests over
+every candidate are about half the cost). The choice is an explicit input and output: nothing is kept here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from recommender.analysis.forecast.auto import AutoForecaster
-from recommender.analysis.forecast.base import check_levels, widen
+from recommender.analysis.forecast.base import Forecaster, ModelFitError, NotEnoughHistory, check_levels, widen
 from recommender.analysis.forecast.clean import clean_series, coarsen
 from recommender.analysis.forecast.seasonality import DAY_S, candidate_periods
 from recommender.core.plan import Forecast
@@ -27,11 +33,40 @@ MAX_WIDENING = 5.0
 MODEL_STEP_S = 600.0  # finer series are modelled at (about) this step
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model a backtest chose for one series, to be fitted again on later history without a new backtest.
+
+    ``template`` is unfitted (a frozen ETS keeps its parameters) and is only ever cloned. ``chosen_at`` is
+    the last point of the history it was chosen on; ``step_s`` (s) and ``horizon`` (steps) are those the
+    series was modelled at; ``reasons`` are the selection's own (what was chosen, on what evidence).
+    """
+
+    template: Forecaster
+    chosen_at: pd.Timestamp
+    step_s: float
+    horizon: int
+    reasons: tuple[str, ...]
+    backtest_smape: float | None
+    backtest_mase: float | None
+
+
 def forecast_series(y: pd.Series, horizon: int, levels: Iterable[int] = (80, 95), metric: str = "") -> Forecast:
     """Forecast ``horizon`` steps of ``y`` (float series on a DatetimeIndex, any regularity).
 
     Raises ``NotEnoughHistory`` (one line) when fewer than 3 finite points remain after cleaning.
     ``metric`` only labels the result (a canonical name from ``recommender.core.usage``, or KV_TOKENS).
+    """
+    return forecast_with_choice(y, horizon, levels, metric)[0]
+
+
+def forecast_with_choice(y: pd.Series, horizon: int, levels: Iterable[int] = (80, 95), metric: str = "",
+                         previous: ModelChoice | None = None, reselect_s: float = 0.0) -> tuple[Forecast, ModelChoice]:
+    """``forecast_series``, and the model choice it used; ``previous`` is reused while it is younger than
+    ``reselect_s`` (s, by the history's last point) and the series is modelled at the same step and horizon.
+
+    Without ``previous`` (or ``reselect_s`` 0) the forecast is ``forecast_series``'s. A reused model that
+    no longer fits the history is dropped and the model chosen again.
     """
     if horizon < 1:
         raise ValueError(f"horizon must be at least 1 step, got {horizon}")
@@ -39,16 +74,46 @@ def forecast_series(y: pd.Series, horizon: int, levels: Iterable[int] = (80, 95)
     cleaned = clean_series(y)
     values = cleaned.y.to_numpy(dtype="float64")
     k = _coarsening(values.size, cleaned.step_s)
-    auto = AutoForecaster(-(-horizon // k)).fit(coarsen(cleaned.y, k) if k > 1 else cleaned.y)
+    series = coarsen(cleaned.y, k) if k > 1 else cleaned.y
+    model_h = -(-horizon // k)
+    step_s = k * cleaned.step_s
+    fitted = _refitted(previous, series, step_s, model_h, reselect_s)
+    if fitted is not None and previous is not None:
+        choice = previous
+        age = (series.index[-1] - previous.chosen_at).total_seconds()
+        kept = (f"{fitted.label} refitted without a new backtest: chosen {age / 60:.0f} min before the last point "
+                f"(chosen again every {reselect_s / 60:g} min)")
+        model_reasons = [*previous.reasons[:1], kept, *previous.reasons[1:]]
+    else:
+        auto = AutoForecaster(model_h).fit(series)
+        fitted = auto.chosen_
+        choice = ModelChoice(auto.template_, series.index[-1], step_s, model_h, tuple(auto.reasons_),
+                             auto.backtest_smape_, auto.backtest_mase_)
+        model_reasons = list(auto.reasons_)
     factor, why = _widening(values.size, cleaned.step_s, cleaned.filled_frac)
-    frame = widen(auto.predict(auto.horizon, lv), factor)
+    frame = widen(fitted.predict(model_h, lv), factor)
     if k > 1:
         frame = _held(frame, k, horizon, pd.DatetimeIndex(cleaned.y.index))
         why.append(f"modelled on {k * cleaned.step_s / 60:g}-minute means ({k} steps of {cleaned.step_s:g} s): "
                    "each value holds for that long")
-    notes = [*auto.reasons_, *cleaned.reasons, *why, *_flat_note(values)]
-    return Forecast(metric=metric, model=auto.label, frame=frame, reasons=tuple(notes),
-                    backtest_smape=auto.backtest_smape_, backtest_mase=auto.backtest_mase_)
+    notes = [*model_reasons, *cleaned.reasons, *why, *_flat_note(values)]
+    forecast = Forecast(metric=metric, model=fitted.label, frame=frame, reasons=tuple(notes),
+                        backtest_smape=choice.backtest_smape, backtest_mase=choice.backtest_mase)
+    return forecast, choice
+
+
+def _refitted(previous: ModelChoice | None, series: pd.Series, step_s: float, horizon: int,
+              reselect_s: float) -> Forecaster | None:
+    """``previous``' model fitted on ``series`` when it may be reused; None: choose again."""
+    if previous is None or previous.step_s != step_s or previous.horizon != horizon:
+        return None
+    age = (series.index[-1] - previous.chosen_at).total_seconds()
+    if not 0 <= age < reselect_s:
+        return None
+    try:
+        return previous.template.clone().fit(series)
+    except (ModelFitError, NotEnoughHistory):
+        return None
 
 
 def _coarsening(n_points: int, step_s: float) -> int:

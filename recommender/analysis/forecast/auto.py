@@ -70,7 +70,8 @@ class AutoForecaster(Forecaster):
     ``select_by`` ranks by ``"smape"``, ``"mase"`` or ``"smape+mase"`` (see ``backtest.score``).
     ``candidates`` overrides the defaults of ``default_candidates`` (persistence is added when
     missing: it bounds every choice, see the module doc). Learned: ``chosen_`` (the fitted
-    model), ``seasonality_``, ``errors_`` (backtest frame per candidate label), ``reasons_`` and the
+    model), ``template_`` (the unfitted model it was fitted from: ETS parameters kept when frozen),
+    ``seasonality_``, ``errors_`` (backtest frame per candidate label), ``reasons_`` and the
     chosen model's ``backtest_smape_`` / ``backtest_mase_`` (None when nothing could be backtested).
     Expensive parameters (ETS) are estimated once, at the oldest origin, and reused after it.
     """
@@ -139,11 +140,15 @@ class AutoForecaster(Forecaster):
         """The best-ranked model that fits the whole series; naive when none does."""
         for template in ranked:
             try:
-                return template.clone().fit(series)
+                fitted = template.clone().fit(series)
             except (ModelFitError, NotEnoughHistory) as exc:
                 self.reasons_.append(f"{template.label} not used: {exc}")
+                continue
+            self.template_ = template
+            return fitted
         self.reasons_.append("no candidate could be backtested: naive forecast (last value)")
-        return Naive().fit(series)
+        self.template_ = Naive()
+        return self.template_.clone().fit(series)
 
     def _explain(self) -> None:
         """Say what was chosen, on what evidence, and how the floor (seasonal naive) did."""
@@ -174,9 +179,12 @@ def mae_against(errors: pd.DataFrame, persistence: pd.DataFrame) -> tuple[float,
     (NaN MAE) counts for neither. Persistence is backtested at every origin another model is, as it needs
     the fewest points (``origin_positions`` drops only the oldest origins for longer ``min_points``).
     """
-    both = errors.merge(persistence, on="origin", suffixes=("", "_p"))
-    both = both[both["mae"].notna() & both["mae_p"].notna()]
-    return float(both["mae"].sum()), float(both["mae_p"].sum()), len(both)
+    origins = errors["origin"].to_numpy()
+    theirs_at = dict(zip(persistence["origin"].to_numpy(), persistence["mae"].to_numpy(dtype="float64"), strict=True))
+    ours = errors["mae"].to_numpy(dtype="float64")
+    theirs = np.array([theirs_at.get(o, np.nan) for o in origins], dtype="float64")
+    keep = np.array([o in theirs_at for o in origins], dtype=bool) & ~np.isnan(ours) & ~np.isnan(theirs)
+    return float(pd.Series(ours[keep]).sum()), float(pd.Series(theirs[keep]).sum()), int(keep.sum())
 
 
 def _finite_mean(values: pd.Series) -> float | None:
