@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=float, nargs=2, default=(0.0, 4.0), metavar=("FROM", "TO"))
     p.add_argument("--policies", default="ours", help="comma-separated: ours, oracle, static-peak")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--burst-floor", type=float, default=None, metavar="FRAC",
+                   help="scaling.burst_floor_budget_frac for ours (the default setting's without it)")
     args = p.parse_args(argv)
     if not args.trace.is_file():
         print(f"replay_window: trace {args.trace} not found: skipped (see ../shared/data/README.md)")
@@ -63,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.policies.split(","):
         policy: Policy
         if name == "ours":
-            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300, ScalingSettings(),
+            settings = ScalingSettings() if args.burst_floor is None else \
+                ScalingSettings(burst_floor_budget_frac=args.burst_floor)
+            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300, settings,
                                  whole=cap if shaped != cap else None)
             on = shaped
         elif name == "oracle":
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(name, simulate(trace, on, policy, name, start), OBJECTIVE_S, floor), flush=True)
         if name == "ours" and ours.plan is not None:
             print(f"# ours ended: to whole GPUs at {ours.escalated_s}, target {ours.plan.target_per_replica:g} req/s, "
-                  f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}")
+                  f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}, min {ours.plan.min_replicas}")
     return 0
 
 
