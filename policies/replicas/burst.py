@@ -54,8 +54,8 @@ def burst_floor(history: ReplicaHistory, capacity_rps: float, target_rps: float,
 def floor_needed(rate: np.ndarray, capacity_rps: float, target_rps: float, lag: int) -> np.ndarray:
     """Per step, the replica floor that would have served it at the objective where the replicas sized on the
     rate ``lag`` steps earlier (ceil(rate / ``target_rps``)) did not (ceil(rate / ``capacity_rps``)), else 0.
-    The first ``lag`` steps are read against no replicas before them."""
-    before = np.concatenate([np.zeros(min(lag, rate.size)), rate[:max(0, rate.size - lag)]])
+    The first ``lag`` steps need none: what served them lies before the history."""
+    before = np.concatenate([np.full(min(lag, rate.size), np.inf), rate[:max(0, rate.size - lag)]])
     sized = np.ceil(before / target_rps - 1e-9)
     missed = rate > sized * capacity_rps
     return np.where(missed, np.ceil(rate / capacity_rps - 1e-9), 0.0).astype(np.int64)
