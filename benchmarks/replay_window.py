@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(name, simulate(trace, on, policy, name, start), OBJECTIVE_S, floor), flush=True)
         if name == "ours" and ours.plan is not None:
             print(f"# ours ended: to whole GPUs at {ours.escalated_s}, target {ours.plan.target_per_replica:g} req/s, "
-                  f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}, min {ours.plan.min_replicas}")
+                  f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}, "
+                  f"min {ours.plan.min_replicas}")
     return 0
 
 
