@@ -148,6 +148,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--whole-gpu-over-budget must be 0 (never) or more")
     if args.wake_budget_frac is not None and not 0 <= args.wake_budget_frac <= 1:
         p.error("--wake-budget-frac must lie in [0, 1]")
+    if args.burst_floor_budget_frac is not None and not 0 <= args.burst_floor_budget_frac <= 1:
+        p.error("--burst-floor-budget-frac must lie in [0, 1]")
     unknown = [n for n in args.policies.split(",") if n not in POLICIES]
     if unknown:
         p.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")

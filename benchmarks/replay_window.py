@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay_window: trace {args.trace} not found: skipped (see ../shared/data/README.md)")
         return 0
     unknown = set(args.policies.split(",")) - {"ours", "oracle", "static-peak"}
+    if args.burst_floor is not None and not 0 <= args.burst_floor <= 1:
+        p.error("--burst-floor must lie in [0, 1]")
     if unknown or not args.days[0] < args.days[1]:
         p.error(f"unknown policy {sorted(unknown)[0]!r}" if unknown else "--days FROM must be before TO")
     full = load_servegen(args.trace, args.seed, 1000.0, 250.0)
