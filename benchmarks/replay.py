@@ -139,6 +139,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wake-budget-frac", type=float, default=ScalingSettings().wake_budget_frac,
                    help="'ours' may take a real-time service to zero where its past wakes cost at most this share "
                    "of the TTFT error budget (scaling.wake_budget_frac, opt-in; default: never)")
+    p.add_argument("--burst-floor-budget-frac", type=float, default=ScalingSettings().burst_floor_budget_frac,
+                   help="'ours' keeps the replicas a late autoscaler's misses call for, to this share of the TTFT "
+                   "error budget (scaling.burst_floor_budget_frac, opt-in; default: off)")
     for field in CAPACITY_FLAGS:
         value = getattr(d, field)
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
@@ -150,6 +153,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--whole-gpu-over-budget must be 0 (never) or more")
     if args.wake_budget_frac is not None and not 0 <= args.wake_budget_frac <= 1:
         p.error("--wake-budget-frac must lie in [0, 1]")
+    if args.burst_floor_budget_frac is not None and not 0 <= args.burst_floor_budget_frac <= 1:
+        p.error("--burst-floor-budget-frac must lie in [0, 1]")
     unknown = [n for n in args.policies.split(",") if n not in POLICIES]
     if unknown:
         p.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
@@ -204,7 +209,8 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
     on_shape = same_capacity(warm, trace, cap, shaped)
     settings = ScalingSettings(ttft_objective_s=args.ttft_objective_s,
                                whole_gpu_over_budget=args.whole_gpu_over_budget or None,
-                               wake_budget_frac=args.wake_budget_frac)
+                               wake_budget_frac=args.wake_budget_frac,
+                               burst_floor_budget_frac=args.burst_floor_budget_frac)
     return {
         "static-peak": Contender(lambda: lambda obs: warm, cap, warm),
         "reactive": Contender(lambda: Reactive(min_replicas=1, max_replicas=warm), cap, warm),

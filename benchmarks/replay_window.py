@@ -42,11 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reselect-s", type=float, default=ForecastSettings().reselect_s,
                    help="ours' forecast model chosen by backtest at most this often (0: at every refit)")
+    p.add_argument("--burst-floor", type=float, default=None, metavar="FRAC",
+                   help="scaling.burst_floor_budget_frac for ours (the default setting's without it)")
     args = p.parse_args(argv)
     if not args.trace.is_file():
         print(f"replay_window: trace {args.trace} not found: skipped (see ../shared/data/README.md)")
         return 0
     unknown = set(args.policies.split(",")) - {"ours", "oracle", "static-peak"}
+    if args.burst_floor is not None and not 0 <= args.burst_floor <= 1:
+        p.error("--burst-floor must lie in [0, 1]")
     if unknown or not args.days[0] < args.days[1]:
         p.error(f"unknown policy {sorted(unknown)[0]!r}" if unknown else "--days FROM must be before TO")
     full = load_servegen(args.trace, args.seed, 1000.0, 250.0)
@@ -66,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.policies.split(","):
         policy: Policy
         if name == "ours":
-            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300, ScalingSettings(),
+            settings = ScalingSettings() if args.burst_floor is None else \
+                ScalingSettings(burst_floor_budget_frac=args.burst_floor)
+            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300, settings,
                                  whole=cap if shaped != cap else None, reselect_s=args.reselect_s)
             on = shaped
         elif name == "oracle":
@@ -77,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(name, simulate(trace, on, policy, name, start), OBJECTIVE_S, floor), flush=True)
         if name == "ours" and ours.plan is not None:
             print(f"# ours ended: to whole GPUs at {ours.escalated_s}, target {ours.plan.target_per_replica:g} req/s, "
-                  f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}")
+                  f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}, "
+                  f"min {ours.plan.min_replicas}")
     return 0
 
 

@@ -303,6 +303,9 @@ def test_cli_skips_a_missing_trace_and_rejects_a_bad_one(tmp_path: Path, capsys:
     with pytest.raises(SystemExit):
         replay.main(["--trace", str(bad), "--format", "azure", "--wake-budget-frac", "2"])
     assert "--wake-budget-frac must lie in [0, 1]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        replay.main(["--trace", str(bad), "--format", "azure", "--burst-floor-budget-frac", "-1"])
+    assert "--burst-floor-budget-frac must lie in [0, 1]" in capsys.readouterr().err
 
 
 def test_cli_prints_one_line_per_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,11 +26,13 @@ def replicas_for(demand: float, target_per_replica: float) -> int:
 
 
 def replica_bounds(demand: Demand, target: float, to_zero: bool, span_s: float,
-                   settings: ScalingSettings) -> ReplicaBounds:
+                   settings: ScalingSettings, floor: int = 0) -> ReplicaBounds:
     """Recommended (for the peak), min and max replicas at ``target`` req/s per replica, and why; max is bounded
-    by the larger of the peak and the observed max only after ``max_bound_history_s`` of history."""
+    by the larger of the peak and the observed max only after ``max_bound_history_s`` of history. ``floor``
+    (a burst floor, policies/replicas/burst.py) raises min where the workload does not scale to zero, never
+    above the replicas for the peak."""
     recommended = replicas_for(demand.peak, target)
-    low = 0 if to_zero else max(1, replicas_for(demand.trough, target))
+    low = 0 if to_zero else max(1, replicas_for(demand.trough, target), min(floor, recommended))
     bounded = span_s >= settings.max_bound_history_s
     high = math.ceil(replicas_for(max(demand.peak, demand.observed_max), target) * (1.0 + settings.max_burst_frac)) \
         if bounded else settings.max_replicas

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from policies.replicas.burst import BurstFloor, burst_floor
 from policies.replicas.capacity import keep_lower_bound, per_replica_capacity
 from policies.replicas.cooldown import cooldown_s
 from policies.replicas.counts import replica_bounds, significant
@@ -85,13 +86,14 @@ def _on_shape(x: _Inputs, capacity: Capacity, demand: Demand, shape: ShapeScale 
     cold_s = s.cold_start_s(x.workload.cold_start_s)
     gaps = idle_gaps_s(x.history)
     zero = scale_to_zero(x.cls, gaps, cold_s, s, x.history, forecast=x.forecast)
-    bounds = replica_bounds(demand, target, zero.allowed, x.span_s, s)
+    burst = _burst_floor(x, cap, target, zero.allowed)
+    bounds = replica_bounds(demand, target, zero.allowed, x.span_s, s, burst.replicas if burst else 0)
     cooldown = cooldown_s(gaps, cold_s, zero.allowed, s)
     act = significant(1.0 / cold_s) if zero.allowed else 0.0
     waiting = significant(target * x.objective_s)
     why = [*why, *capacity.reasons, *scale_why, *demand.reasons, *headroom.reasons,
            f"target {target:g} req/s per replica = {cap:.3g} x (1 - {headroom.frac:.0%} headroom for {x.cls.value})",
-           *bounds.reasons, zero.reason, cooldown.reason,
+           *([burst.reason] if burst else []), *bounds.reasons, zero.reason, cooldown.reason,
            f"second trigger at {waiting:g} requests waiting per replica: what a replica starts within the "
            f"{x.objective_s:g} s objective at its target (it follows a queue at once, the rate over its window)"]
     why.append(f"third trigger on the objective being missed: while over {s.ttft_error_budget:.3g} of the "
@@ -117,10 +119,20 @@ def _on_today(x: _Inputs, plan: ScalingPlan, demand: Demand) -> ScalingPlan:
     the plan itself)."""
     basis = plan.measured_capacity
     at = significant(basis * (1.0 - plan.headroom_frac))
-    n = replica_bounds(demand, at, plan.scale_to_zero, x.span_s, x.settings)
+    burst = _burst_floor(x, basis, at, plan.scale_to_zero)
+    n = replica_bounds(demand, at, plan.scale_to_zero, x.span_s, x.settings, burst.replicas if burst else 0)
     return replace(plan, per_replica_capacity=basis, target_per_replica=at,
                    waiting_per_replica=significant(at * x.objective_s), recommended_replicas=n.recommended,
                    min_replicas=n.low, max_replicas=n.high, capacity_scale=1.0, shape=None)
+
+
+def _burst_floor(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bool) -> BurstFloor | None:
+    """The burst floor where ``burst_floor_budget_frac`` opts in and the class is latency-bound and stays up."""
+    frac = x.settings.burst_floor_budget_frac
+    if frac is None or to_zero or x.cls is WorkloadClass.BATCH:
+        return None
+    wake_s = x.settings.wake_s(x.workload.cold_start_s)
+    return burst_floor(x.history, capacity_rps, target_rps, wake_s, frac * x.settings.ttft_error_budget)
 
 
 def ttft_objective(workload: Workload, settings: ScalingSettings, constraints: WorkloadConstraints | None = None

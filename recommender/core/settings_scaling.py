@@ -103,6 +103,13 @@ class ScalingSettings(BaseModel):
         "wake_min_history_s of history. Needs something that holds requests at zero and activates the workload "
         "(KEDA's HTTP add-on, a gateway's metric): null (the default) where nothing does."
     )
+    burst_floor_budget_frac: float | None = Field(
+        None, ge=0, le=1, description="Opt-in: keep at least the replicas that would have left at most this share "
+        "of ttft_error_budget's requests (0.5: half of it) in steps the autoscaler, sized on the rate one wake "
+        "(polling_interval_s + cold start) earlier, could not serve at the objective: bursts from idle that no "
+        "replica started after them serves in time. Read from the request rate, not the misses, so the floor it "
+        "keeps does not take itself away. Latency-bound classes that do not scale to zero; null: off."
+    )
     wake_min_history_s: float = Field(
         2 * 86_400, ge=0, description="Request history needed before wake_budget_frac weighs a latency-bound "
         "class's wakes: a daily pattern of gaps seen twice, the history a forecast needs for its daily season "
