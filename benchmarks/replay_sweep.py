@@ -299,8 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     todo = [c for c in chosen if (c.population, c.name) not in done]
     skips = [(c, skip) for c in todo if (skip := too_large(c, args.max_requests)) is not None]
     todo = [c for c in todo if all(c is not skipped for skipped, _ in skips)]
-    print(f"# {len(chosen)} clients, {len(chosen) - len(todo)} already in {args.out} for this code ({code}) and "
-          f"these arguments; replaying {len(todo)}", file=sys.stderr)
+    recorded = sum((c.population, c.name) in done for c in chosen)
+    print(f"# {len(chosen)} clients, {recorded} already in {args.out} for this code ({code}) and these arguments, "
+          f"{len(skips)} over --max-requests; replaying {len(todo)}", file=sys.stderr)
     records = [done[(c.population, c.name)] for c in chosen if (c.population, c.name) in done]
     for c, skip in skips:
         record = {"population": c.population, "client": c.name, "half": c.half, "format": c.format,
