@@ -39,6 +39,7 @@ MAGIC = b"gpu-rightsizer usage cache\n"
 APP = "gpu-rightsizer"
 _LENGTH = 8  # bytes of the header's length
 _CHUNK = 1 << 20  # bytes of the body streamed at a time
+_ROWS = 1 << 20  # values per Parquet row group
 
 
 class CacheFileError(Exception):
@@ -129,14 +130,16 @@ def _axes(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 def _write_values(frame: pd.DataFrame, out: BinaryIO) -> None:
-    """A frame's values, column after column, as one float64 Parquet column (zstd), written to ``out``."""
+    """A frame's values, column after column, as one float64 Parquet column (zstd), written to ``out`` a row
+    group of ``_ROWS`` values at a time (the encoder holds one group, not a copy of the frame)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     values = np.asfortranarray(frame.to_numpy(dtype="float64")).ravel(order="F")  # one block: a view
-    buf = io.BytesIO()
-    pq.write_table(pa.table({"v": pa.array(values, type=pa.float64())}), buf, compression="zstd")
-    out.write(buf.getbuffer())
+    schema = pa.schema([("v", pa.float64())])
+    with pq.ParquetWriter(out, schema, compression="zstd") as writer:
+        for lo in range(0, max(values.size, 1), _ROWS):
+            writer.write_table(pa.table({"v": pa.array(values[lo:lo + _ROWS], type=pa.float64())}, schema=schema))
 
 
 def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:
