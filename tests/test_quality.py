@@ -190,3 +190,24 @@ def test_the_fleet_warning_names_five_workloads_and_counts_the_rest() -> None:
     assert line.endswith("in 7 workload(s), counted in their reasons: ns/Deployment/w0, ns/Deployment/w1, "
                          "ns/Deployment/w2, ns/Deployment/w3, ns/Deployment/w4 and 2 more")
     assert fleet_warning({"ns/Deployment/ok": DataQuality()}) == ()
+
+
+def test_a_fleet_checked_a_few_columns_at_a_time_is_cleaned_as_each_workload_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from recommender.analysis import quality
+
+    allocs = [whole_gpu(), SLICE, whole_gpu(), SLICE, whole_gpu()]
+    fleet = [workload(f"w{i}", a) for i, a in enumerate(allocs)]
+    rng = np.random.default_rng(7)
+    used = {w.ref.name: rng.uniform(-1_000.0, 90_000.0, 12) for w in fleet}
+    total = {w.ref.name: rng.choice([NAN, 40_000.0, 80_000.0, -5.0], 12) for w in fleet[::2]}
+    series = {m.FB_USED_MIB: used, m.FB_TOTAL_MIB: total}
+    monkeypatch.setattr(quality, "_COLUMNS", 2)  # 5 columns: slices of 2, 2 and 1
+    out, facts = clean(snapshot(fleet, series, days=12 * 600 / 86_400), CAT, TABLE, 0.0)
+    for w in fleet:
+        alone = {k: {w.ref.name: v[w.ref.name]} for k, v in series.items() if w.ref.name in v}
+        one, one_facts = clean(snapshot([w], alone, days=12 * 600 / 86_400), CAT, TABLE, 0.0)
+        np.testing.assert_array_equal(out.usage[m.FB_USED_MIB][w.ref.key].to_numpy(),
+                                      one.usage[m.FB_USED_MIB][w.ref.key].to_numpy())
+        assert facts[w.ref.key] == one_facts[w.ref.key]
+    assert sum(len(f.dropped) for f in facts.values()) > 0  # the draw drops something
