@@ -210,6 +210,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names)) for fam in queries.FAMILIES}
     device_table = DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
+    labels: dict[tuple[str, ...], dict[str, str]] = {}  # one dict per inventory series, while answers come
     if first is not None and cache is not None:  # what the cache saw that is still in the window
         if cache.devices is not None:
             device_table = cache.devices.forget(win.coarse.start_s)
@@ -224,9 +225,10 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         elif job.key == "devices":
             device_table.add(result)
         else:
-            inventory[job.key] += parse.latest(result)
+            inventory[job.key] += parse.latest(result, labels)
 
     run_jobs(client, jobs, on_result, progress)
+    labels.clear()
     if rule_plan is not None:
         client.stats.sources = rule_plan.line({j.key for j in jobs if j.key in acc}, grid.start_s)
     progress.log(client.stats.line())
