@@ -211,3 +211,21 @@ def test_a_fleet_checked_a_few_columns_at_a_time_is_cleaned_as_each_workload_alo
                                       one.usage[m.FB_USED_MIB][w.ref.key].to_numpy())
         assert facts[w.ref.key] == one_facts[w.ref.key]
     assert sum(len(f.dropped) for f in facts.values()) > 0  # the draw drops something
+
+
+def test_a_float32_device_total_is_cleaned_and_digested_as_its_float64_values() -> None:
+    from dataclasses import replace
+
+    from recommender.pipeline.memo import series_digests
+
+    fleet = [workload(f"w{i}", a) for i, a in enumerate([whole_gpu(), SLICE, whole_gpu()])]
+    rng = np.random.default_rng(11)
+    used = {w.ref.name: rng.uniform(-1_000.0, 90_000.0, 12) for w in fleet}
+    total = {w.ref.name: rng.choice([NAN, 40_192.0, 81_920.0, 86_000.0, -5.0], 12) for w in fleet}
+    wide = snapshot(fleet, {m.FB_USED_MIB: used, m.FB_TOTAL_MIB: total}, days=12 * 600 / 86_400)
+    narrow = replace(wide, usage={**wide.usage, m.FB_TOTAL_MIB: wide.usage[m.FB_TOTAL_MIB].astype(np.float32)})
+    assert series_digests(narrow) == series_digests(wide)
+    (a, fa), (b, fb) = clean(wide, CAT, TABLE, 0.0), clean(narrow, CAT, TABLE, 0.0)
+    assert fa == fb and sum(len(f.dropped) for f in fa.values()) > 0  # the draw drops something
+    for metric in (m.FB_USED_MIB, m.FB_TOTAL_MIB):
+        np.testing.assert_array_equal(a.usage[metric].to_numpy(), b.usage[metric].to_numpy(dtype="float64"))

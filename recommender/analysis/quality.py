@@ -138,12 +138,12 @@ def _bad_cells(bound: MetricBound, frame: pd.DataFrame, snapshot: Snapshot, tota
                catalogue: Catalogue, tol: float) -> np.ndarray:
     """Where ``frame``'s values are impossible (a bool array of its shape), ``_COLUMNS`` columns at a time: the
     per-cell maxima (:func:`_limits`) are made for one slice, not the whole frame."""
-    values = frame.to_numpy(dtype="float64")
+    values = frame.to_numpy()  # a view of a float64 or float32 block; compared at float64 a slice at a time
     bad = np.zeros(values.shape, dtype=bool, order="F")
     for at in range(0, values.shape[1], _COLUMNS):
         part = slice(at, at + _COLUMNS)
         lo, hi = _limits(bound, frame.iloc[:, part], snapshot, total, catalogue, tol)
-        bad[:, part] = _impossible(values[:, part], lo, hi)
+        bad[:, part] = _impossible(np.asarray(values[:, part], dtype=np.float64), lo, hi)
     return bad
 
 
