@@ -52,8 +52,9 @@ def aggregate_usage(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, Wo
 
 
 def _aggregate(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef], how: str) -> pd.DataFrame | None:
-    """One metric's workload columns (sorted by key, float64): ``how`` is "sum" (NaN where no pod had a value),
-    "max", or "count" (pods with a value; NaN where none had one). None without any mapped pod."""
+    """One metric's workload columns (sorted by key; float64, or float32 for a float32 frame's sum or max):
+    ``how`` is "sum" (NaN where no pod had a value), "max", or "count" (pods with a value; NaN where none had
+    one). None without any mapped pod."""
     groups: dict[str, list[int]] = {}
     for i, c in enumerate(frame.columns):
         if c in mapping:
@@ -61,7 +62,9 @@ def _aggregate(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef], how: str
     if not groups:
         return None
     keys = sorted(groups)
-    values = frame.to_numpy(dtype=np.float64)  # one float64 block: a view, not a copy
+    f32 = how != "count" and len(frame.columns) > 0 and all(dt == np.float32 for dt in frame.dtypes)
+    dtype = np.float32 if f32 else np.float64
+    values = frame.to_numpy(dtype=dtype)  # one block: a view, not a copy
     single = [k for k in keys if len(groups[k]) == 1]
     at = [groups[k][0] for k in single]
     parts: list[pd.DataFrame] = []
@@ -78,7 +81,7 @@ def _aggregate(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef], how: str
         grouped = (sub.notna() if how == "count" else sub).T.groupby(
             pd.Index([mapping[c].key for c in sub.columns]))
         agg = grouped.sum(min_count=1) if how == "sum" else grouped.sum() if how == "count" else grouped.max()
-        agg = agg.T.astype("float64")
+        agg = agg.T.astype(dtype)
         parts.append(agg.replace(0.0, np.nan) if how == "count" else agg)
     return parts[0] if len(parts) == 1 else pd.concat(parts, axis=1)[keys]
 

@@ -25,6 +25,7 @@ from recommender.core.plan import Plan, Summary
 from recommender.core.usage import Snapshot
 from recommender.outputs import (
     ENTRY_POINT_GROUP,
+    PLAN_ONLY,
     DuplicateFormatterError,
     formatter_names,
     get_formatter,
@@ -200,3 +201,10 @@ def test_formatters_take_a_plan_without_a_snapshot(plan: Plan) -> None:
     # without a snapshot the "used" column falls back to the need target or a dash: never a crash
     out = get_formatter("markdown")(replace(plan, warnings=()), None)
     assert "p95 seen" not in out and "## Warnings" not in out
+
+
+@pytest.mark.parametrize("fmt", sorted(PLAN_ONLY))
+def test_a_plan_only_format_renders_the_same_without_the_usage(fmt: str, plan: Plan, snap: Snapshot) -> None:
+    # a report in these formats drops the usage frames before rendering (recommender.cli.app.make_reports)
+    assert snap.usage
+    assert get_formatter(fmt)(plan, replace(snap, usage={})) == get_formatter(fmt)(plan, snap)

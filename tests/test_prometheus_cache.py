@@ -147,10 +147,11 @@ def test_a_cache_that_cannot_be_written_is_one_warning_and_the_report_stands(
         cluster: Cluster, uncached: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from recommender.core import writes
 
-    def full(path: Path | str, data: str | bytes) -> None:
+    def full(path: Path | str, data: Any) -> None:
         raise writes.OutputError(f"{path}: cannot write: No space left on device")
 
-    monkeypatch.setattr(writes, "write_file", full)
+    monkeypatch.setattr(writes, "write_file", full)  # the memo's bytes
+    monkeypatch.setattr(writes, "write_with", full)  # the cache, streamed (recommender.core.framing)
     res = report(cluster, tmp_path)
     assert len(res.warnings) == 1 and "No space left on device" in res.warnings[0]
     assert res.doc == uncached.doc and list(tmp_path.iterdir()) == []
@@ -202,6 +203,27 @@ def test_every_spoilt_file_is_refused_not_misread() -> None:
     for bad in (_truncate(data), _other_version(data), _flipped(data), data[:-1], data + b"x", b""):
         with pytest.raises(store.CacheFileError):
             store.loads(bad)
+
+
+def test_a_file_cut_in_the_middle_of_a_frame_is_one_warning_and_an_empty_cache(tmp_path: Path) -> None:
+    index = Grid(0.0, 60.0, 500).index()
+    frames = {name: pd.DataFrame({f"a/p-{i}": [float(i * k) for k in range(500)] for i in range(3)}, index=index)
+              for name in ("fb_used_mib", "gpu_util")}
+    s = Settings(prometheus=PrometheusSettings(url="http://p:9090"))
+    disk = store.DiskCache(tmp_path, s)
+    assert disk.save(UsageCache(key="k", series=frames)) is None
+    data = disk.path.read_bytes()
+    body = data[len(store.MAGIC):].split(b"\n", 2)[2]
+    size = int.from_bytes(body[:8], "big")
+    (_, offset, length, _), _ = json.loads(body[8:8 + size])["usage"]["frames"]
+    cut = len(data) - len(body) + 8 + size + offset + length // 2  # half-way through the first frame's values
+    disk.path.write_bytes(data[:cut])
+    again = store.DiskCache(tmp_path, s)
+    cache, warning = again.load()
+    assert cache is not None and cache.series == {} and not again.broken
+    assert warning is not None and "\n" not in warning and str(disk.path) in warning and "truncated" in warning
+    assert again.save(UsageCache(key="k", series=frames)) is None  # the next report's file replaces it
+    assert store.loads(disk.path.read_bytes()).series.keys() == frames.keys()
 
 
 def test_settings_turn_the_cache_off_or_move_it(tmp_path: Path) -> None:

@@ -99,5 +99,9 @@ def test_device_memory_is_the_pods_total_wherever_framebuffer_used_has_a_value()
     known = [k for i, k in enumerate(keys) if i % 7]
     want = np.where(used[known].notna().to_numpy(), [80_000.0 + keys.index(k) for k in known], np.nan)
     assert list(total.columns) == known and total.index.equals(used.index)
-    assert total.to_numpy().tobytes() == want.tobytes()
+    assert set(total.dtypes) == {np.dtype("float32")}  # whole MiB below 2**24: held exactly at half the memory
+    assert total.to_numpy(dtype="float64").tobytes() == want.tobytes()
     assert _device_memory(used, ()) is None and _device_memory(None, devices) is None
+    odd = (*devices[:-1], PodDevices("ns", keys[-1].split("/")[1], "H100", 1, None, 2.0**24 + 1, 1, ()))
+    exact = _device_memory(used, odd)  # a size float32 cannot hold: every column float64
+    assert exact is not None and set(exact.dtypes) == {np.dtype("float64")} and exact[keys[-1]].max() == 2.0**24 + 1

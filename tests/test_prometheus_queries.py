@@ -323,6 +323,23 @@ def test_newest_keeps_one_entry_per_label_set_oldest_first() -> None:
                                    ({"pod": "a"}, 2.0, 20.0)]
 
 
+def test_latest_with_shared_labels_gives_the_same_answers_and_one_dict_per_series() -> None:
+    def answer(t: int, requested: str, extra: dict[str, str]) -> parse.Result:
+        return [{"metric": {"namespace": "a", "pod": "p", "resource": "nvidia_com_gpu", **extra},
+                 "values": [[t - 60, "1"], [t, requested]]},
+                {"metric": {"pod": "q", "namespace": "a", "resource": "nvidia_com_gpu"}, "values": [[t, "NaN"]]}]
+
+    chunks = [answer(1000, "2", {}), answer(2000, "0", {}), answer(3000, "1", {"uid": "u2"}),
+              answer(2500, "3", {"pod": "q"})]  # the last repeats q's labels, q's own series has no finite value
+    shared: dict[tuple[str, ...], dict[str, str]] = {}
+    plain = [x for c in chunks for x in parse.latest(c)]
+    kept = [x for c in chunks for x in parse.latest(c, shared)]
+    assert kept == plain
+    assert parse.requests(sorted(kept, key=lambda x: x[2])) == parse.requests(sorted(plain, key=lambda x: x[2]))
+    assert kept[0][0] is kept[1][0] and kept[0][0] is not kept[2][0]  # same series, one dict; new label: its own
+    assert kept[0][0] is not plain[0][0] and len(shared) == 3
+
+
 def test_the_over_objective_query_reads_the_vllm_buckets_around_the_objective() -> None:
     def query(objective_s: float) -> str:
         return queries.usage_query("ttft_over_objective_per_s", Scope.of((), P), 120, objective_s)

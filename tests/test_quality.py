@@ -190,3 +190,42 @@ def test_the_fleet_warning_names_five_workloads_and_counts_the_rest() -> None:
     assert line.endswith("in 7 workload(s), counted in their reasons: ns/Deployment/w0, ns/Deployment/w1, "
                          "ns/Deployment/w2, ns/Deployment/w3, ns/Deployment/w4 and 2 more")
     assert fleet_warning({"ns/Deployment/ok": DataQuality()}) == ()
+
+
+def test_a_fleet_checked_a_few_columns_at_a_time_is_cleaned_as_each_workload_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from recommender.analysis import quality
+
+    allocs = [whole_gpu(), SLICE, whole_gpu(), SLICE, whole_gpu()]
+    fleet = [workload(f"w{i}", a) for i, a in enumerate(allocs)]
+    rng = np.random.default_rng(7)
+    used = {w.ref.name: rng.uniform(-1_000.0, 90_000.0, 12) for w in fleet}
+    total = {w.ref.name: rng.choice([NAN, 40_000.0, 80_000.0, -5.0], 12) for w in fleet[::2]}
+    series = {m.FB_USED_MIB: used, m.FB_TOTAL_MIB: total}
+    monkeypatch.setattr(quality, "_COLUMNS", 2)  # 5 columns: slices of 2, 2 and 1
+    out, facts = clean(snapshot(fleet, series, days=12 * 600 / 86_400), CAT, TABLE, 0.0)
+    for w in fleet:
+        alone = {k: {w.ref.name: v[w.ref.name]} for k, v in series.items() if w.ref.name in v}
+        one, one_facts = clean(snapshot([w], alone, days=12 * 600 / 86_400), CAT, TABLE, 0.0)
+        np.testing.assert_array_equal(out.usage[m.FB_USED_MIB][w.ref.key].to_numpy(),
+                                      one.usage[m.FB_USED_MIB][w.ref.key].to_numpy())
+        assert facts[w.ref.key] == one_facts[w.ref.key]
+    assert sum(len(f.dropped) for f in facts.values()) > 0  # the draw drops something
+
+
+def test_a_float32_device_total_is_cleaned_and_digested_as_its_float64_values() -> None:
+    from dataclasses import replace
+
+    from recommender.pipeline.memo import series_digests
+
+    fleet = [workload(f"w{i}", a) for i, a in enumerate([whole_gpu(), SLICE, whole_gpu()])]
+    rng = np.random.default_rng(11)
+    used = {w.ref.name: rng.uniform(-1_000.0, 90_000.0, 12) for w in fleet}
+    total = {w.ref.name: rng.choice([NAN, 40_192.0, 81_920.0, 86_000.0, -5.0], 12) for w in fleet}
+    wide = snapshot(fleet, {m.FB_USED_MIB: used, m.FB_TOTAL_MIB: total}, days=12 * 600 / 86_400)
+    narrow = replace(wide, usage={**wide.usage, m.FB_TOTAL_MIB: wide.usage[m.FB_TOTAL_MIB].astype(np.float32)})
+    assert series_digests(narrow) == series_digests(wide)
+    (a, fa), (b, fb) = clean(wide, CAT, TABLE, 0.0), clean(narrow, CAT, TABLE, 0.0)
+    assert fa == fb and sum(len(f.dropped) for f in fa.values()) > 0  # the draw drops something
+    for metric in (m.FB_USED_MIB, m.FB_TOTAL_MIB):
+        np.testing.assert_array_equal(a.usage[metric].to_numpy(), b.usage[metric].to_numpy(dtype="float64"))

@@ -34,7 +34,7 @@ def grouped(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, WorkloadRe
         g = by_workload(frame)
         if g is not None:
             agg = g.sum(min_count=1) if metric in SUM_METRICS else g.max()
-            out[metric] = agg.T.astype("float64")
+            out[metric] = agg.T.astype("float32" if (frame.dtypes == np.float32).all() else "float64")
     source = next((series[x] for x in SERVING_FROM if x in series), None)
     present = None if source is None else by_workload(source.notna())
     if present is not None:
@@ -69,7 +69,13 @@ def test_the_streamed_reduction_is_the_grouped_one(seed: int) -> None:
         values[rng.random(values.shape) < 0.05] = -0.0
         series[metric] = pd.DataFrame(values, index=idx, columns=pd.Index(pods))
     series[m.POWER_W] = series[m.FB_USED_MIB].iloc[:, :3]  # a family only some pods have
-    assert_same(aggregate_usage(series, mapping), grouped(series, mapping))
+    totals = rng.choice([40_192.0, 81_920.0, np.nan], size=(len(idx), len(pods)))
+    series[m.FB_TOTAL_MIB] = pd.DataFrame(totals.astype(np.float32), index=idx, columns=pd.Index(pods))
+    got = aggregate_usage(series, mapping)
+    assert_same(got, grouped(series, mapping))
+    assert set(got[m.FB_TOTAL_MIB].dtypes) == {np.dtype("float32")}  # a float32 family stays float32, same values
+    wide = aggregate_usage({m.FB_TOTAL_MIB: series[m.FB_TOTAL_MIB].astype("float64")}, mapping)[m.FB_TOTAL_MIB]
+    pd.testing.assert_frame_equal(got[m.FB_TOTAL_MIB].astype("float64"), wide, check_exact=True)
 
 
 def test_workloads_of_one_pod_in_order_share_their_pods_memory() -> None:

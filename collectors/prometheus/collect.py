@@ -50,7 +50,10 @@ def _missing(counts: dict[str, int]) -> list[str]:
 
 
 def _device_memory(used: pd.DataFrame | None, devices: tuple[PodDevices, ...]) -> pd.DataFrame | None:
-    """FB used + free per pod, wherever FB used has data (device memory does not change under a pod)."""
+    """FB used + free per pod, wherever FB used has data (device memory does not change under a pod).
+
+    float32 where every size is a whole number of MiB below 2**24 (held exactly: the readers' float64 values
+    are the same), float64 otherwise."""
     if used is None:
         return None
     mib = {pod_key(d.namespace, d.pod): d.device_memory_mib for d in devices if d.device_memory_mib}
@@ -58,11 +61,13 @@ def _device_memory(used: pd.DataFrame | None, devices: tuple[PodDevices, ...]) -
     if not where:
         return None
     cols = used.columns[where]
-    values = np.full((len(used.index), len(cols)), np.nan, order="F")  # pandas' own layout: taken as it is
+    exact = all(float(v).is_integer() and abs(v) < 2**24 for v in mib.values())
+    dtype = np.float32 if exact else np.float64
+    values = np.full((len(used.index), len(cols)), np.nan, dtype=dtype, order="F")  # pandas' layout: taken as is
     for lo in range(0, len(cols), 256):  # a slice of columns at a time: no copy of FB used, a small mask
         part = slice(lo, lo + 256)
         present = used.iloc[:, where[part]].notna().to_numpy()
-        np.copyto(values[:, part], np.array([mib[c] for c in cols[part]]), where=present)
+        np.copyto(values[:, part], np.array([mib[c] for c in cols[part]], dtype=dtype), where=present)
     return pd.DataFrame(values, index=used.index, columns=cols, copy=False)
 
 
@@ -210,6 +215,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names)) for fam in queries.FAMILIES}
     device_table = DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
+    labels: dict[tuple[str, ...], dict[str, str]] = {}  # one dict per inventory series, while answers come
     if first is not None and cache is not None:  # what the cache saw that is still in the window
         if cache.devices is not None:
             device_table = cache.devices.forget(win.coarse.start_s)
@@ -224,9 +230,10 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         elif job.key == "devices":
             device_table.add(result)
         else:
-            inventory[job.key] += parse.latest(result)
+            inventory[job.key] += parse.latest(result, labels)
 
     run_jobs(client, jobs, on_result, progress)
+    labels.clear()
     if rule_plan is not None:
         client.stats.sources = rule_plan.line({j.key for j in jobs if j.key in acc}, grid.start_s)
     progress.log(client.stats.line())

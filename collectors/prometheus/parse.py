@@ -12,6 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -113,16 +114,23 @@ class Accumulator:
         return pd.DataFrame(data, index=self.grid.index(), columns=pd.Index(keys), copy=False)
 
 
-def latest(result: Result) -> Latest:
+def latest(result: Result, shared: dict[tuple[str, ...], dict[str, str]] | None = None) -> Latest:
     """Each series' labels with its last finite value and that value's time, oldest first, so that
-    callers building a dict keep the newest value when chunks repeat a series."""
+    callers building a dict keep the newest value when chunks repeat a series.
+
+    ``shared`` (a label set flattened as name, value, … in name order → its dict), when given, is filled
+    and used so that a series that several chunks' answers repeat holds one label dict, not one per chunk;
+    the labels are only read."""
     out = []
     for item in result:
         points = item.get("values") or ([item["value"]] if "value" in item else [])
         for ts, raw in reversed(points):
             value = float(raw)
             if math.isfinite(value):
-                out.append((dict(item.get("metric") or {}), value, float(ts)))
+                labels = dict(item.get("metric") or {})
+                if shared is not None:
+                    labels = shared.setdefault(tuple(chain.from_iterable(sorted(labels.items()))), labels)
+                out.append((labels, value, float(ts)))
                 break
     return sorted(out, key=lambda x: x[2])
 

@@ -3,13 +3,14 @@ the steps added since (and the last ``OVERLAP_STEPS`` again), as the controller 
 
 One file per server, selection, step and history, named by a hash of them (the URL and selectors are never
 stored in clear; credentials never reach the cache at all): a changed query, selection, step or URL finds no
-file or a file whose key does not match, and reads everything. The file is written whole or not at all
-(``recommender.core.writes``): a magic line, the format version, a SHA-256 of the body, then the body: a JSON
-header (what the cache knows besides its series, and each frame's index and columns) and each frame's values
-as one float64 Parquet column, column after column (one wide frame is one array: 2,000 pods are not 2,000
-Parquet columns to convert one by one). A file that is not ours, of another version, truncated or altered does
-not match its checksum or header and is not used: the caller reads everything and says so in one line. A
-report whose collection changed nothing the file holds (the same window again) does not write it.
+file or a file whose key does not match, and reads everything. The file is written whole or not at all and
+streamed to it frame by frame (``recommender.core.framing``: a magic line, the format version, a SHA-256 of
+the body, then the body): a JSON header (what the cache knows besides its series, and each frame's index and
+columns) and each frame's values as one float64 Parquet column, column after column (one wide frame is one
+array: 2,000 pods are not 2,000 Parquet columns to convert one by one). A file that is not ours, of another
+version, truncated or altered does not match its checksum or header and is not used: the caller reads
+everything and says so in one line. A report whose collection changed nothing the file holds (the same window
+again) does not write it.
 """
 
 from __future__ import annotations
@@ -19,21 +20,26 @@ import io
 import json
 import math
 import os
+import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
 
 from collectors.prometheus.cache import UsageCache, reading
 from collectors.prometheus.devices import DeviceTable
+from recommender.core import framing
 from recommender.core.settings import Settings
 
 FORMAT_VERSION = 2  # 2: each frame one Parquet column, its index and columns in the header
 MAGIC = b"gpu-rightsizer usage cache\n"
 APP = "gpu-rightsizer"
 _LENGTH = 8  # bytes of the header's length
+_CHUNK = 1 << 20  # bytes of the body streamed at a time
+_ROWS = 1 << 20  # values per Parquet row group
 
 
 class CacheFileError(Exception):
@@ -54,13 +60,22 @@ def file_for(folder: Path, s: Settings) -> Path:
 
 
 def dumps(cache: UsageCache) -> bytes:
-    """The cache as the bytes of one file."""
-    blobs: list[bytes] = []
-    header = {"version": FORMAT_VERSION, "usage": _state(cache, "usage", blobs),
-              "workloads": _state(cache.workloads, "workloads", blobs) if cache.workloads is not None else None}
+    """The cache as the bytes of one file (what :meth:`DiskCache.save` streams to the file)."""
+    return framing.frame(MAGIC, FORMAT_VERSION, _body(cache, io.BytesIO()))
+
+
+def _body(cache: UsageCache, spool: BinaryIO) -> Iterator[bytes | memoryview]:
+    """The file's body in chunks: each frame's values are encoded one at a time into ``spool`` (the header
+    before them notes their offsets and lengths), then the header's length and the header, then the spool
+    read back in ``_CHUNK``-byte pieces. At most one frame's Parquet and one chunk are held in memory."""
+    header = {"version": FORMAT_VERSION, "usage": _state(cache, "usage", spool),
+              "workloads": _state(cache.workloads, "workloads", spool) if cache.workloads is not None else None}
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    body = len(head).to_bytes(_LENGTH, "big") + head + b"".join(blobs)
-    return MAGIC + f"{FORMAT_VERSION}\n{hashlib.sha256(body).hexdigest()}\n".encode("ascii") + body
+    yield len(head).to_bytes(_LENGTH, "big") + head
+    del header, head
+    spool.seek(0)
+    while chunk := spool.read(_CHUNK):
+        yield chunk
 
 
 def loads(data: bytes) -> UsageCache:
@@ -70,19 +85,11 @@ def loads(data: bytes) -> UsageCache:
 
 def _loads(data: bytes) -> tuple[UsageCache, dict[str, Any]]:
     """:func:`loads`, and the file's header (what :func:`_unchanged` compares a later cache with)."""
-    if not data.startswith(MAGIC):
-        raise CacheFileError("not a gpu-rightsizer usage cache")
-    version, _, rest = data[len(MAGIC):].partition(b"\n")
-    if version != str(FORMAT_VERSION).encode("ascii"):
-        raise CacheFileError(f"written in format {version[:20].decode('ascii', 'replace')!r}, this version reads "
-                             f"{FORMAT_VERSION}")
-    checksum, _, body = rest.partition(b"\n")
-    if hashlib.sha256(body).hexdigest().encode("ascii") != checksum:
-        raise CacheFileError("truncated or altered (checksum mismatch)")
+    body = framing.read(data, MAGIC, FORMAT_VERSION, "gpu-rightsizer usage cache", CacheFileError)
     try:
         size = int.from_bytes(body[:_LENGTH], "big")
-        header = json.loads(body[_LENGTH:_LENGTH + size])
-        blobs = memoryview(body)[_LENGTH + size:]
+        header = json.loads(bytes(body[_LENGTH:_LENGTH + size]))
+        blobs = body[_LENGTH + size:]
         if header.get("version") != FORMAT_VERSION:
             raise CacheFileError("header of another version")
         cache = _restore(header["usage"], blobs)
@@ -103,13 +110,13 @@ def _meta(cache: UsageCache, part: str) -> dict[str, Any]:
             "devices": _devices(cache.devices) if cache.devices is not None else None, "part": part}
 
 
-def _state(cache: UsageCache, part: str, blobs: list[bytes]) -> dict[str, Any]:
-    """What ``cache`` holds as JSON, its frames' values appended to ``blobs`` (offset and length noted)."""
+def _state(cache: UsageCache, part: str, spool: BinaryIO) -> dict[str, Any]:
+    """What ``cache`` holds as JSON, its frames' values written to ``spool`` (offset and length noted)."""
     frames = []
     for name, frame in cache.series.items():
-        raw = _values(frame)
-        frames.append([name, sum(len(b) for b in blobs), len(raw), _axes(frame)])
-        blobs.append(raw)
+        offset = spool.tell()
+        _write_values(frame, spool)
+        frames.append([name, offset, spool.tell() - offset, _axes(frame)])
     return {**_meta(cache, part), "frames": frames}
 
 
@@ -122,15 +129,17 @@ def _axes(frame: pd.DataFrame) -> dict[str, Any]:
             "columns": [str(c) for c in frame.columns]}
 
 
-def _values(frame: pd.DataFrame) -> bytes:
-    """A frame's values, column after column, as one float64 Parquet column (zstd)."""
+def _write_values(frame: pd.DataFrame, out: BinaryIO) -> None:
+    """A frame's values, column after column, as one float64 Parquet column (zstd), written to ``out`` a row
+    group of ``_ROWS`` values at a time (the encoder holds one group, not a copy of the frame)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    values = np.asfortranarray(frame.to_numpy(dtype="float64")).ravel(order="F")
-    buf = io.BytesIO()
-    pq.write_table(pa.table({"v": pa.array(values, type=pa.float64())}), buf, compression="zstd")
-    return buf.getvalue()
+    values = np.asfortranarray(frame.to_numpy(dtype="float64")).ravel(order="F")  # one block: a view
+    schema = pa.schema([("v", pa.float64())])
+    with pq.ParquetWriter(out, schema, compression="zstd") as writer:
+        for lo in range(0, max(values.size, 1), _ROWS):
+            writer.write_table(pa.table({"v": pa.array(values[lo:lo + _ROWS], type=pa.float64())}, schema=schema))
 
 
 def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:
@@ -245,12 +254,11 @@ class DiskCache:
 
     def save(self, cache: UsageCache | None) -> str | None:
         """Write ``cache`` whole or not at all; a warning line where it could not be written."""
-        from recommender.core.writes import write_file
-
         if cache is None or self.broken or (self._read is not None and _unchanged(cache, *self._read)):
             return None
         try:
-            write_file(self.path, dumps(cache))
+            with tempfile.TemporaryFile(dir=self.folder) as spool:  # frames' Parquet, on the cache's disk
+                framing.write(self.path, MAGIC, FORMAT_VERSION, _body(cache, spool))
         except Exception as exc:  # a full disk, a folder made read-only since: the report stands, uncached
             return f"cache file {self.path} not written ({_why(exc)}); the next report reads everything"
         return None

@@ -134,6 +134,22 @@ def _limits(bound: MetricBound, frame: pd.DataFrame, snapshot: Snapshot, total: 
     return lo, (flat * (1 + tol))[np.newaxis, :]  # one max per column, for every step
 
 
+def _bad_cells(bound: MetricBound, frame: pd.DataFrame, snapshot: Snapshot, total: pd.DataFrame | None,
+               catalogue: Catalogue, tol: float) -> np.ndarray:
+    """Where ``frame``'s values are impossible (a bool array of its shape), ``_COLUMNS`` columns at a time: the
+    per-cell maxima (:func:`_limits`) are made for one slice, not the whole frame."""
+    values = frame.to_numpy()  # a view of a float64 or float32 block; compared at float64 a slice at a time
+    bad = np.zeros(values.shape, dtype=bool, order="F")
+    for at in range(0, values.shape[1], _COLUMNS):
+        part = slice(at, at + _COLUMNS)
+        lo, hi = _limits(bound, frame.iloc[:, part], snapshot, total, catalogue, tol)
+        bad[:, part] = _impossible(np.asarray(values[:, part], dtype=np.float64), lo, hi)
+    return bad
+
+
+_COLUMNS = 512  # columns whose limits are made at a time
+
+
 def _memory_limit(workload: Workload | None, kind: str, catalogue: Catalogue) -> float:
     """A workload's memory maximum when its series says none: its GPU model's (``gpu``), or what its device
     shows it (``device``); unbounded when unknown."""
@@ -163,8 +179,7 @@ def clean(snapshot: Snapshot, catalogue: Catalogue, table: BoundsTable, min_usab
         if frame is None or frame.empty:
             continue
         bound = table.metrics[metric]
-        lo, hi = _limits(bound, frame, snapshot, usage.get(m.FB_TOTAL_MIB), catalogue, table.tolerance_frac)
-        bad = _impossible(frame.to_numpy(dtype="float64"), lo, hi)
+        bad = _bad_cells(bound, frame, snapshot, usage.get(m.FB_TOTAL_MIB), catalogue, table.tolerance_frac)
         if not bad.any():
             continue
         usage[metric] = frame.mask(bad)

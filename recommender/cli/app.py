@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import nullcontext
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -127,7 +128,7 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
                  selector: LabelSelector | None = None) -> dict[str, tuple[str, dict[str, str]]]:
     """Several formats of one plan (collected and planned once): format -> (report, files beside it);
     ``selector`` keeps the workloads whose labels match (``-l``)."""
-    from recommender.outputs import get_companions, get_formatter
+    from recommender.outputs import PLAN_ONLY, get_companions, get_formatter
 
     renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}  # an unknown format fails before the run
     snap, memo = _collect_cached(source, path, settings, end, with_memo=True)
@@ -138,6 +139,8 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
         if found and not snap.workloads:
             raise ConfigError(f"none of the {found} workloads found has labels that -l matches")
     plan = run_once(snap, settings, snap.end, memo=memo)
+    if set(fmts) <= PLAN_ONLY:  # the usage frames are not read again: gone before the memo is written and rendering
+        snap = replace(snap, usage={})
     if memo is not None and (failed := memo.save()):
         RichProgress().log(f"warning: {failed}")
     return {f: (render(plan, snap), companions(plan) if companions else {})

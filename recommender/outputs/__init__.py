@@ -6,6 +6,7 @@
 
 from recommender.outputs.registry import (
     ENTRY_POINT_GROUP,
+    PLAN_ONLY,
     DuplicateFormatterError,
     Formatter,
     formatter_names,
@@ -17,6 +18,7 @@ from recommender.outputs.registry import (
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PLAN_ONLY",
     "DuplicateFormatterError",
     "Formatter",
     "formatter_names",

@@ -41,6 +41,10 @@ BUILTIN_MODULES = {  # name -> module that registers it on import
     "markdown": "recommender.outputs.markdown",
     "html": "recommender.outputs.htmlreport",
 }
+# built-in formats that render the plan alone (their snapshot argument is unused): a report in only these lets
+# the snapshot's usage frames go before it is rendered
+PLAN_ONLY = frozenset({"json", "yaml", "csv"})
+
 FORMATTERS: Registry[Formatter] = Registry(
     "report format", ENTRY_POINT_GROUP, builtins=BUILTIN_MODULES, known="valid formats", check=callable_or_not
 )

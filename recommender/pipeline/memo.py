@@ -37,11 +37,11 @@ def series_digests(snapshot: Snapshot) -> dict[str, str]:
             continue
         head = metric.encode() + b"|" + _index_bytes(frame.index)
         head = hashlib.blake2b(head, digest_size=20).digest()
-        values = np.asfortranarray(frame.to_numpy(dtype="float64"))  # each column contiguous
+        values = np.asfortranarray(frame.to_numpy())  # each column contiguous; float32 made float64 per column
         for j, col in cols:
             h = hashes[col]
             h.update(head)
-            h.update(values[:, j].tobytes())
+            h.update(np.asarray(values[:, j], dtype=np.float64).tobytes())
     return {k: h.hexdigest() for k, h in hashes.items()}
 
 

@@ -2,12 +2,13 @@
 whose inputs did not change for a workload reuses its features, class and forecasts (and the fleet's MIG
 packings' MILP answers).
 
-One file beside the usage cache file, written whole or not at all (``recommender.core.writes``): a magic line,
-the format version, a SHA-256 of the body, then the body as JSON: the code version and each entry (key, value).
-The code version digests the sources and data the derived values are computed from and the numeric libraries'
-versions: a file of other code is not used (silently: an upgrade is no fault) and is replaced. A file that is
-not ours, of another format, truncated or altered gives one warning line and an empty memo (everything is
-computed, and the file replaced); a folder or file that cannot be used gives one warning and no memo.
+One file beside the usage cache file, written whole or not at all and framed as the cache file is
+(``recommender.core.framing``: a magic line, the format version, a SHA-256 of the body), the body as JSON: the code
+version and each entry (key, value). The code version digests the sources and data the derived values are computed
+from and the numeric libraries' versions: a file of other code is not used (silently: an upgrade is no fault) and
+is replaced. A file that is not ours, of another format, truncated or altered gives one warning line and an empty
+memo (everything is computed, and the file replaced); a folder or file that cannot be used gives one warning and no
+memo.
 Only the entries a report used are written back, so the file holds one fleet's and does not grow.
 """
 
@@ -29,6 +30,7 @@ import pandas as pd
 import policies.packing
 import recommender
 from recommender.analysis.features import Quantiles, WorkloadFeatures
+from recommender.core import framing
 from recommender.core.plan import Classification, Forecast, WorkloadClass
 
 FORMAT_VERSION = 1
@@ -130,23 +132,15 @@ def dumps(entries: dict[str, Any]) -> bytes:
     """Entries (key -> JSON-ready value) as the bytes of one file."""
     body = json.dumps({"version": FORMAT_VERSION, "code": code_version(), "entries": entries},
                       separators=(",", ":")).encode("utf-8")
-    return MAGIC + f"{FORMAT_VERSION}\n{hashlib.sha256(body).hexdigest()}\n".encode("ascii") + body
+    return framing.frame(MAGIC, FORMAT_VERSION, (body,))
 
 
 def loads(data: bytes) -> dict[str, Any] | None:
     """The entries of :func:`dumps`' bytes (JSON-ready values), None when another code version wrote them;
     MemoFileError when they are not a whole file of this format."""
-    if not data.startswith(MAGIC):
-        raise MemoFileError("not a gpu-rightsizer pipeline memo")
-    version, _, rest = data[len(MAGIC):].partition(b"\n")
-    if version != str(FORMAT_VERSION).encode("ascii"):
-        raise MemoFileError(f"written in format {version[:20].decode('ascii', 'replace')!r}, this version reads "
-                            f"{FORMAT_VERSION}")
-    checksum, _, body = rest.partition(b"\n")
-    if hashlib.sha256(body).hexdigest().encode("ascii") != checksum:
-        raise MemoFileError("truncated or altered (checksum mismatch)")
+    body = framing.read(data, MAGIC, FORMAT_VERSION, "gpu-rightsizer pipeline memo", MemoFileError)
     try:
-        doc = json.loads(body)
+        doc = json.loads(bytes(body))
         if doc.get("version") != FORMAT_VERSION or not isinstance(doc.get("entries"), dict):
             raise MemoFileError("header of another format")
     except MemoFileError:
