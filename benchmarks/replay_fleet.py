@@ -46,6 +46,7 @@ class Fleet:
     over_pct: dict[str, float]  # of all the fleet's requests: each client's share weighted by its requests
     worst: dict[str, tuple[str, float]]  # the client with the largest % over the objective, and that %
     goal_met: int  # clients on which ours met the per-client goal
+    above_worst: dict[str, int]  # clients over FLEET_WORST_PCT of their requests over the objective
 
     def vs(self, policy: str, baseline: str) -> float | None:
         """``policy``'s GPU-hours as a change from ``baseline``'s (-0.6: 60% fewer); None where either is absent."""
@@ -69,7 +70,8 @@ def fleet(population: str, half: str, results: Sequence[ClientResult]) -> Fleet:
     over = {p: sum(r.figures[p].over_pct / 100 * r.figures[p].requests for r in results) for p in common}
     worst = {p: max(((r.client, r.figures[p].over_pct) for r in results), key=lambda x: x[1]) for p in common}
     return Fleet(population, half, len(results), {p: sum(r.figures[p].gpu_hours for r in results) for p in common},
-                 {p: 100 * over[p] / max(served[p], 1) for p in common}, worst, sum(r.goal_met for r in results))
+                 {p: 100 * over[p] / max(served[p], 1) for p in common}, worst, sum(r.goal_met for r in results),
+                 {p: sum(r.figures[p].over_pct > FLEET_WORST_PCT for r in results) for p in common})
 
 
 def fleets(results: Sequence[ClientResult]) -> list[Fleet]:

@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay_charts import ClientPoint, chart_path_problem, save, sweep_figure
-from replay_fleet import ClientResult, Figures, fleet_table, fleets
+from replay_fleet import FLEET_WORST_PCT, ClientResult, Figures, fleet_table, fleets
 from replay_results import GOAL_TERMS
 from replay_split import DATA, REPORT, TUNE, Client, all_clients
 
@@ -223,6 +223,10 @@ def summarise(records: list[dict[str, Any]], policies: list[str], chart: Path | 
         if with_ours:
             met = sum(r.goal_met for r in with_ours)
             print(f"# ours met the per-client goal {GOAL_TERMS} on {met} of {len(with_ours)} clients")
+        for f in fleets(results):
+            if "ours" in f.above_worst:
+                print(f"# {f.population}, {f.half}: ours over {FLEET_WORST_PCT:g}% on {f.above_worst['ours']} of "
+                      f"{f.clients} clients (issue 43: none)")
     if chart is not None:
         points = [ClientPoint(f"{r.population.rsplit('/', 1)[-1]}/{r.client}",
                               {p: (f.gpu_hours, f.over_pct) for p, f in r.figures.items()}, r.unavoidable_pct)
