@@ -212,17 +212,23 @@ def _write_window(w: Window) -> tuple[int, float, float]:
 def _write_recorded(f: Any, w: Window, ts: np.ndarray, tails: list[bytes]) -> int:
     """The recorded series of one time window from sample ``w.rules_from`` on; returns the samples written."""
     first = max(0, (w.rules_from or 0) - w.k0)
-    per_pod = [_recorded(i, ts, w.k0) for i in range(w.workloads)]
+    per_pod = [{m: v[first:] for m, v in _recorded(i, ts, w.k0).items()} for i in range(w.workloads)]
+    return _write_series(f, RULE, per_pod, tails[first:])
+
+
+def _write_series(f: Any, rule: str, per_pod: list[dict[str, np.ndarray]], tails: list[bytes]) -> int:
+    """One gauge family per metric named ``rule``, a series per pod with its values at ``tails``' times (in
+    OpenMetrics); returns the samples written."""
     samples = 0
     for metric in per_pod[0]:
-        f.write(f"# TYPE {RULE.format(metric)} gauge\n".encode())
+        f.write(f"# TYPE {rule.format(metric)} gauge\n".encode())
         for i, found in enumerate(per_pod):
             if metric not in found:
                 continue
             ns, pod = _pod(i)
-            prefix = f'{RULE.format(metric)}{{namespace="{ns}",pod="{pod}"}} '.encode()
-            values = [repr(v).encode() for v in found[metric][first:].tolist()]
-            f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails[first:]))))
+            prefix = f'{rule.format(metric)}{{namespace="{ns}",pod="{pod}"}} '.encode()
+            values = [repr(v).encode() for v in found[metric].tolist()]
+            f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails))))
             samples += len(values)
     return samples
 
@@ -292,19 +298,7 @@ def _write_steps(f: Any, w: Window) -> int:
     if not len(evals):
         return 0
     tails = [f" {t}\n".encode() for t in evals.tolist()]
-    per_pod = [_step_values(i, w, evals) for i in range(w.workloads)]
-    samples = 0
-    for metric in per_pod[0]:
-        f.write(f"# TYPE {STEP_RULE.format(metric)} gauge\n".encode())
-        for i, found in enumerate(per_pod):
-            if metric not in found:
-                continue
-            ns, pod = _pod(i)
-            prefix = f'{STEP_RULE.format(metric)}{{namespace="{ns}",pod="{pod}"}} '.encode()
-            values = [repr(v).encode() for v in found[metric].tolist()]
-            f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails))))
-            samples += len(values)
-    return samples
+    return _write_series(f, STEP_RULE, [_step_values(i, w, evals) for i in range(w.workloads)], tails)
 
 
 def windows(workloads: int, n: int, step_s: int, end_s: int, work: Path, rules_from: float | None = None
