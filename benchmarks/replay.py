@@ -207,10 +207,13 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
                warm: int) -> dict[str, Contender]:
     """Every policy the replay knows, by name; ``warm`` is static peak's replica count on ``cap``."""
     on_shape = same_capacity(warm, trace, cap, shaped)
+    # ours' cap: the product's default, raised to static peak's count in its shape (the reactive variants' bound)
+    # where that is higher, as the owner of a service that needs more replicas would raise it
     settings = ScalingSettings(ttft_objective_s=args.ttft_objective_s,
                                whole_gpu_over_budget=args.whole_gpu_over_budget or None,
                                wake_budget_frac=args.wake_budget_frac,
-                               burst_floor_budget_frac=args.burst_floor_budget_frac)
+                               burst_floor_budget_frac=args.burst_floor_budget_frac,
+                               max_replicas=max(ScalingSettings().max_replicas, on_shape))
     return {
         "static-peak": Contender(lambda: lambda obs: warm, cap, warm),
         "reactive": Contender(lambda: Reactive(min_replicas=1, max_replicas=warm), cap, warm),

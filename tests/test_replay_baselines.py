@@ -61,3 +61,16 @@ def test_no_reactive_variant_holds_more_replicas_than_static_peak_needs(shape: s
         bound = replay.same_capacity(warm, trace, CAP, entry.cap)
         most = most_pods(trace, entry, name)
         assert entry.start == bound and most <= bound, f"{name} held {most} pods, static peak needs {bound}"
+
+
+@pytest.mark.parametrize("warm", [2, 150])
+def test_ours_may_scale_to_static_peaks_capacity_where_the_default_cap_is_lower(warm: int) -> None:
+    """A service whose peak needs more replicas than ``scaling.max_replicas`` (100, KEDA's default) would have
+    the cap raised by its owner: ours is capped at the larger of the default and static peak's count in its
+    shape, the reactive variants' bound; the default stands where it is the larger."""
+    trace, shaped = bursts(), replace(CAP, prefill_tps=500.0, decode_tps=500.0, kv_tokens=50_000.0, gpu_share=0.5)
+    args = replay.parse_args(["--trace", "t.csv", "--format", "servegen"])
+    ours = replay.contenders(args, trace, CAP, shaped, warm)["ours"].make()
+    default = replay.ScalingSettings().max_replicas
+    assert ours.settings.max_replicas == max(default, replay.same_capacity(warm, trace, CAP, shaped))
+    assert (ours.settings.max_replicas > default) is (warm == 150)
