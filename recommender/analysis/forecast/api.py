@@ -77,10 +77,10 @@ def forecast_with_choice(y: pd.Series, horizon: int, levels: Iterable[int] = (80
     series = coarsen(cleaned.y, k) if k > 1 else cleaned.y
     model_h = -(-horizon // k)
     step_s = k * cleaned.step_s
-    fitted = _refitted(previous, series, step_s, model_h, reselect_s)
-    if fitted is not None and previous is not None:
+    age = None if previous is None else (series.index[-1] - previous.chosen_at).total_seconds()
+    fitted = _refitted(previous, series, step_s, model_h, age is not None and 0 <= age < reselect_s)
+    if fitted is not None and previous is not None and age is not None:
         choice = previous
-        age = (series.index[-1] - previous.chosen_at).total_seconds()
         kept = (f"{fitted.label} refitted without a new backtest: chosen {age / 60:.0f} min before the last point "
                 f"(chosen again every {reselect_s / 60:g} min)")
         model_reasons = [*previous.reasons[:1], kept, *previous.reasons[1:]]
@@ -103,12 +103,10 @@ def forecast_with_choice(y: pd.Series, horizon: int, levels: Iterable[int] = (80
 
 
 def _refitted(previous: ModelChoice | None, series: pd.Series, step_s: float, horizon: int,
-              reselect_s: float) -> Forecaster | None:
-    """``previous``' model fitted on ``series`` when it may be reused; None: choose again."""
-    if previous is None or previous.step_s != step_s or previous.horizon != horizon:
-        return None
-    age = (series.index[-1] - previous.chosen_at).total_seconds()
-    if not 0 <= age < reselect_s:
+              young: bool) -> Forecaster | None:
+    """``previous``' model fitted on ``series`` when it may be reused (``young``: chosen under ``reselect_s``
+    before the series' last point, and at the same step and horizon); None: choose again."""
+    if previous is None or not young or previous.step_s != step_s or previous.horizon != horizon:
         return None
     try:
         return previous.template.clone().fit(series)
