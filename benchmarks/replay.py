@@ -203,17 +203,22 @@ def same_capacity(replicas: int, trace: Trace, cap: Capacity, shape: Capacity) -
     return math.ceil(replicas * cap.requests_per_s(*means) / shape.requests_per_s(*means) - 1e-9)
 
 
+def ours_max_replicas(on_shape: int) -> int:
+    """Ours' cap: the product's default (``scaling.max_replicas``), raised to static peak's count in ours' shape
+    (``on_shape``, the reactive variants' bound) where that is higher, as the owner of a service that needs
+    more replicas would raise it. Every replay of ours (replay.py, replay_window.py) caps it here."""
+    return max(ScalingSettings().max_replicas, on_shape)
+
+
 def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Capacity,
                warm: int) -> dict[str, Contender]:
     """Every policy the replay knows, by name; ``warm`` is static peak's replica count on ``cap``."""
     on_shape = same_capacity(warm, trace, cap, shaped)
-    # ours' cap: the product's default, raised to static peak's count in its shape (the reactive variants' bound)
-    # where that is higher, as the owner of a service that needs more replicas would raise it
     settings = ScalingSettings(ttft_objective_s=args.ttft_objective_s,
                                whole_gpu_over_budget=args.whole_gpu_over_budget or None,
                                wake_budget_frac=args.wake_budget_frac,
                                burst_floor_budget_frac=args.burst_floor_budget_frac,
-                               max_replicas=max(ScalingSettings().max_replicas, on_shape))
+                               max_replicas=ours_max_replicas(on_shape))
     return {
         "static-peak": Contender(lambda: lambda obs: warm, cap, warm),
         "reactive": Contender(lambda: Reactive(min_replicas=1, max_replicas=warm), cap, warm),

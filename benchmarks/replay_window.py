@@ -6,7 +6,9 @@ with it; benchmarks/REPLAY.md). The window is a trace of its own: history starts
         --days 0 4 --policies ours,oracle
 
 Prints ``replay.py``'s line per policy and, for ours, where its plan ended (escalation to whole GPUs, target,
-headroom). Capacity, class (real-time), objective (2 s), shape (auto) and seed (0) are replay.py's defaults.
+headroom); with ``--plan-every S``, also what ours saw and decided every S seconds of the window while it held
+pods or requests arrived (the diagnosis of a client's misses, benchmarks/REPLAY.md). Capacity, class (real-time),
+objective (2 s), shape (auto), seed (0) and ours' replica cap (``replay.ours_max_replicas``) are replay.py's.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from replay import ours_max_replicas, same_capacity
 from replay_capacity import Capacity, floor_pct
 from replay_hpa import Oracle
 from replay_ours import Ours
 from replay_results import summary
-from replay_sim import Policy, simulate
+from replay_sim import Observed, Policy, simulate
 from replay_sizing import choose_slice, static_peak
-from replay_trace import load_servegen, make_trace
+from replay_trace import Trace, load_servegen, make_trace
 
 from recommender.core.catalogue import load_catalogue
 from recommender.core.plan import WorkloadClass
@@ -32,6 +35,35 @@ from recommender.core.settings import ForecastSettings
 from recommender.core.settings_scaling import ScalingSettings
 
 OBJECTIVE_S = 2.0
+
+
+def ours_settings(trace: Trace, cap: Capacity, shaped: Capacity, warm: int, burst_floor: float | None
+                  ) -> ScalingSettings:
+    """Ours' settings as replay.py gives them: capped at ``ours_max_replicas`` of static peak's ``warm`` whole
+    GPUs in ours' shape; ``burst_floor``: scaling.burst_floor_budget_frac (the default setting's when None)."""
+    cap_at = ours_max_replicas(same_capacity(warm, trace, cap, shaped))
+    if burst_floor is None:
+        return ScalingSettings(max_replicas=cap_at)
+    return ScalingSettings(max_replicas=cap_at, burst_floor_budget_frac=burst_floor)
+
+
+def logged(ours: Ours, every_s: int) -> Policy:
+    """``ours``, printing every ``every_s`` seconds (while it holds pods or requests arrived in the last minute)
+    what it saw (arrivals/s over the last minute, pods, ready, serving, waiting), what it asked for, and its
+    plan's bounds, target, waiting trigger, demand source, headroom, capacity source and shape."""
+    def policy(obs: Observed) -> int:
+        want = ours(obs)
+        arrived = float(obs.arrivals_per_s[-60:].sum()) / 60
+        if obs.k % every_s == 0 and (obs.pods or want or arrived):
+            p = ours.plan
+            plan = "no plan" if p is None else (
+                f"min {p.min_replicas} max {p.max_replicas} target {p.target_per_replica:g} waiting "
+                f"{p.waiting_per_replica or 0:g} {p.demand_source} headroom {p.headroom_frac:g} {p.capacity_source}"
+                f"{' to-zero' if p.scale_to_zero else ''}{' whole GPUs' if ours.escalated_s is not None else ''}")
+            print(f"#  {obs.k / 3600:8.3f} h  {arrived:8.2f} req/s  pods {obs.pods} ready {obs.ready} serving "
+                  f"{obs.serving} waiting {obs.waiting} -> {want} | {plan}", flush=True)
+        return want
+    return policy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="ours' forecast model chosen by backtest at most this often (0: at every refit)")
     p.add_argument("--burst-floor", type=float, default=None, metavar="FRAC",
                    help="scaling.burst_floor_budget_frac for ours (the default setting's without it)")
+    p.add_argument("--plan-every", type=int, default=0, metavar="S",
+                   help="print what ours saw and decided every S seconds (0: not)")
     args = p.parse_args(argv)
     if not args.trace.is_file():
         print(f"replay_window: trace {args.trace} not found: skipped (see ../shared/data/README.md)")
@@ -51,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.policies.split(",")) - {"ours", "oracle", "static-peak"}
     if args.burst_floor is not None and not 0 <= args.burst_floor <= 1:
         p.error("--burst-floor must lie in [0, 1]")
+    if args.plan_every < 0:
+        p.error("--plan-every must be 0 or more seconds")
     if unknown or not args.days[0] < args.days[1]:
         p.error(f"unknown policy {sorted(unknown)[0]!r}" if unknown else "--days FROM must be before TO")
     full = load_servegen(args.trace, args.seed, 1000.0, 250.0)
@@ -70,10 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.policies.split(","):
         policy: Policy
         if name == "ours":
-            settings = ScalingSettings() if args.burst_floor is None else \
-                ScalingSettings(burst_floor_budget_frac=args.burst_floor)
-            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300, settings,
+            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300,
+                                 ours_settings(trace, cap, shaped, warm, args.burst_floor),
                                  whole=cap if shaped != cap else None, reselect_s=args.reselect_s)
+            if args.plan_every:
+                policy = logged(ours, args.plan_every)
             on = shaped
         elif name == "oracle":
             policy, on = Oracle(trace, shaped, ScalingSettings().headroom_frac["real-time"]), shaped

@@ -74,3 +74,19 @@ def test_ours_may_scale_to_static_peaks_capacity_where_the_default_cap_is_lower(
     default = replay.ScalingSettings().max_replicas
     assert ours.settings.max_replicas == max(default, replay.same_capacity(warm, trace, CAP, shaped))
     assert (ours.settings.max_replicas > default) is (warm == 150)
+
+
+@pytest.mark.parametrize("warm", [2, 150])
+def test_the_window_replay_caps_ours_as_the_full_replay_does(warm: int) -> None:
+    """replay_window.py (the quick loop a client's misses are diagnosed with) gives ours replay.py's settings:
+    its cap raised to static peak's count in ours' shape, not the product default that capped the half's
+    largest clients (benchmarks/REPLAY.md, "The worst per-client misses of ours")."""
+    import replay_window
+
+    trace, shaped = bursts(), replace(CAP, prefill_tps=500.0, decode_tps=500.0, kv_tokens=50_000.0, gpu_share=0.5)
+    args = replay.parse_args(["--trace", "t.csv", "--format", "servegen"])
+    full = replay.contenders(args, trace, CAP, shaped, warm)["ours"].make()
+    assert isinstance(full, replay.Ours)
+    window = replay_window.ours_settings(trace, CAP, shaped, warm, None)
+    assert window.max_replicas == full.settings.max_replicas
+    assert replay_window.ours_settings(trace, CAP, shaped, warm, 0.5).burst_floor_budget_frac == 0.5
