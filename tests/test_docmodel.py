@@ -130,7 +130,9 @@ def test_the_fast_json_is_byte_identical_to_json_dumps(plan: Plan) -> None:
 
 @pytest.mark.parametrize("extra", [
     [0.1, -0.0, 1 / 3, 123456789.123, 1e16, 1.5e300, 0.0001, float("nan"), float("inf"), [], {}, {"k": [1, None]}],
-    [1e-05, 2.5e-07, -8.1e-06, 1e-10, 0.00012345678],  # written differently by pydantic: the json.dumps fallback
+    # written differently by pydantic (so through the json.dumps fallback): as exponents, and as decimals
+    [2.5e-07, -8.1e-06, 1e-10, 0.00012345678],
+    [1e-05, -2.5e-05],
     [random.Random(seed).uniform(-1, 1) * 10.0 ** random.Random(seed).randint(-12, 20) for seed in range(500)],
 ])
 def test_odd_values_render_as_json_dumps_renders_them(plan: Plan, monkeypatch: pytest.MonkeyPatch,
