@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,56 @@ def test_the_writer_refuses_a_key_the_model_does_not_name(plan: Plan, monkeypatc
     monkeypatch.setattr(jsondoc, "summary", lambda s: {**real(s), "gpus_wasted": 1.0})
     with pytest.raises(ModelError, match="gpus_wasted"):
         jsondoc.document(plan)
+
+
+ODD_TEXT = "".join(chr(i) for i in range(0x80)) + "\u00e9\u2028\u2029\ud7ff\ue000\U0001f600 \"quoted\" \\ back"
+
+
+def _with(monkeypatch: pytest.MonkeyPatch, extra: Any, warning: str = ODD_TEXT) -> None:
+    """Route extra values through the document: a free-form dict (mig_parted_config) and a warning text."""
+    from recommender.outputs import jsondoc
+
+    real = jsondoc._raw
+
+    def raw(plan: Plan) -> dict[str, Any]:
+        doc = real(plan)
+        return {**doc, "warnings": [*doc["warnings"], warning],
+                "mig_parted_config": {"version": "v1", "mig-configs": {}, "extra": extra}}
+
+    monkeypatch.setattr(jsondoc, "_raw", raw)
+
+
+def test_the_fast_json_is_byte_identical_to_json_dumps(plan: Plan) -> None:
+    """pydantic's serializer writes what json.dumps of the validated document writes (indent, key order, UTF-8
+    as is, floats, empty containers, the trailing newline), on the fixture plan and the demo."""
+    from recommender.outputs.jsondoc import reference_json
+
+    assert get_formatter("json")(plan, None) == reference_json(plan)
+    run = CliRunner().invoke(main, ["report", "--demo", "-o", "json"])
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.stdout)["workloads"]  # the demo plan, rendered by the registered formatter
+
+
+@pytest.mark.parametrize("extra", [
+    [0.1, -0.0, 1 / 3, 123456789.123, 1e16, 1.5e300, 0.0001, float("nan"), float("inf"), [], {}, {"k": [1, None]}],
+    # written differently by pydantic (so through the json.dumps fallback): as exponents, and as decimals
+    [2.5e-07, -8.1e-06, 1e-10, 0.00012345678],
+    [1e-05, -2.5e-05],
+    [random.Random(seed).uniform(-1, 1) * 10.0 ** random.Random(seed).randint(-12, 20) for seed in range(500)],
+])
+def test_odd_values_render_as_json_dumps_renders_them(plan: Plan, monkeypatch: pytest.MonkeyPatch,
+                                                      extra: list[Any]) -> None:
+    from recommender.outputs.jsondoc import reference_json
+
+    _with(monkeypatch, extra)
+    assert get_formatter("json")(plan, None) == reference_json(plan)
+
+
+def test_nan_in_a_number_field_is_refused(plan: Plan, monkeypatch: pytest.MonkeyPatch) -> None:
+    """JSON has no NaN: a typed number field holding one is a validation error, never a silent null."""
+    from recommender.outputs import jsondoc
+
+    real = jsondoc.summary
+    monkeypatch.setattr(jsondoc, "summary", lambda s: {**real(s), "gpus_held": float("nan")})
+    with pytest.raises(ModelError, match="gpus_held"):
+        get_formatter("json")(plan, None)

@@ -30,9 +30,10 @@ Sharing = Literal["exclusive", "mig", "time-slicing", "mps", "hami", "kai", "dra
 
 
 class _Model(BaseModel):
-    """Strict on input (a key not named here is an error), frozen once built."""
+    """Strict on input (a key not named here is an error, and so is NaN or infinity in a number field: JSON has
+    neither), frozen once built."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Window(_Model):
