@@ -49,6 +49,26 @@ def _missing(counts: dict[str, int]) -> list[str]:
     return out
 
 
+def exact_float32(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` at float32 when every value reads back as the same float64 (NaN stays NaN, -0.0 stays -0.0),
+    a slice of columns at a time; else ``frame`` itself. Readers take float64 (``Snapshot.series`` upcasts), so
+    they see the same numbers; a frame already float32, empty or of another dtype is returned as it is."""
+    if frame.empty or not all(dt == np.float64 for dt in frame.dtypes):
+        return frame
+    values = frame.to_numpy()  # one block: a view
+    out = np.empty(values.shape, dtype=np.float32, order="F")  # pandas' layout: taken as is
+    for lo in range(0, values.shape[1], 256):
+        part = values[:, lo: lo + 256]
+        small = out[:, lo: lo + 256]
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, and then not exact
+            small[...] = part
+        back = small.astype(np.float64)
+        if not np.array_equal(back, part, equal_nan=True) or not np.array_equal(
+                np.signbit(back), np.signbit(part)):
+            return frame
+    return pd.DataFrame(out, index=frame.index, columns=frame.columns, copy=False)
+
+
 def _device_memory(used: pd.DataFrame | None, devices: tuple[PodDevices, ...]) -> pd.DataFrame | None:
     """FB used + free per pod, wherever FB used has data (device memory does not change under a pod).
 
@@ -243,8 +263,13 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         series = cache.keep(key, series, win.grid, first)
         cache.counts, cache.devices = counts, device_table
         cache.inventory = {k: parse.newest(v) for k, v in inv.items()}
+    used = series.get(m.FB_USED_MIB)
+    if used is not None:  # DCGM gives whole MiB: held at float32 when exact (the cache's copy too)
+        series[m.FB_USED_MIB] = used = exact_float32(used)
+        if cache is not None:
+            cache.series[m.FB_USED_MIB] = used
     devices = device_table.records()
-    total_mib = _device_memory(series.get(m.FB_USED_MIB), devices)
+    total_mib = _device_memory(used, devices)
     if total_mib is not None:
         series[m.FB_TOTAL_MIB] = total_mib
     return PodUsage(

@@ -135,11 +135,12 @@ def _write_values(frame: pd.DataFrame, out: BinaryIO) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    values = np.asfortranarray(frame.to_numpy(dtype="float64")).ravel(order="F")  # one block: a view
-    schema = pa.schema([("v", pa.float64())])
+    values = np.asfortranarray(frame.to_numpy()).ravel(order="F")  # one block: a view (float32 is made float64
+    schema = pa.schema([("v", pa.float64())])  # a row group at a time, so the file is the same)
     with pq.ParquetWriter(out, schema, compression="zstd") as writer:
         for lo in range(0, max(values.size, 1), _ROWS):
-            writer.write_table(pa.table({"v": pa.array(values[lo:lo + _ROWS], type=pa.float64())}, schema=schema))
+            group = np.asarray(values[lo:lo + _ROWS], dtype=np.float64)
+            writer.write_table(pa.table({"v": pa.array(group, type=pa.float64())}, schema=schema))
 
 
 def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:

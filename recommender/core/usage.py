@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 
 from recommender.core.inventory import GpuNode, Workload, WorkloadRef
@@ -104,6 +105,8 @@ class Snapshot:
         if frame is None or ref.key not in frame.columns:
             return None
         s = frame[ref.key]
+        if s.dtype == np.float32:  # a frame held compactly (exact): readers see float64, the same numbers
+            s = s.astype(np.float64)
         return None if s.isna().all() else s
 
 

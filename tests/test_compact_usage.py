@@ -1,0 +1,100 @@
+"""FB used held at float32 where exact: readers see the same float64 numbers, reports the same answers."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from collectors.prometheus import collect, store
+from collectors.prometheus.collect import exact_float32
+from recommender.cli.main import main
+from recommender.core import usage as m
+from recommender.core.inventory import WorkloadRef
+from recommender.core.usage import Snapshot
+from tests.promcluster import Cluster
+
+
+def index(n: int) -> pd.DatetimeIndex:
+    return pd.date_range("2026-01-01", periods=n, freq="60s", tz="UTC")
+
+
+def _same_float64(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal as float64, NaN where NaN, and the same sign of zero."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return bool(np.array_equal(a, b, equal_nan=True) and np.array_equal(np.signbit(a), np.signbit(b)))
+
+
+def test_whole_mib_are_held_at_float32_and_read_back_the_same() -> None:
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 81_920, size=(48, 600)).astype(np.float64)  # more columns than one slice
+    values[::5, 3] = np.nan
+    values[1, 4], values[2, 5] = -0.0, 2.0**24 - 1
+    frame = pd.DataFrame(values, index=index(48), columns=[f"a/p-{i}" for i in range(600)])
+    out = exact_float32(frame)
+    assert set(out.dtypes) == {np.dtype(np.float32)}
+    assert out.index.equals(frame.index) and out.columns.equals(frame.columns)
+    assert _same_float64(out.to_numpy(), values)
+
+
+@pytest.mark.parametrize("odd", [0.1, 2.0**24 + 1, 1e39, 123.456])
+def test_a_value_float32_cannot_hold_keeps_the_frame_at_float64(odd: float) -> None:
+    values = np.ones((10, 300))
+    values[4, 299] = odd  # in the last slice only
+    frame = pd.DataFrame(values, index=index(10), columns=[f"c{i}" for i in range(300)])
+    assert exact_float32(frame) is frame
+
+
+def test_a_snapshot_reads_a_float32_frame_as_float64() -> None:
+    ref = WorkloadRef("a", "Deployment", "w")
+    values = np.array([1024.0, np.nan, 2048.0])
+    frame = pd.DataFrame({ref.key: values}, index=index(3)).astype(np.float32)
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    s = Snapshot(workloads=(), usage={m.FB_USED_MIB: frame}, start=t, end=t, step_s=60.0).series(m.FB_USED_MIB, ref)
+    assert s is not None and s.dtype == np.float64 and _same_float64(s.to_numpy(), values)
+
+
+def test_a_float32_frame_writes_the_same_cache_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "_ROWS", 7)  # several row groups
+    values = np.arange(60, dtype=np.float64).reshape(12, 5) * 3.0
+    values[2, 1] = np.nan
+    frame = pd.DataFrame(values, index=index(12), columns=[f"p{i}" for i in range(5)])
+    compact = exact_float32(frame)
+    assert set(compact.dtypes) == {np.dtype(np.float32)}
+    wide, small = io.BytesIO(), io.BytesIO()
+    store._write_values(frame, wide)
+    store._write_values(compact, small)
+    assert wide.getvalue() == small.getvalue()
+
+
+def test_a_report_over_real_prometheus_is_the_same_with_fb_used_at_float64(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    def report(*cache: str) -> dict[str, Any]:
+        res = CliRunner().invoke(main, ["report", "--prometheus-url", cluster.url, "--no-kubernetes", "--history",
+                                        "2d", "--min-history", "12h", "--end", cluster.end.isoformat(), "-o", "json",
+                                        *(cache or ("--no-cache",))], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        doc: dict[str, Any] = json.loads(res.stdout)
+        return doc
+
+    held: list[np.dtype[Any]] = []
+    real = collect.exact_float32
+
+    def spy(frame: pd.DataFrame) -> pd.DataFrame:
+        out = real(frame)
+        held.extend(out.dtypes)
+        return out
+
+    monkeypatch.setattr(collect, "exact_float32", spy)
+    compact = report()
+    cold = report("--cache-dir", str(tmp_path))  # the cache written from the float32 frame
+    warm = report("--cache-dir", str(tmp_path))  # and read back
+    assert held and set(held) == {np.dtype(np.float32)}  # the cluster's FB used is whole MiB
+    monkeypatch.setattr(collect, "exact_float32", lambda frame: frame)
+    assert compact["workloads"] and report() == compact == cold == warm
