@@ -243,7 +243,17 @@ def summary(s: Summary) -> dict[str, Any]:
 def document(plan: Plan) -> dict[str, Any]:
     """The contract as plain Python data (what :func:`render_json` serialises), checked against the typed
     model that ``schema.json`` is generated from: a key or value the model does not allow is an error here."""
-    return Report.model_validate(_raw(plan)).model_dump(mode="json", by_alias=True)
+    return _plain(Report.model_validate(_raw(plan)))
+
+
+def _plain(report: Report) -> dict[str, Any]:
+    """A validated report as plain Python data, under its wire names."""
+    return report.model_dump(mode="json", by_alias=True)
+
+
+def _dumps(doc: dict[str, Any]) -> str:
+    """``json.dumps``' text of a document: two-space indented, UTF-8 as is, no NaN, newline-terminated."""
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _raw(plan: Plan) -> dict[str, Any]:
@@ -280,7 +290,7 @@ def _written_differently(text: str) -> bool:
 
 def reference_json(plan: Plan) -> str:
     """:func:`render_json`'s bytes the slow way (``json.dumps`` of :func:`document`): what it must equal."""
-    return json.dumps(document(plan), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return _dumps(document(plan))
 
 
 @register_formatter("json")
@@ -292,6 +302,5 @@ def render_json(plan: Plan, snapshot: Snapshot | None = None) -> str:
     model = Report.model_validate(_raw(plan))
     text = model.model_dump_json(indent=2, by_alias=True)
     if _written_differently(text):
-        text = json.dumps(model.model_dump(mode="json", by_alias=True), indent=2, ensure_ascii=False,
-                          allow_nan=False)
+        return _dumps(_plain(model))
     return text + "\n"
