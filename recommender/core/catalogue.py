@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from recommender.core.yamlfile import read_mapping
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 _EXPECTED = "'shapes' and/or 'gpus'"
-ESTIMATED_USABLE_FRAC = 0.97  # usable/nominal ratio seen in the verified lgip rows (e.g. 39.25/40 GiB)
+FALLBACK_USABLE_FRAC = 0.9  # usable/nominal for estimates when no row in the catalogue gives usable_mib
+_NOMINAL = re.compile(r"\.(\d+)gb")
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class MigProfile:
     shape: Shape
     usable_mib: float
     usable_verified: bool  # False: estimated from the name, say so in reasons
-    verified: str  # V | 3P | INF
+    verified: str  # HW | V | 3P | INF (gpus.yaml's legend)
 
     @property
     def has_media(self) -> bool:
@@ -104,19 +106,46 @@ def _shapes(raw: Mapping[str, Any]) -> dict[str, dict[str, Shape]]:
     return out
 
 
-def _profile(name: str, spec: Mapping[str, Any], shapes: Mapping[str, Shape]) -> MigProfile:
+def _memory_share(gpu: Mapping[str, Any], shape: str, families: Mapping[str, Mapping[str, Any]],
+                  shapes: Mapping[str, dict[str, Shape]]) -> Fraction | None:
+    family = gpu.get("shape")
+    found = shapes.get(family, {}).get(shape) if family else None
+    return Fraction(found.mem_slices, int(families[family]["memory_slices"])) if found and family else None
+
+
+def usable_fracs(gpus: Mapping[str, Any], families: Mapping[str, Mapping[str, Any]],
+                 shapes: Mapping[str, dict[str, Shape]]) -> dict[Fraction | None, float]:
+    """Per share of the GPU's memory slices (1/8, 1/4, 1/2, 1), the lowest usable/nominal memory ratio of the
+    profiles that give ``usable_mib`` (e.g. H200's 1g.18gb: 16 GiB usable of 18 nominal, 0.89; whole-memory
+    profiles 0.98-0.99), and under ``None`` the lowest of all: what a profile without one is estimated at, so
+    an estimate errs towards too little memory (a larger slice) rather than an out-of-memory one, and follows
+    the rows a user adds. Profiles on the same memory slices (3g and 4g) get the same estimate."""
+    ratios: dict[Fraction | None, list[float]] = {}
+    for g in gpus.values():
+        for n, p in ((g or {}).get("profiles") or {}).items():
+            if p.get("usable_mib") is not None and (m := _NOMINAL.search(n)):
+                r = float(p["usable_mib"]) / (int(m.group(1)) * 1024)
+                ratios.setdefault(_memory_share(g, p.get("shape"), families, shapes), []).append(r)
+                ratios.setdefault(None, []).append(r)
+    return {k: min(v) for k, v in ratios.items()}
+
+
+def _profile(name: str, spec: Mapping[str, Any], shapes: Mapping[str, Shape], memory_slices: int,
+             fracs: Mapping[Fraction | None, float]) -> MigProfile:
     shape = shapes.get(spec["shape"])
     if shape is None:
         raise ConfigError(f"MIG profile {name}: unknown shape {spec['shape']!r}")
     usable = spec.get("usable_mib")
     if usable is None:
-        nominal = re.search(r"\.(\d+)gb", name)
-        usable = float(nominal.group(1)) * 1024 * ESTIMATED_USABLE_FRAC if nominal else 0.0
+        nominal = _NOMINAL.search(name)
+        share = Fraction(shape.mem_slices, memory_slices)
+        frac = fracs.get(share, fracs.get(None, FALLBACK_USABLE_FRAC))
+        usable = float(nominal.group(1)) * 1024 * frac if nominal else 0.0
     return MigProfile(name, shape, float(usable), spec.get("usable_mib") is not None, str(spec.get("verified")))
 
 
 def _gpu(key: str, spec: Mapping[str, Any], families: Mapping[str, Mapping[str, Any]],
-         shapes: Mapping[str, dict[str, Shape]]) -> GpuModel:
+         shapes: Mapping[str, dict[str, Shape]], fracs: Mapping[Fraction | None, float]) -> GpuModel:
     family = spec.get("shape")
     profiles: tuple[MigProfile, ...] = ()
     mem_slices = sm_slices = 0
@@ -125,7 +154,8 @@ def _gpu(key: str, spec: Mapping[str, Any], families: Mapping[str, Mapping[str, 
             raise ConfigError(f"GPU {key}: unknown shape family {family!r}")
         mem_slices = int(families[family]["memory_slices"])
         sm_slices = int(families[family]["sm_slices"])
-        profiles = tuple(_profile(n, p, shapes[family]) for n, p in (spec.get("profiles") or {}).items())
+        profiles = tuple(_profile(n, p, shapes[family], mem_slices, fracs)
+                         for n, p in (spec.get("profiles") or {}).items())
     return GpuModel(
         key=key,
         memory_mib=float(spec["memory_mib"]),
@@ -142,7 +172,8 @@ def parse_catalogue(raw: Mapping[str, Any]) -> Catalogue:
     try:
         families = raw["shapes"]
         shapes = _shapes(families)
-        return Catalogue({k: _gpu(k, v, families, shapes) for k, v in raw["gpus"].items()})
+        fracs = usable_fracs(raw["gpus"], families, shapes)
+        return Catalogue({k: _gpu(k, v, families, shapes, fracs) for k, v in raw["gpus"].items()})
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"invalid GPU catalogue: {type(exc).__name__}: {exc}") from exc
 
