@@ -158,4 +158,22 @@ def test_a_step_series_starting_too_late_or_for_another_objective_is_not_read() 
 def test_the_step_rule_is_the_raw_query_at_the_aligned_block_before_the_last() -> None:
     raw = rules.usage_query(m.POWER_W, rules.Scope(()), 600)
     assert rules.step_rule_expr(m.POWER_W, 600) == f"last_over_time(({raw})[600s:600s] offset 600s)"
-    assert rules.step_census_term(rules.Scope(())).startswith(" or on(__name__, namespace, pod) {namespace!=\"\"")
+
+
+def test_the_census_of_recorded_series_counts_each_name_before_it_looks_5_min_earlier() -> None:
+    got = rules.census_query(rules.Scope(("a",)), PrometheusSettings())
+    sel = got.split(") or ")[0].removeprefix("count by (__name__) (")
+    assert sel.startswith('{namespace=~"a",pod!="",__name__=~') and ":step[0-9]+[smh]" in sel
+    # one count per name on each side of the `or`, matched on the name: names, not each pod's series
+    assert got == f"count by (__name__) ({sel}) or on(__name__) count by (__name__) ({sel} offset 5m)"
+
+
+@pytest.mark.parametrize(("coarse", "want"), [
+    (Chunk(0.0, 3600.0 * 335, 3600.0), Chunk(3600.0 * 5, 3600.0 * 335, 6 * 3600.0)),  # 14 d: 56 instants, 6 h
+    (Chunk(600.0, 600.0 * 288, 600.0), Chunk(600.0 * 6, 600.0 * 288, 3600.0)),  # 48 h at 10 min: hourly
+    (Chunk(0.0, 3600.0 * 40, 3600.0), Chunk(0.0, 3600.0 * 40, 3600.0)),  # few steps: the inventory step itself
+])
+def test_the_census_of_recorded_series_is_coarser_and_ends_at_the_last_step(coarse: Chunk, want: Chunk) -> None:
+    got = rules.census_chunk(coarse)
+    assert got == want and got.steps <= rules.CENSUS_POINTS + 1
+    assert (got.start_s - coarse.start_s) % coarse.step_s == 0 and got.start_s - coarse.start_s < got.step_s
