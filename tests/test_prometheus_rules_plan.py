@@ -163,9 +163,11 @@ def test_the_step_rule_is_the_raw_query_at_the_aligned_block_before_the_last() -
 def test_the_census_of_recorded_series_counts_each_name_before_it_looks_5_min_earlier() -> None:
     got = rules.census_query(rules.Scope(("a",)), PrometheusSettings())
     sel = got.split(") or ")[0].removeprefix("count by (__name__) (")
-    assert sel.startswith('{namespace=~"a",pod!="",__name__=~') and ":step[0-9]+[smh]" in sel
-    # one count per name on each side of the `or`, matched on the name: names, not each pod's series
-    assert got == f"count by (__name__) ({sel}) or on(__name__) count by (__name__) ({sel} offset 5m)"
+    assert sel.startswith('{namespace=~"a",pod!="",__name__=~') and ":step[0-9]+[smh]" in sel and ":[0-9]+" in sel
+    steps = '{namespace=~"a",pod!="",__name__=~"' + rules.step_names_regex() + '"}'
+    # one count per name on each side of the `or`, matched on the name: names, not each pod's series; only the
+    # step series (evaluated every 10 min) looked for 5 min earlier
+    assert got == f"count by (__name__) ({sel}) or on(__name__) count by (__name__) ({steps} offset 5m)"
 
 
 @pytest.mark.parametrize(("coarse", "want"), [

@@ -27,7 +27,7 @@ for means, counter rates and the request rate's growth slopes the mean over the 
 answer for means and for rates up to the extrapolation at each block's ends), so TTFT p95 is read from them
 only where W = S; for the mean the group's interval must divide S (each block then holds as many evaluations,
 all recording the same value). A group evaluated every 10 min may have no sample within the census' instant
-lookback (5 min), so the census also looks 5 min earlier (:func:`census_query`).
+lookback (5 min), so the census also looks 5 min earlier for them (:func:`census_query`).
 """
 
 from __future__ import annotations
@@ -151,12 +151,13 @@ def step_names_regex() -> str:
 
 def census_query(scope: Scope, p: PrometheusSettings) -> str:
     """Recorded series (range and step series, a user's named ones) per name at each instant of the census,
-    also seen 5 min earlier where the instant has none of a name: a group evaluated every 10 min may have no
-    sample within the instant lookback (5 min). Each term is counted per name before the ``or``, so it matches
-    a few names, not each pod's series (whose matching cost grew with the fleet); ``on(__name__)``, as a plain
-    ``or`` ignores the name and would drop every earlier count at an instant with any later one."""
+    and the step series 5 min earlier where the instant has none of a name: a group evaluated every 10 min may
+    have no sample within the instant lookback (5 min). Each term is counted per name before the ``or``, so it
+    matches a few names, not each pod's series (whose matching cost grew with the fleet); ``on(__name__)``, as a
+    plain ``or`` ignores the name and would drop every earlier count at an instant with any later one."""
     sel = scope.matchers(None, also=f"__name__=~{_q(f'{names_regex(p)}|{step_names_regex()}')}")
-    return f"count by (__name__) ({sel}) or on(__name__) count by (__name__) ({sel} offset 5m)"
+    steps = scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}")
+    return f"count by (__name__) ({sel}) or on(__name__) count by (__name__) ({steps} offset 5m)"
 
 
 def census_chunk(coarse: Chunk) -> Chunk:
