@@ -24,6 +24,7 @@ import yaml
 
 from collectors.pods import PodUsage
 from collectors.prometheus import PromClient, QueryStats, chunks, collect_pod_usage
+from collectors.prometheus.cache import UsageCache
 from recommender.core import usage as m
 from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
@@ -169,6 +170,16 @@ def _collect(url: str, end: datetime, offset_s: int = 0, **prom: object) -> tupl
     return usage, client
 
 
+def _collect_cached(url: str, end: datetime, cache: UsageCache, **prom: object) -> tuple[PodUsage, Client]:
+    """:func:`_collect` with a cache: after a first collection, only the steps it lacks (and the last two)."""
+    s = Settings(history_s=pc.HOURS * 3600,
+                 prometheus=PrometheusSettings(**{"url": url, "retries": 0, **prom}))  # type: ignore[arg-type]
+    client = Client(s.prometheus)
+    usage = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, RecordingProgress(), client=client,
+                              cache=cache)
+    return usage, client
+
+
 def _same_frames(a: PodUsage, b: PodUsage) -> None:
     assert sorted(a.series) == sorted(b.series)
     for metric in a.series:
@@ -296,6 +307,23 @@ def test_a_window_at_10m_steps_reads_step_rules_where_they_cover_it_and_equals_r
     assert "raw: ttft_over_objective_per_s (no recorded series)" in line and raw_client.stats.sources == ""
     # a step series is one sample per step and pod: far fewer samples than raw
     assert client.stats.samples < raw_client.stats.samples
+
+
+def test_a_collection_of_the_new_steps_reads_them_from_the_sources_a_full_one_would(
+        stepped: tuple[str, datetime]) -> None:
+    url, end = stepped
+    cache = UsageCache()
+    _collect_cached(url, end - timedelta(hours=1), cache, target_points=288)
+    again, client = _collect_cached(url, end, cache, target_points=288)  # 6 new steps and the last 2 again
+    full, _ = _collect(url, end, target_points=288)
+    assert all(start >= end.timestamp() - 4200 for q, start in client.ranges if STEP_READ in q or "s:120s])" in q)
+    # the steps read again and the new ones from the step series (the last two from the 2 min series), as the
+    # full collection reads them: not raw because the census of the new steps alone is too short to vouch for
+    # the rules or to tell a 10 min interval
+    step_reads = sorted(start - 1200 for q, start in client.ranges if STEP_READ in q and ":fb_used_mib:" in q)
+    assert step_reads and step_reads[0] == end.timestamp() - 4200, client.stats.sources
+    for metric, frame in full.series.items():
+        pd.testing.assert_frame_equal(again.series[metric], frame, rtol=1e-12, atol=0, obj=metric)
 
 
 def test_step_rules_the_step_cannot_use_fall_back_and_a_users_range_series_still_reads(

@@ -11,6 +11,7 @@ from recommender.core.settings_sources import PrometheusSettings
 
 FINE = Chunk(0.0, 600.0 * 99, 600.0)  # 100 steps of 600 s
 COARSE = Chunk(0.0, 3600.0 * 16, 3600.0)
+END = 1_795_720_800.0  # a whole hour
 
 
 def _name(metric: str, rng: str = "2m") -> str:
@@ -179,3 +180,13 @@ def test_the_census_of_recorded_series_is_coarser_and_ends_at_the_last_step(coar
     got = rules.census_chunk(coarse)
     assert got == want and got.steps <= rules.CENSUS_POINTS + 1
     assert (got.start_s - coarse.start_s) % coarse.step_s == 0 and got.start_s - coarse.start_s < got.step_s
+
+
+@pytest.mark.parametrize(("since", "want"), [
+    (Chunk(END - 600.0, END, 600.0), Chunk(END - 6 * 3600.0, END, 6 * 3600.0)),  # the last 2 steps: 6 h back
+    (Chunk(END - 2 * 86_400.0, END, 600.0), Chunk(END - 54 * 3600.0, END, 6 * 3600.0)),  # 2 d and a window
+])
+def test_the_census_of_new_steps_reaches_a_window_before_them_and_6_hours_back(since: Chunk, want: Chunk) -> None:
+    got = rules.census_since(since, Chunk(END - 335 * 3600.0, END, 3600.0), 600)
+    assert got == want
+    assert got.start_s <= since.start_s - 600 and got.end_s - got.start_s >= rules.MAX_STEP_SPAN_S

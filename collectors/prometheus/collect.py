@@ -176,8 +176,8 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     """Series per exported name, most at any one time (split like any query if the server insists): over the
     window at the inventory step, or over ``since`` only, added to what was ``known`` before it. With
     ``recorded``, the recorded series are counted as well, by a query of their own at the coarser steps of
-    :func:`rules.census_chunk` (or over ``since``) in the same pool, their counts at each step kept in
-    ``recorded``; returns the counts and the range of that census."""
+    :func:`rules.census_chunk` (or :func:`rules.census_since`) in the same pool, their counts at each step kept
+    in ``recorded``; returns the counts and the range of that census."""
     counts: dict[str, int] = dict(known or {})
 
     def merge(job: Job, result: Result) -> None:
@@ -190,9 +190,9 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
             counts[name] = max(counts.get(name, 0), n)
 
     promql, selector = queries.census_query(scope), queries.census_selector(scope)
-    span = since if since is not None else rules.census_chunk(win.coarse)
+    span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
     if since is not None:
-        cut, rule_cut = [since], [since]
+        cut, rule_cut = [since], [span]
     else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
         now = client.query(f"count({selector})", win.coarse.end_s)
         series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)

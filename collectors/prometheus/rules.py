@@ -169,6 +169,17 @@ def census_chunk(coarse: Chunk) -> Chunk:
     return Chunk(coarse.end_s - math.floor((coarse.end_s - coarse.start_s) / step) * step, coarse.end_s, step)
 
 
+def census_since(since: Chunk, coarse: Chunk, window_s: int) -> Chunk:
+    """The census of recorded series for a collection of the steps of ``since`` only (a cache holds the earlier
+    ones): at :func:`census_chunk`'s step, from an instant at least a window before ``since`` starts (so its
+    first step can be read recorded, as the full census allowed) and ``MAX_STEP_SPAN_S`` before its end (so the
+    evaluation intervals are counted over as long a span as after a full census), to its end. Counted over
+    ``since`` alone, the steps read again would be read raw where the full collection read them recorded."""
+    step = census_chunk(coarse).step_s
+    k = max(1, math.ceil((since.end_s - min(since.start_s - window_s, since.end_s - MAX_STEP_SPAN_S)) / step))
+    return Chunk(since.end_s - k * step, since.end_s, step)
+
+
 def step_range_s(name: str) -> int | None:
     """S of a step series' name (``namespace_pod:fb_used_mib:step10m`` → 600); None for any other name."""
     hit = re.fullmatch(f"{step_names_regex()[:-len('[0-9]+[smh]')]}([0-9]+[smh])", name)
