@@ -101,7 +101,6 @@ def test_step_series_are_named_apart_from_range_series() -> None:
     assert rules.step_range_s(_step(m.FB_USED_MIB)) == 600 and rules.step_range_s(_step(m.POWER_W, "1h")) == 3600
     assert rules.step_range_s(_name(m.FB_USED_MIB)) is None and rules.step_range_s("team:fb:step10m") is None
     assert rules.step_name(m.KV_USAGE_FRAC, 600) == _step(m.KV_USAGE_FRAC)
-    assert rules.is_recorded(_step(m.FB_USED_MIB), PrometheusSettings())
     assert rules.recorded_range_s(_step(m.FB_USED_MIB)) is None  # never taken for a 10 min range series
 
 

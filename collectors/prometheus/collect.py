@@ -197,8 +197,8 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         now = client.query(f"count({selector})", win.coarse.end_s)
         series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
         cut = coarse_chunks(win, p, series, pieces=p.max_workers, instant=True)
-        # recorded series: one per pod and family per kind of rule, about as many as the raw ones; selected by
-        # two instant terms, so two samples a series and step (as sample_s = step counts them)
+        # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
+        # series selected twice: held as two samples a series and step (as sample_s = step counts them)
         per = chunks.steps_per_chunk(series, span.step_s, p, sample_s=span.step_s)
         rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
     jobs = [Job("census", promql, c, i) for i, c in enumerate(cut)]

@@ -191,11 +191,6 @@ def step_name(metric: str, step_s: int) -> str:
     return f"{PREFIX}{metric}:{STEP}{_dur(step_s)}"
 
 
-def is_recorded(name: str, p: PrometheusSettings) -> bool:
-    """Whether a name the census counted is a recorded series (:func:`names_regex`) or a step series."""
-    return re.fullmatch(names_regex(p), name) is not None or step_range_s(name) is not None
-
-
 def _q(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
