@@ -269,9 +269,11 @@ def test_queries_are_batched_per_family_never_per_pod(cluster: Cluster) -> None:
     (nodes,) = [q for q in client.sent if "GPU_I_PROFILE)" in q]  # the GPU nodes: one query, every GPU
     usage_queries = [q for q in client.sent if ("_over_time" in q or "rate(" in q) and q != nodes]
     assert all("by (namespace, pod" in q for q in usage_queries)
-    # the census is cut into one query per worker (Prometheus evaluates a query on one core)
+    # the census is cut into one query per worker (Prometheus evaluates a query on one core); the census of
+    # recorded series (none here) is one more, at coarser steps
     census = [q for q in client.sent if q.startswith("count by (__name__)")]
-    assert len(census) == client.settings.max_workers == 4
+    recorded = [q for q in census if "namespace_pod:" in q]
+    assert len(census) - len(recorded) == client.settings.max_workers == 4 and len(recorded) == 1
     # one query per present family (11: no SM_ACTIVE, no power here) + 3 inventory + 4 kube-state-metrics
     # + the GPU nodes, plus the connection check and the census' instant count of the series it selects
     assert len(client.sent) - len(census) == 11 + 3 + 4 + 1 and client.stats.queries == len(client.sent) + 2
@@ -384,7 +386,11 @@ def test_a_cache_reads_only_the_new_steps_and_gives_what_a_full_collection_gives
         (full.devices, full.vllm, full.owners, full.requests, full.gpu_nodes)
     # the same queries (usage, census, inventory), each over 3 h of new steps and the overlap, not 48 h
     assert set(again.sent) == set(whole.sent)
-    assert all(round((b - a) / WINDOW_S) + 1 <= 3 * 3600 / WINDOW_S + OVERLAP_STEPS for _, a, b, _ in again.ranges)
+    # the census of recorded series (none here) at its own coarse step: a few instants, 6 h back and to the end
+    ((first, last, step),) = [(a, b, step) for q, a, b, step in again.ranges if "namespace_pod:" in q]
+    assert last == max(b for _, _, b, _ in whole.ranges) and last - first >= 6 * 3600 and (last - first) / step <= 6
+    assert all(round((b - a) / WINDOW_S) + 1 <= 3 * 3600 / WINDOW_S + OVERLAP_STEPS for q, a, b, _ in again.ranges
+               if "namespace_pod:" not in q)
 
 
 @pytest.mark.parametrize("change", ["namespaces", "no overlap", "refresh due"])

@@ -11,6 +11,7 @@ from recommender.core.settings_sources import PrometheusSettings
 
 FINE = Chunk(0.0, 600.0 * 99, 600.0)  # 100 steps of 600 s
 COARSE = Chunk(0.0, 3600.0 * 16, 3600.0)
+END = 1_795_720_800.0  # a whole hour
 
 
 def _name(metric: str, rng: str = "2m") -> str:
@@ -100,7 +101,6 @@ def test_step_series_are_named_apart_from_range_series() -> None:
     assert rules.step_range_s(_step(m.FB_USED_MIB)) == 600 and rules.step_range_s(_step(m.POWER_W, "1h")) == 3600
     assert rules.step_range_s(_name(m.FB_USED_MIB)) is None and rules.step_range_s("team:fb:step10m") is None
     assert rules.step_name(m.KV_USAGE_FRAC, 600) == _step(m.KV_USAGE_FRAC)
-    assert rules.is_recorded(_step(m.FB_USED_MIB), PrometheusSettings())
     assert rules.recorded_range_s(_step(m.FB_USED_MIB)) is None  # never taken for a 10 min range series
 
 
@@ -158,4 +158,34 @@ def test_a_step_series_starting_too_late_or_for_another_objective_is_not_read() 
 def test_the_step_rule_is_the_raw_query_at_the_aligned_block_before_the_last() -> None:
     raw = rules.usage_query(m.POWER_W, rules.Scope(()), 600)
     assert rules.step_rule_expr(m.POWER_W, 600) == f"last_over_time(({raw})[600s:600s] offset 600s)"
-    assert rules.step_census_term(rules.Scope(())).startswith(" or on(__name__, namespace, pod) {namespace!=\"\"")
+
+
+def test_the_census_of_recorded_series_counts_each_name_before_it_looks_5_min_earlier() -> None:
+    got = rules.census_query(rules.Scope(("a",)), PrometheusSettings())
+    sel = got.split(") or ")[0].removeprefix("count by (__name__) (")
+    assert sel.startswith('{namespace=~"a",pod!="",__name__=~') and ":step[0-9]+[smh]" in sel and ":[0-9]+" in sel
+    steps = '{namespace=~"a",pod!="",__name__=~"' + rules.step_names_regex() + '"}'
+    # one count per name on each side of the `or`, matched on the name: names, not each pod's series; only the
+    # step series (evaluated every 10 min) looked for 5 min earlier
+    assert got == f"count by (__name__) ({sel}) or on(__name__) count by (__name__) ({steps} offset 5m)"
+
+
+@pytest.mark.parametrize(("coarse", "want"), [
+    (Chunk(0.0, 3600.0 * 335, 3600.0), Chunk(3600.0 * 5, 3600.0 * 335, 6 * 3600.0)),  # 14 d: 56 instants, 6 h
+    (Chunk(600.0, 600.0 * 288, 600.0), Chunk(600.0 * 6, 600.0 * 288, 3600.0)),  # 48 h at 10 min: hourly
+    (Chunk(0.0, 3600.0 * 40, 3600.0), Chunk(0.0, 3600.0 * 40, 3600.0)),  # few steps: the inventory step itself
+])
+def test_the_census_of_recorded_series_is_coarser_and_ends_at_the_last_step(coarse: Chunk, want: Chunk) -> None:
+    got = rules.census_chunk(coarse)
+    assert got == want and got.steps <= rules.CENSUS_POINTS + 1
+    assert (got.start_s - coarse.start_s) % coarse.step_s == 0 and got.start_s - coarse.start_s < got.step_s
+
+
+@pytest.mark.parametrize(("since", "want"), [
+    (Chunk(END - 600.0, END, 600.0), Chunk(END - 6 * 3600.0, END, 6 * 3600.0)),  # the last 2 steps: 6 h back
+    (Chunk(END - 2 * 86_400.0, END, 600.0), Chunk(END - 54 * 3600.0, END, 6 * 3600.0)),  # 2 d and a window
+])
+def test_the_census_of_new_steps_reaches_a_window_before_them_and_6_hours_back(since: Chunk, want: Chunk) -> None:
+    got = rules.census_since(since, Chunk(END - 335 * 3600.0, END, 3600.0), 600)
+    assert got == want
+    assert got.start_s <= since.start_s - 600 and got.end_s - got.start_s >= rules.MAX_STEP_SPAN_S

@@ -167,43 +167,52 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
     return None if replicas is None or replicas.columns.empty else replicas[sorted(replicas.columns)]
 
 
+RULE_CENSUS = "rule census"
+
+
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
             since: Chunk | None = None, known: dict[str, int] | None = None,
-            recorded: dict[str, list[list[object]]] | None = None) -> dict[str, int]:
+            recorded: dict[str, list[list[object]]] | None = None) -> tuple[dict[str, int], Chunk]:
     """Series per exported name, most at any one time (split like any query if the server insists): over the
     window at the inventory step, or over ``since`` only, added to what was ``known`` before it. With
-    ``recording_rules``, recorded series are counted too, and their counts at each step kept in ``recorded``."""
+    ``recorded``, the recorded series are counted as well, by a query of their own at the coarser steps of
+    :func:`rules.census_chunk` (or :func:`rules.census_since`) in the same pool, their counts at each step kept
+    in ``recorded``; returns the counts and the range of that census."""
     counts: dict[str, int] = dict(known or {})
 
-    def merge(_: Job, result: Result) -> None:
+    def merge(job: Job, result: Result) -> None:
+        if job.key == RULE_CENSUS and recorded is not None:
+            for item in result:
+                recorded.setdefault(str((item.get("metric") or {}).get("__name__")), []).extend(
+                    item.get("values") or [])
+            return
         for name, n in parse.series_counts(result).items():
             counts[name] = max(counts.get(name, 0), n)
-        if recorded is not None:
-            for item in result:
-                name = str((item.get("metric") or {}).get("__name__"))
-                if rules.is_recorded(name, p):
-                    recorded.setdefault(name, []).extend(item.get("values") or [])
 
-    also = f"{rules.names_regex(p)}|{rules.step_names_regex()}" if recorded is not None else ""
-    promql, selector = queries.census_query(scope, also), queries.census_selector(scope, also)
-    if recorded is not None:
-        promql = f"count by (__name__) ({selector}{rules.step_census_term(scope)})"
+    promql, selector = queries.census_query(scope), queries.census_selector(scope)
+    span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
     if since is not None:
-        cut = [since]
+        cut, rule_cut = [since], [span]
     else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
         now = client.query(f"count({selector})", win.coarse.end_s)
         series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
-        held = 2 * series if recorded is not None else series  # the step term selects its series a second time
-        cut = coarse_chunks(win, p, held, pieces=p.max_workers, instant=True)
-    run_jobs(client, [Job("census", promql, c, i) for i, c in enumerate(cut)], merge, progress, "counting series")
-    return counts
+        cut = coarse_chunks(win, p, series, pieces=p.max_workers, instant=True)
+        # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
+        # series selected twice: held as two samples a series and step (as sample_s = step counts them)
+        per = chunks.steps_per_chunk(series, span.step_s, p, sample_s=span.step_s)
+        rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
+    jobs = [Job("census", promql, c, i) for i, c in enumerate(cut)]
+    if recorded is not None:
+        rule_promql = rules.census_query(scope, p)
+        jobs += [Job(RULE_CENSUS, rule_promql, c, len(cut) + i) for i, c in enumerate(rule_cut)]
+    run_jobs(client, jobs, merge, progress, "counting series")
+    return counts, span
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
-               since: Chunk | None, objective_s: float, recorded: dict[str, list[list[object]]]) -> RulePlan:
+               span: Chunk, objective_s: float, recorded: dict[str, list[list[object]]]) -> RulePlan:
     """Which families recording rules cover over ``fine``, from the census' counts of recorded series at each
-    step (over the window, or ``since`` only) and one instant query for their evaluation intervals."""
-    span = since if since is not None else win.coarse
+    step of ``span`` and one instant query for their evaluation intervals."""
     present = rules.coverage([{"metric": {"__name__": k}, "values": v} for k, v in recorded.items()], span)
     every = rules.intervals(client.query(rules.interval_query(present, scope, span.end_s), span.end_s), present,
                             span.end_s) if present else {}
@@ -223,11 +232,11 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
-        counts = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
+        counts, span = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
     else:
-        counts = _census(client, scope, win, p, progress, recorded=recorded)
-    rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, fine, objective_s, recorded) \
+        counts, span = _census(client, scope, win, p, progress, recorded=recorded)
+    rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, span, objective_s, recorded) \
         if recorded is not None else None
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "

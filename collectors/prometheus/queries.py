@@ -204,18 +204,15 @@ def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], windo
     return f"max by (namespace, {label}) (max_over_time({{{','.join(matchers)}}}[{window_s}s]))"
 
 
-def census_selector(scope: Scope, recorded: str = "") -> str:
-    """Every series the census counts: each exported name a family reads, and (``recorded``, a regex of names:
-    ``rules.names_regex``) recorded series."""
-    names = sorted({n for f in FAMILIES for n in f.read_names} | {FB_FREE, CACHE_CONFIG})
-    if not recorded:
-        return scope.matchers(tuple(names))
-    return scope.matchers(None, also=f"__name__=~{_quote(f'{regex_alternatives(names)}|{recorded}')}")
+def census_selector(scope: Scope) -> str:
+    """Every series the census counts: each exported name a family reads (recorded series have a census of
+    their own: ``rules.census_query``)."""
+    return scope.matchers(tuple(sorted({n for f in FAMILIES for n in f.read_names} | {FB_FREE, CACHE_CONFIG})))
 
 
-def census_query(scope: Scope, recorded: str = "") -> str:
+def census_query(scope: Scope) -> str:
     """How many series each exported name has: which families exist, and how big their queries are."""
-    return f"count by (__name__) ({census_selector(scope, recorded)})"
+    return f"count by (__name__) ({census_selector(scope)})"
 
 
 def device_query(scope: Scope, labels: tuple[str, ...]) -> str:

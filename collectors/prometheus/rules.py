@@ -8,11 +8,13 @@ W / R tiles of R that make it up (a subquery ``[W:R]``), combined as the family 
 peaks, the mean for means and rates. That holds exactly when W = R and for peaks; for means and rates it is
 the mean of equal tiles. A quantile does not combine, so TTFT p95 is read from a rule only when W = R.
 
-Rules start when they are installed: the census of recorded series (at the inventory step) says from when each
-one exists without a gap to the window's end; steps from one window after that are read recorded, earlier
-steps raw. A family falls back to raw series, and the cost line says why, where no recorded series exists, the
-step is not a multiple of its range, it is evaluated less often than its range (gaps), or it was recorded for
-another TTFT objective.
+Rules start when they are installed: the census of recorded series (:func:`census_query`, its own query at
+about ``CENSUS_POINTS`` instants over the window: :func:`census_chunk`) says from which of its instants each one
+is present at every instant to the window's end; steps from one window after that instant are read recorded,
+earlier steps raw. So a rule is read from at most a census step and a window after it starts, never before;
+an absence that falls between two census instants is not seen (see :func:`coverage`). A family falls back to
+raw series, and the cost line says why, where no recorded series exists, the step is not a multiple of its
+range, it is evaluated less often than its range (gaps), or it was recorded for another TTFT objective.
 
 Step series (``namespace_pod:<metric>:step<S>``, the second group of the shipped rules) hold the family's raw
 query over a window of S evaluated at the aligned instants b (multiples of S): each evaluation at t records
@@ -25,7 +27,7 @@ for means, counter rates and the request rate's growth slopes the mean over the 
 answer for means and for rates up to the extrapolation at each block's ends), so TTFT p95 is read from them
 only where W = S; for the mean the group's interval must divide S (each block then holds as many evaluations,
 all recording the same value). A group evaluated every 10 min may have no sample within the census' instant
-lookback (5 min), so the census also looks 5 min earlier for them (:func:`step_census_term`).
+lookback (5 min), so the census also looks 5 min earlier for them (:func:`census_query`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ SHIPPED_OBJECTIVE_S = ScalingSettings.model_fields["ttft_objective_s"].default  
 RULE_TAG = "rightsizer_rule"  # labels each term of the interval query with the series it counts
 MAX_INTERVAL_SPAN_S = 3600  # the interval is counted over the last hour of a recorded series (at most)
 MAX_STEP_SPAN_S = 6 * 3600  # and over the last 6 h of a step series (36 samples at 10 min: the interval to 2 %)
+CENSUS_POINTS = 56  # the census of recorded series: about this many instants over the window (6 h apart at 14 d)
 _BY_METRIC = {f.metric: f for f in FAMILIES}
 
 
@@ -146,12 +149,35 @@ def step_names_regex() -> str:
     return f"{regex_alternatives([PREFIX])}({'|'.join(RECORDABLE)}):{STEP}[0-9]+[smh]"
 
 
-def step_census_term(scope: Scope) -> str:
-    """What the census adds to its selector (of raw, range and step series) so that it sees step series: those
-    evaluated every 10 min may have no sample within the instant lookback (5 min), so the same step series 5 min
-    earlier are added where the instant has none (``or`` matched on name, namespace and pod)."""
-    sel = scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}")
-    return f" or on(__name__, {scope.by}) {sel} offset 5m"
+def census_query(scope: Scope, p: PrometheusSettings) -> str:
+    """Recorded series (range and step series, a user's named ones) per name at each instant of the census,
+    and the step series 5 min earlier where the instant has none of a name: a group evaluated every 10 min may
+    have no sample within the instant lookback (5 min). Each term is counted per name before the ``or``, so it
+    matches a few names, not each pod's series (whose matching cost grew with the fleet); ``on(__name__)``, as a
+    plain ``or`` ignores the name and would drop every earlier count at an instant with any later one."""
+    sel = scope.matchers(None, also=f"__name__=~{_q(f'{names_regex(p)}|{step_names_regex()}')}")
+    steps = scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}")
+    return f"count by (__name__) ({sel}) or on(__name__) count by (__name__) ({steps} offset 5m)"
+
+
+def census_chunk(coarse: Chunk) -> Chunk:
+    """The census of recorded series' instants: a multiple of the inventory step (``coarse.step_s``) giving
+    about ``CENSUS_POINTS`` over the window, the last at its last step (where coverage must reach).
+
+    Example: 14 d at hourly inventory steps → every 6 h, 56 instants."""
+    step = coarse.step_s * max(1, math.ceil((coarse.steps - 1) / CENSUS_POINTS))
+    return Chunk(coarse.end_s - math.floor((coarse.end_s - coarse.start_s) / step) * step, coarse.end_s, step)
+
+
+def census_since(since: Chunk, coarse: Chunk, window_s: int) -> Chunk:
+    """The census of recorded series for a collection of the steps of ``since`` only (a cache holds the earlier
+    ones): at :func:`census_chunk`'s step, from an instant at least a window before ``since`` starts (so its
+    first step can be read recorded, as the full census allowed) and ``MAX_STEP_SPAN_S`` before its end (so the
+    evaluation intervals are counted over as long a span as after a full census), to its end. Counted over
+    ``since`` alone, the steps read again would be read raw where the full collection read them recorded."""
+    step = census_chunk(coarse).step_s
+    k = max(1, math.ceil((since.end_s - min(since.start_s - window_s, since.end_s - MAX_STEP_SPAN_S)) / step))
+    return Chunk(since.end_s - k * step, since.end_s, step)
 
 
 def step_range_s(name: str) -> int | None:
@@ -165,18 +191,14 @@ def step_name(metric: str, step_s: int) -> str:
     return f"{PREFIX}{metric}:{STEP}{_dur(step_s)}"
 
 
-def is_recorded(name: str, p: PrometheusSettings) -> bool:
-    """Whether a name the census counted is a recorded series (:func:`names_regex`) or a step series."""
-    return re.fullmatch(names_regex(p), name) is not None or step_range_s(name) is not None
-
-
 def _q(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def coverage(result: Result, coarse: Chunk) -> dict[str, float]:
     """From the census answer (a range query at ``coarse``), per recorded name the first step of its last run
-    of consecutive steps with series that reaches the window's last step; names absent there are left out."""
+    of consecutive steps with series that reaches the window's last step; names absent there are left out.
+    Only the instants are seen: a name present at each of them is taken as present between them."""
     out = {}
     for item in result:
         name = (item.get("metric") or {}).get("__name__")
