@@ -473,3 +473,26 @@ def test_a_real_change_of_one_sample_is_never_absorbed() -> None:
     kept = same_as_cached(cached, fresh)
     assert kept["a"].iloc[0] == 4.0 and pd.isna(kept["a"].iloc[1])  # filled in: new; gone: new
     assert kept["b"].tolist() == [1.0, 2.0] and kept["c"].tolist() == [7.0, 8.0]  # a pod not cached: as read
+
+
+def test_a_frame_is_unchanged_exactly_when_its_values_are() -> None:
+    """``store.same_values`` (whether a cache that collected nothing new is written again) says what
+    ``np.array_equal(equal_nan=True)`` says: equal bits, and also -0.0 against 0.0 and NaNs of other payloads;
+    any other difference, a NaN against a number, or another shape is a change."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    a = rng.random((50, 7))
+    a[a < 0.2] = np.nan
+    assert store.same_values(a, a.copy())
+    other_nan = a.copy()
+    other_nan.view(np.int64)[np.isnan(a)] = np.float64("nan").view(np.int64) | 1  # another NaN payload
+    assert np.isnan(other_nan).sum() == np.isnan(a).sum() and store.same_values(a, other_nan)
+    zero = np.where(np.isnan(a), a, 0.0)
+    assert store.same_values(zero, -zero)
+    nudged = a.copy()
+    nudged[3, 2] = np.nextafter(nudged[3, 2], 2.0) if np.isfinite(nudged[3, 2]) else 0.5
+    assert not store.same_values(a, nudged)
+    gone = np.where(np.isnan(a), 0.5, a)
+    assert not store.same_values(a, gone) and not store.same_values(gone, a)
+    assert not store.same_values(a, a[:-1]) and not store.same_values(a, a.reshape(7, 50))

@@ -188,10 +188,20 @@ def _unchanged(cache: UsageCache, header: dict[str, Any], read: dict[str, dict[s
         for name, frame in now.series.items():
             old = then[name]
             if not (frame.index.equals(old.index) and frame.columns.equals(old.columns)
-                    and np.array_equal(frame.to_numpy(dtype="float64"), old.to_numpy(dtype="float64"),
-                                       equal_nan=True)):
+                    and same_values(frame.to_numpy(dtype="float64"), old.to_numpy(dtype="float64"))):
                 return False
     return True
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two float64 arrays hold the same values, NaN equal to NaN (``np.array_equal(equal_nan=True)``):
+    equal bits first (one integer comparison, no NaN masks: the common case of a frame read back unchanged), the
+    float comparison only where some bits differ (-0.0 and 0.0, NaNs of other payloads)."""
+    if a.shape != b.shape:
+        return False
+    if a.dtype == b.dtype == np.float64 and np.array_equal(a.view(np.int64), b.view(np.int64)):
+        return True
+    return bool(np.array_equal(a, b, equal_nan=True))
 
 
 def _devices(table: DeviceTable) -> dict[str, Any]:
