@@ -196,6 +196,9 @@ def test_a_cache_file_holds_what_the_cache_held() -> None:
     assert back.devices is not None and back.devices.records() == table.records()
     assert back.workloads is not None and back.workloads.key == "w"
     pd.testing.assert_frame_equal(back.workloads.series["replicas"], frame[["a/p-2"]], check_freq=False)
+    read = back.series["fb_used_mib"]  # the frames read are held without a copy, yet are the frame's own to change
+    read.iloc[0, 0] = 9.0
+    assert read.iloc[0, 0] == 9.0 and frame.iloc[0, 0] == 1.0
 
 
 def test_every_spoilt_file_is_refused_not_misread() -> None:

@@ -154,7 +154,11 @@ def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:
     values = pq.read_table(io.BytesIO(raw)).column("v").to_numpy()
     if values.dtype != np.float64 or values.size != len(index) * len(columns):
         raise CacheFileError("a frame of another shape than its header says")
-    return pd.DataFrame(values.reshape((len(index), len(columns)), order="F"), index=index, columns=columns)
+    if not values.flags.writeable:  # Arrow's own buffer (one row group): the frame gets its own copy
+        values = values.copy()
+    # the decoded array is the frame's alone: held as it is (pandas 3 copies an array it is given by default)
+    return pd.DataFrame(values.reshape((len(index), len(columns)), order="F"), index=index, columns=columns,
+                        copy=False)
 
 
 def _restore(state: dict[str, Any], blobs: memoryview) -> UsageCache:
