@@ -18,7 +18,7 @@ from policies.modelcards import ModelCards, load_model_cards
 from policies.nodeplan import plan_nodes
 from policies.registry import get_policy
 from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
-from policies.rightscale import shape_scale
+from policies.rightscale import ShapeScale, shape_scale
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
 from policies.tenancy import tenancy_cost, with_tenancy_reasons
@@ -36,7 +36,7 @@ from recommender.core.plan import Classification, Forecast, Plan, Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
 from recommender.pipeline.advice import with_advice
-from recommender.pipeline.memo import Memo, remembered, series_digests
+from recommender.pipeline.memo import Memo, forecasts_digest, remembered, series_digests
 
 
 @contextmanager
@@ -108,11 +108,9 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
             c = fixed.get(w.ref.key)
             ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found, c)
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
-            history = history_from_snapshot(snapshot, w)
-            planned = scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
-                                   _carried(before, w, previous), c, shape_scale(rec, catalogue))
-            recs.append(with_scaling(rec, within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan)
-                                     else planned))
+            planned = _scaling(snapshot, w, classes[w.ref.key], found, settings, _carried(before, w, previous), c,
+                               shape_scale(rec, catalogue), memo if choices is None else None, digests.get(w.ref.key))
+            recs.append(with_scaling(rec, planned))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
@@ -133,6 +131,22 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
     with _timed(timings, "advice"):
         plan = with_advice(plan, given, catalogue)
     return Cycled(plan, chosen)
+
+
+def _scaling(snapshot: Snapshot, w: Workload, cls: Classification, found: tuple[Forecast, ...], settings: Settings,
+             carried: ScalingPlan | None, c: WorkloadConstraints | None, shape: ShapeScale | None, memo: Memo | None,
+             digest: str | None) -> ScalingPlan | NoScalingPlan:
+    """One workload's scaling plan within its bounds (remembered in ``memo`` for a report's: no plan carried from a
+    last cycle and no policy bounds, under its series' digest, the workload, class, forecasts' digest, scaling
+    settings and recommended shape: everything ``scaling_plan`` reads)."""
+
+    def compute() -> ScalingPlan | NoScalingPlan:
+        planned = scaling_plan(w, history_from_snapshot(snapshot, w), cls, found, settings.scaling, carried, c, shape)
+        return within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan) else planned
+
+    if memo is None or digest is None or carried is not None or c is not None:
+        return compute()
+    return remembered(memo, "scaling", (digest, w, cls, forecasts_digest(found), settings.scaling, shape), compute)
 
 
 def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None
