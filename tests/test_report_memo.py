@@ -295,3 +295,21 @@ def test_the_forecasts_digest_is_the_forecasts() -> None:
     digests = {forecasts_digest((o, *found[1:])) for o in others}
     assert len(digests) == len(others) and forecasts_digest(found) not in digests
     assert forecasts_digest(()) != forecasts_digest(found[:1])
+
+
+def test_a_series_digest_is_its_numbers_however_the_frame_holds_them() -> None:
+    """The same numbers held as float32 (exact) or float64, in a frame of one block or of one per column, give the
+    same digests; one number changed changes its workload's digest only."""
+    from recommender.pipeline.memo import series_digests
+
+    snap = fleet()
+    base = series_digests(snap)
+    fb = snap.usage[m.FB_USED_MIB]
+    narrow = replace(snap, usage={**snap.usage, m.FB_USED_MIB: fb.astype(np.float32)})
+    split = replace(snap, usage={**snap.usage, m.FB_USED_MIB: pd.DataFrame({c: fb[c].to_numpy() for c in fb.columns},
+                                                                           index=fb.index)})
+    assert series_digests(narrow) == base == series_digests(split)
+    nudged = fb.copy()
+    nudged.iloc[7, 1] += 1.0
+    changed = series_digests(replace(snap, usage={**snap.usage, m.FB_USED_MIB: nudged}))
+    assert {k for k in base if changed[k] != base[k]} == {fb.columns[1]}

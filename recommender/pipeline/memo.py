@@ -39,10 +39,11 @@ def series_digests(snapshot: Snapshot) -> dict[str, str]:
         head = metric.encode() + b"|" + _index_bytes(frame.index)
         head = hashlib.blake2b(head, digest_size=20).digest()
         values = np.asfortranarray(frame.to_numpy())  # each column contiguous; float32 made float64 per column
+        wide = values.dtype == np.float64  # a float64 column is hashed where it lies (no copy of its bytes)
         for j, col in cols:
             h = hashes[col]
             h.update(head)
-            h.update(np.asarray(values[:, j], dtype=np.float64).tobytes())
+            h.update(values[:, j] if wide else np.asarray(values[:, j], dtype=np.float64).tobytes())
     return {k: h.hexdigest() for k, h in hashes.items()}
 
 
