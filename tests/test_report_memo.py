@@ -313,3 +313,13 @@ def test_a_series_digest_is_its_numbers_however_the_frame_holds_them() -> None:
     nudged.iloc[7, 1] += 1.0
     changed = series_digests(replace(snap, usage={**snap.usage, m.FB_USED_MIB: nudged}))
     assert {k for k in base if changed[k] != base[k]} == {fb.columns[1]}
+
+
+def test_a_said_input_makes_the_same_key() -> None:
+    """A workload or settings written out once (``Said``) stand for themselves in a key: the same key text."""
+    from recommender.pipeline.memo import Said, key
+
+    w, s = fleet().workloads[0], Settings().scaling
+    assert key("scaling", "d", Said(w), 1.5, Said(s)) == key("scaling", "d", w, 1.5, s)
+    assert key("scaling", "d", Said(w), 1.5, Said(s)) != key("scaling", "d", Said(replace(w, cold_start_s=9.0)), 1.5,
+                                                            Said(s))

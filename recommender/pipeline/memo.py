@@ -43,7 +43,7 @@ def series_digests(snapshot: Snapshot) -> dict[str, str]:
         for j, col in cols:
             h = hashes[col]
             h.update(head)
-            h.update(values[:, j] if wide else np.asarray(values[:, j], dtype=np.float64).tobytes())
+            h.update(values[:, j].data if wide else np.asarray(values[:, j], dtype=np.float64).tobytes())
     return {k: h.hexdigest() for k, h in hashes.items()}
 
 
@@ -66,6 +66,19 @@ def _index_bytes(index: pd.Index) -> bytes:
     if isinstance(index, pd.DatetimeIndex):
         return f"{index.tz}|".encode() + index.asi8.tobytes()
     return repr(list(index)).encode()
+
+
+class Said:
+    """A value's repr, made once: stands for the value among a key's inputs (the key's text is the same), so a
+    workload read by several parts' keys is written out once."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: object) -> None:
+        self.text = repr(value)
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def key(part: str, *inputs: object) -> str:
