@@ -168,7 +168,8 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
         if f.columns.name is not None or not f.columns.is_unique or not (f.dtypes == np.float64).all() \
                 or not all(isinstance(c, str) for c in f.columns):
             return None
-    if not old.columns.is_monotonic_increasing or not new.columns.isin(old.columns).all():
+    read = set(new.columns)
+    if not old.columns.is_monotonic_increasing or not read <= set(old.columns):
         return None
     first = int(index.searchsorted(cut))
     new_at = index.get_indexer(new.index)
@@ -176,7 +177,7 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
         return None
     values = old.to_numpy()
     empty = np.isnan(values[:first]).all(axis=0)  # a pod with no value before the cut: dropped unless read fresh
-    if (empty & ~old.columns.isin(new.columns)).any():
+    if any(c not in read for c in old.columns[empty]):
         return None
     tail = np.full((len(index) - first, len(old.columns)), np.nan)
     _put(tail, new_at - first, old.columns.get_indexer(new.columns), new.to_numpy())

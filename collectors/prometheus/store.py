@@ -146,7 +146,7 @@ def _write_values(frame: pd.DataFrame, out: BinaryIO) -> list[int]:
     return sizes
 
 
-def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:
+def _frame(raw: bytes | memoryview, axes: dict[str, Any]) -> pd.DataFrame:
     """A frame from its chunks (``raw``) and header entry, decompressed chunk by chunk into one array the frame
     holds without a copy."""
     import pyarrow as pa
@@ -178,7 +178,7 @@ def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:
 def _restore(state: dict[str, Any], blobs: memoryview) -> UsageCache:
     series = {}
     for name, offset, length, axes in state["frames"]:
-        raw = bytes(blobs[offset:offset + length])
+        raw = blobs[offset:offset + length]  # a view: the chunks are decompressed from the file's bytes
         if len(raw) != length:
             raise CacheFileError("truncated frame")
         series[str(name)] = _frame(raw, axes)
