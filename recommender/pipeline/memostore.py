@@ -90,8 +90,8 @@ def decode(k: str, raw: Any) -> Any:
     """The value :func:`encode` wrote under ``k``."""
     part = k.partition(":")[0]
     if part == "features":
-        fields: dict[str, Any] = {f.name: Quantiles(**raw[f.name]) if f.name in _QUANTILES and raw[f.name] is not None
-                                  else raw[f.name] for f in dataclasses.fields(WorkloadFeatures)}
+        fields: dict[str, Any] = {name: Quantiles(**raw[name]) if name in _QUANTILES and raw[name] is not None
+                                  else raw[name] for name in _FEATURES}
         return WorkloadFeatures(**fields)
     if part == "class":
         cls, confidence, evidence, source = raw
@@ -146,6 +146,7 @@ def _unscaling(raw: dict[str, Any]) -> ScalingPlan:
 
 
 _QUANTILES = frozenset(f.name for f in dataclasses.fields(WorkloadFeatures) if "Quantiles" in str(f.type))
+_FEATURES = tuple(f.name for f in dataclasses.fields(WorkloadFeatures))  # (dataclasses.fields per entry: 0.05 s)
 
 
 def _forecast(f: Forecast) -> dict[str, Any]:
