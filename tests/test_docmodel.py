@@ -151,3 +151,36 @@ def test_nan_in_a_number_field_is_refused(plan: Plan, monkeypatch: pytest.Monkey
     monkeypatch.setattr(jsondoc, "summary", lambda s: {**real(s), "gpus_held": float("nan")})
     with pytest.raises(ModelError, match="gpus_held"):
         get_formatter("json")(plan, None)
+
+
+def _points_row_by_row(sampled: Any) -> list[dict[str, Any]]:
+    """The forecast points as jsondoc wrote them before s50 (a Timestamp and a record at a time)."""
+    import pandas as pd
+
+    from recommender.outputs import text as t
+    from recommender.outputs.jsondoc import demand
+
+    return [{"timestamp": t.iso_utc(ts.to_pydatetime()), **{str(c): demand(float(v)) for c, v in row.items()}}
+            for ts, row in zip(pd.DatetimeIndex(sampled.index), sampled.to_dict("records"), strict=True)]
+
+
+@pytest.mark.parametrize("tz", [None, "UTC", "America/New_York", "Asia/Kolkata"])
+@pytest.mark.parametrize("unit", ["ns", "s"])
+def test_forecast_points_are_written_as_row_by_row_wrote_them(tz: str | None, unit: str) -> None:
+    """Forecast points formatted a column at a time give the same dicts as a Timestamp and a record at a time:
+    naive (UTC) and zoned indexes across a DST change, times off the second, NaN/inf, float32 and int columns."""
+    import numpy as np
+    import pandas as pd
+
+    from recommender.outputs.jsondoc import _points
+
+    rng = np.random.default_rng(5)
+    index = pd.date_range("2026-03-07 22:00:00", periods=300, freq="997ms" if unit == "ns" else "1h", tz=tz)
+    index = index.as_unit(unit) + (pd.Timedelta(milliseconds=999) if unit == "ns" else pd.Timedelta(0))
+    frame = pd.DataFrame({"mean": rng.normal(50, 30, 300), "lo_80": rng.normal(-1e-4, 1e-3, 300),
+                          "hi_95": rng.lognormal(8, 4, 300).astype(np.float32), 7: rng.integers(-5, 5, 300)},
+                         index=index)
+    frame.iloc[3, 0], frame.iloc[4, 1], frame.iloc[5, 0] = np.nan, np.inf, -0.0
+    for sampled in (frame, frame.iloc[::7], frame.iloc[:0]):
+        assert _points(sampled) == _points_row_by_row(sampled)
+    assert _points(frame.iloc[:1])[0]["timestamp"].endswith("Z")

@@ -196,6 +196,9 @@ def test_a_cache_file_holds_what_the_cache_held() -> None:
     assert back.devices is not None and back.devices.records() == table.records()
     assert back.workloads is not None and back.workloads.key == "w"
     pd.testing.assert_frame_equal(back.workloads.series["replicas"], frame[["a/p-2"]], check_freq=False)
+    read = back.series["fb_used_mib"]  # the frames read are held without a copy, yet are the frame's own to change
+    read.iloc[0, 0] = 9.0
+    assert read.iloc[0, 0] == 9.0 and frame.iloc[0, 0] == 1.0
 
 
 def test_every_spoilt_file_is_refused_not_misread() -> None:
@@ -473,3 +476,166 @@ def test_a_real_change_of_one_sample_is_never_absorbed() -> None:
     kept = same_as_cached(cached, fresh)
     assert kept["a"].iloc[0] == 4.0 and pd.isna(kept["a"].iloc[1])  # filled in: new; gone: new
     assert kept["b"].tolist() == [1.0, 2.0] and kept["c"].tolist() == [7.0, 8.0]  # a pod not cached: as read
+
+
+def test_a_frame_is_unchanged_exactly_when_its_values_are() -> None:
+    """``store.same_values`` (whether a cache that collected nothing new is written again) says what
+    ``np.array_equal(equal_nan=True)`` says: equal bits, and also -0.0 against 0.0 and NaNs of other payloads;
+    any other difference, a NaN against a number, or another shape is a change."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    a = rng.random((50, 7))
+    a[a < 0.2] = np.nan
+    assert store.same_values(a, a.copy())
+    other_nan = a.copy()
+    other_nan.view(np.int64)[np.isnan(a)] = np.float64("nan").view(np.int64) | 1  # another NaN payload
+    assert np.isnan(other_nan).sum() == np.isnan(a).sum() and store.same_values(a, other_nan)
+    zero = np.where(np.isnan(a), a, 0.0)
+    assert store.same_values(zero, -zero)
+    nudged = a.copy()
+    nudged[3, 2] = np.nextafter(nudged[3, 2], 2.0) if np.isfinite(nudged[3, 2]) else 0.5
+    assert not store.same_values(a, nudged)
+    gone = np.where(np.isnan(a), 0.5, a)
+    assert not store.same_values(a, gone) and not store.same_values(gone, a)
+    assert not store.same_values(a, a[:-1]) and not store.same_values(a, a.reshape(7, 50))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_joined_frame_is_the_one_pandas_joins(seed: int) -> None:
+    """``join_usage`` writes a float64 frame straight into one array (``_joined``); it is the frame pandas' boolean
+    take, concat, reindex and column sort give (``_join_frames``), to the bit, with its index and column types:
+    pods gone, new, all-NaN in the window, steps before the window, columns out of order, the window moved. Other
+    inputs (float32, steps off the grid, fresh steps before the cut) are left to pandas."""
+    import numpy as np
+
+    from collectors.prometheus.cache import _join_frames, _joined, join_usage
+
+    rng = np.random.default_rng(seed)
+    n, step = int(rng.integers(3, 40)), 60.0
+    shift = int(rng.integers(0, 4))  # the window moved this many steps since the cache was read
+    old_grid, grid = Grid(0.0, step, n), Grid(shift * step, step, n)
+    pods = [f"ns/p-{i:02d}" for i in range(int(rng.integers(1, 12)))]
+    was = [p for p in pods if rng.random() < 0.8] or pods[:1]
+    now = [p for p in pods if rng.random() < 0.8] or pods[-1:]
+    rng.shuffle(was)
+    old = pd.DataFrame(rng.random((n, len(was))), index=old_grid.index(), columns=pd.Index(was))
+    old[old > 0.85] = np.nan
+    if len(was) > 1:
+        old.iloc[shift:, 0] = np.nan  # a pod with values only before the window
+    first = max(old_grid.start_s + (n - 1 - int(rng.integers(1, 3))) * step, grid.start_s)
+    cut = pd.Timestamp(first, unit="s", tz="UTC")
+    fresh_index = grid.index()[grid.index() >= cut]
+    new = pd.DataFrame(rng.random((len(fresh_index), len(now))), index=fresh_index, columns=pd.Index(now))
+    fast = _joined(old, new, grid.index(), cut)
+    assert fast is not None
+    slow = _join_frames(old, new, grid.index(), cut)
+    assert slow is not None
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True, check_freq=True, check_column_type=True)
+    assert fast.columns.dtype == slow.columns.dtype and fast.index.dtype == slow.index.dtype
+    assert np.array_equal(fast.to_numpy().view(np.int64), slow.to_numpy().view(np.int64))
+    assert join_usage({"m": old}, {"m": new}, grid, first)["m"].equals(slow)
+    # left to pandas, and still the same answer through join_usage
+    off = new.set_axis(new.index + pd.Timedelta(seconds=1))
+    early = pd.concat([old.iloc[[-1]].reindex(columns=now), new]) if shift == 0 and len(new) else None
+    for other_old, other_new in ((old.astype(np.float32), new), (old, off), (old, new.astype(np.float32)),
+                                 *(((old, early),) if early is not None and not early.index.duplicated().any()
+                                   and early.index[0] < cut else ())):
+        assert _joined(other_old, other_new, grid.index(), cut) is None
+        slow_other = _join_frames(other_old, other_new, grid.index(), cut)
+        assert slow_other is not None
+        assert join_usage({"m": other_old}, {"m": other_new}, grid, first)["m"].equals(slow_other)
+
+
+def test_frames_of_many_chunks_come_back_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame's values are zstd chunks of ``_ROWS`` values: read back bit for bit (NaN, -0.0, infinities, a
+    float32 frame as the same numbers in float64) whether the chunks split columns or not; a header whose
+    chunk sizes or rows per chunk do not fit the frame is refused, not misread."""
+    import numpy as np
+
+    monkeypatch.setattr(store, "_ROWS", 7)
+    grid = Grid(0.0, 60.0, 9)
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=(9, 4))
+    values[0, 0], values[1, 1], values[2, 2], values[3, 3] = np.nan, -0.0, np.inf, -np.inf
+    frame = pd.DataFrame(values, index=grid.index(), columns=pd.Index([f"a/p-{i}" for i in range(4)]))
+    small = pd.DataFrame({"a/p-0": [1.5, 2.0], "a/p-1": [np.nan, 3.25]}, index=grid.index()[:2]).astype(np.float32)
+    empty = pd.DataFrame(index=grid.index(), dtype="float64")
+    data = store.dumps(UsageCache(key="k", series={"m": frame, "s": small, "e": empty}))
+    back = store.loads(data).series
+    assert np.array_equal(back["m"].to_numpy().view(np.int64), values.view(np.int64))
+    pd.testing.assert_frame_equal(back["m"], frame, check_freq=False)
+    pd.testing.assert_frame_equal(back["s"], small.astype(np.float64), check_freq=False)
+    assert back["e"].shape == (9, 0)
+    body = data[len(store.MAGIC):].split(b"\n", 2)[2]
+    size = int.from_bytes(body[:8], "big")
+    head, blob = json.loads(body[8:8 + size]), body[8 + size:]
+    (name, offset, length, axes), *others = head["usage"]["frames"]
+    assert name == "m" and len(axes["chunks"]) == 6  # 36 values in chunks of 7
+    import hashlib
+
+    def forge(wrong: dict[str, Any]) -> bytes:
+        h = {**head, "usage": {**head["usage"], "frames": [[name, offset, length, wrong], *others]}}
+        text = json.dumps(h).encode()
+        b = len(text).to_bytes(8, "big") + text + blob
+        return store.MAGIC + f"{store.FORMAT_VERSION}\n{hashlib.sha256(b).hexdigest()}\n".encode() + b
+
+    assert store.loads(forge(axes)).series["m"].equals(back["m"])  # the forger writes what loads reads
+    sizes = axes["chunks"]
+    for wrong in ({**axes, "rows": 8}, {**axes, "rows": 0}, {**axes, "chunks": sizes[:-1]},
+                  {**axes, "chunks": [sizes[0] + 1, sizes[1] - 1, *sizes[2:]]}, {**axes, "chunks": [*sizes, 0]}):
+        with pytest.raises(store.CacheFileError):
+            store.loads(forge(wrong))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_same_window_again_is_the_cached_frame_itself(seed: int) -> None:
+    """The same window again, re-read steps bit for bit as cached: ``join_usage`` hands back the cached frame's
+    array (no copy) on the grid's index, equal to what pandas joins; any difference in the re-read steps, a new
+    pod, a cached pod with no value before the cut that was not read again, or a moved window is joined anew."""
+    import numpy as np
+
+    from collectors.prometheus.cache import _as_cached, _join_frames, join_usage
+
+    rng = np.random.default_rng(100 + seed)
+    n, step = int(rng.integers(3, 30)), 600.0
+    grid = Grid(1_800_000_000.0, step, n)
+    pods = sorted(f"ns/p-{i:02d}" for i in range(int(rng.integers(2, 9))))
+    values = rng.random((n, len(pods)))
+    values[values > 0.9] = np.nan
+    values[0, :] = 0.5  # every pod has a value before the cut
+    stored = grid.index().as_unit("us")
+    old = pd.DataFrame(values, index=pd.DatetimeIndex(stored.asi8.view("datetime64[us]")).tz_localize("UTC"),
+                       columns=pd.Index(pods))
+    first = grid.start_s + (n - 2) * step
+    cut = pd.Timestamp(first, unit="s", tz="UTC")
+    read = [p for p in pods if rng.random() < 0.8 or p == pods[0]]
+    new = old.loc[old.index >= cut, read].copy()
+    new = new.loc[:, ~new.isna().all()] if rng.random() < 0.5 else new  # a pod's NaN steps not in the answer
+    if new.columns.empty:
+        new = old.loc[old.index >= cut, pods[:1]].copy()
+        old.loc[old.index >= cut, pods[:1]] = 1.0
+        new.loc[:, :] = 1.0
+    missing = [p for p in pods if p not in new.columns]
+    old.loc[old.index >= cut, missing] = np.nan  # what was not read again is NaN from the cut on
+    same = _as_cached(old, new, grid.index(), cut)
+    slow = _join_frames(old, new, grid.index(), cut)
+    assert same is not None and slow is not None
+    pd.testing.assert_frame_equal(same, slow, check_exact=True, check_freq=True)
+    assert np.shares_memory(same.to_numpy(), old.to_numpy()) and same.index.freq == grid.index().freq
+    assert join_usage({"m": old}, {"m": new}, grid, first)["m"].equals(slow)
+    changed = new.copy()
+    changed.iloc[-1, 0] = changed.iloc[-1, 0] + 0.125 if np.isfinite(changed.iloc[-1, 0]) else 0.25  # a real change
+    extra = new.assign(**{"ns/zz": 1.0})
+    last_bit = new.copy()
+    last_bit.iloc[-1, 0] = np.nextafter(last_bit.iloc[-1, 0], 9.0) if np.isfinite(last_bit.iloc[-1, 0]) else 0.25
+    assert _as_cached(old, last_bit, grid.index(), cut) is None  # (join_usage absorbs a last-bit reordering first)
+    hollow = old.copy()
+    hollow.loc[hollow.index < cut, pods[-1]] = np.nan
+    moved = Grid(grid.start_s + step, step, n)
+    for o, f, g in ((old, changed, grid), (old, extra, grid), (hollow, new.drop(columns=pods[-1], errors="ignore"),
+                                                                 grid), (old, new, moved)):
+        c = pd.Timestamp(max(first, g.start_s), unit="s", tz="UTC")
+        assert _as_cached(o, f, g.index(), c) is None
+        want = _join_frames(o, f, g.index(), c)
+        assert want is not None and join_usage({"m": o}, {"m": f}, g, max(first, g.start_s))["m"].equals(want)

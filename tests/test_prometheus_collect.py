@@ -325,6 +325,46 @@ def test_dead_prometheus_is_one_line(cluster: Cluster) -> None:
         collect(cluster, settings(f"http://127.0.0.1:{port}", retries=1))
 
 
+@pytest.mark.parametrize(("fails", "retries"), [(0, 2), (1, 2), (2, 2), (3, 2), (5, 5), (1, 0)])
+def test_what_is_worth_retrying_is_retried_with_backoff(monkeypatch: pytest.MonkeyPatch, fails: int,
+                                                       retries: int) -> None:
+    """A connection failure or timeout is tried ``retries`` more times, 0.5 s doubling (at most 8 s) between tries,
+    each retry counted; after the last it is one line naming the attempts. A bad answer is not retried."""
+    import requests
+
+    from collectors.prometheus import client as module
+
+    slept: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", slept.append)
+    c = PromClient(PrometheusSettings(url="http://127.0.0.1:9", retries=retries), QueryStats())
+    tries = Counter[str]()
+
+    def flaky() -> list[dict[str, object]]:
+        tries["n"] += 1
+        if tries["n"] <= fails:
+            raise (requests.exceptions.ConnectionError if tries["n"] % 2 else requests.exceptions.Timeout)("down")
+        return [{"metric": {}, "value": [0, "1"]}]
+
+    if fails <= retries:
+        assert c._call(flaky, "q") == [{"metric": {}, "value": [0, "1"]}]
+        assert c.stats.retries == fails and c.stats.queries == 1
+    else:
+        with pytest.raises(PrometheusError, match=rf"\(after {retries + 1} attempts\)$"):
+            c._call(flaky, "q")
+        assert c.stats.retries == retries
+    assert tries["n"] == min(fails, retries) + 1
+    assert slept == [min(8.0, 0.5 * 2 ** k) for k in range(min(fails, retries))]
+    tries.clear()
+
+    def bad() -> list[dict[str, object]]:
+        tries["n"] += 1
+        raise ValueError("not json")
+
+    with pytest.raises(PrometheusError, match="did not answer like a Prometheus API"):
+        c._call(bad, "q")
+    assert tries["n"] == 1
+
+
 def test_a_url_that_is_not_the_api_base(cluster: Cluster) -> None:
     with pytest.raises(PrometheusError, match="no query API"):
         collect(cluster, settings(cluster.url + "/nothing/here"))

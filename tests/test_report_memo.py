@@ -33,6 +33,7 @@ DAYS = 3
 N = len(index(DAYS))
 T = np.arange(N, dtype=float)
 NAMES = ("chat", "code", "embed")
+PARTS = ("features", "class", "forecast", "scaling")
 
 
 def fleet() -> Snapshot:
@@ -52,7 +53,7 @@ def fleet() -> Snapshot:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[tuple[str, str]]]:
-    """(part, workload name) for each feature, class and forecast the pipeline computes."""
+    """(part, workload name) for each feature, class, forecast and scaling plan the pipeline computes."""
     seen: Counter[tuple[str, str]] = Counter()
 
     def counted(part: str, fn: Callable[..., Any], arg: int) -> Callable[..., Any]:
@@ -64,6 +65,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[tuple[str, str]]]
     monkeypatch.setattr(run, "workload_features", counted("features", run.workload_features, 1))
     monkeypatch.setattr(run, "classify", counted("class", run.classify, 0))
     monkeypatch.setattr(run, "forecast_workload", counted("forecast", run.forecast_workload, 1))
+    monkeypatch.setattr(run, "scaling_plan", counted("scaling", run.scaling_plan, 0))
     yield seen
 
 
@@ -76,9 +78,9 @@ def doc(snap: Snapshot, settings: Settings, memo: Memo | None) -> dict[str, Any]
 def test_a_second_run_reuses_everything_and_gives_the_cold_document(calls: Counter[tuple[str, str]]) -> None:
     snap, s = fleet(), Settings()
     cold = doc(snap, s, None)
-    assert set(calls) == {(p, n) for p in ("features", "class", "forecast") for n in NAMES}
+    assert set(calls) == {(p, n) for p in PARTS for n in NAMES}
     memo: dict[str, Any] = {}
-    assert doc(snap, s, memo) == cold and len(memo) == 3 * len(NAMES)
+    assert doc(snap, s, memo) == cold and len(memo) == len(PARTS) * len(NAMES)
     calls.clear()
     assert doc(fleet(), s, memo) == cold  # the same inputs, built again: equal, not the same objects
     assert not calls
@@ -95,7 +97,7 @@ def test_a_changed_value_recomputes_that_workload_only(calls: Counter[tuple[str,
     calls.clear()
     assert doc(changed, s, memo) == cold
     assert {n for _, n in calls} == {"code"}
-    assert set(calls) == {("features", "code"), ("class", "code"), ("forecast", "code")}
+    assert set(calls) == {(p, "code") for p in PARTS}
 
 
 def test_a_changed_index_recomputes(calls: Counter[tuple[str, str]]) -> None:
@@ -108,15 +110,16 @@ def test_a_changed_index_recomputes(calls: Counter[tuple[str, str]]) -> None:
     moved = replace(snap, usage=later, start=snap.start + timedelta(seconds=snap.step_s),
                     end=snap.end + timedelta(seconds=snap.step_s))
     doc(moved, s, memo)
-    assert set(calls) == {(p, n) for p in ("features", "class", "forecast") for n in NAMES}
+    assert set(calls) == {(p, n) for p in PARTS for n in NAMES}
 
 
 @pytest.mark.parametrize(("settings", "parts"), [
     (Settings(policy=PolicySettings(idle_compute_frac=0.3)), {"features"}),
-    (Settings(scaling=ScalingSettings(error_budget_window_s=3_600.0)), {"features"}),
-    (Settings(forecast=ForecastSettings(horizon_s=7_200.0)), {"forecast"}),
-    (Settings(forecast=ForecastSettings(levels=(90,))), {"forecast"}),
-], ids=["idle-threshold", "budget-window", "horizon", "levels"])
+    (Settings(scaling=ScalingSettings(error_budget_window_s=3_600.0)), {"features", "scaling"}),
+    (Settings(scaling=ScalingSettings(ttft_error_budget=0.2)), {"scaling"}),
+    (Settings(forecast=ForecastSettings(horizon_s=7_200.0)), {"forecast", "scaling"}),
+    (Settings(forecast=ForecastSettings(levels=(90,))), {"forecast", "scaling"}),
+], ids=["idle-threshold", "budget-window", "error-budget", "horizon", "levels"])
 def test_a_changed_setting_the_analysis_reads_recomputes_what_reads_it(
         calls: Counter[tuple[str, str]], settings: Settings, parts: set[str]) -> None:
     snap = fleet()
@@ -148,7 +151,7 @@ def test_a_memo_file_gives_back_what_was_kept(tmp_path: Path, calls: Counter[tup
     calls.clear()
     again = DiskMemo(tmp_path / "m.memo")
     assert again.load() is None and doc(snap, s, again) == cold
-    assert not calls and again.reused == 3 * len(NAMES)
+    assert not calls and again.reused == len(PARTS) * len(NAMES)
     before = (tmp_path / "m.memo").stat().st_mtime_ns
     assert again.save() is None and (tmp_path / "m.memo").stat().st_mtime_ns == before  # nothing new: not rewritten
 
@@ -189,10 +192,10 @@ def test_a_spoilt_memo_file_is_one_warning_and_a_full_computation(
     spoilt = DiskMemo(tmp_path / "m.memo")
     warning = spoilt.load()
     assert warning is not None and "\n" not in warning and str(tmp_path / "m.memo") in warning
-    assert doc(snap, s, spoilt) == cold and len(calls) == 3 * len(NAMES)
+    assert doc(snap, s, spoilt) == cold and len(calls) == len(PARTS) * len(NAMES)
     assert spoilt.save() is None  # replaced by a whole file
     healed = DiskMemo(tmp_path / "m.memo")
-    assert healed.load() is None and doc(snap, s, healed) == cold and healed.reused == 3 * len(NAMES)
+    assert healed.load() is None and doc(snap, s, healed) == cold and healed.reused == len(PARTS) * len(NAMES)
 
 
 def test_another_code_versions_memo_is_not_used_and_says_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -207,7 +210,7 @@ def test_another_code_versions_memo_is_not_used_and_says_nothing(tmp_path: Path,
     other = DiskMemo(tmp_path / "m.memo")
     assert other.load() is None and other.reused == 0
     doc(snap, s, other)
-    assert len(calls) == 3 * len(NAMES)
+    assert len(calls) == len(PARTS) * len(NAMES)
 
 
 def test_an_entry_that_cannot_be_decoded_is_computed_again(tmp_path: Path, calls: Counter[tuple[str, str]]) -> None:
@@ -248,3 +251,75 @@ def test_no_cache_writes_no_memo(tmp_path: Path) -> None:
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert list(tmp_path.iterdir()) == []  # the demo is no Prometheus: neither cache nor memo
+
+
+def test_scaling_plans_round_trip_with_their_types() -> None:
+    """A scaling plan read back from the memo file is the plan kept: each field of the same type (an int stays an
+    int, a whole float a float), its plan on today's shape nested, and a plan-less answer's reasons."""
+    from policies.replicas import NoScalingPlan
+    from recommender.core.plan import ScalingPlan
+
+    today = ScalingPlan("request_rate_per_s", 3.0, 2.5, 0, 4, 2, 0.0125, 300, True, 0.2, None, ("a", "b"),
+                        mean_replicas=1.0, waiting_per_replica=np.float64(7.5), basis_capacity=3.0)
+    plan = replace(today, per_replica_capacity=1.5, capacity_scale=0.5, shape="mig 3g.40gb", on_today=today,
+                   reasons=("x",), cold_start_s=45.0, ttft_objective_s=2, rate_window_s=np.int64(120))
+    for value in (plan, today, NoScalingPlan(("no capacity", "no demand"))):
+        back = memostore.decode("scaling:k", json.loads(json.dumps(memostore.encode("scaling:k", value))))
+        assert back == value and type(back) is type(value)
+        for a, b in ((back, value), (getattr(back, "on_today", None), getattr(value, "on_today", None))):
+            if isinstance(b, ScalingPlan):
+                assert [type(getattr(a, f)) for f in vars(a)] == [
+                    int if isinstance(v, np.integer) else float if isinstance(v, np.floating) else type(v)
+                    for v in vars(b).values()]
+    nan = replace(today, headroom_frac=float("nan"))
+    back = memostore.decode("scaling:k", json.loads(json.dumps(memostore.encode("scaling:k", nan))))
+    assert np.isnan(back.headroom_frac) and replace(back, headroom_frac=0.0) == replace(nan, headroom_frac=0.0)
+
+
+def test_the_forecasts_digest_is_the_forecasts() -> None:
+    """Scaling plans are remembered under a digest of the forecasts they read: equal forecasts built again give
+    the same digest; a value, a column, the index's zone or times, the model or a reason give another."""
+    from recommender.pipeline.memo import forecasts_digest
+
+    snap = fleet()
+    found = run.forecast_workload(snap, snap.workloads[0], Settings().forecast)[0]
+    again = run.forecast_workload(fleet(), fleet().workloads[0], Settings().forecast)[0]
+    assert found and forecasts_digest(found) == forecasts_digest(again)
+    f = found[0]
+    nudged = f.frame.copy()
+    nudged.iloc[5, 0] = np.nextafter(nudged.iloc[5, 0], np.inf)
+    others = [replace(f, frame=nudged), replace(f, frame=f.frame.rename(columns={"mean": "avg"})),
+              replace(f, frame=f.frame.tz_convert("Europe/Paris")),
+              replace(f, frame=f.frame.set_axis(f.frame.index + pd.Timedelta(seconds=1))),
+              replace(f, model="other"), replace(f, reasons=(*f.reasons, "more"))]
+    digests = {forecasts_digest((o, *found[1:])) for o in others}
+    assert len(digests) == len(others) and forecasts_digest(found) not in digests
+    assert forecasts_digest(()) != forecasts_digest(found[:1])
+
+
+def test_a_series_digest_is_its_numbers_however_the_frame_holds_them() -> None:
+    """The same numbers held as float32 (exact) or float64, in a frame of one block or of one per column, give the
+    same digests; one number changed changes its workload's digest only."""
+    from recommender.pipeline.memo import series_digests
+
+    snap = fleet()
+    base = series_digests(snap)
+    fb = snap.usage[m.FB_USED_MIB]
+    narrow = replace(snap, usage={**snap.usage, m.FB_USED_MIB: fb.astype(np.float32)})
+    split = replace(snap, usage={**snap.usage, m.FB_USED_MIB: pd.DataFrame({c: fb[c].to_numpy() for c in fb.columns},
+                                                                           index=fb.index)})
+    assert series_digests(narrow) == base == series_digests(split)
+    nudged = fb.copy()
+    nudged.iloc[7, 1] += 1.0
+    changed = series_digests(replace(snap, usage={**snap.usage, m.FB_USED_MIB: nudged}))
+    assert {k for k in base if changed[k] != base[k]} == {fb.columns[1]}
+
+
+def test_a_said_input_makes_the_same_key() -> None:
+    """A workload or settings written out once (``Said``) stand for themselves in a key: the same key text."""
+    from recommender.pipeline.memo import Said, key
+
+    w, s = fleet().workloads[0], Settings().scaling
+    assert key("scaling", "d", Said(w), 1.5, Said(s)) == key("scaling", "d", w, 1.5, s)
+    assert key("scaling", "d", Said(w), 1.5, Said(s)) != key("scaling", "d", Said(replace(w, cold_start_s=9.0)), 1.5,
+                                                            Said(s))

@@ -87,24 +87,120 @@ def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], 
 
     Pods are the columns with a value in the window, as a full collection's answers would hold them (a pod
     whose only points in the window are NaN is left out: it says nothing either way). A metric read with no
-    column at all stays, without columns: the next collection then reads only new steps of it too."""
+    column at all stays, without columns: the next collection then reads only new steps of it too.
+    Each frame is put together in one array where both sides are float64 on the grid (:func:`_joined`), else
+    by pandas (:func:`_join_frames`): the same frame either way."""
     index = grid.index()
     cut = pd.Timestamp(fresh_start, unit="s", tz="UTC")
     out: dict[str, pd.DataFrame] = {}
     for metric in sorted(cached.keys() | fresh.keys()):
         old = cached.get(metric)
-        kept = None if old is None else old[(old.index >= index[0]) & (old.index < cut)].dropna(axis=1, how="all")
         new = fresh.get(metric)
         if old is not None and new is not None:
             new = same_as_cached(old, new)
-        parts = [f for f in (kept, new) if f is not None and len(f.columns)]
-        if not parts:
-            if any(f is not None and f.columns.empty for f in (old, fresh.get(metric))):  # no column read at all
-                out[metric] = pd.DataFrame(index=index, dtype="float64")  # (no replica counts): still read
-            continue
-        frame = pd.concat(parts, axis=0).reindex(index=index)
-        out[metric] = frame[sorted(frame.columns)]
+        frame = _as_cached(old, new, index, cut)
+        if frame is None:
+            frame = _joined(old, new, index, cut)
+        if frame is None:
+            frame = _join_frames(old, new, index, cut)
+        if frame is not None:
+            out[metric] = frame
     return out
+
+
+def _join_frames(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.DatetimeIndex, cut: pd.Timestamp
+                 ) -> pd.DataFrame | None:
+    """One metric's joined frame by pandas (any dtypes, any index); None where it has no column and none was
+    read with no column."""
+    kept = None if old is None else old[(old.index >= index[0]) & (old.index < cut)].dropna(axis=1, how="all")
+    parts = [f for f in (kept, new) if f is not None and len(f.columns)]
+    if not parts:
+        if any(f is not None and f.columns.empty for f in (old, new)):  # no column read at all
+            return pd.DataFrame(index=index, dtype="float64")  # (no replica counts): still read
+        return None
+    frame = pd.concat(parts, axis=0).reindex(index=index)
+    return frame[sorted(frame.columns)]
+
+
+def _joined(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.DatetimeIndex, cut: pd.Timestamp
+            ) -> pd.DataFrame | None:
+    """:func:`_join_frames`' frame written straight into one float64 array (no boolean take, concat, reindex and
+    column take, each a copy of the frame): only where both sides are float64 frames over a time index with
+    unique, unnamed string columns, every kept and fresh step on the grid and the fresh ones from ``cut`` on; None
+    otherwise (the caller then joins with pandas)."""
+    if old is None or new is None or not len(old.columns) or not len(new.columns):
+        return None
+    for f in (old, new):
+        if not isinstance(f.index, pd.DatetimeIndex) or not f.index.is_unique or f.columns.name is not None \
+                or not f.columns.is_unique or not (f.dtypes == np.float64).all() \
+                or not all(isinstance(c, str) for c in f.columns):
+            return None
+    if (new.index < cut).any():
+        return None
+    kept_at = np.flatnonzero((old.index >= index[0]) & (old.index < cut))
+    old_at = index.get_indexer(old.index[kept_at])
+    new_at = index.get_indexer(new.index)
+    if (old_at < 0).any() or (new_at < 0).any():  # a step off the grid: pandas drops it
+        return None
+    values = old.to_numpy()
+    values = values[kept_at[0]:kept_at[-1] + 1] if _run(kept_at) else values[kept_at]
+    kept_cols = ~np.isnan(values).all(axis=0) if len(values) else np.zeros(len(old.columns), dtype=bool)
+    if not kept_cols.all():
+        values = values[:, kept_cols]
+    columns = pd.Index(sorted(set(old.columns[kept_cols]) | set(new.columns)))
+    out = np.full((len(index), len(columns)), np.nan, order="F")  # each column contiguous, as pandas holds it
+    _put(out, old_at, columns.get_indexer(old.columns[kept_cols]), values)
+    _put(out, new_at, columns.get_indexer(new.columns), new.to_numpy())
+    return pd.DataFrame(out, index=index, columns=columns, copy=False)
+
+
+def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.DatetimeIndex, cut: pd.Timestamp
+               ) -> pd.DataFrame | None:
+    """The cached frame itself (its array shared, the grid's index set on it) where the joined frame would hold
+    exactly it: the same window again, every cached pod with a value before ``cut``, and the fresh steps
+    bit for bit what the cache holds from ``cut`` on (NaN where the fresh answer has no step or pod). Only the
+    steps from ``cut`` on are compared: no frame-sized array is made. None otherwise."""
+    if old is None or new is None or not len(old.columns) or not len(new.columns) or len(old) != len(index):
+        return None
+    if old.index.dtype != index.dtype or not old.index.equals(index) or new.index.dtype != index.dtype:
+        return None
+    for f in (old, new):
+        if f.columns.name is not None or not f.columns.is_unique or not (f.dtypes == np.float64).all() \
+                or not all(isinstance(c, str) for c in f.columns):
+            return None
+    read = set(new.columns)
+    if not old.columns.is_monotonic_increasing or not read <= set(old.columns):
+        return None
+    first = int(index.searchsorted(cut))
+    new_at = index.get_indexer(new.index)
+    if (new_at < first).any() or not new.index.is_unique:  # off the grid or before the cut: not this case
+        return None
+    values = old.to_numpy()
+    empty = np.isnan(values[:first]).all(axis=0)  # a pod with no value before the cut: dropped unless read fresh
+    if any(c not in read for c in old.columns[empty]):
+        return None
+    tail = np.full((len(index) - first, len(old.columns)), np.nan)
+    _put(tail, new_at - first, old.columns.get_indexer(new.columns), new.to_numpy())
+    if not np.array_equal(tail.view(np.int64), np.ascontiguousarray(values[first:]).view(np.int64)):
+        return None
+    return old.set_axis(index, axis=0)
+
+
+def _run(at: np.ndarray) -> bool:
+    """Whether positions are one ascending run (a slice of them is a view)."""
+    return len(at) > 0 and int(at[-1]) - int(at[0]) == len(at) - 1 and bool((np.diff(at) == 1).all())
+
+
+def _put(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> None:
+    """``out[rows, cols] = values``, as slices where rows or columns are runs (the usual case)."""
+    if not len(rows) or not len(cols):
+        return
+    r: slice | np.ndarray = slice(rows[0], rows[-1] + 1) if _run(rows) else rows
+    c: slice | np.ndarray = slice(cols[0], cols[-1] + 1) if _run(cols) else cols
+    if isinstance(r, slice) or isinstance(c, slice):
+        out[r, c] = values
+    else:
+        out[np.ix_(r, c)] = values
 
 
 def same_as_cached(cached: pd.DataFrame, fresh: pd.DataFrame, rtol: float = REORDER_RTOL) -> pd.DataFrame:

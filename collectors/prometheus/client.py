@@ -6,7 +6,7 @@ answer with msgspec against its schema, each series' samples left undecoded and 
 arrays (``points.py``): answers run to hundreds of thousands of points, ``json.loads`` of them was the largest
 CPU cost of a fleet report, and a whole answer decoded as Python objects (about 130 bytes a point) was the
 largest part of the client's memory while querying. The library's urllib3 retries are
-switched off so that tenacity alone retries, with exponential backoff, what is worth retrying
+switched off so that :meth:`PromClient._call` alone retries, with exponential backoff, what is worth retrying
 (connection failures, timeouts, 429 and 5xx). Answers that retrying cannot fix (401/403, a bad query,
 a query over the server's limits) fail at once, each as one line that says what to do. Every query is
 counted in :class:`QueryStats`.
@@ -25,7 +25,6 @@ from typing import Any, NotRequired, TypedDict
 import msgspec
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from urllib3.util.retry import Retry
 
 from collectors.prometheus.points import decode_many as decode_points
@@ -121,6 +120,11 @@ class QueryStats:
                 + (f"; {self.sources}" if self.sources else ""))
 
 
+def backoff_s(attempt: int) -> float:
+    """Seconds to wait after failed try ``attempt`` (1, 2, ...): 0.5 s doubling each time, at most 8 s."""
+    return min(8.0, 0.5 * 2.0 ** (attempt - 1))
+
+
 def _session(p: PrometheusSettings) -> requests.Session:
     s = requests.Session()
     s.verify = False if p.insecure_skip_verify else (p.ca_file or True)
@@ -182,25 +186,23 @@ class PromClient:
                 for item in result]
 
     def _call(self, fn: Any, what: str) -> Result:
-        p = self.settings
-        retrying = Retrying(
-            stop=stop_after_attempt(p.retries + 1), wait=wait_exponential(multiplier=0.5, max=8),
-            retry=retry_if_exception(lambda e: isinstance(e, _Transient)), reraise=True,
-            before_sleep=self._on_retry,
-        )
-        try:
-            for attempt in retrying:
-                with attempt:
-                    t0 = time.perf_counter()
-                    result = self._once(fn, what)
-                    self.stats.record(result, time.perf_counter() - t0)
-                    return result
-        except _Transient as exc:
-            raise PrometheusError(f"{exc} (after {p.retries + 1} attempts)") from None
+        """``fn``'s answer; what is worth retrying (:class:`_Transient`) is tried ``retries`` more times, waiting
+        :func:`backoff_s` between tries (a loop of its own: tenacity's import, with asyncio, cost a warm report
+        ~0.1 s)."""
+        attempts = self.settings.retries + 1
+        for attempt in range(1, attempts + 1):
+            t0 = time.perf_counter()
+            try:
+                result = self._once(fn, what)
+            except _Transient as exc:
+                if attempt >= attempts:
+                    raise PrometheusError(f"{exc} (after {attempts} attempts)") from None
+                self.stats.count("retries")
+                time.sleep(backoff_s(attempt))
+                continue
+            self.stats.record(result, time.perf_counter() - t0)
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _on_retry(self, state: RetryCallState) -> None:
-        self.stats.count("retries")
 
     def _once(self, fn: Any, what: str) -> Result:
         try:

@@ -5,9 +5,10 @@ One file per server, selection, step and history, named by a hash of them (the U
 stored in clear; credentials never reach the cache at all): a changed query, selection, step or URL finds no
 file or a file whose key does not match, and reads everything. The file is written whole or not at all and
 streamed to it frame by frame (``recommender.core.framing``: a magic line, the format version, a SHA-256 of
-the body, then the body): a JSON header (what the cache knows besides its series, and each frame's index and
-columns) and each frame's values as one float64 Parquet column, column after column (one wide frame is one
-array: 2,000 pods are not 2,000 Parquet columns to convert one by one). A file that is not ours, of another
+the body, then the body): a JSON header (what the cache knows besides its series, and each frame's index,
+columns and chunk sizes) and each frame's values, column after column, as float64 bytes in zstd chunks of
+``_ROWS`` values (pyarrow's codec: one wide frame is one array, decompressed chunk by chunk into the frame's own
+array; no Parquet to import, decode and concatenate). A file that is not ours, of another
 version, truncated or altered does not match its checksum or header and is not used: the caller reads
 everything and says so in one line. A report whose collection changed nothing the file holds (the same window
 again) does not write it.
@@ -34,12 +35,12 @@ from collectors.prometheus.devices import DeviceTable
 from recommender.core import framing
 from recommender.core.settings import Settings
 
-FORMAT_VERSION = 2  # 2: each frame one Parquet column, its index and columns in the header
+FORMAT_VERSION = 3  # 2: each frame one Parquet column, its index and columns in the header; 3: zstd chunks
 MAGIC = b"gpu-rightsizer usage cache\n"
 APP = "gpu-rightsizer"
 _LENGTH = 8  # bytes of the header's length
 _CHUNK = 1 << 20  # bytes of the body streamed at a time
-_ROWS = 1 << 20  # values per Parquet row group
+_ROWS = 1 << 20  # values per zstd chunk (8 MiB before compression)
 
 
 class CacheFileError(Exception):
@@ -67,7 +68,7 @@ def dumps(cache: UsageCache) -> bytes:
 def _body(cache: UsageCache, spool: BinaryIO) -> Iterator[bytes | memoryview]:
     """The file's body in chunks: each frame's values are encoded one at a time into ``spool`` (the header
     before them notes their offsets and lengths), then the header's length and the header, then the spool
-    read back in ``_CHUNK``-byte pieces. At most one frame's Parquet and one chunk are held in memory."""
+    read back in ``_CHUNK``-byte pieces. At most one frame's compressed chunk and one piece are held in memory."""
     header = {"version": FORMAT_VERSION, "usage": _state(cache, "usage", spool),
               "workloads": _state(cache.workloads, "workloads", spool) if cache.workloads is not None else None}
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -111,12 +112,12 @@ def _meta(cache: UsageCache, part: str) -> dict[str, Any]:
 
 
 def _state(cache: UsageCache, part: str, spool: BinaryIO) -> dict[str, Any]:
-    """What ``cache`` holds as JSON, its frames' values written to ``spool`` (offset and length noted)."""
+    """What ``cache`` holds as JSON, its frames' values written to ``spool`` (offset, length and chunks noted)."""
     frames = []
     for name, frame in cache.series.items():
         offset = spool.tell()
-        _write_values(frame, spool)
-        frames.append([name, offset, spool.tell() - offset, _axes(frame)])
+        chunks = _write_values(frame, spool)
+        frames.append([name, offset, spool.tell() - offset, {**_axes(frame), "rows": _ROWS, "chunks": chunks}])
     return {**_meta(cache, part), "frames": frames}
 
 
@@ -129,38 +130,55 @@ def _axes(frame: pd.DataFrame) -> dict[str, Any]:
             "columns": [str(c) for c in frame.columns]}
 
 
-def _write_values(frame: pd.DataFrame, out: BinaryIO) -> None:
-    """A frame's values, column after column, as one float64 Parquet column (zstd), written to ``out`` a row
-    group of ``_ROWS`` values at a time (the encoder holds one group, not a copy of the frame)."""
+def _write_values(frame: pd.DataFrame, out: BinaryIO) -> list[int]:
+    """A frame's values, column after column, as float64 bytes in zstd chunks of ``_ROWS`` values written to
+    ``out`` (one chunk's bytes held at a time, not a copy of the frame); the chunks' compressed sizes."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
+    codec = pa.Codec("zstd")
     values = np.asfortranarray(frame.to_numpy()).ravel(order="F")  # one block: a view (float32 is made float64
-    schema = pa.schema([("v", pa.float64())])  # a row group at a time, so the file is the same)
-    with pq.ParquetWriter(out, schema, compression="zstd") as writer:
-        for lo in range(0, max(values.size, 1), _ROWS):
-            group = np.asarray(values[lo:lo + _ROWS], dtype=np.float64)
-            writer.write_table(pa.table({"v": pa.array(group, type=pa.float64())}, schema=schema))
+    sizes = []  # a chunk at a time, so the file is the same)
+    for lo in range(0, values.size, _ROWS):
+        chunk = np.ascontiguousarray(values[lo:lo + _ROWS], dtype=np.float64)
+        packed = codec.compress(chunk, asbytes=True)
+        out.write(packed)
+        sizes.append(len(packed))
+    return sizes
 
 
-def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:
-    import pyarrow.parquet as pq
+def _frame(raw: bytes | memoryview, axes: dict[str, Any]) -> pd.DataFrame:
+    """A frame from its chunks (``raw``) and header entry, decompressed chunk by chunk into one array the frame
+    holds without a copy."""
+    import pyarrow as pa
 
     stamps = np.asarray(axes["index"], dtype="int64").view(f"datetime64[{axes['unit']}]")
     index = pd.DatetimeIndex(stamps)
     if axes["tz"]:
         index = index.tz_localize("UTC").tz_convert(axes["tz"])
     columns = pd.Index([str(c) for c in axes["columns"]])
-    values = pq.read_table(io.BytesIO(raw)).column("v").to_numpy()
-    if values.dtype != np.float64 or values.size != len(index) * len(columns):
+    rows, sizes = int(axes["rows"]), [int(n) for n in axes["chunks"]]
+    total = len(index) * len(columns)
+    if rows <= 0 or len(sizes) != -(-total // rows) or sum(sizes) != len(raw) or min(sizes, default=1) <= 0:
         raise CacheFileError("a frame of another shape than its header says")
-    return pd.DataFrame(values.reshape((len(index), len(columns)), order="F"), index=index, columns=columns)
+    codec = pa.Codec("zstd")
+    values = np.empty(total, dtype=np.float64)
+    packed, at = memoryview(raw), 0
+    for i, size in enumerate(sizes):
+        n = min(rows, total - i * rows)
+        chunk = codec.decompress(packed[at:at + size], decompressed_size=n * 8)
+        if chunk.size != n * 8:
+            raise CacheFileError("a frame of another shape than its header says")
+        values[i * rows:i * rows + n] = np.frombuffer(chunk, dtype=np.float64)
+        at += size
+    # the array is the frame's alone: held as it is (pandas 3 copies an array it is given by default)
+    return pd.DataFrame(values.reshape((len(index), len(columns)), order="F"), index=index, columns=columns,
+                        copy=False)
 
 
 def _restore(state: dict[str, Any], blobs: memoryview) -> UsageCache:
     series = {}
     for name, offset, length, axes in state["frames"]:
-        raw = bytes(blobs[offset:offset + length])
+        raw = blobs[offset:offset + length]  # a view: the chunks are decompressed from the file's bytes
         if len(raw) != length:
             raise CacheFileError("truncated frame")
         series[str(name)] = _frame(raw, axes)
@@ -188,10 +206,20 @@ def _unchanged(cache: UsageCache, header: dict[str, Any], read: dict[str, dict[s
         for name, frame in now.series.items():
             old = then[name]
             if not (frame.index.equals(old.index) and frame.columns.equals(old.columns)
-                    and np.array_equal(frame.to_numpy(dtype="float64"), old.to_numpy(dtype="float64"),
-                                       equal_nan=True)):
+                    and same_values(frame.to_numpy(dtype="float64"), old.to_numpy(dtype="float64"))):
                 return False
     return True
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two float64 arrays hold the same values, NaN equal to NaN (``np.array_equal(equal_nan=True)``):
+    equal bits first (one integer comparison, no NaN masks: the common case of a frame read back unchanged), the
+    float comparison only where some bits differ (-0.0 and 0.0, NaNs of other payloads)."""
+    if a.shape != b.shape:
+        return False
+    if a.dtype == b.dtype == np.float64 and np.array_equal(a.view(np.int64), b.view(np.int64)):
+        return True
+    return bool(np.array_equal(a, b, equal_nan=True))
 
 
 def _devices(table: DeviceTable) -> dict[str, Any]:
@@ -258,7 +286,7 @@ class DiskCache:
         if cache is None or self.broken or (self._read is not None and _unchanged(cache, *self._read)):
             return None
         try:
-            with tempfile.TemporaryFile(dir=self.folder) as spool:  # frames' Parquet, on the cache's disk
+            with tempfile.TemporaryFile(dir=self.folder) as spool:  # frames' chunks, on the cache's disk
                 framing.write(self.path, MAGIC, FORMAT_VERSION, _body(cache, spool))
         except Exception as exc:  # a full disk, a folder made read-only since: the report stands, uncached
             return f"cache file {self.path} not written ({_why(exc)}); the next report reads everything"

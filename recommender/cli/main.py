@@ -47,6 +47,14 @@ def main() -> None:
 def report(output: str | None, output_file: str | None, legacy_fmt: str | None, selector: str | None,
            **opts: Any) -> None:
     """Dry-run report: what each GPU workload holds, uses, and should get."""
+    from recommender.cli.gctune import fewer_collections
+
+    with fewer_collections():
+        _report(output, output_file, legacy_fmt, selector, **opts)
+
+
+def _report(output: str | None, output_file: str | None, legacy_fmt: str | None, selector: str | None,
+            **opts: Any) -> None:
     from recommender.cli.app import make_reports
     from recommender.cli.output import beside_path, format_paths, pick_formats, pick_selector, write_beside
     from recommender.core.writes import check_file, write_file

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from recommender.analysis.forecast import upper_band
@@ -125,9 +126,7 @@ def forecast(f: Forecast) -> dict[str, Any]:
     frame = f.frame
     every = max(1, math.ceil(len(frame) / MAX_FORECAST_POINTS))
     step_s = (frame.index[1] - frame.index[0]).total_seconds() if len(frame) > 1 else None
-    sampled = frame.iloc[::every]
-    points = [{"timestamp": t.iso_utc(ts.to_pydatetime()), **{str(c): demand(float(v)) for c, v in row.items()}}
-              for ts, row in zip(pd.DatetimeIndex(sampled.index), sampled.to_dict("records"), strict=True)]
+    points = _points(frame.iloc[::every])
     upper = upper_band(frame)
     return {
         "metric": f.metric,
@@ -142,6 +141,19 @@ def forecast(f: Forecast) -> dict[str, Any]:
         "points_step_s": secs(step_s * every) if step_s else None,
         "points": points,
     }
+
+
+def _points(sampled: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each row as ``{"timestamp": ISO-8601 UTC to the second (a naive index is UTC), column: demand(value)}``,
+    formatted a column at a time (numpy's datetime strings, one float conversion per frame) rather than a row of
+    Timestamps and a dict at a time: the same text as :func:`recommender.outputs.text.iso_utc`."""
+    index = pd.DatetimeIndex(sampled.index)
+    utc = index.tz_convert(None) if index.tz is not None else index
+    stamps = [f"{s}Z" for s in np.datetime_as_string(utc.to_numpy(), unit="s")]
+    names = [str(c) for c in sampled.columns]
+    rows = sampled.to_numpy(dtype=np.float64).tolist()
+    return [{"timestamp": ts, **{c: demand(v) for c, v in zip(names, row, strict=True)}}
+            for ts, row in zip(stamps, rows, strict=True)]
 
 
 def workload(rec: Recommendation) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from recommender.core.plan import Forecast
 from recommender.core.usage import Snapshot
 
 Memo = MutableMapping[str, Any]  # key (from :func:`key`) -> a derived value (features, class, forecasts)
@@ -38,17 +39,46 @@ def series_digests(snapshot: Snapshot) -> dict[str, str]:
         head = metric.encode() + b"|" + _index_bytes(frame.index)
         head = hashlib.blake2b(head, digest_size=20).digest()
         values = np.asfortranarray(frame.to_numpy())  # each column contiguous; float32 made float64 per column
+        wide = values.dtype == np.float64  # a float64 column is hashed where it lies (no copy of its bytes)
         for j, col in cols:
             h = hashes[col]
             h.update(head)
-            h.update(np.asarray(values[:, j], dtype=np.float64).tobytes())
+            h.update(values[:, j].data if wide else np.asarray(values[:, j], dtype=np.float64).tobytes())
     return {k: h.hexdigest() for k, h in hashes.items()}
+
+
+def forecasts_digest(found: tuple[Forecast, ...]) -> str:
+    """A digest of forecasts as the policies read them: each one's metric, model, reasons, backtest scores, and its
+    frame's columns, index (zone, unit, stamps, frequency) and values as float64 bytes."""
+    h = hashlib.blake2b(f"{KEY_VERSION}|{len(found)}".encode(), digest_size=20)
+    for f in found:
+        frame = f.frame
+        index = frame.index
+        h.update(repr((f.metric, f.model, f.reasons, f.backtest_smape, f.backtest_mase, [str(c) for c in frame.columns],
+                       str(frame.dtypes.tolist()), getattr(index, "freqstr", None), getattr(index, "unit", None),
+                       index.name, frame.shape)).encode())
+        h.update(_index_bytes(frame.index))
+        h.update(np.ascontiguousarray(frame.to_numpy(dtype=np.float64)).tobytes())
+    return h.hexdigest()
 
 
 def _index_bytes(index: pd.Index) -> bytes:
     if isinstance(index, pd.DatetimeIndex):
         return f"{index.tz}|".encode() + index.asi8.tobytes()
     return repr(list(index)).encode()
+
+
+class Said:
+    """A value's repr, made once: stands for the value among a key's inputs (the key's text is the same), so a
+    workload read by several parts' keys is written out once."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: object) -> None:
+        self.text = repr(value)
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def key(part: str, *inputs: object) -> str:

@@ -1,6 +1,6 @@
 """The pipeline's memo (``recommender.pipeline.memo``) kept on disk beside the report cache, so that a report
-whose inputs did not change for a workload reuses its features, class and forecasts (and the fleet's MIG
-packings' MILP answers).
+whose inputs did not change for a workload reuses its features, class, forecasts and scaling plan (and the fleet's
+MIG packings' MILP answers).
 
 One file beside the usage cache file, written whole or not at all and framed as the cache file is
 (``recommender.core.framing``: a magic line, the format version, a SHA-256 of the body), the body as JSON: the code
@@ -29,9 +29,10 @@ import pandas as pd
 
 import policies.packing
 import recommender
+from policies.replicas.estimates import NoScalingPlan
 from recommender.analysis.features import Quantiles, WorkloadFeatures
 from recommender.core import framing
-from recommender.core.plan import Classification, Forecast, WorkloadClass
+from recommender.core.plan import Classification, Forecast, ScalingPlan, WorkloadClass
 
 FORMAT_VERSION = 1
 MAGIC = b"gpu-rightsizer pipeline memo\n"
@@ -54,8 +55,9 @@ def code_version() -> str:
         except metadata.PackageNotFoundError:
             h.update(f"{lib}=-;".encode())
     root = Path(recommender.__file__).parent
-    packing = Path(policies.packing.__file__)  # the MIG packings' MILP (``milp:`` entries)
-    h.update(b"policies/packing.py\0" + packing.read_bytes() + b"\0")
+    policy = Path(policies.packing.__file__).parent  # the MIG packings' MILP (``milp:``) and the scaling plans
+    for path in sorted(policy.rglob("*.py")):  # (``scaling:``): every policy, the code they import from there
+        h.update(b"policies/" + path.relative_to(policy).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     for part in _CODE:
         where = root / part
         for path in sorted(where.rglob("*") if where.is_dir() else [where]):
@@ -79,6 +81,8 @@ def encode(k: str, value: Any) -> Any:
     if part == "milp":  # policies.packing.solved: pattern counts (or None), proven optimal, why not
         counts, optimal, why = value
         return [None if counts is None else [int(c) for c in counts], bool(optimal), str(why)]
+    if part == "scaling":  # a scaling plan within its bounds, or why there is none
+        return {"none": list(value.reasons)} if isinstance(value, NoScalingPlan) else _scaling(value)
     raise ValueError(f"no encoding for memo part {part!r}")
 
 
@@ -86,8 +90,8 @@ def decode(k: str, raw: Any) -> Any:
     """The value :func:`encode` wrote under ``k``."""
     part = k.partition(":")[0]
     if part == "features":
-        fields: dict[str, Any] = {f.name: Quantiles(**raw[f.name]) if f.name in _QUANTILES and raw[f.name] is not None
-                                  else raw[f.name] for f in dataclasses.fields(WorkloadFeatures)}
+        fields: dict[str, Any] = {name: Quantiles(**raw[name]) if name in _QUANTILES and raw[name] is not None
+                                  else raw[name] for name in _FEATURES}
         return WorkloadFeatures(**fields)
     if part == "class":
         cls, confidence, evidence, source = raw
@@ -98,10 +102,51 @@ def decode(k: str, raw: Any) -> Any:
     if part == "milp":
         counts, optimal, why = raw
         return [None if counts is None else [int(c) for c in counts], bool(optimal), str(why)]
+    if part == "scaling":
+        return NoScalingPlan(tuple(str(r) for r in raw["none"])) if "none" in raw else _unscaling(raw)
     raise MemoFileError(f"an entry of unknown kind {part[:20]!r}")
 
 
+_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(ScalingPlan))
+
+
+def _scaling(plan: ScalingPlan) -> dict[str, Any]:
+    """A scaling plan's fields as JSON (its plan on today's shape nested), each number of the type it had."""
+    out: dict[str, Any] = {}
+    for name in _PLAN_FIELDS:
+        value = getattr(plan, name)
+        if name == "on_today":
+            out[name] = None if value is None else _scaling(value)
+        elif name == "reasons":
+            out[name] = [str(r) for r in value]
+        elif value is None or isinstance(value, (bool, str)):
+            out[name] = value
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            out[name] = {"i": int(value)}
+        elif isinstance(value, (float, np.floating)):
+            out[name] = float(value)
+        else:
+            raise ValueError(f"a scaling plan field {name} of type {type(value).__name__}")
+    return out
+
+
+def _unscaling(raw: dict[str, Any]) -> ScalingPlan:
+    fields: dict[str, Any] = {}
+    for name in _PLAN_FIELDS:
+        value = raw[name]
+        if name == "on_today":
+            fields[name] = None if value is None else _unscaling(value)
+        elif name == "reasons":
+            fields[name] = tuple(str(r) for r in value)
+        elif isinstance(value, dict):
+            fields[name] = int(value["i"])
+        else:
+            fields[name] = value
+    return ScalingPlan(**fields)
+
+
 _QUANTILES = frozenset(f.name for f in dataclasses.fields(WorkloadFeatures) if "Quantiles" in str(f.type))
+_FEATURES = tuple(f.name for f in dataclasses.fields(WorkloadFeatures))  # (dataclasses.fields per entry: 0.05 s)
 
 
 def _forecast(f: Forecast) -> dict[str, Any]:

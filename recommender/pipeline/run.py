@@ -18,7 +18,7 @@ from policies.modelcards import ModelCards, load_model_cards
 from policies.nodeplan import plan_nodes
 from policies.registry import get_policy
 from policies.replicas import NoScalingPlan, history_from_snapshot, scaling_plan
-from policies.rightscale import shape_scale
+from policies.rightscale import ShapeScale, shape_scale
 from policies.rightsize import Context
 from policies.savings import summarize, with_money
 from policies.tenancy import tenancy_cost, with_tenancy_reasons
@@ -36,7 +36,7 @@ from recommender.core.plan import Classification, Forecast, Plan, Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
 from recommender.pipeline.advice import with_advice
-from recommender.pipeline.memo import Memo, remembered, series_digests
+from recommender.pipeline.memo import Memo, Said, forecasts_digest, remembered, series_digests
 
 
 @contextmanager
@@ -90,17 +90,19 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
     with _timed(timings, "quality"):
         snapshot, quality = clean(snapshot, catalogue, load_bounds(), settings.policy.min_usable_frac)
     digests = series_digests(snapshot) if memo is not None else {}
+    said = {w.ref.key: Said(w) for w in snapshot.workloads} if memo is not None else {}  # each repr made once
     with _timed(timings, "features"):
         feats = {w.ref.key: _features(snapshot, w, settings, quality[w.ref.key].usable_frac,
-                                      quality[w.ref.key].unusable, memo, digests.get(w.ref.key))
+                                      quality[w.ref.key].unusable, memo, digests.get(w.ref.key), said.get(w.ref.key))
                  for w in snapshot.workloads}
     with _timed(timings, "classify"):
         fixed = constraints or {}
-        classes = _classes(snapshot, fixed, memo, digests)
+        classes = _classes(snapshot, fixed, memo, digests, said)
     with _timed(timings, "forecast"):
         chosen: dict[str, dict[str, ModelChoice]] = {}
-        forecasts = _forecasts(snapshot, settings, memo, digests, choices, chosen)
+        forecasts = _forecasts(snapshot, settings, memo, digests, choices, chosen, said)
     before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
+    scaling_settings = Said(settings.scaling)
     with _timed(timings, "policies"):
         recs = []
         for w in snapshot.workloads:
@@ -108,11 +110,10 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
             c = fixed.get(w.ref.key)
             ctx = Context(w, feats[w.ref.key], settings, catalogue, cards, classes[w.ref.key], found, c)
             rec = _with_demand(decide(ctx), classes[w.ref.key], found, notes)
-            history = history_from_snapshot(snapshot, w)
-            planned = scaling_plan(w, history, classes[w.ref.key], found, settings.scaling,
-                                   _carried(before, w, previous), c, shape_scale(rec, catalogue))
-            recs.append(with_scaling(rec, within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan)
-                                     else planned))
+            planned = _scaling(snapshot, w, classes[w.ref.key], found, settings, _carried(before, w, previous), c,
+                               shape_scale(rec, catalogue), memo if choices is None else None, digests.get(w.ref.key),
+                               (said.get(w.ref.key, w), scaling_settings))
+            recs.append(with_scaling(rec, planned))
     with _timed(timings, "savings"):
         recs = [with_money(r, settings.prices) for r in recs]
         recs.sort(key=lambda r: (-(r.gpus_held - r.gpus_needed), r.ref))
@@ -135,6 +136,24 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
     return Cycled(plan, chosen)
 
 
+def _scaling(snapshot: Snapshot, w: Workload, cls: Classification, found: tuple[Forecast, ...], settings: Settings,
+             carried: ScalingPlan | None, c: WorkloadConstraints | None, shape: ShapeScale | None, memo: Memo | None,
+             digest: str | None, named: tuple[object, object]) -> ScalingPlan | NoScalingPlan:
+    """One workload's scaling plan within its bounds (remembered in ``memo`` for a report's: no plan carried from a
+    last cycle and no policy bounds, under its series' digest, the workload, class, forecasts' digest, scaling
+    settings and recommended shape: everything ``scaling_plan`` reads; ``named``: the workload and scaling settings
+    as they go into the key, each a :class:`Said`)."""
+
+    def compute() -> ScalingPlan | NoScalingPlan:
+        planned = scaling_plan(w, history_from_snapshot(snapshot, w), cls, found, settings.scaling, carried, c, shape)
+        return within_replica_bounds(planned, c) if isinstance(planned, ScalingPlan) else planned
+
+    if memo is None or digest is None or carried is not None or c is not None:
+        return compute()
+    workload, scaling = named
+    return remembered(memo, "scaling", (digest, workload, cls, forecasts_digest(found), scaling, shape), compute)
+
+
 def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None
              ) -> ScalingPlan | None:
     """The last cycle's scaling plan for this workload, unless its replicas changed shape since it was made:
@@ -146,7 +165,7 @@ def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous
 
 
 def _features(snapshot: Snapshot, w: Workload, settings: Settings, usable_frac: float, unusable: str | None,
-              memo: Memo | None, digest: str | None) -> WorkloadFeatures:
+              memo: Memo | None, digest: str | None, said: Said | None = None) -> WorkloadFeatures:
     """One workload's features with the data-quality stage's verdict (remembered in ``memo``)."""
     idle, window_s = settings.policy.idle_compute_frac, settings.scaling.error_budget_window_s
     wake_s = settings.scaling.wake_s(w.cold_start_s)
@@ -155,11 +174,12 @@ def _features(snapshot: Snapshot, w: Workload, settings: Settings, usable_frac: 
         return replace(workload_features(snapshot, w, idle, window_s, wake_s), usable_frac=usable_frac,
                        unusable=unusable)
 
-    return remembered(memo, "features", (digest, w, idle, window_s, wake_s, usable_frac, unusable), compute)
+    return remembered(memo, "features", (digest, said or w, idle, window_s, wake_s, usable_frac, unusable), compute)
 
 
 def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints], memo: Memo | None = None,
-             digests: Mapping[str, str] | None = None) -> dict[str, Classification]:
+             digests: Mapping[str, str] | None = None, said: Mapping[str, Said] | None = None
+             ) -> dict[str, Classification]:
     """Each workload's class: a policy's ``classOverride`` where one is set, else the classifier's (remembered
     in ``memo``)."""
     out = {}
@@ -169,7 +189,8 @@ def _classes(snapshot: Snapshot, fixed: Mapping[str, WorkloadConstraints], memo:
             out[w.ref.key] = overridden(c.class_override, c.source)
             continue
         objective_s = c.ttft_objective_s if c else None
-        out[w.ref.key] = remembered(memo, "class", ((digests or {}).get(w.ref.key), w, objective_s),
+        out[w.ref.key] = remembered(memo, "class", ((digests or {}).get(w.ref.key), (said or {}).get(w.ref.key, w),
+                                                     objective_s),
                                     partial(_classify, snapshot, w, objective_s))
     return out
 
@@ -181,7 +202,7 @@ def _classify(snapshot: Snapshot, w: Workload, objective_s: float | None) -> Cla
 
 def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
                digests: Mapping[str, str] | None = None, choices: Choices | None = None,
-               chosen: dict[str, dict[str, ModelChoice]] | None = None
+               chosen: dict[str, dict[str, ModelChoice]] | None = None, said: Mapping[str, Said] | None = None
                ) -> dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]]:
     """Forecasts of the workloads that hold the most GPUs (at most ``forecast.max_workloads``): remembered in
     ``memo`` when no ``choices`` are carried; with ``choices``, made from them and the choices used put in
@@ -196,7 +217,8 @@ def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
         if w.ref.key not in keys:
             continue
         if choices is None:
-            out[w.ref.key] = remembered(memo, "forecast", ((digests or {}).get(w.ref.key), w, fs.horizon_s,
+            named = (said or {}).get(w.ref.key, w)
+            out[w.ref.key] = remembered(memo, "forecast", ((digests or {}).get(w.ref.key), named, fs.horizon_s,
                                                            fs.levels), partial(forecast_workload, snapshot, w, fs))
             continue
         found, notes, used = forecast_workload_choosing(snapshot, w, fs, choices.get(w.ref.key, {}))
