@@ -365,6 +365,21 @@ def test_what_is_worth_retrying_is_retried_with_backoff(monkeypatch: pytest.Monk
     assert tries["n"] == 1
 
 
+def test_a_query_that_answers_first_time_does_not_import_the_retry_library() -> None:
+    """Tenacity (and the asyncio it imports) is loaded only once a try has failed."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from collectors.prometheus.client import PromClient, QueryStats\n"
+            "from recommender.core.settings_sources import PrometheusSettings\n"
+            "c = PromClient(PrometheusSettings(url='http://127.0.0.1:9'), QueryStats())\n"
+            "assert c._call(lambda: [], 'q') == []\n"
+            "print('tenacity' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
 def test_a_url_that_is_not_the_api_base(cluster: Cluster) -> None:
     with pytest.raises(PrometheusError, match="no query API"):
         collect(cluster, settings(cluster.url + "/nothing/here"))

@@ -6,7 +6,7 @@ answer with msgspec against its schema, each series' samples left undecoded and 
 arrays (``points.py``): answers run to hundreds of thousands of points, ``json.loads`` of them was the largest
 CPU cost of a fleet report, and a whole answer decoded as Python objects (about 130 bytes a point) was the
 largest part of the client's memory while querying. The library's urllib3 retries are
-switched off so that :meth:`PromClient._call` alone retries, with exponential backoff, what is worth retrying
+switched off so that tenacity alone retries, with exponential backoff, what is worth retrying
 (connection failures, timeouts, 429 and 5xx). Answers that retrying cannot fix (401/403, a bad query,
 a query over the server's limits) fail at once, each as one line that says what to do. Every query is
 counted in :class:`QueryStats`.
@@ -120,11 +120,6 @@ class QueryStats:
                 + (f"; {self.sources}" if self.sources else ""))
 
 
-def backoff_s(attempt: int) -> float:
-    """Seconds to wait after failed try ``attempt`` (1, 2, ...): 0.5 s doubling each time, at most 8 s."""
-    return min(8.0, 0.5 * 2.0 ** (attempt - 1))
-
-
 def _session(p: PrometheusSettings) -> requests.Session:
     s = requests.Session()
     s.verify = False if p.insecure_skip_verify else (p.ca_file or True)
@@ -186,23 +181,39 @@ class PromClient:
                 for item in result]
 
     def _call(self, fn: Any, what: str) -> Result:
-        """``fn``'s answer; what is worth retrying (:class:`_Transient`) is tried ``retries`` more times, waiting
-        :func:`backoff_s` between tries (a loop of its own: tenacity's import, with asyncio, cost a warm report
-        ~0.1 s)."""
-        attempts = self.settings.retries + 1
-        for attempt in range(1, attempts + 1):
-            t0 = time.perf_counter()
-            try:
-                result = self._once(fn, what)
-            except _Transient as exc:
-                if attempt >= attempts:
-                    raise PrometheusError(f"{exc} (after {attempts} attempts)") from None
-                self.stats.count("retries")
-                time.sleep(backoff_s(attempt))
-                continue
-            self.stats.record(result, time.perf_counter() - t0)
-            return result
-        raise AssertionError("unreachable")  # pragma: no cover
+        """``fn``'s answer; what is worth retrying (:class:`_Transient`) is tried ``retries`` more times by tenacity,
+        0.5 s doubling (at most 8 s) between tries. Tenacity is imported only once a try has failed: its import
+        (with asyncio) cost every report ~0.1 s, and most never retry."""
+        try:
+            return self._timed(fn, what)
+        except _Transient as exc:
+            failed: _Transient | None = exc
+
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+        def again() -> Result:  # the try that failed above counts as tenacity's first
+            nonlocal failed
+            if failed is not None:
+                exc, failed = failed, None
+                raise exc
+            return self._timed(fn, what)
+
+        p = self.settings
+        retrying = Retrying(
+            stop=stop_after_attempt(p.retries + 1), wait=wait_exponential(multiplier=0.5, max=8),
+            retry=retry_if_exception(lambda e: isinstance(e, _Transient)), reraise=True,
+            before_sleep=lambda _state: self.stats.count("retries"),
+        )
+        try:
+            return retrying(again)
+        except _Transient as exc:
+            raise PrometheusError(f"{exc} (after {p.retries + 1} attempts)") from None
+
+    def _timed(self, fn: Any, what: str) -> Result:
+        t0 = time.perf_counter()
+        result = self._once(fn, what)
+        self.stats.record(result, time.perf_counter() - t0)
+        return result
 
     def _once(self, fn: Any, what: str) -> Result:
         try:
