@@ -32,6 +32,7 @@ import pandas as pd
 from collectors.prometheus.cache import UsageCache, reading
 from collectors.prometheus.devices import DeviceTable
 from recommender.core import framing
+from recommender.core.memory import give_back_freed
 from recommender.core.settings import Settings
 
 FORMAT_VERSION = 2  # 2: each frame one Parquet column, its index and columns in the header
@@ -131,7 +132,8 @@ def _axes(frame: pd.DataFrame) -> dict[str, Any]:
 
 def _write_values(frame: pd.DataFrame, out: BinaryIO) -> None:
     """A frame's values, column after column, as one float64 Parquet column (zstd), written to ``out`` a row
-    group of ``_ROWS`` values at a time (the encoder holds one group, not a copy of the frame)."""
+    group of ``_ROWS`` values at a time (the encoder holds one group, not a copy of the frame), and what the encoder
+    freed handed back to the system (Arrow's allocator keeps it for reuse otherwise: tens of MiB)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -141,6 +143,7 @@ def _write_values(frame: pd.DataFrame, out: BinaryIO) -> None:
         for lo in range(0, max(values.size, 1), _ROWS):
             group = np.asarray(values[lo:lo + _ROWS], dtype=np.float64)
             writer.write_table(pa.table({"v": pa.array(group, type=pa.float64())}, schema=schema))
+    pa.default_memory_pool().release_unused()  # the encoder's buffers: Arrow's allocator would keep them resident
 
 
 def _frame(raw: bytes, axes: dict[str, Any]) -> pd.DataFrame:
@@ -262,6 +265,8 @@ class DiskCache:
                 framing.write(self.path, MAGIC, FORMAT_VERSION, _body(cache, spool))
         except Exception as exc:  # a full disk, a folder made read-only since: the report stands, uncached
             return f"cache file {self.path} not written ({_why(exc)}); the next report reads everything"
+        finally:
+            give_back_freed()  # the encoder's and the header's buffers, before the pipeline runs
         return None
 
     def _broken(self, why: str) -> tuple[None, str]:
