@@ -9,7 +9,12 @@ from recommender.core import memory
 
 def test_freed_memory_goes_back_through_malloc_trim(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(memory, "_trim", lambda: lambda pad: calls.append(pad) or 1)
+
+    def trim(pad: int) -> int:
+        calls.append(pad)
+        return 1
+
+    monkeypatch.setattr(memory, "_trim", lambda: trim)
     assert memory.give_back_freed() and calls == [0]  # every arena, no padding kept
 
 
