@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from collectors import usageframes
 from collectors.prometheus import collect, parse, store
 from collectors.prometheus.collect import exact_float32
 from collectors.usageframes import aggregate_usage
@@ -149,13 +150,16 @@ def test_a_value_float32_cannot_hold_turns_what_was_read_to_float64(odd: float, 
     assert _same_float64(small.to_numpy(), wide.to_numpy()) and small.columns.equals(wide.columns)
 
 
-def test_serving_replicas_are_counted_at_float32_and_read_as_the_float64_counts() -> None:
+@pytest.mark.parametrize(("most", "dtype"), [(2048, np.float16), (1, np.float32)])
+def test_serving_replicas_are_held_compactly_and_read_as_the_float64_counts(
+        most: int, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(usageframes, "WHOLE_IN_FLOAT16", most)  # 1: a workload of 2 pods has more than float16 may
     refs = {"n/a-1": WorkloadRef("n", "Deployment", "a"), "n/a-2": WorkloadRef("n", "Deployment", "a"),
             "n/b-1": WorkloadRef("n", "Deployment", "b")}
     running = pd.DataFrame({"n/a-1": [1.0, np.nan, 3.0, np.nan], "n/a-2": [2.0, 1.0, np.nan, np.nan],
                             "n/b-1": [np.nan, 0.0, 5.0, np.nan]}, index=index(4))
     count = aggregate_usage({m.REQUESTS_RUNNING: running}, refs)[m.SERVING_REPLICAS]
-    assert set(count.dtypes) == {np.dtype(np.float32)}
+    assert set(count.dtypes) == {np.dtype(dtype)}
     t = datetime(2026, 1, 1, tzinfo=UTC)
     snap = Snapshot(workloads=(), usage={m.SERVING_REPLICAS: count}, start=t, end=t, step_s=60.0)
     read = {r.key: snap.series(m.SERVING_REPLICAS, r) for r in set(refs.values())}
