@@ -40,7 +40,7 @@ MAGIC = b"gpu-rightsizer usage cache\n"
 APP = "gpu-rightsizer"
 _LENGTH = 8  # bytes of the header's length
 _CHUNK = 1 << 20  # bytes of the body streamed at a time
-_ROWS = 1 << 20  # values per Parquet row group
+_ROWS = 1 << 18  # values per Parquet row group (the encoder holds about three times a group's 2 MiB)
 
 
 class CacheFileError(Exception):

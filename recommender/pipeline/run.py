@@ -34,6 +34,7 @@ from recommender.core import usage as m
 from recommender.core.catalogue import Catalogue, load_catalogue
 from recommender.core.errors import NoWorkloadsError
 from recommender.core.inventory import Workload
+from recommender.core.memory import give_back_freed
 from recommender.core.plan import Classification, Forecast, Plan, Recommendation, ScalingPlan, WorkloadConstraints
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
@@ -70,7 +71,8 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     earlier runs under digests of their inputs (``recommender.pipeline.memo``): those found are reused, the others
     computed and added. ``release``: the caller hands ``snapshot.usage`` over (a dict it does not read again): the
     frames no stage after the features reads are taken out of it once the features are made, so their memory
-    goes back before the classifier and the policies run (the plan is the same)."""
+    goes back before the classifier and the policies run (the plan is the same); and the pages the quality stage
+    freed go back to the system before the features run (``give_back_freed``)."""
     return run_cycle(snapshot, settings, now, policy=policy, catalogue=catalogue, cards=cards, previous=previous,
                      constraints=constraints, memo=memo, release=release).plan
 
@@ -94,6 +96,8 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
     given = snapshot  # what the formats are handed beside the plan: its advice reads the same series
     with _timed(timings, "quality"):
         snapshot, quality = clean(snapshot, catalogue, load_bounds(), settings.policy.min_usable_frac)
+    if release:  # the quality stage's masks, freed in pieces: the pages go back before the features run
+        give_back_freed()
     digests = series_digests(snapshot) if memo is not None else {}
     with _timed(timings, "features"):
         feats = {w.ref.key: _features(snapshot, w, settings, quality[w.ref.key].usable_frac,
