@@ -5,6 +5,7 @@ max, serving replicas counted, and demand read as 0 at the steps a workload had 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,9 @@ AT_ZERO_METRICS = frozenset(
 SERVING_FROM = (m.REQUESTS_RUNNING, m.REQUEST_RATE)
 
 
+WHOLE_IN_FLOAT16 = 2048  # float16 holds every whole number up to 2**11 exactly (a count of pods, with NaN)
+
+
 def aggregate_usage(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, WorkloadRef]
                     ) -> dict[str, pd.DataFrame]:
     """Pod columns → workload columns, summing demand metrics and taking the max of the rest, plus
@@ -53,8 +57,9 @@ def aggregate_usage(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, Wo
 
 def _aggregate(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef], how: str) -> pd.DataFrame | None:
     """One metric's workload columns (sorted by key; float64, or float32 for a float32 frame's sum or max):
-    ``how`` is "sum" (NaN where no pod had a value), "max", or "count" (pods with a value; NaN where none had
-    one). None without any mapped pod."""
+    ``how`` is "sum" (NaN where no pod had a value), "max", or "count" (pods with a value; NaN where none had one;
+    whole numbers, held at float16 where no workload has more than ``WHOLE_IN_FLOAT16`` pods, else float32: exact
+    either way, and ``Snapshot.series`` reads them at float64). None without any mapped pod."""
     groups: dict[str, list[int]] = {}
     for i, c in enumerate(frame.columns):
         if c in mapping:
@@ -63,15 +68,17 @@ def _aggregate(frame: pd.DataFrame, mapping: Mapping[str, WorkloadRef], how: str
         return None
     keys = sorted(groups)
     f32 = how != "count" and len(frame.columns) > 0 and all(dt == np.float32 for dt in frame.dtypes)
-    dtype = np.float32 if f32 else np.float64
-    values = frame.to_numpy(dtype=dtype)  # one block: a view, not a copy
+    dtype: type[np.floating[Any]] = np.float32 if f32 else np.float64
+    if how == "count":
+        dtype = np.float16 if max(len(g) for g in groups.values()) <= WHOLE_IN_FLOAT16 else np.float32
+    values = frame.to_numpy(dtype=None if how == "count" else dtype)  # one block: a view, not a copy
     single = [k for k in keys if len(groups[k]) == 1]
     at = [groups[k][0] for k in single]
     parts: list[pd.DataFrame] = []
     if single:
         data = values if at == list(range(values.shape[1])) else values[:, at]
         if how == "count":
-            data = np.where(np.isnan(data), np.nan, 1.0)
+            data = np.where(np.isnan(data), dtype(np.nan), dtype(1.0))
         elif how == "sum" and bool(((data == 0) & np.signbit(data)).any()):
             data = data + 0.0  # a sum starts at +0.0: -0.0 reads 0.0, as grouped
         parts.append(pd.DataFrame(data, index=frame.index, columns=pd.Index(single), copy=False))

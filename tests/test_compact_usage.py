@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from collectors.prometheus import collect, store
+from collectors import usageframes
+from collectors.prometheus import collect, parse, store
 from collectors.prometheus.collect import exact_float32
+from collectors.usageframes import aggregate_usage
 from recommender.cli.main import main
 from recommender.core import usage as m
 from recommender.core.inventory import WorkloadRef
@@ -97,4 +99,72 @@ def test_a_report_over_real_prometheus_is_the_same_with_fb_used_at_float64(
     warm = report("--cache-dir", str(tmp_path))  # and read back
     assert held and set(held) == {np.dtype(np.float32)}  # the cluster's FB used is whole MiB
     monkeypatch.setattr(collect, "exact_float32", lambda frame: frame)
-    assert compact["workloads"] and report() == compact == cold == warm
+    monkeypatch.setattr(collect, "COMPACT", frozenset())  # read at float64 from the start, and kept so
+    wide = report()
+    assert compact["workloads"] and wide == compact == cold == warm
+
+
+def _answers(values: np.ndarray, pods: list[str], parts: int) -> list[list[dict[str, Any]]]:
+    """``values`` (steps x pods) as ``parts`` range answers, each a slice of the pods and of the steps (as chunks
+    of a collection arrive), NaN steps left out as Prometheus leaves them."""
+    out = []
+    for cols in np.array_split(np.arange(len(pods)), parts):
+        for rows in np.array_split(np.arange(values.shape[0]), 2):
+            out.append([{"metric": {"namespace": "n", "pod": pods[j]},
+                         "values": [[1000 + 60 * int(i), repr(float(values[i, j]))] for i in rows
+                                    if not np.isnan(values[i, j])]} for j in cols])
+    return out
+
+
+def _frames(values: np.ndarray, expected: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The frame of ``values`` read into a compact accumulator and into a float64 one."""
+    pods = [f"p-{j:03d}" for j in range(values.shape[1])]
+    grid = parse.Grid(1000.0, 60.0, values.shape[0])
+    compact, wide = parse.Accumulator(grid, expected, compact=True), parse.Accumulator(grid, expected)
+    for answer in _answers(values, pods, parts=4):
+        compact.add(answer, "namespace", "pod")
+        wide.add(answer, "namespace", "pod")
+    return compact.frame(), wide.frame()
+
+
+@pytest.mark.parametrize("expected", [70, 3])  # one block; a block per few pods (a census that counted fewer)
+def test_whole_mib_are_read_into_float32_and_hold_the_float64_readings(expected: int) -> None:
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 81_920, size=(30, 70)).astype(np.float64)
+    values[::4, 2] = np.nan
+    values[3, 5], values[4, 6], values[5, 7] = -0.0, np.inf, 2.0**24 - 1
+    small, wide = _frames(values, expected)
+    assert set(small.dtypes) == {np.dtype(np.float32)} and set(wide.dtypes) == {np.dtype(np.float64)}
+    assert small.index.equals(wide.index) and small.columns.equals(wide.columns)
+    assert _same_float64(small.to_numpy(), wide.to_numpy())  # +Inf → NaN in both
+
+
+@pytest.mark.parametrize("odd", [0.1, 2.0**24 + 1, 1e39, 123.456])
+@pytest.mark.parametrize("expected", [70, 3])
+def test_a_value_float32_cannot_hold_turns_what_was_read_to_float64(odd: float, expected: int) -> None:
+    values = np.arange(30 * 70, dtype=np.float64).reshape(30, 70)
+    values[::3, 60] = np.nan
+    values[20, 60] = odd  # in the last answer but one: most columns were read at float32 before it
+    small, wide = _frames(values, expected)
+    assert set(small.dtypes) == {np.dtype(np.float64)}
+    assert _same_float64(small.to_numpy(), wide.to_numpy()) and small.columns.equals(wide.columns)
+
+
+@pytest.mark.parametrize(("most", "dtype"), [(2048, np.float16), (1, np.float32)])
+def test_serving_replicas_are_held_compactly_and_read_as_the_float64_counts(
+        most: int, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(usageframes, "WHOLE_IN_FLOAT16", most)  # 1: a workload of 2 pods has more than float16 may
+    refs = {"n/a-1": WorkloadRef("n", "Deployment", "a"), "n/a-2": WorkloadRef("n", "Deployment", "a"),
+            "n/b-1": WorkloadRef("n", "Deployment", "b")}
+    running = pd.DataFrame({"n/a-1": [1.0, np.nan, 3.0, np.nan], "n/a-2": [2.0, 1.0, np.nan, np.nan],
+                            "n/b-1": [np.nan, 0.0, 5.0, np.nan]}, index=index(4))
+    count = aggregate_usage({m.REQUESTS_RUNNING: running}, refs)[m.SERVING_REPLICAS]
+    assert set(count.dtypes) == {np.dtype(dtype)}
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    snap = Snapshot(workloads=(), usage={m.SERVING_REPLICAS: count}, start=t, end=t, step_s=60.0)
+    read = {r.key: snap.series(m.SERVING_REPLICAS, r) for r in set(refs.values())}
+    expected = (running.T.groupby(pd.Index([refs[c].key for c in running.columns])).count().T  # pods reporting
+                .replace(0, np.nan).astype(np.float64))
+    for key, s in read.items():
+        assert s is not None and s.dtype == np.float64
+        assert _same_float64(s.to_numpy(), expected[key].to_numpy())

@@ -49,6 +49,12 @@ def _missing(counts: dict[str, int]) -> list[str]:
     return out
 
 
+# Families read into float32 arrays while every value is exact there (``parse.Accumulator.compact``): DCGM gives FB
+# used in whole MiB and the query takes ``max_over_time``. The others are fractions, means or rates: on real data
+# they would turn to float64 at their first values, so they are read at float64 from the start.
+COMPACT = frozenset({m.FB_USED_MIB})
+
+
 def exact_float32(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` at float32 when every value reads back as the same float64 (NaN stays NaN, -0.0 stays -0.0),
     a slice of columns at a time; else ``frame`` itself. Readers take float64 (``Snapshot.series`` upcasts), so
@@ -241,7 +247,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
-    acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names)) for fam in queries.FAMILIES}
+    acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names), fam.metric in COMPACT)
+           for fam in queries.FAMILIES}
     device_table = DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)
     inventory: dict[str, parse.Latest] = defaultdict(list)
     labels: dict[tuple[str, ...], dict[str, str]] = {}  # one dict per inventory series, while answers come
@@ -273,7 +280,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         cache.counts, cache.devices = counts, device_table
         cache.inventory = {k: parse.newest(v) for k, v in inv.items()}
     used = series.get(m.FB_USED_MIB)
-    if used is not None:  # DCGM gives whole MiB: held at float32 when exact (the cache's copy too)
+    if used is not None:  # DCGM gives whole MiB: held at float32 when exact (the cache's copy too); read so
+        # already (COMPACT), this is for the steps a cache joins to it
         series[m.FB_USED_MIB] = used = exact_float32(used)
         if cache is not None:
             cache.series[m.FB_USED_MIB] = used

@@ -19,6 +19,7 @@ from collectors.prometheus.parse import Result
 from collectors.prometheus.queries import Scope
 from collectors.prometheus.rules import RulePlan, recorded_query, segments, step_query
 from collectors.prometheus.window import Window
+from recommender.core.memory import give_back_freed
 from recommender.core.progress import Progress
 from recommender.core.settings_sources import PrometheusSettings
 
@@ -125,7 +126,8 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
     """Run the plan in a bounded pool; halve a query the server finds too large; stop at the first error.
 
     At most ``max_workers`` queries are in flight and each answer is handed to ``on_result`` as soon as
-    it is read, so no more than that many decoded answers exist at once (memory).
+    it is read, so no more than that many decoded answers exist at once (memory); once the pool is gone, the
+    pages its threads freed go back to the system (``give_back_freed``).
     """
     progress.start(task, len(jobs))
     parts = {j.origin: 1 for j in jobs}
@@ -161,3 +163,4 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
         finally:
             for fut in pending:
                 fut.cancel()
+    give_back_freed()  # the pool's threads freed the answers into their own arenas: pages the main thread never reuses

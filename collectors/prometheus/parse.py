@@ -47,13 +47,22 @@ class Accumulator:
     columns in key order within each answer, and when that is the frame's order (no pod appeared after the
     first answer in a key between earlier ones) and one block holds them all, nothing is copied. Otherwise the
     columns are copied once into the frame, and the blocks freed. Columns never given to a pod are never
-    written, so their pages are never resident."""
+    written, so their pages are never resident.
+
+    ``compact``: the blocks are float32 while every value written reads back as the same float64 (NaN as NaN,
+    -0.0 as -0.0; what ``collect.exact_float32`` checks of a whole frame); the first value that does not turns
+    them to float64, so the frame holds the same numbers either way, and a float64 copy of a float32-exact
+    metric is never made."""
 
     grid: Grid
     expected: int = 0
+    compact: bool = False
     pods: dict[str, int] = field(default_factory=dict)  # pod key → its column, counted across the blocks
     _blocks: list[np.ndarray] = field(default_factory=list)
     _widths: list[int] = field(default_factory=list)  # each block's end: the first column after it
+
+    def __post_init__(self) -> None:
+        self._dtype = np.dtype(np.float32 if self.compact else np.float64)
 
     def add(self, result: Result, ns_label: str, pod_label: str, shift_s: float = 0.0) -> None:
         """Fold one range answer in; ``shift_s``: it was evaluated that long after each grid step."""
@@ -72,7 +81,32 @@ class Accumulator:
                 ts, vs = np.array(times, dtype=np.float64), np.array(raw, dtype=np.float64)
             pos = np.rint((ts - shift_s - self.grid.start_s) / self.grid.step_s).astype(np.int64)
             ok = (pos >= 0) & (pos < self.grid.n)
-            self._column(key)[pos[ok]] = vs[ok]
+            self._column(key)[pos[ok]] = self._held(vs[ok])
+
+    def _held(self, values: np.ndarray) -> np.ndarray:
+        """``values`` at the blocks' dtype: float32 where every one is exact there, else (turning the blocks to
+        float64) as they are."""
+        if self._dtype == np.float64:
+            return values
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, and then not exact
+            small = values.astype(np.float32)
+        back = small.astype(np.float64)
+        if np.array_equal(back, values, equal_nan=True) and np.array_equal(np.signbit(back), np.signbit(values)):
+            return small
+        self._widen()
+        return values
+
+    def _widen(self) -> None:
+        """The blocks at float64 (the columns given to pods copied; the others never written, as before)."""
+        self._dtype = np.dtype(np.float64)
+        starts = [0, *self._widths[:-1]]
+        wide = []
+        for block, start in zip(self._blocks, starts, strict=True):
+            used = min(block.shape[1], len(self.pods) - start)
+            out = np.empty(block.shape, order="F")
+            out[:, :used] = block[:, :used]
+            wide.append(out)
+        self._blocks = wide
 
     def _column(self, key: str) -> np.ndarray:
         """The pod's array (a column of a block), all NaN when new."""
@@ -82,7 +116,7 @@ class Accumulator:
             i = self.pods[key] = len(self.pods)
             if not self._blocks or i >= self._widths[-1]:
                 width = max(self.expected, 64) if not self._blocks else max(64, len(self.pods) // 4)
-                self._blocks.append(np.empty((self.grid.n, width), order="F"))
+                self._blocks.append(np.empty((self.grid.n, width), dtype=self._dtype, order="F"))
                 self._widths.append(i + width)
         b = next(k for k, end in enumerate(self._widths) if i < end)
         column = self._blocks[b][:, i - (self._widths[b - 1] if b else 0)]
@@ -101,7 +135,7 @@ class Accumulator:
         if len(blocks) == 1 and list(pods) == keys:
             data = blocks[0][:, : len(keys)]  # a view: the block is the frame's
         else:
-            data = np.empty((self.grid.n, len(keys)), order="F")  # each pod's column contiguous, as pandas keeps it
+            data = np.empty((self.grid.n, len(keys)), dtype=self._dtype, order="F")  # each pod's column contiguous
             starts = [0, *ends[:-1]]
             for j, k in enumerate(keys):
                 i = pods[k]

@@ -33,6 +33,7 @@ import pandas as pd
 from collectors.prometheus.cache import UsageCache, reading
 from collectors.prometheus.devices import DeviceTable
 from recommender.core import framing
+from recommender.core.memory import give_back_freed
 from recommender.core.settings import Settings
 
 FORMAT_VERSION = 3  # 2: each frame one Parquet column, its index and columns in the header; 3: zstd chunks
@@ -40,7 +41,7 @@ MAGIC = b"gpu-rightsizer usage cache\n"
 APP = "gpu-rightsizer"
 _LENGTH = 8  # bytes of the header's length
 _CHUNK = 1 << 20  # bytes of the body streamed at a time
-_ROWS = 1 << 20  # values per zstd chunk (8 MiB before compression)
+_ROWS = 1 << 18  # values per zstd chunk (2 MiB before compression: what writing holds besides the frame)
 
 
 class CacheFileError(Exception):
@@ -132,7 +133,8 @@ def _axes(frame: pd.DataFrame) -> dict[str, Any]:
 
 def _write_values(frame: pd.DataFrame, out: BinaryIO) -> list[int]:
     """A frame's values, column after column, as float64 bytes in zstd chunks of ``_ROWS`` values written to
-    ``out`` (one chunk's bytes held at a time, not a copy of the frame); the chunks' compressed sizes."""
+    ``out`` (one chunk's bytes held at a time, not a copy of the frame); the chunks' compressed sizes. What the
+    codec freed is handed back to the system (Arrow's allocator keeps it for reuse otherwise)."""
     import pyarrow as pa
 
     codec = pa.Codec("zstd")
@@ -143,6 +145,7 @@ def _write_values(frame: pd.DataFrame, out: BinaryIO) -> list[int]:
         packed = codec.compress(chunk, asbytes=True)
         out.write(packed)
         sizes.append(len(packed))
+    pa.default_memory_pool().release_unused()
     return sizes
 
 
@@ -290,6 +293,8 @@ class DiskCache:
                 framing.write(self.path, MAGIC, FORMAT_VERSION, _body(cache, spool))
         except Exception as exc:  # a full disk, a folder made read-only since: the report stands, uncached
             return f"cache file {self.path} not written ({_why(exc)}); the next report reads everything"
+        finally:
+            give_back_freed()  # the encoder's and the header's buffers, before the pipeline runs
         return None
 
     def _broken(self, why: str) -> tuple[None, str]:

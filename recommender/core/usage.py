@@ -105,7 +105,7 @@ class Snapshot:
         if frame is None or ref.key not in frame.columns:
             return None
         s = frame[ref.key]
-        if s.dtype == np.float32:  # a frame held compactly (exact): readers see float64, the same numbers
+        if s.dtype in (np.float32, np.float16):  # a frame held compactly (exact): readers see float64, the same numbers
             s = s.astype(np.float64)
         return None if s.isna().all() else s
 

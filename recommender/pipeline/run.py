@@ -28,10 +28,13 @@ from recommender.analysis.features import WorkloadFeatures, workload_features
 from recommender.analysis.forecast import ModelChoice, NotEnoughHistory, forecast_with_choice
 from recommender.analysis.quality import clean, fleet_warning
 from recommender.analysis.quality_data import load_bounds
+from recommender.analysis.shape import DEMAND_METRICS as SHAPE_DEMAND_METRICS
 from recommender.analysis.shape import demand_shape
+from recommender.core import usage as m
 from recommender.core.catalogue import Catalogue, load_catalogue
 from recommender.core.errors import NoWorkloadsError
 from recommender.core.inventory import Workload
+from recommender.core.memory import give_back_freed
 from recommender.core.plan import Classification, Forecast, Plan, Recommendation, ScalingPlan, WorkloadConstraints
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
@@ -59,26 +62,30 @@ class Cycled:
 
 def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
              catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
-             constraints: Mapping[str, WorkloadConstraints] | None = None, memo: Memo | None = None) -> Plan:
+             constraints: Mapping[str, WorkloadConstraints] | None = None, memo: Memo | None = None,
+             release: bool = False) -> Plan:
     """One pass of the pipeline over a snapshot. ``now`` is the plan's timestamp (no clock inside).
     ``previous`` is the last cycle's plan in a loop: its scaling plans carry capacity forward.
     ``constraints`` (workload key → a policy object's class and MIG bounds) come from the controller; the
     report has none. ``memo`` (from the edge: a dict, a file's contents) holds features, classes and forecasts of
     earlier runs under digests of their inputs (``recommender.pipeline.memo``): those found are reused, the others
-    computed and added."""
+    computed and added. ``release``: the caller hands ``snapshot.usage`` over (a dict it does not read again): the
+    frames no stage after the features reads are taken out of it once the features are made, so their memory
+    goes back before the classifier and the policies run (the plan is the same); and the pages the quality stage
+    freed go back to the system before the features run (``give_back_freed``)."""
     return run_cycle(snapshot, settings, now, policy=policy, catalogue=catalogue, cards=cards, previous=previous,
-                     constraints=constraints, memo=memo).plan
+                     constraints=constraints, memo=memo, release=release).plan
 
 
 def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
               catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
               constraints: Mapping[str, WorkloadConstraints] | None = None, memo: Memo | None = None,
-              choices: Choices | None = None) -> Cycled:
+              choices: Choices | None = None, release: bool = False) -> Cycled:
     """``run_once`` for a loop that carries forecast model choices from one cycle to the next: ``choices`` are
     the last cycle's (``Cycled.choices``; ``{}`` on the first), and a choice younger than
     ``forecast.reselect_s`` is refitted without a new backtest (``forecast_with_choice``). With ``choices``
     the forecasts do not use ``memo`` (a loop's series gain steps every cycle, so their digests never repeat).
-    Without ``choices`` (None) the plan is ``run_once``'s and no choices come back."""
+    Without ``choices`` (None) the plan is ``run_once``'s and no choices come back. ``release``: as ``run_once``'s."""
     if not snapshot.workloads:
         scope = ", ".join(settings.namespaces) or "all namespaces"
         raise NoWorkloadsError(f"no GPU workloads found in {scope}")
@@ -89,12 +96,16 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
     given = snapshot  # what the formats are handed beside the plan: its advice reads the same series
     with _timed(timings, "quality"):
         snapshot, quality = clean(snapshot, catalogue, load_bounds(), settings.policy.min_usable_frac)
+    if release:  # the quality stage's masks, freed in pieces: the pages go back before the features run
+        give_back_freed()
     digests = series_digests(snapshot) if memo is not None else {}
     said = {w.ref.key: Said(w) for w in snapshot.workloads} if memo is not None else {}  # each repr made once
     with _timed(timings, "features"):
         feats = {w.ref.key: _features(snapshot, w, settings, quality[w.ref.key].usable_frac,
                                       quality[w.ref.key].unusable, memo, digests.get(w.ref.key), said.get(w.ref.key))
                  for w in snapshot.workloads}
+    if release:
+        snapshot, given = _read_later(snapshot), _read_later(given, handed=True)
     with _timed(timings, "classify"):
         fixed = constraints or {}
         classes = _classes(snapshot, fixed, memo, digests, said)
@@ -152,6 +163,23 @@ def _scaling(snapshot: Snapshot, w: Workload, cls: Classification, found: tuple[
         return compute()
     workload, scaling = named
     return remembered(memo, "scaling", (digest, workload, cls, forecasts_digest(found), scaling, shape), compute)
+
+
+# What the stages after the features read of the usage: classify (demand_shape: its demand series, the queue, the
+# token mix), forecast (demand_series: request rate, tokens, KV usage), the replica policy and the advice's replica
+# series (history_from_snapshot). Device memory (FB used and total), power and the rest are the features' only.
+READ_AFTER_FEATURES = frozenset({*SHAPE_DEMAND_METRICS, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE,
+                                 m.GENERATION_TOKENS_RATE, m.KV_USAGE_FRAC, m.REQUESTS_WAITING, m.TTFT_P95_S,
+                                 m.SERVING_REPLICAS})
+
+
+def _read_later(snapshot: Snapshot, handed: bool = False) -> Snapshot:
+    """The snapshot with the frames of ``READ_AFTER_FEATURES`` only. ``handed``: its usage is the caller's dict,
+    handed over (``release``): the other frames are taken out of it too, so nothing holds them any more."""
+    if handed and isinstance(snapshot.usage, dict):
+        for metric in [x for x in snapshot.usage if x not in READ_AFTER_FEATURES]:
+            del snapshot.usage[metric]
+    return replace(snapshot, usage={k: v for k, v in snapshot.usage.items() if k in READ_AFTER_FEATURES})
 
 
 def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None
