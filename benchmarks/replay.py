@@ -142,6 +142,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--burst-floor-budget-frac", type=float, default=ScalingSettings().burst_floor_budget_frac,
                    help="'ours' keeps the replicas a late autoscaler's misses call for, to this share of the TTFT "
                    "error budget (scaling.burst_floor_budget_frac, opt-in; default: off)")
+    p.add_argument("--recurring-floor", action="store_true",
+                   help="'ours' keeps ahead of a rise seen at this time of day on two of the last seven days, "
+                   "until its next refit (scaling.recurring_floor_interval_s = --refit-s, opt-in; default: off)")
     for field in CAPACITY_FLAGS:
         value = getattr(d, field)
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
@@ -218,6 +221,7 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
                                whole_gpu_over_budget=args.whole_gpu_over_budget or None,
                                wake_budget_frac=args.wake_budget_frac,
                                burst_floor_budget_frac=args.burst_floor_budget_frac,
+                               recurring_floor_interval_s=float(args.refit_s) if args.recurring_floor else None,
                                max_replicas=ours_max_replicas(on_shape))
     return {
         "static-peak": Contender(lambda: lambda obs: warm, cap, warm),

@@ -29,6 +29,7 @@ from replay_sim import Observed, Policy, simulate
 from replay_sizing import choose_slice, static_peak
 from replay_trace import Trace, load_servegen, make_trace
 
+from policies.autoscalerobjects import scale_down_window_s
 from recommender.core.catalogue import load_catalogue
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings import ForecastSettings
@@ -47,23 +48,34 @@ def ours_settings(trace: Trace, cap: Capacity, shaped: Capacity, warm: int, burs
     return ScalingSettings(max_replicas=cap_at, burst_floor_budget_frac=burst_floor)
 
 
-def logged(ours: Ours, every_s: int) -> Policy:
+class Logged:
     """``ours``, printing every ``every_s`` seconds (while it holds pods or requests arrived in the last minute)
     what it saw (arrivals/s over the last minute, pods, ready, serving, waiting), what it asked for, and its
-    plan's bounds, target, waiting trigger, demand source, headroom, capacity source and shape."""
-    def policy(obs: Observed) -> int:
+    plan's bounds, target, waiting trigger, demand source, headroom, capacity source, scale-down window and
+    shape. It passes ours' ``cap`` on, so the simulator rolls out ours' move to whole GPUs as it does unlogged
+    (a plain function has no ``cap``: the pool stayed on the slice while ours counted whole GPUs)."""
+
+    def __init__(self, ours: Ours, every_s: int) -> None:
+        self.ours, self.every_s = ours, every_s
+
+    @property
+    def cap(self) -> Capacity:
+        return self.ours.cap
+
+    def __call__(self, obs: Observed) -> int:
+        ours = self.ours
         want = ours(obs)
         arrived = float(obs.arrivals_per_s[-60:].sum()) / 60
-        if obs.k % every_s == 0 and (obs.pods or want or arrived):
+        if obs.k % self.every_s == 0 and (obs.pods or want or arrived):
             p = ours.plan
             plan = "no plan" if p is None else (
                 f"min {p.min_replicas} max {p.max_replicas} target {p.target_per_replica:g} waiting "
                 f"{p.waiting_per_replica or 0:g} {p.demand_source} headroom {p.headroom_frac:g} {p.capacity_source}"
+                f" scale-down {scale_down_window_s(p, ours.cap.cold_start_s)} s"
                 f"{' to-zero' if p.scale_to_zero else ''}{' whole GPUs' if ours.escalated_s is not None else ''}")
             print(f"#  {obs.k / 3600:8.3f} h  {arrived:8.2f} req/s  pods {obs.pods} ready {obs.ready} serving "
                   f"{obs.serving} waiting {obs.waiting} -> {want} | {plan}", flush=True)
         return want
-    return policy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                                  ours_settings(trace, cap, shaped, warm, args.burst_floor),
                                  whole=cap if shaped != cap else None, reselect_s=args.reselect_s)
             if args.plan_every:
-                policy = logged(ours, args.plan_every)
+                policy = Logged(ours, args.plan_every)
             on = shaped
         elif name == "oracle":
             policy, on = Oracle(trace, shaped, ScalingSettings().headroom_frac["real-time"]), shaped

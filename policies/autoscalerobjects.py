@@ -100,9 +100,16 @@ def trigger_thresholds(plan: ScalingPlan) -> dict[str, str]:
 
 def scale_down_window_s(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> int:
     """The HPA scale-down stabilisation window: at least the HPA default of 300 s and at least the cold
-    start (releasing a replica needed again within a cold start costs more than keeping it), at most 3600 s."""
-    cold = plan.cold_start_s or default_cold_start_s
-    return int(min(HPA_MAX_WINDOW_S, max(300, math.ceil(cold))))
+    start (releasing a replica needed again within a cold start costs more than keeping it), longer where the
+    plan holds its replicas through short gaps (``plan.scale_down_window_s``, policies/replicas/hold.py), at
+    most 3600 s."""
+    return int(min(HPA_MAX_WINDOW_S, max(base_scale_down_window_s(plan.cold_start_s, default_cold_start_s),
+                                         plan.scale_down_window_s or 0)))
+
+
+def base_scale_down_window_s(cold_start_s: float | None, default_cold_start_s: float = 180.0) -> int:
+    """The scale-down window without a hold: the HPA default of 300 s, or one cold start (s) where longer."""
+    return int(min(HPA_MAX_WINDOW_S, max(300, math.ceil(cold_start_s or default_cold_start_s))))
 
 
 def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:

@@ -90,3 +90,18 @@ def test_the_window_replay_caps_ours_as_the_full_replay_does(warm: int) -> None:
     window = replay_window.ours_settings(trace, CAP, shaped, warm, None)
     assert window.max_replicas == full.settings.max_replicas
     assert replay_window.ours_settings(trace, CAP, shaped, warm, 0.5).burst_floor_budget_frac == 0.5
+
+
+def test_the_window_replays_log_rolls_out_ours_move_to_whole_gpus() -> None:
+    """``--plan-every`` wraps ours; the simulator reads the policy's ``cap`` to roll out a change of shape, so the
+    wrapper must pass ours' on: a logged replay moves to whole GPUs where an unlogged one does."""
+    import replay_window
+
+    trace, shaped = bursts(), replace(CAP, prefill_tps=500.0, decode_tps=500.0, kv_tokens=50_000.0, gpu_share=0.5)
+    args = replay.parse_args(["--trace", "t.csv", "--format", "servegen"])
+    ours = replay.contenders(args, trace, CAP, shaped, 2)["ours"].make()
+    assert isinstance(ours, replay.Ours)
+    logged = replay_window.Logged(ours, 60)
+    assert logged.cap is ours.cap == shaped
+    ours.cap = CAP  # as Ours._escalate moves it
+    assert logged.cap is CAP

@@ -8,15 +8,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from policies.autoscalerobjects import HPA_MAX_WINDOW_S, base_scale_down_window_s
 from policies.replicas.burst import BurstFloor, burst_floor
 from policies.replicas.capacity import keep_lower_bound, per_replica_capacity
 from policies.replicas.cooldown import cooldown_s
 from policies.replicas.counts import replica_bounds, significant
 from policies.replicas.demand import demand_to_size, forecasts_to_act_on, rate_forecast
-from policies.replicas.estimates import Absent, Capacity, Carried, Demand, NoScalingPlan
+from policies.replicas.estimates import Absent, Capacity, Carried, Demand, NoScalingPlan, ReplicaBounds
 from policies.replicas.headroom import error_budget_headroom
 from policies.replicas.history import ReplicaHistory, history_span_s, idle_gaps_s, shape_note
+from policies.replicas.hold import Hold, scale_down_hold
 from policies.replicas.recorded import recorded_capacity
+from policies.replicas.recurring import RecurringFloor, ahead_of, recurring_floor
 from policies.replicas.simulate import with_means
 from policies.replicas.zero import scale_to_zero
 from policies.rightscale import ShapeScale, capacity_scale
@@ -87,13 +90,18 @@ def _on_shape(x: _Inputs, capacity: Capacity, demand: Demand, shape: ShapeScale 
     gaps = idle_gaps_s(x.history)
     zero = scale_to_zero(x.cls, gaps, cold_s, s, x.history, forecast=x.forecast)
     burst = _burst_floor(x, cap, target, zero.allowed)
-    bounds = replica_bounds(demand, target, zero.allowed, x.span_s, s, burst.replicas if burst else 0)
+    hold = _hold(x, cap, target, zero.allowed)
+    recurring = _recurring(x, target, zero.allowed)
+    bounds = _lift(replica_bounds(demand, target, zero.allowed, x.span_s, s, burst.replicas if burst else 0),
+                   recurring, s.max_replicas)
     cooldown = cooldown_s(gaps, cold_s, zero.allowed, s)
     act = significant(1.0 / cold_s) if zero.allowed else 0.0
     waiting = significant(target * x.objective_s)
     why = [*why, *capacity.reasons, *scale_why, *demand.reasons, *headroom.reasons,
            f"target {target:g} req/s per replica = {cap:.3g} x (1 - {headroom.frac:.0%} headroom for {x.cls.value})",
-           *([burst.reason] if burst else []), *bounds.reasons, zero.reason, cooldown.reason,
+           *([burst.reason] if burst else []), *([hold.reason] if hold and hold.reason else []),
+           *([recurring.reason] if recurring and recurring.reason else []), *bounds.reasons,
+           zero.reason, cooldown.reason,
            f"second trigger at {waiting:g} requests waiting per replica: what a replica starts within the "
            f"{x.objective_s:g} s objective at its target (it follows a queue at once, the rate over its window)"]
     why.append(f"third trigger on the objective being missed: while over {s.ttft_error_budget:.3g} of the "
@@ -111,7 +119,8 @@ def _on_shape(x: _Inputs, capacity: Capacity, demand: Demand, shape: ShapeScale 
                        capacity_source=capacity.source.value, waiting_per_replica=waiting,
                        rate_window_s=s.rate_window_s, demand_source="forecast" if x.forecast else "observed",
                        basis_capacity=basis, capacity_scale=scale, shape=shape.shape if shape else None,
-                       ttft_objective_s=x.objective_s, ttft_error_budget=s.ttft_error_budget)
+                       ttft_objective_s=x.objective_s, ttft_error_budget=s.ttft_error_budget,
+                       scale_down_window_s=hold.seconds if hold and hold.reason else None)
 
 
 def _on_today(x: _Inputs, plan: ScalingPlan, demand: Demand) -> ScalingPlan:
@@ -120,7 +129,8 @@ def _on_today(x: _Inputs, plan: ScalingPlan, demand: Demand) -> ScalingPlan:
     basis = plan.measured_capacity
     at = significant(basis * (1.0 - plan.headroom_frac))
     burst = _burst_floor(x, basis, at, plan.scale_to_zero)
-    n = replica_bounds(demand, at, plan.scale_to_zero, x.span_s, x.settings, burst.replicas if burst else 0)
+    n = _lift(replica_bounds(demand, at, plan.scale_to_zero, x.span_s, x.settings, burst.replicas if burst else 0),
+              _recurring(x, at, plan.scale_to_zero), x.settings.max_replicas)
     return replace(plan, per_replica_capacity=basis, target_per_replica=at,
                    waiting_per_replica=significant(at * x.objective_s), recommended_replicas=n.recommended,
                    min_replicas=n.low, max_replicas=n.high, capacity_scale=1.0, shape=None)
@@ -133,6 +143,36 @@ def _burst_floor(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bo
         return None
     wake_s = x.settings.wake_s(x.workload.cold_start_s)
     return burst_floor(x.history, capacity_rps, target_rps, wake_s, frac * x.settings.ttft_error_budget)
+
+
+def _hold(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bool) -> Hold | None:
+    """The scale-down hold where ``scale_down_hold_budget_frac`` is set and the class is latency-bound and stays
+    up (scale to zero has its cooldown instead)."""
+    frac = x.settings.scale_down_hold_budget_frac
+    if frac is None or to_zero or x.cls is WorkloadClass.BATCH:
+        return None
+    base = base_scale_down_window_s(x.workload.cold_start_s, x.settings.default_cold_start_s)
+    return scale_down_hold(x.history, capacity_rps, target_rps, x.settings.wake_s(x.workload.cold_start_s), base,
+                           HPA_MAX_WINDOW_S, frac * x.settings.ttft_error_budget)
+
+
+def _recurring(x: _Inputs, target_rps: float, to_zero: bool) -> RecurringFloor | None:
+    """The recurring-burst floor where ``recurring_floor_interval_s`` opts in and the class is latency-bound and
+    stays up."""
+    interval = x.settings.recurring_floor_interval_s
+    if interval is None or to_zero or x.cls is WorkloadClass.BATCH:
+        return None
+    return recurring_floor(x.history, target_rps, ahead_of(interval, x.settings.wake_s(x.workload.cold_start_s)))
+
+
+def _lift(bounds: ReplicaBounds, floor: RecurringFloor | None, cap: int) -> ReplicaBounds:
+    """``bounds`` with min (and the recommendation and max with it) raised to a recurring-burst floor, at most
+    ``cap`` (max_replicas): unlike the burst floor it is not bounded by the forecast's peak, which is what it
+    corrects."""
+    if floor is None or floor.replicas <= bounds.low:
+        return bounds
+    low = min(floor.replicas, cap)
+    return replace(bounds, low=low, recommended=max(bounds.recommended, low), high=max(bounds.high, low))
 
 
 def ttft_objective(workload: Workload, settings: ScalingSettings, constraints: WorkloadConstraints | None = None

@@ -135,6 +135,9 @@ class ScalingPlan:
     # the TTFT objective (s) and the share of requests that may exceed it: the objective trigger steps up on misses
     ttft_objective_s: float | None = None
     ttft_error_budget: float | None = None
+    # the HPA's scale-down stabilisation window (s) the request rate asks for (policies/replicas/hold.py); None:
+    # the default one (policies.autoscalerobjects.scale_down_window_s)
+    scale_down_window_s: int | None = None
     # the same plan on today's shape where this one is estimated for another: what an autoscaler should follow
     # while the replicas keep today's shape (a policy that allows replicas but not the shape change)
     on_today: ScalingPlan | None = field(default=None, repr=False)

@@ -110,6 +110,21 @@ class ScalingSettings(BaseModel):
         "replica started after them serves in time. Read from the request rate, not the misses, so the floor it "
         "keeps does not take itself away. Latency-bound classes that do not scale to zero; null: off."
     )
+    scale_down_hold_budget_frac: float | None = Field(
+        0.5, ge=0, le=1, description="Hold the replicas through a scale-down window (the HPA's scaleDown "
+        "stabilizationWindowSeconds) longer than one cold start, up to 3600 s, where the request rate shows load "
+        "returning after short gaps: the shortest window whose steps an autoscaler holding that long, sized on the "
+        "rate one wake (polling_interval_s + cold start) earlier, could not serve at the objective are within this "
+        "share of ttft_error_budget's requests (0.5: half of it) of the longest window's. Read from the request "
+        "rate, not the misses, so the hold does not take itself away. Latency-bound classes; null: one cold start."
+    )
+    recurring_floor_interval_s: float | None = Field(
+        None, gt=0, description="Opt-in: keep, until the next plan (this many seconds: the controller's interval) "
+        "and a wake (polling_interval_s + cold start) after it, the replicas for the request rate seen over that "
+        "stretch at this time of day on at least two of the last seven days: a rise from idle that recurs daily, "
+        "which no causal step serves and a forecast may smooth away. Latency-bound classes that do not scale to "
+        "zero; null: off."
+    )
     wake_min_history_s: float = Field(
         2 * 86_400, ge=0, description="Request history needed before wake_budget_frac weighs a latency-bound "
         "class's wakes: a daily pattern of gaps seen twice, the history a forecast needs for its daily season "

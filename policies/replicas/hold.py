@@ -1,0 +1,79 @@
+"""Scale-down hold: how long the HPA keeps the replicas it last needed before scaling in (its scale-down
+``stabilizationWindowSeconds``), read from the request rate. A service whose load comes in windows with short
+gaps between them (ten minutes on, ten off) loses its replicas in each gap once the window passes, and the next
+window finds a fraction of them: those requests wait a cold start behind a queue. Holding the last window's
+replicas through the gap serves them; holding them through hours of idle would only cost.
+
+The hold is counterfactual, like the burst floor (``burst.py``): read from the request rate (demand, which the
+hold does not change), not from the misses (which it does), so it cannot take itself away. An autoscaler that
+asks ceil(rate / target) at each step and holds the largest ask of the last W seconds has, at step t, the
+replicas asked over [t - lag - W, t - lag] ready (``lag``: a poll and a cold start); a step whose rate is above
+what those serve at the objective has its requests over it. The hold is the shortest W, from the base window
+up to the HPA's 3600 s limit, whose misses are within ``allowance`` of the requests of the longest's: what a
+longer hold would still remove is under that share. It rises as such gaps recur in the history and falls as
+they leave it. Rates in req/s, times in seconds. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.replicas.history import ReplicaHistory
+
+
+@dataclass(frozen=True)
+class Hold:
+    """The scale-down window to emit (s) and why; ``shares`` maps each window tried (s) to the share (0-1) of
+    the history's requests an autoscaler holding that long would have left over the objective."""
+
+    seconds: int
+    shares: dict[int, float]
+    reason: str
+
+
+def scale_down_hold(history: ReplicaHistory, capacity_rps: float, target_rps: float, wake_s: float, base_s: int,
+                    max_s: int, allowance: float) -> Hold | None:
+    """The shortest window from ``base_s`` to ``max_s`` (s, in steps of the history's step) whose counterfactual
+    misses (:func:`held_misses`) are within ``allowance`` (a share, 0-1, of the history's requests) of the
+    ``max_s`` window's; None where there is no rate, no requests or nothing to choose (``max_s`` <= ``base_s``)."""
+    rate = history.request_rate_per_s
+    if rate is None or capacity_rps <= 0 or target_rps <= 0 or max_s <= base_s:
+        return None
+    r = rate.to_numpy(dtype="float64")
+    r = np.where(np.isfinite(r), np.maximum(r, 0.0), 0.0)
+    total = float(r.sum())
+    if total <= 0:
+        return None
+    step = history.step_s
+    lag = max(1, math.ceil(wake_s / step))
+    windows = sorted({base_s, *range(int(math.ceil(base_s / step) * step), max_s + 1, int(step)), max_s})
+    spans = [max(0, math.ceil(w / step) - 1) for w in windows]
+    shares = {w: m / total for w, m in zip(windows, held_misses(r, capacity_rps, target_rps, lag, spans),
+                                            strict=True)}
+    floor = shares[max_s]
+    chosen = next(w for w in windows if shares[w] <= floor + allowance)
+    if chosen == base_s:
+        return Hold(base_s, shares, "")
+    return Hold(chosen, shares, (
+        f"scale-down held {chosen} s, not {base_s} s: load returned after short gaps, and an autoscaler holding "
+        f"its replicas {base_s} s would have left {shares[base_s]:.2%} of requests over the objective where they "
+        f"came back (from the request rate, a poll and a cold start late), {chosen} s {shares[chosen]:.2%} "
+        f"(the most a hold up to {max_s} s removes, within {allowance:.2%})"))
+
+
+def held_misses(rate: np.ndarray, capacity_rps: float, target_rps: float, lag: int, spans: list[int]) -> list[float]:
+    """For each span (steps, ascending), requests/s summed over the steps whose rate exceeds ``capacity_rps`` x
+    the replicas ready there: the largest ask (ceil(rate / ``target_rps``)) of the span + 1 steps ending ``lag``
+    steps earlier. The first ``lag`` steps count as served: what served them lies before the history."""
+    asked = np.ceil(rate / target_rps - 1e-9)
+    held, at, out = asked.copy(), 0, []
+    for span in spans:
+        for back in range(at + 1, min(span, rate.size - 1) + 1):  # one more step back: max with the ask before it
+            np.maximum(held[back:], asked[:-back], out=held[back:])
+        at = max(at, span)
+        ready = np.concatenate([np.full(min(lag, rate.size), np.inf), held[:max(0, rate.size - lag)]])
+        out.append(float(rate[rate > ready * capacity_rps].sum()))
+    return out

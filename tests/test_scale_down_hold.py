@@ -1,0 +1,102 @@
+"""The scale-down hold (policies/replicas/hold.py): the HPA's scale-down window lengthened where the request rate
+shows load returning after short gaps, read against what an autoscaler holding that long, one wake late, would
+have served; and its emission as the plan's window and the HPA/KEDA behaviour."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from policies.autoscalerobjects import hpa_behavior, keda_parameters, scale_down_window_s
+from policies.replicas import ReplicaHistory, scaling_plan
+from policies.replicas.hold import held_misses, scale_down_hold
+from recommender.core.annotations import CAPACITY_ANNOTATION
+from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
+from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
+from recommender.core.settings import ScalingSettings
+
+STEP = 60.0
+WAKE_S = 150.0  # a poll and a cold start: 3 steps late
+
+
+def history(values: np.ndarray) -> ReplicaHistory:
+    idx = pd.date_range("2024-01-01", periods=len(values), freq="60s", tz="UTC")
+    return ReplicaHistory(STEP, pd.Series(np.asarray(values, dtype="float64"), index=idx))
+
+
+def on_off(on: int, off: int, cycles: int, rate: float = 100.0) -> np.ndarray:
+    """``cycles`` windows of ``on`` steps at ``rate`` req/s, each followed by ``off`` idle steps."""
+    return np.tile(np.r_[np.full(on, rate), np.zeros(off)], cycles)
+
+
+def test_holds_through_the_gaps_the_load_returns_after() -> None:
+    hold = scale_down_hold(history(on_off(10, 10, 72)), 8.0, 3.0, WAKE_S, 300, 3600, 0.005)
+    assert hold is not None and hold.reason
+    assert hold.shares[300] > 0.2  # every window's first steps find the replicas gone
+    assert hold.shares[hold.seconds] <= 0.005
+    assert 600 <= hold.seconds < 3600  # the gap, not the most the HPA allows
+    shorter = [w for w in hold.shares if w < hold.seconds]
+    assert all(hold.shares[w] > 0.005 for w in shorter)  # the shortest that serves them
+
+
+def test_no_hold_where_the_gaps_outlast_what_the_hpa_may_hold() -> None:
+    hold = scale_down_hold(history(on_off(10, 300, 8)), 8.0, 3.0, WAKE_S, 300, 3600, 0.005)
+    assert hold is not None and hold.seconds == 300 and not hold.reason
+    assert hold.shares[300] == hold.shares[3600] > 0  # the bursts from idle stay: no hold serves them
+
+
+def test_no_hold_on_load_an_autoscaler_follows() -> None:
+    ramp = 50.0 + 40.0 * np.sin(np.arange(3 * 1440) * 2 * np.pi / 1440)  # a diurnal curve
+    hold = scale_down_hold(history(ramp), 8.0, 3.0, WAKE_S, 300, 3600, 0.005)
+    assert hold is not None and hold.seconds == 300 and max(hold.shares.values()) == 0.0
+
+
+def test_falls_back_once_the_gaps_leave_the_history_read() -> None:
+    rate = np.r_[on_off(10, 10, 72), np.full(7 * 1440, 50.0)]
+    with_gaps = scale_down_hold(history(rate), 8.0, 3.0, WAKE_S, 300, 3600, 0.005)
+    week = scale_down_hold(history(rate[-7 * 1440:]), 8.0, 3.0, WAKE_S, 300, 3600, 0.005)  # the replay's 7 days
+    assert with_gaps is not None and with_gaps.seconds > 300
+    assert week is not None and week.seconds == 300
+
+
+def test_held_misses_fall_as_the_window_grows() -> None:
+    rate = np.r_[on_off(10, 10, 5), on_off(5, 30, 5)]
+    misses = held_misses(rate, 8.0, 3.0, 3, list(range(0, 60)))
+    assert all(a >= b for a, b in itertools.pairwise(misses))
+    assert misses[0] > misses[-1] == 0.0
+
+
+def test_none_without_requests_or_a_choice() -> None:
+    assert scale_down_hold(history(np.zeros(100)), 8.0, 3.0, WAKE_S, 300, 3600, 0.005) is None
+    assert scale_down_hold(history(on_off(10, 10, 5)), 8.0, 3.0, WAKE_S, 3600, 3600, 0.005) is None
+
+
+def workload() -> Workload:
+    alloc = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=1)
+    return Workload(WorkloadRef("ns", "Deployment", "svc"), alloc, annotations={CAPACITY_ANNOTATION: "10"},
+                    cold_start_s=90.0)
+
+
+def plan(settings: ScalingSettings, rate: np.ndarray) -> ScalingPlan:
+    rt = Classification(WorkloadClass.REAL_TIME, 1.0, (), "annotation")
+    p = scaling_plan(workload(), history(rate), rt, (), settings)
+    assert isinstance(p, ScalingPlan)
+    return p
+
+
+def test_plan_and_hpa_carry_the_hold_as_the_scale_down_window() -> None:
+    base = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0)
+    on = plan(base, on_off(10, 10, 72))
+    off = plan(base.model_copy(update={"scale_down_hold_budget_frac": None}), on_off(10, 10, 72))
+    assert off.scale_down_window_s is None and scale_down_window_s(off) == 300
+    assert on.scale_down_window_s is not None and on.scale_down_window_s > 300
+    assert any(r.startswith("scale-down held") for r in on.reasons)
+    window = hpa_behavior(on)["scaleDown"]
+    assert isinstance(window, dict) and window["stabilizationWindowSeconds"] == on.scale_down_window_s
+    keda = keda_parameters(on)["advanced"]
+    assert keda["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == \
+        on.scale_down_window_s
+    steady = plan(base, np.full(3 * 1440, 50.0))
+    assert steady.scale_down_window_s is None and scale_down_window_s(steady) == 300
