@@ -7,20 +7,11 @@ import numpy as np
 import pandas as pd
 
 from policies.autoscalerobjects import keda_parameters
-from policies.replicas import ReplicaHistory, scaling_plan
 from policies.replicas.recurring import day_peaks, recurring_floor
-from recommender.core.annotations import CAPACITY_ANNOTATION
-from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
-from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
 from recommender.core.settings import ScalingSettings
+from tests.replicaplans import history, plan
 
-STEP = 60.0
 DAY = 1440  # steps
-
-
-def history(values: np.ndarray) -> ReplicaHistory:
-    idx = pd.date_range("2024-01-01", periods=len(values), freq="60s", tz="UTC")
-    return ReplicaHistory(STEP, pd.Series(np.asarray(values, dtype="float64"), index=idx))
 
 
 def daily_burst(days: int, at: int, rate: float = 60.0, base: float = 0.5, skip: tuple[int, ...] = ()) -> np.ndarray:
@@ -66,19 +57,6 @@ def test_day_peaks_leave_out_days_before_the_history() -> None:
     now = rate.index[-1] + pd.Timedelta(seconds=60)
     peaks = day_peaks(rate, now, 300.0, 7)
     assert peaks.tolist() == [2 * DAY + 4, DAY + 4, 4]  # three days back is the start; four to seven lie before it
-
-
-def workload() -> Workload:
-    alloc = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=1)
-    return Workload(WorkloadRef("ns", "Deployment", "svc"), alloc, annotations={CAPACITY_ANNOTATION: "10"},
-                    cold_start_s=90.0)
-
-
-def plan(settings: ScalingSettings, rate: np.ndarray) -> ScalingPlan:
-    rt = Classification(WorkloadClass.REAL_TIME, 1.0, (), "annotation")
-    p = scaling_plan(workload(), history(rate), rt, (), settings)
-    assert isinstance(p, ScalingPlan)
-    return p
 
 
 def test_plan_and_keda_carry_the_floor_as_min_replicas() -> None:

@@ -7,23 +7,13 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pandas as pd
 
 from policies.autoscalerobjects import hpa_behavior, keda_parameters, scale_down_window_s
-from policies.replicas import ReplicaHistory, scaling_plan
 from policies.replicas.hold import held_misses, scale_down_hold
-from recommender.core.annotations import CAPACITY_ANNOTATION
-from recommender.core.inventory import Allocation, Sharing, Workload, WorkloadRef
-from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
 from recommender.core.settings import ScalingSettings
+from tests.replicaplans import history, plan
 
-STEP = 60.0
 WAKE_S = 150.0  # a poll and a cold start: 3 steps late
-
-
-def history(values: np.ndarray) -> ReplicaHistory:
-    idx = pd.date_range("2024-01-01", periods=len(values), freq="60s", tz="UTC")
-    return ReplicaHistory(STEP, pd.Series(np.asarray(values, dtype="float64"), index=idx))
 
 
 def on_off(on: int, off: int, cycles: int, rate: float = 100.0) -> np.ndarray:
@@ -71,19 +61,6 @@ def test_held_misses_fall_as_the_window_grows() -> None:
 def test_none_without_requests_or_a_choice() -> None:
     assert scale_down_hold(history(np.zeros(100)), 8.0, 3.0, WAKE_S, 300, 3600, 0.005) is None
     assert scale_down_hold(history(on_off(10, 10, 5)), 8.0, 3.0, WAKE_S, 3600, 3600, 0.005) is None
-
-
-def workload() -> Workload:
-    alloc = Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_equivalents=1.0, replicas=1)
-    return Workload(WorkloadRef("ns", "Deployment", "svc"), alloc, annotations={CAPACITY_ANNOTATION: "10"},
-                    cold_start_s=90.0)
-
-
-def plan(settings: ScalingSettings, rate: np.ndarray) -> ScalingPlan:
-    rt = Classification(WorkloadClass.REAL_TIME, 1.0, (), "annotation")
-    p = scaling_plan(workload(), history(rate), rt, (), settings)
-    assert isinstance(p, ScalingPlan)
-    return p
 
 
 def test_plan_and_hpa_carry_the_hold_as_the_scale_down_window() -> None:
