@@ -8,14 +8,17 @@ compute what the collector must return from these same raw series.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from click.testing import CliRunner
 
 from tests.promfixture import PromServer, Series, build_tsdb, write_openmetrics
 
@@ -238,3 +241,16 @@ def serve(workdir: Path) -> Iterator[Cluster]:
     build_tsdb(workdir / "data.om", workdir / "tsdb")
     with PromServer.from_tsdb(workdir / "tsdb") as prom:
         yield Cluster(prom.url, datetime.fromtimestamp(end_s, UTC), series, workdir / "tsdb")
+
+
+def report_json(c: Cluster, *extra: str) -> dict[str, Any]:
+    """``rightsizer report -o json`` over the cluster's 2 days, without Kubernetes, as a dict (``extra``: flags)."""
+    from recommender.cli.main import main
+
+    res = CliRunner().invoke(main, ["report", "--prometheus-url", c.url, "--no-kubernetes", "--history", "2d",
+                                    "--min-history", "12h", "--end", c.end.isoformat(), "-o", "json", *extra],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import io
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from collectors import usageframes
 from collectors.prometheus import collect, parse, store
 from collectors.prometheus.collect import exact_float32
 from collectors.usageframes import aggregate_usage
-from recommender.cli.main import main
 from recommender.core import usage as m
 from recommender.core.inventory import WorkloadRef
 from recommender.core.usage import Snapshot
-from tests.promcluster import Cluster
+from tests.promcluster import Cluster, report_json
 
 
 def index(n: int) -> pd.DatetimeIndex:
@@ -78,12 +75,7 @@ def test_a_float32_frame_writes_the_same_cache_bytes(monkeypatch: pytest.MonkeyP
 def test_a_report_over_real_prometheus_is_the_same_with_fb_used_at_float64(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     def report(*cache: str) -> dict[str, Any]:
-        res = CliRunner().invoke(main, ["report", "--prometheus-url", cluster.url, "--no-kubernetes", "--history",
-                                        "2d", "--min-history", "12h", "--end", cluster.end.isoformat(), "-o", "json",
-                                        *(cache or ("--no-cache",))], catch_exceptions=False)
-        assert res.exit_code == 0, res.output
-        doc: dict[str, Any] = json.loads(res.stdout)
-        return doc
+        return report_json(cluster, *(cache or ("--no-cache",)))
 
     held: list[np.dtype[Any]] = []
     real = collect.exact_float32

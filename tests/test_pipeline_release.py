@@ -3,23 +3,20 @@ stage after the features reads are freed before the classifier runs, and the pla
 
 from __future__ import annotations
 
-import json
 import weakref
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from collectors.files import read_snapshot
-from recommender.cli.main import main
 from recommender.core import usage as m
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
 from recommender.outputs.jsondoc import render_json
 from recommender.pipeline import run
-from tests.promcluster import Cluster
+from tests.promcluster import Cluster, report_json
 
 
 def _handed(snap: Snapshot) -> Snapshot:
@@ -57,14 +54,6 @@ def test_frames_no_later_stage_reads_are_freed_before_the_classifier(monkeypatch
 
 def test_a_report_over_real_prometheus_is_the_same_without_the_release(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    def report() -> dict[str, Any]:
-        res = CliRunner().invoke(main, ["report", "--prometheus-url", cluster.url, "--no-kubernetes", "--history",
-                                        "2d", "--min-history", "12h", "--end", cluster.end.isoformat(), "-o", "json",
-                                        "--no-cache"], catch_exceptions=False)
-        assert res.exit_code == 0, res.output
-        doc: dict[str, Any] = json.loads(res.stdout)
-        return doc
-
-    released = report()
+    released = report_json(cluster, "--no-cache")
     monkeypatch.setattr(run, "READ_AFTER_FEATURES", frozenset(m.USAGE_METRICS))  # nothing taken out
-    assert released["workloads"] and report() == released
+    assert released["workloads"] and report_json(cluster, "--no-cache") == released

@@ -21,21 +21,13 @@ from recommender.core.settings_sources import KubernetesSettings, PrometheusSett
 from recommender.pipeline.planstore import PlanStore
 from tests import promcluster as pc
 from tests.kubefixture import KubeEmulator, container, gpu_node, manifest, pod_from, template
-from tests.promcluster import Cluster
+from tests.promcluster import Cluster, report_json
 
 pytestmark = pytest.mark.prometheus
 
 
 def run(*args: str) -> Any:
     return CliRunner().invoke(main, ["report", *args], catch_exceptions=False)
-
-
-def report_json(c: Cluster, *extra: str) -> dict[str, Any]:
-    res = run("--prometheus-url", c.url, "--no-kubernetes", "--history", "2d", "--min-history", "12h",
-              "--end", c.end.isoformat(), "-o", "json", *extra)
-    assert res.exit_code == 0, res.output
-    doc: dict[str, Any] = json.loads(res.stdout)
-    return doc
 
 
 @pytest.fixture(scope="module")

@@ -4,22 +4,19 @@ order, gaps, -0.0) and as a whole report over a real Prometheus."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from collectors import snapshot
 from collectors.usageframes import SERVING_FROM, SUM_METRICS, aggregate_usage
-from recommender.cli.main import main
 from recommender.core import usage as m
 from recommender.core.inventory import WorkloadRef
 from tests.builders import index
-from tests.promcluster import Cluster
+from tests.promcluster import Cluster, report_json
 
 
 def grouped(series: Mapping[str, pd.DataFrame], mapping: Mapping[str, WorkloadRef]) -> dict[str, pd.DataFrame]:
@@ -90,12 +87,7 @@ def test_workloads_of_one_pod_in_order_share_their_pods_memory() -> None:
 @pytest.mark.prometheus
 def test_a_report_over_real_prometheus_is_the_grouped_one(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     def report() -> dict[str, Any]:
-        res = CliRunner().invoke(main, ["report", "--prometheus-url", cluster.url, "--no-kubernetes", "--history",
-                                        "2d", "--min-history", "12h", "--end", cluster.end.isoformat(), "-o", "json",
-                                        "--no-cache"], catch_exceptions=False)
-        assert res.exit_code == 0, res.output
-        doc: dict[str, Any] = json.loads(res.stdout)
-        return doc
+        return report_json(cluster, "--no-cache")
 
     streamed = report()
     seen: list[int] = []
