@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.replicas.history import ReplicaHistory
+from policies.replicas.history import ReplicaHistory, clean_rate
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,8 @@ def burst_floor(history: ReplicaHistory, capacity_rps: float, target_rps: float,
     rate = history.request_rate_per_s
     if rate is None or capacity_rps <= 0 or target_rps <= 0:
         return BurstFloor(0, None, "no burst floor: no request rate or capacity to read it from")
-    r = rate.to_numpy(dtype="float64")
-    r = np.where(np.isfinite(r), np.maximum(r, 0.0), 0.0)
-    need = floor_needed(r, capacity_rps, target_rps, max(1, math.ceil(wake_s / history.step_s)))
+    r = clean_rate(rate.to_numpy(dtype="float64"))
+    need = floor_needed(r, capacity_rps, target_rps, lag_steps(wake_s, history.step_s))
     total = float(r.sum())
     if total <= 0:
         return BurstFloor(0, None, "no burst floor: no requests in the history")
@@ -51,12 +50,22 @@ def burst_floor(history: ReplicaHistory, capacity_rps: float, target_rps: float,
     return BurstFloor(floor, share, why)
 
 
+def lag_steps(wake_s: float, step_s: float) -> int:
+    """Steps a reactive autoscaler is late by (a poll and a cold start, ``wake_s``): at least one."""
+    return max(1, math.ceil(wake_s / step_s))
+
+
+def late(values: np.ndarray, lag: int) -> np.ndarray:
+    """``values`` as seen ``lag`` steps late; the first ``lag`` steps infinite (what served them lies before the
+    history, so they count as served)."""
+    return np.concatenate([np.full(min(lag, values.size), np.inf), values[:max(0, values.size - lag)]])
+
+
 def floor_needed(rate: np.ndarray, capacity_rps: float, target_rps: float, lag: int) -> np.ndarray:
     """Per step, the replica floor that would have served it at the objective where the replicas sized on the
     rate ``lag`` steps earlier (ceil(rate / ``target_rps``)) did not (ceil(rate / ``capacity_rps``)), else 0.
     The first ``lag`` steps need none: what served them lies before the history."""
-    before = np.concatenate([np.full(min(lag, rate.size), np.inf), rate[:max(0, rate.size - lag)]])
-    sized = np.ceil(before / target_rps - 1e-9)
+    sized = np.ceil(late(rate, lag) / target_rps - 1e-9)
     missed = rate > sized * capacity_rps
     return np.where(missed, np.ceil(rate / capacity_rps - 1e-9), 0.0).astype(np.int64)
 

@@ -142,3 +142,8 @@ def idle_gaps_s(history: ReplicaHistory) -> np.ndarray:
     """Lengths (s) of runs of steps with no requests and nothing waiting; unknown steps break a run."""
     starts, ends = idle_runs(history)
     return (ends - starts) * history.step_s
+
+
+def clean_rate(rate: np.ndarray) -> np.ndarray:
+    """Requests/s with NaN, infinite and negative steps read as none."""
+    return np.where(np.isfinite(rate), np.maximum(rate, 0.0), 0.0)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.replicas.history import ReplicaHistory
+from policies.replicas.burst import lag_steps, late
+from policies.replicas.history import ReplicaHistory, clean_rate
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,12 @@ def scale_down_hold(history: ReplicaHistory, capacity_rps: float, target_rps: fl
     rate = history.request_rate_per_s
     if rate is None or capacity_rps <= 0 or target_rps <= 0 or max_s <= base_s:
         return None
-    r = rate.to_numpy(dtype="float64")
-    r = np.where(np.isfinite(r), np.maximum(r, 0.0), 0.0)
+    r = clean_rate(rate.to_numpy(dtype="float64"))
     total = float(r.sum())
     if total <= 0:
         return None
     step = history.step_s
-    lag = max(1, math.ceil(wake_s / step))
+    lag = lag_steps(wake_s, step)
     windows = sorted({base_s, *range(int(math.ceil(base_s / step) * step), max_s + 1, int(step)), max_s})
     spans = [max(0, math.ceil(w / step) - 1) for w in windows]
     shares = {w: m / total for w, m in zip(windows, held_misses(r, capacity_rps, target_rps, lag, spans),
@@ -74,6 +74,5 @@ def held_misses(rate: np.ndarray, capacity_rps: float, target_rps: float, lag: i
         for back in range(at + 1, min(span, rate.size - 1) + 1):  # one more step back: max with the ask before it
             np.maximum(held[back:], asked[:-back], out=held[back:])
         at = max(at, span)
-        ready = np.concatenate([np.full(min(lag, rate.size), np.inf), held[:max(0, rate.size - lag)]])
-        out.append(float(rate[rate > ready * capacity_rps].sum()))
+        out.append(float(rate[rate > late(held, lag) * capacity_rps].sum()))
     return out

@@ -12,7 +12,7 @@ import numpy as np
 
 from policies.replicas.cooldown import cooldown_s
 from policies.replicas.estimates import ScaleToZero
-from policies.replicas.history import ReplicaHistory, history_span_s, idle_runs
+from policies.replicas.history import ReplicaHistory, clean_rate, history_span_s, idle_runs
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings import ScalingSettings
 
@@ -87,7 +87,7 @@ def wake_cost(history: ReplicaHistory, cooldown_s: float, wake_s: float) -> floa
     if rate is None:
         return None
     values = rate.to_numpy(dtype="float64")
-    arrived = np.where(np.isfinite(values), np.maximum(values, 0.0), 0.0) * history.step_s
+    arrived = clean_rate(values) * history.step_s
     total = float(arrived.sum())
     if total <= 0:
         return None
