@@ -130,11 +130,8 @@ def _joined(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dateti
     otherwise (the caller then joins with pandas)."""
     if old is None or new is None or not len(old.columns) or not len(new.columns):
         return None
-    for f in (old, new):
-        if not isinstance(f.index, pd.DatetimeIndex) or not f.index.is_unique or f.columns.name is not None \
-                or not f.columns.is_unique or not (f.dtypes == np.float64).all() \
-                or not all(isinstance(c, str) for c in f.columns):
-            return None
+    if not all(isinstance(f.index, pd.DatetimeIndex) and f.index.is_unique and _plain(f) for f in (old, new)):
+        return None
     if (new.index < cut).any():
         return None
     kept_at = np.flatnonzero((old.index >= index[0]) & (old.index < cut))
@@ -164,10 +161,8 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
         return None
     if old.index.dtype != index.dtype or not old.index.equals(index) or new.index.dtype != index.dtype:
         return None
-    for f in (old, new):
-        if f.columns.name is not None or not f.columns.is_unique or not (f.dtypes == np.float64).all() \
-                or not all(isinstance(c, str) for c in f.columns):
-            return None
+    if not (_plain(old) and _plain(new)):
+        return None
     read = set(new.columns)
     if not old.columns.is_monotonic_increasing or not read <= set(old.columns):
         return None
@@ -184,6 +179,12 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
     if not np.array_equal(tail.view(np.int64), np.ascontiguousarray(values[first:]).view(np.int64)):
         return None
     return old.set_axis(index, axis=0)
+
+
+def _plain(f: pd.DataFrame) -> bool:
+    """Whether a frame is float64 throughout, with unique, unnamed string columns (what the array joins take)."""
+    return (f.columns.name is None and f.columns.is_unique and bool((f.dtypes == np.float64).all())
+            and all(isinstance(c, str) for c in f.columns))
 
 
 def _run(at: np.ndarray) -> bool:
