@@ -639,3 +639,43 @@ def test_the_same_window_again_is_the_cached_frame_itself(seed: int) -> None:
         assert _as_cached(o, f, g.index(), c) is None
         want = _join_frames(o, f, g.index(), c)
         assert want is not None and join_usage({"m": o}, {"m": f}, g, max(first, g.start_s))["m"].equals(want)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_compact_fresh_steps_against_their_float64_copy_are_the_cached_frame(seed: int) -> None:
+    """A family read compact (float32 fresh steps, ``collect.COMPACT``) against its float64 copy from a cache file:
+    where the re-read steps widen to the cached bits, ``join_usage`` hands back the cached frame (no copy), equal
+    to pandas' join in values and dtype (float64); a fresh value the float64 copy does not hold, or no cached pod
+    with a value before the cut (pandas' frame is then the float32 one), is joined by pandas as before."""
+    import numpy as np
+
+    from collectors.prometheus.cache import _as_cached, _join_frames, join_usage
+
+    rng = np.random.default_rng(300 + seed)
+    n, step = int(rng.integers(3, 30)), 600.0
+    grid = Grid(1_800_000_000.0, step, n)
+    pods = sorted(f"ns/p-{i:02d}" for i in range(int(rng.integers(1, 9))))
+    values = rng.integers(0, 80_000, size=(n, len(pods))).astype(np.float64)  # whole MiB: exact in float32
+    values[rng.random(values.shape) > 0.9] = np.nan
+    values[0, :] = 1024.0
+    old = pd.DataFrame(values, index=grid.index(), columns=pd.Index(pods))
+    first = grid.start_s + (n - 2) * step
+    cut = pd.Timestamp(first, unit="s", tz="UTC")
+    new = old.loc[old.index >= cut].astype(np.float32)
+    same = _as_cached(old, new, grid.index(), cut)
+    slow = _join_frames(old, new, grid.index(), cut)
+    assert same is not None and slow is not None
+    pd.testing.assert_frame_equal(same, slow, check_exact=True, check_freq=True)
+    assert same.dtypes.eq(np.float64).all() and np.shares_memory(same.to_numpy(), old.to_numpy())
+    assert join_usage({"m": old}, {"m": new}, grid, first)["m"].equals(slow)
+    inexact = old.copy()  # a cached value float32 cannot hold: the fresh one widens to another
+    inexact.iloc[-1, 0] = 1024.1
+    hollow = old.copy()  # nothing before the cut: pandas keeps the fresh float32 frame
+    hollow.loc[hollow.index < cut] = np.nan
+    for o in (inexact, hollow):
+        assert _as_cached(o, new, grid.index(), cut) is None
+        want = _join_frames(o, new, grid.index(), cut)
+        assert want is not None
+        got = join_usage({"m": o}, {"m": new}, grid, first)["m"]
+        assert got.equals(want) and got.dtypes.equals(want.dtypes)
+    assert _join_frames(hollow, new, grid.index(), cut).dtypes.eq(np.float32).all()  # why hollow is left to pandas

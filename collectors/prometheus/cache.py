@@ -156,12 +156,16 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
     """The cached frame itself (its array shared, the grid's index set on it) where the joined frame would hold
     exactly it: the same window again, every cached pod with a value before ``cut``, and the fresh steps
     bit for bit what the cache holds from ``cut`` on (NaN where the fresh answer has no step or pod). Only the
-    steps from ``cut`` on are compared: no frame-sized array is made. None otherwise."""
+    steps from ``cut`` on are compared: no frame-sized array is made. Fresh steps may be float32 (a family read
+    compact, ``collect.COMPACT``, against its float64 copy in a cache file): compared as the float64 they widen
+    to, as pandas' join widens them, where some cached pod has a value before ``cut`` (else pandas' frame would
+    be the fresh float32 one alone). None otherwise."""
     if old is None or new is None or not len(old.columns) or not len(new.columns) or len(old) != len(index):
         return None
     if old.index.dtype != index.dtype or not old.index.equals(index) or new.index.dtype != index.dtype:
         return None
-    if not (_plain(old) and _plain(new)):
+    narrow = _plain(new, np.float32)
+    if not (_plain(old) and (narrow or _plain(new))):
         return None
     read = set(new.columns)
     if not old.columns.is_monotonic_increasing or not read <= set(old.columns):
@@ -172,7 +176,7 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
         return None
     values = old.to_numpy()
     empty = np.isnan(values[:first]).all(axis=0)  # a pod with no value before the cut: dropped unless read fresh
-    if any(c not in read for c in old.columns[empty]):
+    if any(c not in read for c in old.columns[empty]) or (narrow and empty.all()):
         return None
     tail = np.full((len(index) - first, len(old.columns)), np.nan)
     _put(tail, new_at - first, old.columns.get_indexer(new.columns), new.to_numpy())
@@ -181,9 +185,9 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
     return old.set_axis(index, axis=0)
 
 
-def _plain(f: pd.DataFrame) -> bool:
-    """Whether a frame is float64 throughout, with unique, unnamed string columns (what the array joins take)."""
-    return (f.columns.name is None and f.columns.is_unique and bool((f.dtypes == np.float64).all())
+def _plain(f: pd.DataFrame, dtype: type[np.floating] = np.float64) -> bool:
+    """Whether a frame is ``dtype`` throughout, with unique, unnamed string columns (what the array joins take)."""
+    return (f.columns.name is None and f.columns.is_unique and bool((f.dtypes == dtype).all())
             and all(isinstance(c, str) for c in f.columns))
 
 
