@@ -12,6 +12,7 @@ import pytest
 
 from collectors import usageframes
 from collectors.prometheus import collect, parse, store
+from collectors.prometheus.cache import UsageCache
 from collectors.prometheus.collect import exact_float32
 from collectors.usageframes import aggregate_usage
 from recommender.core import usage as m
@@ -59,17 +60,27 @@ def test_a_snapshot_reads_a_float32_frame_as_float64() -> None:
     assert s is not None and s.dtype == np.float64 and _same_float64(s.to_numpy(), values)
 
 
-def test_a_float32_frame_writes_the_same_cache_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "_ROWS", 7)  # several row groups
+def test_a_float32_frame_is_cached_at_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compact frame is kept in the cache file at float32 (half the bytes to decompress, and read back compact:
+    no float64 copy for ``exact_float32`` to narrow again) and reads back as the same numbers; its float64 twin is
+    kept at float64."""
+    monkeypatch.setattr(store, "_ROWS", 7)  # several chunks
     values = np.arange(60, dtype=np.float64).reshape(12, 5) * 3.0
-    values[2, 1] = np.nan
+    values[2, 1], values[3, 2] = np.nan, -0.0
     frame = pd.DataFrame(values, index=index(12), columns=[f"p{i}" for i in range(5)])
     compact = exact_float32(frame)
     assert set(compact.dtypes) == {np.dtype(np.float32)}
+    back = store.loads(store.dumps(UsageCache(key="k", series={"wide": frame, "small": compact}))).series
+    assert set(back["small"].dtypes) == {np.dtype(np.float32)} and set(back["wide"].dtypes) == {np.dtype(np.float64)}
+    assert _same_float64(back["small"].to_numpy(), values) and _same_float64(back["wide"].to_numpy(), values)
     wide, small = io.BytesIO(), io.BytesIO()
-    store._write_values(frame, wide)
-    store._write_values(compact, small)
-    assert wide.getvalue() == small.getvalue()
+    assert store._write_values(frame, wide) and store._write_values(compact, small)
+    import pyarrow as pa
+
+    codec, rows = pa.Codec("zstd"), store._ROWS
+    raw = np.frombuffer(codec.decompress(small.getvalue()[:store._write_values(compact, io.BytesIO())[0]],
+                                         decompressed_size=rows * 4), dtype=np.float32)
+    assert _same_float64(raw, values.ravel(order="F")[:rows])  # the first chunk: float32 values, column after column
 
 
 def test_a_report_over_real_prometheus_is_the_same_with_fb_used_at_float64(

@@ -549,8 +549,8 @@ def test_the_joined_frame_is_the_one_pandas_joins(seed: int) -> None:
 
 def test_frames_of_many_chunks_come_back_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
     """A frame's values are zstd chunks of ``_ROWS`` values: read back bit for bit (NaN, -0.0, infinities, a
-    float32 frame as the same numbers in float64) whether the chunks split columns or not; a header whose
-    chunk sizes or rows per chunk do not fit the frame is refused, not misread."""
+    float32 frame as float32) whether the chunks split columns or not; a header whose chunk sizes, rows per chunk
+    or dtype do not fit the frame is refused, not misread."""
     import numpy as np
 
     monkeypatch.setattr(store, "_ROWS", 7)
@@ -565,7 +565,8 @@ def test_frames_of_many_chunks_come_back_to_the_bit(monkeypatch: pytest.MonkeyPa
     back = store.loads(data).series
     assert np.array_equal(back["m"].to_numpy().view(np.int64), values.view(np.int64))
     pd.testing.assert_frame_equal(back["m"], frame, check_freq=False)
-    pd.testing.assert_frame_equal(back["s"], small.astype(np.float64), check_freq=False)
+    pd.testing.assert_frame_equal(back["s"], small, check_freq=False)
+    assert np.array_equal(back["s"].to_numpy().view(np.int32), small.to_numpy().view(np.int32))
     assert back["e"].shape == (9, 0)
     body = data[len(store.MAGIC):].split(b"\n", 2)[2]
     size = int.from_bytes(body[:8], "big")
@@ -583,7 +584,8 @@ def test_frames_of_many_chunks_come_back_to_the_bit(monkeypatch: pytest.MonkeyPa
     assert store.loads(forge(axes)).series["m"].equals(back["m"])  # the forger writes what loads reads
     sizes = axes["chunks"]
     for wrong in ({**axes, "rows": 8}, {**axes, "rows": 0}, {**axes, "chunks": sizes[:-1]},
-                  {**axes, "chunks": [sizes[0] + 1, sizes[1] - 1, *sizes[2:]]}, {**axes, "chunks": [*sizes, 0]}):
+                  {**axes, "chunks": [sizes[0] + 1, sizes[1] - 1, *sizes[2:]]}, {**axes, "chunks": [*sizes, 0]},
+                  {**axes, "dtype": "float32"}, {**axes, "dtype": "int64"}):
         with pytest.raises(store.CacheFileError):
             store.loads(forge(wrong))
 
@@ -641,12 +643,14 @@ def test_the_same_window_again_is_the_cached_frame_itself(seed: int) -> None:
         assert want is not None and join_usage({"m": o}, {"m": f}, g, max(first, g.start_s))["m"].equals(want)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_compact_fresh_steps_against_their_float64_copy_are_the_cached_frame(seed: int) -> None:
-    """A family read compact (float32 fresh steps, ``collect.COMPACT``) against its float64 copy from a cache file:
-    where the re-read steps widen to the cached bits, ``join_usage`` hands back the cached frame (no copy), equal
-    to pandas' join in values and dtype (float64); a fresh value the float64 copy does not hold, or no cached pod
-    with a value before the cut (pandas' frame is then the float32 one), is joined by pandas as before."""
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("kept", ["float64", "float32"])
+def test_compact_fresh_steps_are_the_cached_frame(seed: int, kept: str) -> None:
+    """A family read compact (float32 fresh steps, ``collect.COMPACT``) against its cached copy, float64 (a cache
+    file of format 3) or float32: where the re-read steps are the cached bits in the cached dtype, ``join_usage``
+    hands back the cached frame (no copy), equal to pandas' join in values and dtype; a fresh value the cached copy
+    does not hold, no cached pod with a value before the cut (pandas' frame is then the fresh one alone, float32),
+    or float64 fresh steps against a float32 copy (pandas widens the join) are joined by pandas as before."""
     import numpy as np
 
     from collectors.prometheus.cache import _as_cached, _join_frames, join_usage
@@ -658,7 +662,7 @@ def test_compact_fresh_steps_against_their_float64_copy_are_the_cached_frame(see
     values = rng.integers(0, 80_000, size=(n, len(pods))).astype(np.float64)  # whole MiB: exact in float32
     values[rng.random(values.shape) > 0.9] = np.nan
     values[0, :] = 1024.0
-    old = pd.DataFrame(values, index=grid.index(), columns=pd.Index(pods))
+    old = pd.DataFrame(values, index=grid.index(), columns=pd.Index(pods)).astype(kept)
     first = grid.start_s + (n - 2) * step
     cut = pd.Timestamp(first, unit="s", tz="UTC")
     new = old.loc[old.index >= cut].astype(np.float32)
@@ -666,16 +670,22 @@ def test_compact_fresh_steps_against_their_float64_copy_are_the_cached_frame(see
     slow = _join_frames(old, new, grid.index(), cut)
     assert same is not None and slow is not None
     pd.testing.assert_frame_equal(same, slow, check_exact=True, check_freq=True)
-    assert same.dtypes.eq(np.float64).all() and np.shares_memory(same.to_numpy(), old.to_numpy())
+    assert same.dtypes.eq(np.dtype(kept)).all() and np.shares_memory(same.to_numpy(), old.to_numpy())
     assert join_usage({"m": old}, {"m": new}, grid, first)["m"].equals(slow)
-    inexact = old.copy()  # a cached value float32 cannot hold: the fresh one widens to another
+    inexact = old.astype(np.float64)  # a cached value float32 cannot hold: the fresh one widens to another
     inexact.iloc[-1, 0] = 1024.1
     hollow = old.copy()  # nothing before the cut: pandas keeps the fresh float32 frame
     hollow.loc[hollow.index < cut] = np.nan
-    for o in (inexact, hollow):
-        assert _as_cached(o, new, grid.index(), cut) is None
-        want = _join_frames(o, new, grid.index(), cut)
+    nudged = new.copy()  # a fresh value one float32 step off the cached one
+    nudged.iloc[-1, 0] = np.nextafter(np.float32(nudged.iloc[-1, 0]), np.float32(9e9)) \
+        if np.isfinite(nudged.iloc[-1, 0]) else np.float32(8.0)
+    wider = kept == "float32"  # float64 fresh steps against a float32 copy: pandas widens the join
+    for o, f, refused in ((inexact, new, True), (hollow, new, kept == "float64"), (old, nudged, True),
+                          (old, new.astype(np.float64), wider)):
+        fast = _as_cached(o, f, grid.index(), cut)
+        want = _join_frames(o, f, grid.index(), cut)
         assert want is not None
-        got = join_usage({"m": o}, {"m": new}, grid, first)["m"]
+        assert fast is None if refused else fast is None or (fast.equals(want) and fast.dtypes.equals(want.dtypes))
+        got = join_usage({"m": o}, {"m": f}, grid, first)["m"]
         assert got.equals(want) and got.dtypes.equals(want.dtypes)
-    assert _join_frames(hollow, new, grid.index(), cut).dtypes.eq(np.float32).all()  # why hollow is left to pandas
+    assert _join_frames(hollow, new, grid.index(), cut).dtypes.eq(np.float32).all()  # why hollow is refused

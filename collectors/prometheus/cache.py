@@ -156,16 +156,17 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
     """The cached frame itself (its array shared, the grid's index set on it) where the joined frame would hold
     exactly it: the same window again, every cached pod with a value before ``cut``, and the fresh steps
     bit for bit what the cache holds from ``cut`` on (NaN where the fresh answer has no step or pod). Only the
-    steps from ``cut`` on are compared: no frame-sized array is made. Fresh steps may be float32 (a family read
-    compact, ``collect.COMPACT``, against its float64 copy in a cache file): compared as the float64 they widen
-    to, as pandas' join widens them, where some cached pod has a value before ``cut`` (else pandas' frame would
-    be the fresh float32 one alone). None otherwise."""
+    steps from ``cut`` on are compared: no frame-sized array is made. Either side may be float32 (a family read
+    compact, ``collect.COMPACT``): where pandas' join has the cached frame's dtype (float64 cached, or both
+    float32, and some cached pod with a value before ``cut``: else pandas' frame would be the fresh one alone),
+    fresh steps are compared as the cached dtype they widen to. None otherwise."""
     if old is None or new is None or not len(old.columns) or not len(new.columns) or len(old) != len(index):
         return None
     if old.index.dtype != index.dtype or not old.index.equals(index) or new.index.dtype != index.dtype:
         return None
-    narrow = _plain(new, np.float32)
-    if not (_plain(old) and (narrow or _plain(new))):
+    kind = next((dt for dt in (np.float64, np.float32) if _plain(old, dt)), None)
+    fresh = next((dt for dt in (np.float64, np.float32) if _plain(new, dt)), None)
+    if kind is None or fresh is None or np.dtype(fresh).itemsize > np.dtype(kind).itemsize:
         return None
     read = set(new.columns)
     if not old.columns.is_monotonic_increasing or not read <= set(old.columns):
@@ -176,11 +177,12 @@ def _as_cached(old: pd.DataFrame | None, new: pd.DataFrame | None, index: pd.Dat
         return None
     values = old.to_numpy()
     empty = np.isnan(values[:first]).all(axis=0)  # a pod with no value before the cut: dropped unless read fresh
-    if any(c not in read for c in old.columns[empty]) or (narrow and empty.all()):
+    if any(c not in read for c in old.columns[empty]) or (fresh is not kind and empty.all()):
         return None
-    tail = np.full((len(index) - first, len(old.columns)), np.nan)
+    tail = np.full((len(index) - first, len(old.columns)), np.nan, dtype=kind)
     _put(tail, new_at - first, old.columns.get_indexer(new.columns), new.to_numpy())
-    if not np.array_equal(tail.view(np.int64), np.ascontiguousarray(values[first:]).view(np.int64)):
+    bits = np.int64 if kind is np.float64 else np.int32
+    if not np.array_equal(tail.view(bits), np.ascontiguousarray(values[first:]).view(bits)):
         return None
     return old.set_axis(index, axis=0)
 

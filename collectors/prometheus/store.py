@@ -6,12 +6,12 @@ stored in clear; credentials never reach the cache at all): a changed query, sel
 file or a file whose key does not match, and reads everything. The file is written whole or not at all and
 streamed to it frame by frame (``recommender.core.framing``: a magic line, the format version, a SHA-256 of
 the body, then the body): a JSON header (what the cache knows besides its series, and each frame's index,
-columns and chunk sizes) and each frame's values, column after column, as float64 bytes in zstd chunks of
-``_ROWS`` values (pyarrow's codec: one wide frame is one array, decompressed chunk by chunk into the frame's own
-array; no Parquet to import, decode and concatenate). A file that is not ours, of another
-version, truncated or altered does not match its checksum or header and is not used: the caller reads
-everything and says so in one line. A report whose collection changed nothing the file holds (the same window
-again) does not write it.
+columns, dtype and chunk sizes) and each frame's values, column after column, as float64 bytes (float32 for a
+float32 frame: FB used, held compact) in zstd chunks of ``_ROWS`` values (pyarrow's codec: one wide frame is one
+array, decompressed chunk by chunk into the frame's own array; no Parquet to import, decode and concatenate).
+A file that is not ours, of another version, truncated or altered does not match its checksum or header and is
+not used: the caller reads everything and says so in one line. A report whose collection changed nothing the
+file holds (the same window again) does not write it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from recommender.core import framing
 from recommender.core.memory import give_back_freed
 from recommender.core.settings import Settings
 
-FORMAT_VERSION = 3  # 2: each frame one Parquet column, its index and columns in the header; 3: zstd chunks
+FORMAT_VERSION = 4  # 2: each frame one Parquet column, its index and columns in the header; 3: zstd chunks;
+# 4: a float32 frame kept at float32 (its dtype in the header), not widened to float64
+_DTYPES: dict[str, np.dtype[Any]] = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}  # kept as
 MAGIC = b"gpu-rightsizer usage cache\n"
 APP = "gpu-rightsizer"
 _LENGTH = 8  # bytes of the header's length
@@ -128,20 +130,29 @@ def _axes(frame: pd.DataFrame) -> dict[str, Any]:
     if not isinstance(index, pd.DatetimeIndex):
         raise TypeError("a cached frame's index is not a DatetimeIndex")
     return {"index": index.asi8.tolist(), "unit": index.unit, "tz": str(index.tz) if index.tz else None,
-            "columns": [str(c) for c in frame.columns]}
+            "columns": [str(c) for c in frame.columns], "dtype": _kept_as(frame).name}
+
+
+def _kept_as(frame: pd.DataFrame) -> np.dtype[Any]:
+    """The dtype a frame's values are kept at: float32 where every column is float32 (and it has one), else
+    float64 (a reader takes float64: ``Snapshot.series`` widens float32 exactly)."""
+    f32 = _DTYPES["float32"]
+    return f32 if len(frame.columns) and all(dt == f32 for dt in frame.dtypes) else _DTYPES["float64"]
 
 
 def _write_values(frame: pd.DataFrame, out: BinaryIO) -> list[int]:
-    """A frame's values, column after column, as float64 bytes in zstd chunks of ``_ROWS`` values written to
-    ``out`` (one chunk's bytes held at a time, not a copy of the frame); the chunks' compressed sizes. What the
-    codec freed is handed back to the system (Arrow's allocator keeps it for reuse otherwise)."""
+    """A frame's values, column after column, as bytes of its kept dtype (:func:`_kept_as`) in zstd chunks of
+    ``_ROWS`` values written to ``out`` (one chunk's bytes held at a time, not a copy of the frame); the chunks'
+    compressed sizes. What the codec freed is handed back to the system (Arrow's allocator keeps it for reuse
+    otherwise)."""
     import pyarrow as pa
 
     codec = pa.Codec("zstd")
-    values = np.asfortranarray(frame.to_numpy()).ravel(order="F")  # one block: a view (float32 is made float64
-    sizes = []  # a chunk at a time, so the file is the same)
+    dtype = _kept_as(frame)
+    values = np.asfortranarray(frame.to_numpy()).ravel(order="F")  # one block: a view (anything else is made
+    sizes = []  # float64 a chunk at a time)
     for lo in range(0, values.size, _ROWS):
-        chunk = np.ascontiguousarray(values[lo:lo + _ROWS], dtype=np.float64)
+        chunk = np.ascontiguousarray(values[lo:lo + _ROWS], dtype=dtype)
         packed = codec.compress(chunk, asbytes=True)
         out.write(packed)
         sizes.append(len(packed))
@@ -160,18 +171,21 @@ def _frame(raw: bytes | memoryview, axes: dict[str, Any]) -> pd.DataFrame:
         index = index.tz_localize("UTC").tz_convert(axes["tz"])
     columns = pd.Index([str(c) for c in axes["columns"]])
     rows, sizes = int(axes["rows"]), [int(n) for n in axes["chunks"]]
+    dtype = _DTYPES.get(str(axes["dtype"]))
+    if dtype is None:
+        raise CacheFileError("a frame of an unknown dtype")
     total = len(index) * len(columns)
     if rows <= 0 or len(sizes) != -(-total // rows) or sum(sizes) != len(raw) or min(sizes, default=1) <= 0:
         raise CacheFileError("a frame of another shape than its header says")
     codec = pa.Codec("zstd")
-    values = np.empty(total, dtype=np.float64)
+    values = np.empty(total, dtype=dtype)
     packed, at = memoryview(raw), 0
     for i, size in enumerate(sizes):
         n = min(rows, total - i * rows)
-        chunk = codec.decompress(packed[at:at + size], decompressed_size=n * 8)
-        if chunk.size != n * 8:
+        chunk = codec.decompress(packed[at:at + size], decompressed_size=n * dtype.itemsize)
+        if chunk.size != n * dtype.itemsize:
             raise CacheFileError("a frame of another shape than its header says")
-        values[i * rows:i * rows + n] = np.frombuffer(chunk, dtype=np.float64)
+        values[i * rows:i * rows + n] = np.frombuffer(chunk, dtype=dtype)
         at += size
     # the array is the frame's alone: held as it is (pandas 3 copies an array it is given by default)
     return pd.DataFrame(values.reshape((len(index), len(columns)), order="F"), index=index, columns=columns,
@@ -208,19 +222,22 @@ def _unchanged(cache: UsageCache, header: dict[str, Any], read: dict[str, dict[s
             return False
         for name, frame in now.series.items():
             old = then[name]
-            if not (frame.index.equals(old.index) and frame.columns.equals(old.columns)
-                    and same_values(frame.to_numpy(dtype="float64"), old.to_numpy(dtype="float64"))):
+            kept = _kept_as(frame)
+            if not (frame.index.equals(old.index) and frame.columns.equals(old.columns) and kept == _kept_as(old)
+                    and same_values(frame.to_numpy(dtype=kept), old.to_numpy(dtype=kept))):
                 return False
     return True
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two float64 arrays hold the same values, NaN equal to NaN (``np.array_equal(equal_nan=True)``):
-    equal bits first (one integer comparison, no NaN masks: the common case of a frame read back unchanged), the
-    float comparison only where some bits differ (-0.0 and 0.0, NaNs of other payloads)."""
+    """Whether two float64 (or two float32) arrays hold the same values, NaN equal to NaN
+    (``np.array_equal(equal_nan=True)``): equal bits first (one integer comparison, no NaN masks: the common case of
+    a frame read back unchanged), the float comparison only where some bits differ (-0.0 and 0.0, NaNs of other
+    payloads)."""
     if a.shape != b.shape:
         return False
-    if a.dtype == b.dtype == np.float64 and np.array_equal(a.view(np.int64), b.view(np.int64)):
+    bits = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32}.get(a.dtype)
+    if bits is not None and a.dtype == b.dtype and np.array_equal(a.view(bits), b.view(bits)):
         return True
     return bool(np.array_equal(a, b, equal_nan=True))
 
