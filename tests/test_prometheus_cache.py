@@ -499,6 +499,14 @@ def test_a_frame_is_unchanged_exactly_when_its_values_are() -> None:
     gone = np.where(np.isnan(a), 0.5, a)
     assert not store.same_values(a, gone) and not store.same_values(gone, a)
     assert not store.same_values(a, a[:-1]) and not store.same_values(a, a.reshape(7, 50))
+    # the same memory: equal in the same layout only (overlapping or reversed views of it are compared)
+    assert store.same_values(a, a) and store.same_values(a, a.view())
+    assert not store.same_values(gone[1:], gone[:-1]) and not store.same_values(gone, gone[::-1])
+    small = np.where(np.isnan(a), a, np.round(a * 64)).astype(np.float32)  # float32 frames: the same rules
+    assert store.same_values(small, small.copy()) and store.same_values(small, small)
+    bumped = small.copy()
+    bumped[0, 0] = np.nextafter(bumped[0, 0], np.float32(99)) if np.isfinite(bumped[0, 0]) else np.float32(0.5)
+    assert not store.same_values(small, bumped) and not store.same_values(small, small.astype(np.float64) + 1)
 
 
 @pytest.mark.parametrize("seed", range(40))
