@@ -7,6 +7,7 @@ Expected failures (a dead Prometheus, a bad flag value, an empty namespace) end 
 from __future__ import annotations
 
 import sys
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,10 @@ def main() -> None:
 def report(output: str | None, output_file: str | None, legacy_fmt: str | None, selector: str | None,
            **opts: Any) -> None:
     """Dry-run report: what each GPU workload holds, uses, and should get."""
-    from recommender.cli.gctune import fewer_collections
+    from recommender.cli.gctune import fewer_collections, no_collection_at_exit
 
-    with fewer_collections():
+    no_collection_at_exit()
+    with fewer_collections(lambda: import_module("recommender.cli.app")):
         _report(output, output_file, legacy_fmt, selector, **opts)
 
 
