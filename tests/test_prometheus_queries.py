@@ -51,12 +51,13 @@ def test_steps_per_chunk(series: int, step_s: float, limits: dict[str, int], ste
 
 
 @pytest.mark.parametrize(("mib", "series", "touched", "step_s", "window_s", "steps"), [
-    # 32 MiB less 2,000 series at 2 KiB, at 128 bytes a sample: 230,144 samples; (230,144 - 2,000 - 10) / 6,000
-    (32, 2_000, None, 600.0, 600, 38),
-    (32, 200, None, 600.0, 600, 431),  # a tenth of the fleet: 258,944 samples, (258,944 - 210) / 600
-    (32, 100, None, 60.0, 120, 868),  # a window of two scrapes: (260,544 - 100 - 2) / (3 x 100)
-    # reading 3 series a pod: the series cost 12 MiB, (166,144 - 6,000 - 10) / (12,000 + 2,000)
-    (32, 2_000, 6_000, 600.0, 600, 11),
+    # 32 MiB less 2,000 series at 8 KiB, at 128 bytes a sample: 134,144 samples; (134,144 - 2,000 - 10) / 6,000
+    (32, 2_000, None, 600.0, 600, 22),
+    (32, 200, None, 600.0, 600, 415),  # a tenth of the fleet: 249,344 samples, (249,344 - 210) / 600
+    (32, 100, None, 60.0, 120, 852),  # a window of two scrapes: (255,744 - 100 - 2) / (3 x 100)
+    # reading 3 series a pod: the series would cost 47 MiB, so half the budget is left to samples:
+    # (131,072 - 6,000 - 10) / (12,000 + 2,000)
+    (32, 2_000, 6_000, 600.0, 600, 8),
     (0.25, 10**6, None, 600.0, 600, 1),  # more than one step holds: one step a query, never zero
 ])
 def test_the_memory_budget_bounds_what_a_query_costs_the_server(mib: float, series: int, touched: int | None,
@@ -68,9 +69,10 @@ def test_the_memory_budget_bounds_what_a_query_costs_the_server(mib: float, seri
     if steps > 1:  # the steps it allows fit the budget and one more would not, in samples and in bytes
         assert chunks.held_samples(series, per, window_s, 60, touched) <= chunks.budget_samples(p, read)
         assert chunks.held_samples(series, per + 1, window_s, 60, touched) > chunks.budget_samples(p, read)
-        cost = chunks.server_bytes(chunks.held_samples(series, per, window_s, 60, touched), read, p)
-        assert cost <= mib * 2**20 < chunks.server_bytes(chunks.held_samples(series, per + 1, window_s, 60, touched),
-                                                         read, p)
+        cost, more = (chunks.server_bytes(chunks.held_samples(series, n, window_s, 60, touched), read, p)
+                      for n in (per, per + 1))
+        # within the budget, or (series that fill half of it) within their cost and half the budget
+        assert cost <= max(mib * 2**20, read * p.server_bytes_per_series + mib * 2**20 / 2) < more
 
 
 def test_the_budget_is_in_the_servers_bytes_per_sample_and_per_series() -> None:
@@ -80,18 +82,18 @@ def test_the_budget_is_in_the_servers_bytes_per_sample_and_per_series() -> None:
     assert chunks.budget_samples(dear, 2_000) == chunks.budget_samples(base, 2_000) // 2
     assert chunks.budget_samples(base, 0) == 32 * 2**20 // 128
     # each series read takes its bytes off the samples; more series fewer steps
-    assert chunks.budget_samples(base, 2_000) == (32 * 2**20 - 2_000 * 2_048) // 128
+    assert chunks.budget_samples(base, 2_000) == (32 * 2**20 - 2_000 * 8_192) // 128
     assert chunks.steps_per_chunk(2_000, 600.0, base, 6_000) < chunks.steps_per_chunk(2_000, 600.0, base)
     free = PrometheusSettings(query_memory_mib=32, server_bytes_per_series=0)
     assert chunks.steps_per_chunk(2_000, 600.0, free, 6_000) > chunks.steps_per_chunk(2_000, 600.0, base, 6_000)
 
 
 def test_series_that_fill_the_budget_leave_half_of_it_to_samples_and_say_so() -> None:
-    p = PrometheusSettings(query_memory_mib=32)  # 16 MiB of series: 8,192 at 2 KiB
-    assert not chunks.series_fill_budget(8_192, p) and chunks.series_fill_budget(8_193, p)
+    p = PrometheusSettings(query_memory_mib=32)  # 16 MiB of series: 2,048 at 8 KiB
+    assert not chunks.series_fill_budget(2_048, p) and chunks.series_fill_budget(2_049, p)
     half = 16 * 2**20 // 128
-    assert chunks.budget_samples(p, 8_193) == chunks.budget_samples(p, 10**6) == half
-    assert chunks.budget_samples(p, 8_000) > half
+    assert chunks.budget_samples(p, 2_049) == chunks.budget_samples(p, 10**6) == half
+    assert chunks.budget_samples(p, 2_000) > half
     # 10,000 pods read raw still get more than one step a query
     assert chunks.steps_per_chunk(10_000, 600.0, p) == (half - 10_000 - 10) // 30_000 > 1
 
@@ -100,7 +102,7 @@ def test_a_recorded_read_holds_its_tiles_over_the_whole_range() -> None:
     # 2,000 pods read in 2 min tiles at step 600 s: the subquery holds 5 tiles a step and the answer 1
     p = PrometheusSettings()
     per = chunks.steps_per_chunk(2_000, 600.0, p, window_s=600, sample_s=120)
-    assert per == 19  # (32 MiB - 2,000 x 2 KiB) / 128 = 230,144 samples; / (2,000 x 6)
+    assert per == 11  # (32 MiB - 2,000 x 8 KiB) / 128 = 134,144 samples; / (2,000 x 6)
     assert chunks.held_samples(2_000, per, 600, 120, tiles=True) <= chunks.budget_samples(p, 2_000) \
         < chunks.held_samples(2_000, per + 1, 600, 120, tiles=True)
 

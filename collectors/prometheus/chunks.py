@@ -47,7 +47,7 @@ def server_bytes(held: int, touched: int, p: PrometheusSettings) -> float:
     at once (:func:`held_samples`, its ``peakSamples``) and ``server_bytes_per_series`` for each series its
     selectors read (the server's costs, settings measured on the server; its garbage collector's slack included).
 
-    Example: 2,000 pods, 218,000 samples held, at 128 and 2,048 bytes: 218,000 x 128 + 2,000 x 2,048 = 30.5 MiB."""
+    Example: 2,000 pods, 134,000 samples held, at 128 and 8,192 bytes: 134,000 x 128 + 2,000 x 8,192 = 32 MiB."""
     return held * p.server_bytes_per_sample + touched * p.server_bytes_per_series
 
 
@@ -56,7 +56,7 @@ def budget_samples(p: PrometheusSettings, touched: int = 0) -> int:
     what the series cost (:func:`server_bytes`), at ``server_bytes_per_sample`` a sample. The series take at
     most half of it: cutting a query in time does not lower what its series cost (:func:`series_fill_budget`).
 
-    Example: 32 MiB, 2,000 series at 2,048 bytes and 128 bytes a sample: (32 MiB - 3.9 MiB) / 128 = 230,144."""
+    Example: 32 MiB, 2,000 series at 8,192 bytes and 128 bytes a sample: (32 MiB - 15.6 MiB) / 128 = 134,144."""
     budget = p.query_memory_mib * 2**20
     left = max(budget - touched * p.server_bytes_per_series, budget / 2)
     return int(left // p.server_bytes_per_sample)
@@ -97,9 +97,9 @@ def steps_per_chunk(series: int, step_s: float, p: PrometheusSettings, touched: 
     ``max_samples_per_query`` and the ``query_memory_mib`` budget (:func:`budget_samples`).
 
     Example: 2,000 series at step 600 s, scrape 60 s, limits 11,000 points/series, 20 M samples, 500 k
-    points/query and 32 MiB of server memory (230,144 samples after the series' 3.9 MiB, at 128 bytes a sample):
-    points/query allow 500 k / 2,000 = 250 steps, the memory (230,144 - 2,000 - 10) / (3 x 2,000) = 38 → 38
-    steps (6 h 20 min) per query.
+    points/query and 32 MiB of server memory (134,144 samples after the series' 15.6 MiB, at 128 bytes a sample):
+    points/query allow 500 k / 2,000 = 250 steps, the memory (134,144 - 2,000 - 10) / (3 x 2,000) = 22 → 22
+    steps (3 h 40 min) per query.
     """
     series = max(series, 1)
     touched = max(series, touched or 0)

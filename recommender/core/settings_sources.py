@@ -77,8 +77,9 @@ class PrometheusSettings(BaseModel):
         "garbage collector's slack and the answer's encoding included: Prometheus 2.42 at GOGC=100 as measured; "
         "another server or version: its RSS growth during one query over the query's peakSamples (stats=all).")
     server_bytes_per_series: float = Field(
-        2048.0, ge=0, description="Resident bytes the server adds for each series a query reads, however few steps "
-        "(labels, chunk references): Prometheus 2.42 as measured.")
+        8192.0, ge=0, description="Resident bytes the server adds for each series a query reads, however few steps "
+        "(its labels and the references to its chunks in each block), its garbage collector's slack included: "
+        "Prometheus 2.42 at GOGC=100 as measured.")
     recording_rules: bool = Field(
         True, description="Read the recorded series of deploy/monitoring/recording-rules.yaml "
         "(namespace_pod:<metric>:step<S> at the report's step where it is a multiple of S, else "
