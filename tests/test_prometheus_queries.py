@@ -96,6 +96,10 @@ def test_series_that_fill_the_budget_leave_half_of_it_to_samples_and_say_so() ->
     assert chunks.budget_samples(p, 2_000) > half
     # 10,000 pods read raw still get more than one step a query
     assert chunks.steps_per_chunk(10_000, 600.0, p) == (half - 10_000 - 10) // 30_000 > 1
+    # and the collection says which queries exceed it
+    note = chunks.over_budget({"fb_used_mib": 2_000, "request_rate_per_s": 3_000}, p)
+    assert "request_rate_per_s (3,000 series)" in note and "fb_used_mib" not in note and "32 MiB" in note
+    assert chunks.over_budget({"fb_used_mib": 2_000}, p) == ""
 
 
 def test_a_recorded_read_holds_its_tiles_over_the_whole_range() -> None:

@@ -68,6 +68,17 @@ def series_fill_budget(touched: int, p: PrometheusSettings) -> bool:
     return touched * p.server_bytes_per_series > p.query_memory_mib * 2**20 / 2
 
 
+def over_budget(touched: dict[str, int], p: PrometheusSettings) -> str:
+    """One line naming the queries (by family: the series each reads) whose series alone fill half the budget,
+    so that they cost the server more than ``query_memory_mib``; "" when none do."""
+    over = [f"{name} ({n:,} series)" for name, n in sorted(touched.items()) if series_fill_budget(n, p)]
+    if not over:
+        return ""
+    return (f"prometheus.query_memory_mib: the series of {', '.join(over)} cost the server more than half of "
+            f"{p.query_memory_mib:g} MiB a query at {p.server_bytes_per_series:g} bytes a series, so their queries "
+            "exceed it however short (select fewer namespaces with -n, or raise it)")
+
+
 def held_samples(series: int, steps: int, window_s: float, sample_s: float, touched: int | None = None,
                  tiles: bool = False) -> int:
     """The most samples a range query over ``steps`` steps holds at once, as Prometheus counts them (its

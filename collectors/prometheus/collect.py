@@ -261,6 +261,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, span, objective_s, recorded) \
         if recorded is not None else None
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
+    if note := chunks.over_budget({fam.metric: parse.total(counts, fam.read_names) for fam in queries.FAMILIES}, p):
+        progress.log(note)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
     acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names), fam.metric in COMPACT)
