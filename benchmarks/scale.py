@@ -23,7 +23,8 @@ they read the rules too): both wall times, the samples Prometheus loaded for eac
 Needs Debian's ``prometheus`` and ``promtool``.
 
 Against issue 42's goals, per report: client peak RSS, Prometheus CPU seconds (``/proc/<pid>/stat`` before and
-after), Prometheus RSS before and its peak during the report (``VmRSS`` sampled every 50 ms), samples touched
+after), Prometheus RSS before and its peak during the report (``VmRSS`` sampled every 50 ms; its mapped files,
+``RssFile``, and anonymous memory, ``RssAnon``, beside it; its Go heap in use from its ``/metrics``), samples touched
 (Prometheus' own ``stats=all``: ``totalQueryableSamples`` of the same queries replayed) and the server's floor:
 the report's queries (``$RIGHTSIZER_QUERY_LOG``) replayed from a bare HTTP client with the same concurrency,
 the answers read and not decoded. Then each goal as a ratio measured in the same run, met or not.
