@@ -23,7 +23,8 @@ they read the rules too): both wall times, the samples Prometheus loaded for eac
 Needs Debian's ``prometheus`` and ``promtool``.
 
 Against issue 42's goals, per report: client peak RSS, Prometheus CPU seconds (``/proc/<pid>/stat`` before and
-after), Prometheus RSS before and its peak during the report (``VmRSS`` sampled every 50 ms), samples touched
+after), Prometheus RSS before and its peak during the report (``VmRSS`` sampled every 50 ms; its mapped files,
+``RssFile``, and anonymous memory, ``RssAnon``, beside it; its Go heap in use from its ``/metrics``), samples touched
 (Prometheus' own ``stats=all``: ``totalQueryableSamples`` of the same queries replayed) and the server's floor:
 the report's queries (``$RIGHTSIZER_QUERY_LOG``) replayed from a bare HTTP client with the same concurrency,
 the answers read and not decoded. Then each goal as a ratio measured in the same run, met or not.
@@ -116,36 +117,59 @@ def _hwm_mib(pid: int) -> float:
 
 
 def _rss_mib(pid: int) -> dict[str, float]:
-    """The process' resident memory, MiB: all of it (``rss``), and its anonymous part (``anon``: heap and stacks,
-    what only the OOM killer can take back; the rest is mostly the TSDB's memory-mapped files, page cache)."""
+    """The process' resident memory, MiB: all of it (``rss``), its anonymous part (``anon``: heap and stacks,
+    what only the OOM killer can take back) and its file part (``file``: mostly the TSDB's memory-mapped blocks,
+    page cache the kernel reclaims under pressure)."""
     status = Path(f"/proc/{pid}/status").read_text()
     got = {}
-    for key, field in (("rss", "VmRSS"), ("anon", "RssAnon")):
+    for key, field in (("rss", "VmRSS"), ("anon", "RssAnon"), ("file", "RssFile")):
         hit = re.search(rf"{field}:\s+(\d+) kB", status)
         got[key] = int(hit.group(1)) / 1024 if hit else float("nan")
     return got
 
 
+def _heap_mib(url: str) -> float | None:
+    """The server's Go heap in use, MiB, from its own ``/metrics`` (``go_memstats_heap_inuse_bytes``); None where
+    it does not say."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=2) as r:
+            body = r.read().decode()
+    except OSError:
+        return None
+    hit = re.search(r"^go_memstats_heap_inuse_bytes (\S+)$", body, re.MULTILINE)
+    return float(hit.group(1)) / 2**20 if hit else None
+
+
 @contextmanager
-def rss_peak(pid: int | None, every_s: float = 0.05) -> Iterator[dict[str, float]]:
+def rss_peak(pid: int | None, every_s: float = 0.05, url: str | None = None, heap_every_s: float = 0.25
+             ) -> Iterator[dict[str, float]]:
     """The server's RSS before (MiB, ``before``) and its highest sample while the block runs (``peak``); the same
-    for its anonymous memory (``anon_before``, ``anon_peak``)."""
+    for its anonymous memory (``anon_before``, ``anon_peak``) and its mapped files (``file_before``,
+    ``file_peak``); with ``url``, its Go heap in use (``heap_before``, ``heap_peak``, every ``heap_every_s``)."""
     fig: dict[str, float] = {}
     if not pid:
         yield fig
         return
     now = _rss_mib(pid)
-    fig["before"] = fig["peak"] = now["rss"]
-    fig["anon_before"] = fig["anon_peak"] = now["anon"]
+    for key, name in (("rss", ""), ("anon", "anon_"), ("file", "file_")):
+        fig[f"{name}before"] = fig[f"{name}peak"] = now[key]
+    heap = _heap_mib(url) if url else None
+    if heap is not None:
+        fig["heap_before"] = fig["heap_peak"] = heap
     stop = threading.Event()
 
     def take() -> None:
         now = _rss_mib(pid)
-        fig["peak"], fig["anon_peak"] = max(fig["peak"], now["rss"]), max(fig["anon_peak"], now["anon"])
+        for key, name in (("rss", ""), ("anon", "anon_"), ("file", "file_")):
+            fig[f"{name}peak"] = max(fig[f"{name}peak"], now[key])
 
     def sample() -> None:
+        last = time.monotonic()
         while not stop.wait(every_s):
             take()
+            if heap is not None and time.monotonic() - last >= heap_every_s:
+                last = time.monotonic()
+                fig["heap_peak"] = max(fig["heap_peak"], _heap_mib(url) or 0.0)  # type: ignore[arg-type]
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
@@ -193,7 +217,7 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
                "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # this
         # checkout's code, not the one an editable install of the console script points at
         server_cpu0, load_before = _cpu_s(server_pid) if server_pid else 0.0, os.getloadavg()[0]
-        with err_path.open("w") as err, rss_peak(server_pid) as server_rss:
+        with err_path.open("w") as err, rss_peak(server_pid, url=url) as server_rss:
             t0 = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
             _, status, usage = os.wait4(proc.pid, 0)
@@ -213,6 +237,11 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
             fig["prometheus_peak_rss_mib"] = server_rss["peak"]
             fig["prometheus_anon_before_mib"] = server_rss["anon_before"]
             fig["prometheus_anon_peak_mib"] = server_rss["anon_peak"]
+            fig["prometheus_file_before_mib"] = server_rss["file_before"]
+            fig["prometheus_file_peak_mib"] = server_rss["file_peak"]
+            if "heap_peak" in server_rss:
+                fig["prometheus_heap_before_mib"] = server_rss["heap_before"]
+                fig["prometheus_heap_peak_mib"] = server_rss["heap_peak"]
             fig["prometheus_rss_hwm_mib"] = _hwm_mib(server_pid)
         fig["queries_sent"] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         hit = STATS_LINE.search(" ".join(stderr.split()))
@@ -293,9 +322,26 @@ def measure(url: str, name: str, fig: dict[str, Any], workers: int, floor: bool)
         fig["floor_wall_s"], _ = replay(url, queries, workers)
         _, fig["samples_touched"] = replay(url, queries, workers, stats=True)
     keys = ("wall_s", "floor_wall_s", "cpu_s", "peak_rss_mib", "prometheus_cpu_s", "prometheus_rss_before_mib",
-            "prometheus_peak_rss_mib", "prometheus_anon_before_mib", "prometheus_anon_peak_mib", "samples_touched",
+            "prometheus_peak_rss_mib", "prometheus_anon_before_mib", "prometheus_anon_peak_mib",
+            "prometheus_file_before_mib", "prometheus_file_peak_mib", "prometheus_heap_before_mib",
+            "prometheus_heap_peak_mib", "samples_touched",
             "queries", "points", "load_before", "load_after")
     print(f"{name}: " + " ".join(f"{k}={_fmt(fig.get(k))}" for k in keys), flush=True)
+
+
+def server_memory_line(fig: dict[str, Any]) -> str:
+    """What the server's peak RSS is made of, from /proc (mapped files, anonymous memory) and its own /metrics (Go
+    heap in use): the files are every block the report's window reads, page cache no client can keep small; the
+    anonymous part is what its queries hold, with the garbage collector's slack and pages not yet given back."""
+    def mib(key: str) -> str:
+        v = fig.get(key)
+        return f"{v:.0f}" if isinstance(v, int | float) else "n/a"
+
+    return (f"Prometheus memory: peak RSS {mib('prometheus_peak_rss_mib')} MiB = mapped TSDB files "
+            f"{mib('prometheus_file_peak_mib')} MiB (before {mib('prometheus_file_before_mib')}; page cache of the "
+            f"blocks the window reads) + anonymous {mib('prometheus_anon_peak_mib')} MiB (before "
+            f"{mib('prometheus_anon_before_mib')}; of it Go heap in use at most {mib('prometheus_heap_peak_mib')} MiB, "
+            f"before {mib('prometheus_heap_before_mib')})")
 
 
 def goals(workloads: int, days: float, cold: dict[str, Any], warm: dict[str, Any] | None, workers: int) -> None:
@@ -311,12 +357,14 @@ def goals(workloads: int, days: float, cold: dict[str, Any], warm: dict[str, Any
     if before and peak:
         allowed = GOAL_PROM_RSS_X * before + budget
         print(goal("Prometheus peak RSS <= 1.1 x before + budget", peak / allowed, 1.0,
-                   how=f" (peak {peak:.0f} MiB, before {before:.0f} MiB, budget {budget:.0f} MiB)"))
+                   how=f" (peak {peak:.0f} MiB, before {before:.0f} MiB, budget {budget:.0f} MiB = "
+                       f"{workers} queries in flight x {budget / workers:g} MiB)"))
     before, peak = cold.get("prometheus_anon_before_mib"), cold.get("prometheus_anon_peak_mib")
     if before and peak:  # not the issue's goal, which is on RSS: the part of it that is not page cache
         allowed = GOAL_PROM_RSS_X * before + budget
         print(goal("(beside it) Prometheus peak anonymous memory <= 1.1 x before + budget", peak / allowed, 1.0,
                    how=f" (peak {peak:.0f} MiB, before {before:.0f} MiB; the rest of RSS is mapped TSDB files)"))
+    print(server_memory_line(cold))
     print(goal("client peak RSS <= 1 GiB (at 10,000 x 14 d)", cold["peak_rss_mib"] / GOAL_CLIENT_MIB, 1.0,
                how=f" ({cold['peak_rss_mib']:.0f} MiB at {workloads:,} x {days:g} d)"))
 
