@@ -66,6 +66,7 @@ def decode_many(raws: Sequence[bytes | memoryview]) -> list[Points]:
     out: list[Points] = []
     flats: list[bytes] = []
     sizes: list[int] = []
+    pending = 0  # numbers in ``flats``, not yet parsed
     for raw in raws:
         text = bytes(raw).translate(None, _SPACE)
         if len(text) < 2 or text[0] != ord("[") or text[-1] != ord("]"):
@@ -77,9 +78,10 @@ def decode_many(raws: Sequence[bytes | memoryview]) -> list[Points]:
         if pairs:
             flats.append(inner.translate(None, b'[]"'))
         sizes.append(2 * pairs)
-        if sum(sizes[len(out):]) >= _BATCH:
+        pending += 2 * pairs
+        if pending >= _BATCH:
             out += _parse(flats, sizes[len(out):])
-            flats = []
+            flats, pending = [], 0
     if len(out) < len(sizes):
         out += _parse(flats, sizes[len(out):])
     return out
