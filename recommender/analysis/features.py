@@ -14,6 +14,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
+from recommender.analysis.shape import longest_run
 from recommender.core import usage as m
 from recommender.core.inventory import Workload
 from recommender.core.usage import Snapshot
@@ -144,44 +145,47 @@ def over_objective_share(snapshot: Snapshot, workload: Workload, window_s: float
     return min(1.0, float(both["slow"].clip(lower=0).sum()) / total) if total > 0 else None
 
 
-def _presence(snapshot: Snapshot, workload: Workload) -> pd.Series | None:
+def _values(snapshot: Snapshot, metric: str, workload: Workload) -> np.ndarray | None:
+    """``Snapshot.series`` as a float64 array (None when absent or all-NaN)."""
+    s = snapshot.series(metric, workload.ref)
+    return None if s is None else s.to_numpy(dtype="float64")
+
+
+def _presence(snapshot: Snapshot, workload: Workload) -> np.ndarray | None:
     """Boolean per step: does the workload have any usage data at that step."""
-    present: pd.Series | None = None
+    present: np.ndarray | None = None
     for metric in (m.FB_USED_MIB, m.GR_ENGINE_ACTIVE_FRAC, m.KV_USAGE_FRAC, m.REQUESTS_RUNNING):
-        s = snapshot.series(metric, workload.ref)
-        if s is not None:
-            present = s.notna() if present is None else (present | s.notna())
+        v = _values(snapshot, metric, workload)
+        if v is not None:
+            present = ~np.isnan(v) if present is None else (present | ~np.isnan(v))
     return present
 
 
-def _history(present: pd.Series | None, step_s: float) -> tuple[float, float]:
+def _history(present: np.ndarray | None, step_s: float) -> tuple[float, float]:
     if present is None or not present.any():
         return 0.0, 0.0
-    idx = np.flatnonzero(present.to_numpy())
+    idx = np.flatnonzero(present)
     span_steps = idx[-1] - idx[0] + 1
     return float(span_steps * step_s), float(idx.size / span_steps)
 
 
-def idle_mask(snapshot: Snapshot, workload: Workload, idle_frac: float) -> pd.Series | None:
-    """True at steps where the GPU is idle and no request runs or waits; NaN steps count as unknown."""
-    act = snapshot.series(m.GR_ENGINE_ACTIVE_FRAC, workload.ref)
+def idle_mask(snapshot: Snapshot, workload: Workload, idle_frac: float) -> np.ndarray | None:
+    """True at steps where the GPU is idle and no request runs or waits, over the steps whose engine activity is
+    known (NaN steps are left out; a request count's NaN counts as none)."""
+    act = _values(snapshot, m.GR_ENGINE_ACTIVE_FRAC, workload)
     if act is None:
         return None
     idle = act <= idle_frac
     for metric in (m.REQUESTS_RUNNING, m.REQUESTS_WAITING):
-        s = snapshot.series(metric, workload.ref)
-        if s is not None:
-            idle &= ~(s.fillna(0) > 0)
-    return idle[act.notna()]
+        v = _values(snapshot, metric, workload)
+        if v is not None:
+            idle &= ~(v > 0)  # NaN > 0 is False
+    return idle[~np.isnan(act)]
 
 
-def longest_run_s(mask: pd.Series, step_s: float) -> float:
+def longest_run_s(mask: pd.Series | np.ndarray, step_s: float) -> float:
     """Longest run of consecutive True values, in seconds."""
-    best = run = 0
-    for v in mask.to_numpy():
-        run = run + 1 if v else 0
-        best = max(best, run)
-    return float(best * step_s)
+    return float(longest_run(np.asarray(mask, dtype=bool)) * step_s)
 
 
 def workload_features(snapshot: Snapshot, workload: Workload, idle_frac: float = 0.01,
