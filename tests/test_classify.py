@@ -161,3 +161,17 @@ def test_training_is_deterministic() -> None:
 
 def test_the_loaded_model_is_cached() -> None:
     assert load_class_model() is load_class_model()
+
+
+def test_the_models_probabilities_and_standardised_rows_are_the_pipelines_to_the_bit() -> None:
+    model = load_class_model()
+    shapes = [shape_from_row(r) for _, r in load_training_table().iloc[::7].iterrows()]
+    shapes += [SeriesShape(**{**asdict(s), name: None}) for s in shapes[:40]
+               for name in ("burstiness", "idle_frac", "lag1_autocorr", "daily_strength_frac")]  # imputed
+    assert any(np.isnan(model_inputs(s)).any() for s in shapes)
+    for s in shapes:
+        row = np.array([model_inputs(s)])
+        assert model.standardised(s).tobytes() == model.pipeline[:-1].transform(row).tobytes()
+        want = model.pipeline.predict_proba(row)[0]
+        got = model.proba(s)
+        assert [got[WorkloadClass(c)] for c in model.pipeline.classes_] == want.tolist()

@@ -90,13 +90,37 @@ class ClassModel:
     rows: int
 
     def proba(self, shape: SeriesShape) -> dict[WorkloadClass, float]:
-        p = self.pipeline.predict_proba(np.array([model_inputs(shape)]))[0]
+        """Each class's probability: the pipeline's ``predict_proba`` of the shape's row, worked out here with the
+        same numpy operations in the same order (the same bits; scikit-learn's checks of its input cost more than
+        the sums, on one row), for a multinomial model; its own ``predict_proba`` otherwise."""
+        lr: LogisticRegression = self.pipeline[-1]
+        if len(lr.classes_) <= 2:
+            p = self.pipeline.predict_proba(np.array([model_inputs(shape)]))[0]
+        else:
+            x = self.standardised(shape)
+            p = x @ lr.coef_.T + lr.intercept_  # LogisticRegression.decision_function
+            p -= np.max(p, axis=1).reshape(-1, 1)  # then scikit-learn's softmax, in place as it does it
+            np.exp(p, out=p)
+            p /= np.sum(p, axis=1).reshape(-1, 1)
+            p = p[0]
         return {WorkloadClass(c): float(v) for c, v in zip(self.pipeline.classes_, p, strict=True)}
+
+    def standardised(self, shape: SeriesShape) -> np.ndarray:
+        """The shape's row as the model's last step sees it, shape (1, features): the imputer's medians where a
+        value is unknown, then the scaler's ``(x - mean) / scale`` (``pipeline[:-1].transform``'s numbers)."""
+        x = np.array([model_inputs(shape)])
+        impute, scale = self.pipeline[0], self.pipeline[1]
+        x = np.where(np.isnan(x), impute.statistics_, x)
+        if scale.with_mean:
+            x -= scale.mean_
+        if scale.with_std:
+            x /= scale.scale_
+        return x
 
     def drivers(self, shape: SeriesShape, cls: WorkloadClass, top: int = 3) -> list[str]:
         """Features that pushed towards ``cls`` most: coefficient x standardised value, against the mean
         of the classes (a linear model's exact decomposition of its log-odds)."""
-        x = self.pipeline[:-1].transform(np.array([model_inputs(shape)]))[0]
+        x = self.standardised(shape)[0]
         lr: LogisticRegression = self.pipeline[-1]
         contrib = lr.coef_ * x
         k = list(lr.classes_).index(cls.value)
