@@ -209,7 +209,8 @@ def same_capacity(replicas: int, trace: Trace, cap: Capacity, shape: Capacity) -
 def ours_max_replicas(on_shape: int) -> int:
     """Ours' cap: the product's default (``scaling.max_replicas``), raised to static peak's count in ours' shape
     (``on_shape``, the reactive variants' bound) where that is higher, as the owner of a service that needs
-    more replicas would raise it. Every replay of ours (replay.py, replay_window.py) caps it here."""
+    more replicas would raise it. Every replay of ours (replay.py, replay_window.py) caps it here, and again at
+    static peak's whole GPUs once ours moves to them (``Ours.whole_max``)."""
     return max(ScalingSettings().max_replicas, on_shape)
 
 
@@ -229,7 +230,8 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
         "reactive-zero": Contender(lambda: Reactive(min_replicas=0, max_replicas=warm), cap, warm),
         "reactive-rightsized": Contender(lambda: Reactive(min_replicas=1, max_replicas=on_shape), shaped, on_shape),
         "ours": Contender(lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s, settings,
-                                       whole=cap if shaped != cap else None, reselect_s=args.reselect_s),
+                                       whole=cap if shaped != cap else None, reselect_s=args.reselect_s,
+                                       whole_max=ours_max_replicas(warm)),
                             shaped, on_shape),
         "oracle": Contender(lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)),
                             shaped, on_shape),
