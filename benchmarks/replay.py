@@ -139,6 +139,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wake-budget-frac", type=float, default=ScalingSettings().wake_budget_frac,
                    help="'ours' may take a real-time service to zero where its past wakes cost at most this share "
                    "of the TTFT error budget (scaling.wake_budget_frac, opt-in; default: never)")
+    p.add_argument("--hold-band", action="store_true", help="'ours' reads its scale-down hold against the forecast "
+                   "band it acts on (scaling.scale_down_hold_reads_band, opt-in; default: off)")
     p.add_argument("--burst-floor-budget-frac", type=float, default=ScalingSettings().burst_floor_budget_frac,
                    help="'ours' keeps the replicas a late autoscaler's misses call for, to this share of the TTFT "
                    "error budget (scaling.burst_floor_budget_frac, opt-in; default: off)")
@@ -222,6 +224,7 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
                                whole_gpu_over_budget=args.whole_gpu_over_budget or None,
                                wake_budget_frac=args.wake_budget_frac,
                                burst_floor_budget_frac=args.burst_floor_budget_frac,
+                               scale_down_hold_reads_band=args.hold_band,
                                recurring_floor_interval_s=float(args.refit_s) if args.recurring_floor else None,
                                max_replicas=ours_max_replicas(on_shape))
     return {

@@ -111,11 +111,14 @@ def test_band_above_mean_is_the_least_gap_over_the_horizon() -> None:
 def test_the_plan_reads_its_hold_against_the_band_it_acts_on() -> None:
     """The same on-off history: without a forecast the plan holds through the gaps; with a forecast acted on
     whose band lies 100 req/s above its mean (the returns' rate), the band serves them and the base window
-    stays; a forecast the plan does not act on yet (under min_forecast_history_s) changes nothing."""
-    base = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0)
+    stays; a forecast the plan does not act on yet (under min_forecast_history_s), or the setting off (the
+    default), changes nothing."""
+    base = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0, scale_down_hold_reads_band=True)
     rate = on_off(10, 10, 72)
     alone = plan(base, rate)
     wide = plan(base, rate, (band(50.0, 150.0),))
+    off = plan(base.model_copy(update={"scale_down_hold_reads_band": False}), rate, (band(50.0, 150.0),))
+    assert off.demand_source == "forecast" and off.scale_down_window_s == alone.scale_down_window_s  # opt-in
     unused = plan(base.model_copy(update={"min_forecast_history_s": 30 * 86_400.0}), rate, (band(50.0, 150.0),))
     assert alone.scale_down_window_s is not None and alone.scale_down_window_s > 300
     assert wide.demand_source == "forecast" and wide.scale_down_window_s is None

@@ -71,7 +71,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     if isinstance(capacity, Absent) or isinstance(demand, Absent):
         return NoScalingPlan(tuple(x.reason for x in (capacity, demand) if isinstance(x, Absent)))
     inputs = _Inputs(workload, history, cls, objective_s, span_s, rate_forecast(forecasts) is not None, settings,
-                     band_above_mean(cls, forecasts))
+                     band_above_mean(cls, forecasts) if settings.scale_down_hold_reads_band else 0.0)
     plan = _on_shape(inputs, capacity, demand, shape, why)
     today = _on_today(inputs, plan, demand)
     planned = plan if capacity.is_lower_bound else \
@@ -149,7 +149,8 @@ def _burst_floor(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bo
 
 def _hold(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bool) -> Hold | None:
     """The scale-down hold where ``scale_down_hold_budget_frac`` is set and the class is latency-bound and stays
-    up (scale to zero has its cooldown instead), read against the forecast band the plan serves ahead."""
+    up (scale to zero has its cooldown instead); read against the forecast band the plan serves ahead where
+    ``scale_down_hold_reads_band`` opts in."""
     frac = x.settings.scale_down_hold_budget_frac
     if frac is None or to_zero or x.cls is WorkloadClass.BATCH:
         return None
