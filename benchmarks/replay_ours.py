@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -38,15 +39,18 @@ from recommender.core.usage import within_objective
 
 class Ours:
     """The product's replica policy, refitted on the past every ``refit_s`` and applied every 15 s; its forecast
-    model chosen by backtest at most every ``reselect_s`` (``forecast.reselect_s``; 0: at every refit)."""
+    model chosen by backtest at most every ``reselect_s`` (``forecast.reselect_s``; 0: at every refit). Once it
+    moves to ``whole`` GPUs, its cap (``scaling.max_replicas``) becomes ``whole_max`` where given: the cap in
+    the slice's count would let it hold more whole GPUs than static peak does."""
 
     def __init__(self, cap: Capacity, cls: WorkloadClass, refit_s: int, settings: ScalingSettings,
                  bin_s: int = 60, history_s: int = 7 * 86_400, whole: Capacity | None = None,
-                 reselect_s: float = ForecastSettings().reselect_s) -> None:
+                 reselect_s: float = ForecastSettings().reselect_s, whole_max: int | None = None) -> None:
         self.cap, self.cls, self.refit_s, self.settings = cap, cls, refit_s, settings
         self.reselect_s = reselect_s
         self.choice: ModelChoice | None = None  # the forecast model last chosen by backtest
         self.whole = whole  # the whole GPU a slice gives way to (policies.mig.missed_too_often); None: no change
+        self.whole_max = whole_max  # scaling.max_replicas once on whole GPUs; None: the slice's stays
         self.escalated_s: float | None = None
         self.bin_s, self.history_s = bin_s, history_s
         self.plan: ScalingPlan | None = None
@@ -207,6 +211,10 @@ class Ours:
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
             self.hpa = HpaMemory()  # the HPA's recommendations were counts of the old shape
+            if self.whole_max is not None:  # the owner's cap in the new shape's count, as replay.ours_max_replicas
+                self.settings = self.settings.model_copy(update={"max_replicas": self.whole_max})
+                if self.plan is not None:  # the plan in force until the next refit: capped the same way
+                    self.plan = _capped(self.plan, self.whole_max)
 
     def _token_means(self, obs: Observed) -> tuple[float, float]:
         """Mean input and output tokens of the requests arrived so far, as ``obs.tokens_in.mean()`` gives them,
@@ -247,6 +255,12 @@ class Ours:
             p95 = frame[complete].groupby("step")["ttft"].quantile(0.95)
             self.ttft_p95[p95.index.to_numpy()] = p95.to_numpy()
         self.pending = frame[~complete]
+
+
+def _capped(plan: ScalingPlan, cap: int) -> ScalingPlan:
+    """``plan`` with max replicas (and min and the recommendation with it) at most ``cap``."""
+    return replace(plan, max_replicas=min(plan.max_replicas, cap), min_replicas=min(plan.min_replicas, cap),
+                   recommended_replicas=min(plan.recommended_replicas, cap))
 
 
 def histogram_over(ttft_s: np.ndarray, objective_s: float) -> float:

@@ -506,6 +506,19 @@ def test_ours_moves_a_slice_that_misses_its_objective_to_whole_gpus_after_a_day(
     assert (r.ttft_s[~day2][:100] > 2.0).all() and (r.ttft_s[day2] <= 2.0).all()
 
 
+@pytest.mark.parametrize("whole_max", [None, 3])
+def test_ours_cap_becomes_static_peaks_whole_gpus_once_it_moves(whole_max: int | None) -> None:
+    """Capped at 8 slices, ours moves to whole GPUs after a day; with ``whole_max`` its cap, the plan in force and
+    every later plan hold at most that many whole GPUs; without, the slice's cap stays."""
+    slow = replace(CAP, gpu_share=0.5, prefill_tps=40.0)
+    ours = replay_ours.Ours(slow, WorkloadClass.REAL_TIME, 3600, ScalingSettings(max_replicas=8), whole=CAP,
+                            whole_max=whole_max)
+    simulate(steady(0.02, 26 * 3600), slow, ours, "ours", warm=1)
+    assert ours.escalated_s is not None and ours.plan is not None
+    assert ours.settings.max_replicas == (whole_max or 8)
+    assert ours.plan.max_replicas <= (whole_max or 8)
+
+
 def _boxes(fig: Any, texts: list[Any]) -> list[Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 

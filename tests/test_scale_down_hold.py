@@ -1,6 +1,7 @@
 """The scale-down hold (policies/replicas/hold.py): the HPA's scale-down window lengthened where the request rate
 shows load returning after short gaps, read against what an autoscaler holding that long, one wake late, would
-have served; and its emission as the plan's window and the HPA/KEDA behaviour."""
+have served (with the forecast band the plan serves ahead, where it acts on one); and its emission as the plan's
+window and the HPA/KEDA behaviour."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import itertools
 import numpy as np
 
 from policies.autoscalerobjects import hpa_behavior, keda_parameters, scale_down_window_s
+from policies.replicas.demand import band_above_mean
 from policies.replicas.hold import held_misses, scale_down_hold
+from recommender.core.plan import WorkloadClass
 from recommender.core.settings import ScalingSettings
-from tests.replicaplans import history, plan
+from tests.replicaplans import band, history, plan
 
 WAKE_S = 150.0  # a poll and a cold start: 3 steps late
 
@@ -77,3 +80,46 @@ def test_plan_and_hpa_carry_the_hold_as_the_scale_down_window() -> None:
         on.scale_down_window_s
     steady = plan(base, np.full(3 * 1440, 50.0))
     assert steady.scale_down_window_s is None and scale_down_window_s(steady) == 300
+
+
+def test_a_band_that_serves_the_returns_leaves_no_hold() -> None:
+    """The returns (100 req/s after each gap) are what the forecast band above the rate already keeps replicas
+    for: no hold; a band too narrow to serve them leaves the hold as long as without one, and a wider band never
+    lengthens it."""
+    rate = history(on_off(10, 10, 72))
+    bare = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005)
+    covered = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, band_rps=100.0)
+    narrow = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, band_rps=10.0)
+    assert bare is not None and covered is not None and narrow is not None
+    assert bare.seconds > 300 and covered.seconds == 300 and not covered.reason
+    assert max(covered.shares.values()) == 0.0  # 34 replicas asked for the band alone serve 100 req/s at 8 each
+    assert narrow.seconds == bare.seconds and narrow.shares[300] == bare.shares[300]  # 4 replicas: 32 req/s
+    holds = [scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, band_rps=b) for b in (0, 20, 40, 60, 80)]
+    seconds = [h.seconds for h in holds if h is not None]
+    assert len(seconds) == 5 and all(a >= b for a, b in itertools.pairwise(seconds))
+
+
+def test_band_above_mean_is_the_least_gap_over_the_horizon() -> None:
+    rising = band(10.0, 30.0)
+    rising.frame.loc[rising.frame.index[30:], "hi_95"] = 50.0  # the band widens further ahead
+    assert band_above_mean(WorkloadClass.REAL_TIME, (rising,)) == 20.0
+    assert band_above_mean(WorkloadClass.REAL_TIME, ()) == 0.0
+    assert band_above_mean(WorkloadClass.BATCH, (rising,)) == 0.0  # batch sizes on the mean: no band served
+    assert band_above_mean(WorkloadClass.REAL_TIME, (band(10.0, 5.0),)) == 0.0  # a band under its mean: none
+
+
+def test_the_plan_reads_its_hold_against_the_band_it_acts_on() -> None:
+    """The same on-off history: without a forecast the plan holds through the gaps; with a forecast acted on
+    whose band lies 100 req/s above its mean (the returns' rate), the band serves them and the base window
+    stays; a forecast the plan does not act on yet (under min_forecast_history_s), or the setting off (the
+    default), changes nothing."""
+    base = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0, scale_down_hold_reads_band=True)
+    rate = on_off(10, 10, 72)
+    alone = plan(base, rate)
+    wide = plan(base, rate, (band(50.0, 150.0),))
+    off = plan(base.model_copy(update={"scale_down_hold_reads_band": False}), rate, (band(50.0, 150.0),))
+    assert off.demand_source == "forecast" and off.scale_down_window_s == alone.scale_down_window_s  # opt-in
+    unused = plan(base.model_copy(update={"min_forecast_history_s": 30 * 86_400.0}), rate, (band(50.0, 150.0),))
+    assert alone.scale_down_window_s is not None and alone.scale_down_window_s > 300
+    assert wide.demand_source == "forecast" and wide.scale_down_window_s is None
+    assert unused.demand_source == "observed" and unused.scale_down_window_s == alone.scale_down_window_s

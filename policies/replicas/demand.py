@@ -62,6 +62,21 @@ def _observed(cls: WorkloadClass, observed: np.ndarray, rate: pd.Series | None, 
                                                f"forecast); floor {trough:.3g} req/s: the quietest step seen",))
 
 
+def band_above_mean(cls: WorkloadClass, forecasts: Sequence[Forecast]) -> float:
+    """The least the request-rate forecast's band for ``cls`` lies above its mean over the horizon (req/s, at
+    least 0): what the external scaler serves above the expected rate at every step ahead; 0 without a forecast
+    or a band (batch sizes on the mean)."""
+    fc = rate_forecast(forecasts)
+    if fc is None:
+        return 0.0
+    column = upper_band(fc.frame, BAND_BY_CLASS[cls])
+    if column == "mean" or "mean" not in fc.frame.columns:
+        return 0.0
+    gap = (fc.frame[column].clip(lower=0.0) - fc.frame["mean"].clip(lower=0.0)).to_numpy(dtype="float64")
+    gap = gap[np.isfinite(gap)]
+    return max(0.0, float(gap.min())) if gap.size else 0.0
+
+
 def forecasts_to_act_on(forecasts: Sequence[Forecast], span_s: float, settings: ScalingSettings
                         ) -> tuple[Sequence[Forecast], list[str]]:
     """The forecasts a plan sizes on, and why none: a request-rate forecast on under

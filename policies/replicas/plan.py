@@ -13,7 +13,7 @@ from policies.replicas.burst import BurstFloor, burst_floor
 from policies.replicas.capacity import keep_lower_bound, per_replica_capacity
 from policies.replicas.cooldown import cooldown_s
 from policies.replicas.counts import replica_bounds, significant
-from policies.replicas.demand import demand_to_size, forecasts_to_act_on, rate_forecast
+from policies.replicas.demand import band_above_mean, demand_to_size, forecasts_to_act_on, rate_forecast
 from policies.replicas.estimates import Absent, Capacity, Carried, Demand, NoScalingPlan, ReplicaBounds
 from policies.replicas.headroom import error_budget_headroom
 from policies.replicas.history import ReplicaHistory, history_span_s, idle_gaps_s, shape_note
@@ -34,7 +34,7 @@ from recommender.core.settings import ScalingSettings
 @dataclass(frozen=True)
 class _Inputs:
     """What every step of one plan reads: the workload, its history, class and TTFT objective (s), the seconds of
-    history and whether a request-rate forecast is acted on."""
+    history, whether a request-rate forecast is acted on and the least its band lies above its mean (req/s)."""
 
     workload: Workload
     history: ReplicaHistory
@@ -43,6 +43,7 @@ class _Inputs:
     span_s: float
     forecast: bool
     settings: ScalingSettings
+    band_rps: float = 0.0
 
 
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
@@ -69,7 +70,8 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     demand = demand_to_size(cls, forecasts, history.request_rate_per_s, settings.no_forecast_floor_window_s)
     if isinstance(capacity, Absent) or isinstance(demand, Absent):
         return NoScalingPlan(tuple(x.reason for x in (capacity, demand) if isinstance(x, Absent)))
-    inputs = _Inputs(workload, history, cls, objective_s, span_s, rate_forecast(forecasts) is not None, settings)
+    inputs = _Inputs(workload, history, cls, objective_s, span_s, rate_forecast(forecasts) is not None, settings,
+                     band_above_mean(cls, forecasts) if settings.scale_down_hold_reads_band else 0.0)
     plan = _on_shape(inputs, capacity, demand, shape, why)
     today = _on_today(inputs, plan, demand)
     planned = plan if capacity.is_lower_bound else \
@@ -147,13 +149,14 @@ def _burst_floor(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bo
 
 def _hold(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bool) -> Hold | None:
     """The scale-down hold where ``scale_down_hold_budget_frac`` is set and the class is latency-bound and stays
-    up (scale to zero has its cooldown instead)."""
+    up (scale to zero has its cooldown instead); read against the forecast band the plan serves ahead where
+    ``scale_down_hold_reads_band`` opts in."""
     frac = x.settings.scale_down_hold_budget_frac
     if frac is None or to_zero or x.cls is WorkloadClass.BATCH:
         return None
     base = base_scale_down_window_s(x.workload.cold_start_s, x.settings.default_cold_start_s)
     return scale_down_hold(x.history, capacity_rps, target_rps, x.settings.wake_s(x.workload.cold_start_s), base,
-                           HPA_MAX_WINDOW_S, frac * x.settings.ttft_error_budget)
+                           HPA_MAX_WINDOW_S, frac * x.settings.ttft_error_budget, x.band_rps)
 
 
 def _recurring(x: _Inputs, target_rps: float, to_zero: bool) -> RecurringFloor | None:

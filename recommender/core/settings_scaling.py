@@ -118,6 +118,11 @@ class ScalingSettings(BaseModel):
         "share of ttft_error_budget's requests (0.5: half of it) of the longest window's. Read from the request "
         "rate, not the misses, so the hold does not take itself away. Latency-bound classes; null: one cold start."
     )
+    scale_down_hold_reads_band: bool = Field(
+        False, description="Read the scale-down hold against the forecast band the plan acts on: each step's ask on "
+        "the rate plus the least the band lies above its mean over the horizon, so the hold covers only the misses "
+        "that band would leave (opt-in; off: the rate alone)."
+    )
     recurring_floor_interval_s: float | None = Field(
         None, gt=0, description="Opt-in: keep, until the next plan (this many seconds: the controller's interval) "
         "and a wake (polling_interval_s + cold start) after it, the replicas for the request rate seen over that "
