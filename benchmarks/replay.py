@@ -141,6 +141,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "of the TTFT error budget (scaling.wake_budget_frac, opt-in; default: never)")
     p.add_argument("--hold-band", action="store_true", help="'ours' reads its scale-down hold against the forecast "
                    "band it acts on (scaling.scale_down_hold_reads_band, opt-in; default: off)")
+    p.add_argument("--whole-cap", action="store_true", help="once 'ours' moves to whole GPUs, cap it at static "
+                   "peak's whole-GPU count (default: the cap stays the slice's count, as the owner set it)")
     p.add_argument("--burst-floor-budget-frac", type=float, default=ScalingSettings().burst_floor_budget_frac,
                    help="'ours' keeps the replicas a late autoscaler's misses call for, to this share of the TTFT "
                    "error budget (scaling.burst_floor_budget_frac, opt-in; default: off)")
@@ -211,8 +213,8 @@ def same_capacity(replicas: int, trace: Trace, cap: Capacity, shape: Capacity) -
 def ours_max_replicas(on_shape: int) -> int:
     """Ours' cap: the product's default (``scaling.max_replicas``), raised to static peak's count in ours' shape
     (``on_shape``, the reactive variants' bound) where that is higher, as the owner of a service that needs
-    more replicas would raise it. Every replay of ours (replay.py, replay_window.py) caps it here, and again at
-    static peak's whole GPUs once ours moves to them (``Ours.whole_max``)."""
+    more replicas would raise it. Every replay of ours (replay.py, replay_window.py) caps it here; with
+    ``--whole-cap``, again at static peak's whole GPUs once ours moves to them (``Ours.whole_max``)."""
     return max(ScalingSettings().max_replicas, on_shape)
 
 
@@ -234,7 +236,7 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
         "reactive-rightsized": Contender(lambda: Reactive(min_replicas=1, max_replicas=on_shape), shaped, on_shape),
         "ours": Contender(lambda: Ours(shaped, WorkloadClass(args.cls), args.refit_s, settings,
                                        whole=cap if shaped != cap else None, reselect_s=args.reselect_s,
-                                       whole_max=ours_max_replicas(warm)),
+                                       whole_max=ours_max_replicas(warm) if args.whole_cap else None),
                             shaped, on_shape),
         "oracle": Contender(lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)),
                             shaped, on_shape),

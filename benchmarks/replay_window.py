@@ -120,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "ours":
             policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300,
                                  ours_settings(trace, cap, shaped, warm, args.burst_floor),
-                                 whole=cap if shaped != cap else None, reselect_s=args.reselect_s,
-                                 whole_max=ours_max_replicas(warm))
+                                 whole=cap if shaped != cap else None, reselect_s=args.reselect_s)
             if args.plan_every:
                 policy = Logged(ours, args.plan_every)
             on = shaped
