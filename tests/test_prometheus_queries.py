@@ -40,8 +40,8 @@ def test_step_for(history_s: float, step_s: float) -> None:
     (2_000, 600.0, {}, 250),
     # 10 series: samples 20 M / 100 = 200 k, points 50 k; the 11,000 points/series cap wins
     (10, 600.0, {}, 11_000),
-    # 100 series at 60 s with 1 M samples held: (1 M - 100 - 1) / (3 x 100) = 3,332 steps
-    (100, 60.0, {"max_samples_per_query": 1_000_000, "max_points_per_query": 10**7}, 3_332),
+    # 100 series at 60 s with 1 M samples held: (1 M - 100) / (3 x 100) = 3,333 steps
+    (100, 60.0, {"max_samples_per_query": 1_000_000, "max_points_per_query": 10**7}, 3_333),
     # more series than points allowed in one answer: still one step per query, never zero
     (10**7, 600.0, {}, 1),
 ])
@@ -51,73 +51,39 @@ def test_steps_per_chunk(series: int, step_s: float, limits: dict[str, int], ste
 
 
 @pytest.mark.parametrize(("mib", "series", "touched", "step_s", "window_s", "steps"), [
-    # 32 MiB less 2,000 series at 8 KiB, at 128 bytes a sample: 134,144 samples; (134,144 - 2,000 - 10) / 6,000
-    (32, 2_000, None, 600.0, 600, 22),
-    (32, 200, None, 600.0, 600, 415),  # a tenth of the fleet: 249,344 samples, (249,344 - 210) / 600
-    (32, 100, None, 60.0, 120, 852),  # a window of two scrapes: (255,744 - 100 - 2) / (3 x 100)
-    # reading 3 series a pod: the series would cost 47 MiB, so half the budget is left to samples:
-    # (131,072 - 6,000 - 10) / (12,000 + 2,000)
-    (32, 2_000, 6_000, 600.0, 600, 8),
+    (8, 2_000, None, 600.0, 600, 54),  # (349,525 - 2,000 x 10) / (3 x 2,000) = 54.9
+    (8, 200, None, 600.0, 600, 579),  # the same budget, a tenth of the fleet: ten times the steps
+    (8, 100, None, 60.0, 120, 1_164),  # a window of two scrapes: (349,525 - 100 x 2) / (3 x 100)
+    (8, 2_000, 6_000, 600.0, 600, 20),  # reading 3 series a pod: (349,525 - 60,000) / (12,000 + 2,000)
     (0.25, 10**6, None, 600.0, 600, 1),  # more than one step holds: one step a query, never zero
 ])
-def test_the_memory_budget_bounds_what_a_query_costs_the_server(mib: float, series: int, touched: int | None,
-                                                                 step_s: float, window_s: int, steps: int) -> None:
+def test_the_memory_budget_bounds_the_samples_a_query_holds(mib: float, series: int, touched: int | None,
+                                                             step_s: float, window_s: int, steps: int) -> None:
     p = PrometheusSettings(query_memory_mib=mib, max_points_per_query=10**7)  # so that the budget binds
-    read = max(series, touched or 0)
+    assert chunks.budget_samples(p) == int(mib * 2**20 / 24)
     per = chunks.steps_per_chunk(series, step_s, p, touched, window_s=window_s)
     assert per == steps
-    if steps > 1:  # the steps it allows fit the budget and one more would not, in samples and in bytes
-        assert chunks.held_samples(series, per, window_s, 60, touched) <= chunks.budget_samples(p, read)
-        assert chunks.held_samples(series, per + 1, window_s, 60, touched) > chunks.budget_samples(p, read)
-        cost, more = (chunks.server_bytes(chunks.held_samples(series, n, window_s, 60, touched), read, p)
-                      for n in (per, per + 1))
-        # within the budget, or (series that fill half of it) within their cost and half the budget
-        assert cost <= max(mib * 2**20, read * p.server_bytes_per_series + mib * 2**20 / 2) < more
-
-
-def test_the_budget_is_in_the_servers_bytes_per_sample_and_per_series() -> None:
-    # what a sample and a series cost are the server's (settings), not ours: twice the bytes, half the samples
-    base = PrometheusSettings(query_memory_mib=32)
-    dear = PrometheusSettings(query_memory_mib=32, server_bytes_per_sample=256)
-    assert chunks.budget_samples(dear, 2_000) == chunks.budget_samples(base, 2_000) // 2
-    assert chunks.budget_samples(base, 0) == 32 * 2**20 // 128
-    # each series read takes its bytes off the samples; more series fewer steps
-    assert chunks.budget_samples(base, 2_000) == (32 * 2**20 - 2_000 * 8_192) // 128
-    assert chunks.steps_per_chunk(2_000, 600.0, base, 6_000) < chunks.steps_per_chunk(2_000, 600.0, base)
-    free = PrometheusSettings(query_memory_mib=32, server_bytes_per_series=0)
-    assert chunks.steps_per_chunk(2_000, 600.0, free, 6_000) > chunks.steps_per_chunk(2_000, 600.0, base, 6_000)
-
-
-def test_series_that_fill_the_budget_leave_half_of_it_to_samples_and_say_so() -> None:
-    p = PrometheusSettings(query_memory_mib=32)  # 16 MiB of series: 2,048 at 8 KiB
-    assert not chunks.series_fill_budget(2_048, p) and chunks.series_fill_budget(2_049, p)
-    half = 16 * 2**20 // 128
-    assert chunks.budget_samples(p, 2_049) == chunks.budget_samples(p, 10**6) == half
-    assert chunks.budget_samples(p, 2_000) > half
-    # 10,000 pods read raw still get more than one step a query
-    assert chunks.steps_per_chunk(10_000, 600.0, p) == (half - 10_000 - 10) // 30_000 > 1
-    # and the collection says which queries exceed it
-    note = chunks.over_budget({"fb_used_mib": 2_000, "request_rate_per_s": 3_000}, p)
-    assert "request_rate_per_s (3,000 series)" in note and "fb_used_mib" not in note and "32 MiB" in note
-    assert chunks.over_budget({"fb_used_mib": 2_000}, p) == ""
+    if steps > 1:  # the steps it allows fit the budget and one more would not
+        assert chunks.held_samples(series, per, window_s, 60, touched) <= chunks.budget_samples(p)
+        assert chunks.held_samples(series, per + 1, window_s, 60, touched) > chunks.budget_samples(p)
 
 
 def test_a_recorded_read_holds_its_tiles_over_the_whole_range() -> None:
     # 2,000 pods read in 2 min tiles at step 600 s: the subquery holds 5 tiles a step and the answer 1
     p = PrometheusSettings()
     per = chunks.steps_per_chunk(2_000, 600.0, p, window_s=600, sample_s=120)
-    assert per == 11  # (32 MiB - 2,000 x 8 KiB) / 128 = 134,144 samples; / (2,000 x 6)
-    assert chunks.held_samples(2_000, per, 600, 120, tiles=True) <= chunks.budget_samples(p, 2_000) \
+    assert per == 29  # 349,525 / (2,000 x 6)
+    assert chunks.held_samples(2_000, per, 600, 120, tiles=True) <= chunks.budget_samples(p) \
         < chunks.held_samples(2_000, per + 1, 600, 120, tiles=True)
 
 
 def test_a_query_reading_more_series_than_it_answers_is_cut_by_the_samples_it_reads() -> None:
     # the request rate answers one series per pod but reads three (the counter, two gauges): 2,000 pods at
-    # 600 s hold (20 M - 6,000 - 10) / (2 x 6,000 + 2,000) = 1,428 steps, where one series a pod would allow
-    # (20 M - 2,000 - 10) / (3 x 2,000) = 3,332
+    # 600 s hold (20 M - 6,000 x 10) / (2 x 6,000 + 2,000) = 1,424 steps, where one series a pod would allow
+    # (20 M - 2,000 x 10) / (3 x 2,000) = 3,330
     wide = PrometheusSettings(max_points_per_query=10**7, query_memory_mib=10**4)  # so that samples bind
-    assert chunks.steps_per_chunk(2_000, 600.0, wide) == 3_332
-    assert chunks.steps_per_chunk(2_000, 600.0, wide, touched=6_000) == 1_428
+    assert chunks.steps_per_chunk(2_000, 600.0, wide) == 3_330
+    assert chunks.steps_per_chunk(2_000, 600.0, wide, touched=6_000) == 1_424
     fam = next(f for f in queries.FAMILIES if f.metric == "request_rate_per_s")
     counts = {n: 2_000 for n in (*queries.REQUESTS, *queries.RUNNING, *queries.WAITING)}
     assert parse.total(counts, fam.read_names) == 6_000 and parse.total(counts, fam.all_names) == 2_000

@@ -12,7 +12,6 @@ what it already holds, instead of the whole history every cycle.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -196,39 +195,24 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         for name, n in parse.series_counts(result).items():
             counts[name] = max(counts.get(name, 0), n)
 
+    promql, selector = queries.census_query(scope), queries.census_selector(scope)
     span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
-    jobs: list[Job] = []
     if since is not None:
-        jobs = [Job("census", queries.census_query(scope, names), since, i)
-                for i, names in enumerate(census_groups(known or {}))]  # grouped as the names were last seen
-        rule_cut = [span]
-    else:  # alone in the pool, sized by the series each name has now (one instant count)
-        now = parse.series_counts(client.query(f"count by (__name__) ({queries.census_selector(scope)})",
-                                               win.coarse.end_s))
-        groups = census_groups(now)
-        for names in groups:  # each cut by its own series, and all of them to keep every worker busy
-            pieces = math.ceil(p.max_workers / len(groups))
-            cut = coarse_chunks(win, p, max(parse.total(now, names), 1), pieces=pieces, instant=True)
-            jobs += [Job("census", queries.census_query(scope, names), c, len(jobs) + i) for i, c in enumerate(cut)]
+        cut, rule_cut = [since], [span]
+    else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
+        now = client.query(f"count({selector})", win.coarse.end_s)
+        series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
+        cut = coarse_chunks(win, p, series, pieces=p.max_workers, instant=True)
         # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
         # series selected twice: held as two samples a series and step (as sample_s = step counts them)
-        series = max(sum(now.values()), 1)
         per = chunks.steps_per_chunk(series, span.step_s, p, sample_s=span.step_s)
         rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
+    jobs = [Job("census", promql, c, i) for i, c in enumerate(cut)]
     if recorded is not None:
         rule_promql = rules.census_query(scope, p)
-        jobs += [Job(RULE_CENSUS, rule_promql, c, len(jobs) + i) for i, c in enumerate(rule_cut)]
+        jobs += [Job(RULE_CENSUS, rule_promql, c, len(cut) + i) for i, c in enumerate(rule_cut)]
     run_jobs(client, jobs, merge, progress, "counting series")
     return counts, span
-
-
-def census_groups(now: dict[str, int]) -> list[tuple[str, ...]]:
-    """The census' names in queries of their own: one per name with series now (a query's series cost the server
-    however short it is: :func:`chunks.server_bytes`), one for all those without; a name's counts come from one
-    query, so they are the same however grouped."""
-    present = tuple(n for n in queries.CENSUS_NAMES if now.get(n, 0) > 0)
-    absent = tuple(n for n in queries.CENSUS_NAMES if n not in present)
-    return [(n,) for n in present] + ([absent] if absent else [])
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
@@ -261,8 +245,6 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, span, objective_s, recorded) \
         if recorded is not None else None
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
-    if note := chunks.over_budget({fam.metric: parse.total(counts, fam.read_names) for fam in queries.FAMILIES}, p):
-        progress.log(note)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}")
     acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names), fam.metric in COMPACT)

@@ -68,18 +68,9 @@ class PrometheusSettings(BaseModel):
     )
     min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
     query_memory_mib: float = Field(
-        32.0, ge=0.25, description="Resident memory one query may add to the server, MiB: queries are cut in time "
-        "so that server_bytes_per_sample for each sample it holds at once (as Prometheus counts peakSamples) and "
-        "server_bytes_per_series for each series it reads stay under it. With max_workers queries in flight the "
-        "server's query memory stays under max_workers times this.")
-    server_bytes_per_sample: float = Field(
-        128.0, gt=0, description="Resident bytes the server adds for each sample a query holds at once, its "
-        "garbage collector's slack and the answer's encoding included: Prometheus 2.42 at GOGC=100 as measured; "
-        "another server or version: its RSS growth during one query over the query's peakSamples (stats=all).")
-    server_bytes_per_series: float = Field(
-        8192.0, ge=0, description="Resident bytes the server adds for each series a query reads, however few steps "
-        "(its labels and the references to its chunks in each block), its garbage collector's slack included: "
-        "Prometheus 2.42 at GOGC=100 as measured.")
+        8.0, ge=0.25, description="Memory one query may make the server hold at once, MiB (24 bytes a sample, as "
+        "Prometheus counts peakSamples): queries are cut in time to stay under it. With max_workers queries in "
+        "flight the server's query memory stays under max_workers times this, plus its garbage collector's slack.")
     recording_rules: bool = Field(
         True, description="Read the recorded series of deploy/monitoring/recording-rules.yaml "
         "(namespace_pod:<metric>:step<S> at the report's step where it is a multiple of S, else "
