@@ -74,12 +74,12 @@ def test_a_float32_frame_is_cached_at_float32(monkeypatch: pytest.MonkeyPatch) -
     assert set(back["small"].dtypes) == {np.dtype(np.float32)} and set(back["wide"].dtypes) == {np.dtype(np.float64)}
     assert _same_float64(back["small"].to_numpy(), values) and _same_float64(back["wide"].to_numpy(), values)
     wide, small = io.BytesIO(), io.BytesIO()
-    assert store._write_values(frame, wide) and store._write_values(compact, small)
+    sizes = store._write_values(compact, small)
+    assert store._write_values(frame, wide) and sizes
     import pyarrow as pa
 
     codec, rows = pa.Codec("zstd"), store._ROWS
-    raw = np.frombuffer(codec.decompress(small.getvalue()[:store._write_values(compact, io.BytesIO())[0]],
-                                         decompressed_size=rows * 4), dtype=np.float32)
+    raw = np.frombuffer(codec.decompress(small.getvalue()[:sizes[0]], decompressed_size=rows * 4), dtype=np.float32)
     assert _same_float64(raw, values.ravel(order="F")[:rows])  # the first chunk: float32 values, column after column
 
 
