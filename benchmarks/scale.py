@@ -5,6 +5,7 @@
     python benchmarks/scale.py --workloads 200 --days 2         # a quick run
     python benchmarks/scale.py --keep /tmp/scale-tsdb           # keep the TSDB for later runs ...
     python benchmarks/scale.py --reuse /tmp/scale-tsdb          # ... and serve it again without a rebuild
+    python benchmarks/scale.py --reuse /tmp/scale-tsdb --per-workload  # ... beside a one-query-per-workload tool
 
 Prints the TSDB build time (separately), then the report's wall time, peak RSS, number of queries and
 the largest query (points per query and per series). Target on the 2-core machine: <= 60 s and
@@ -69,7 +70,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scale_tsdb import PARAMS_FILE, build_tsdb, check_blocks, stored_end  # noqa: E402
+from scale_tsdb import PARAMS_FILE, build_tsdb, check_blocks, per_workload_queries, stored_end  # noqa: E402
 
 from tests.promfixture import PromServer, require_prometheus  # noqa: E402
 
@@ -297,6 +298,49 @@ def run_rules(url: str, days: float, end_s: int, server_pid: int | None, extra: 
     return out[0], out[1]
 
 
+def run_per_workload(data: Path, extra_args: list[str], queries: list[dict[str, Any]], workers: int
+                     ) -> dict[str, Any]:
+    """A one-query-per-workload tool's queries (``scale_tsdb.per_workload_queries``) against a fresh server over
+    the same blocks, ``workers`` at a time from the bare client: wall, the server's CPU, its RSS before and peak
+    (files, anonymous, Go heap), so the report's server memory has its reference measured on the same fleet."""
+    with PromServer.from_tsdb(data, extra_args=extra_args) as prom:
+        for q in queries[:7]:  # the first workload's: each must find its series, or the figures mean nothing
+            with urllib.request.urlopen(f"{prom.url}/api/v1/query?{urllib.parse.urlencode(q['params'])}",
+                                        timeout=600) as r:
+                if not json.loads(r.read())["data"]["result"]:
+                    raise SystemExit(f"one-query-per-workload baseline: no series for {q['params']['query']}")
+        cpu0, load = _cpu_s(prom.pid or 0), os.getloadavg()[0]
+        with rss_peak(prom.pid, url=prom.url) as rss:
+            wall, _ = replay(prom.url, queries, workers)
+        fig: dict[str, Any] = {"wall_s": wall, "prometheus_cpu_s": _cpu_s(prom.pid or 0) - cpu0,
+                               "queries": len(queries), "workers": workers, "load_before": load,
+                               "load_after": os.getloadavg()[0]}
+    for key, name in (("", "rss_"), ("anon_", "anon_"), ("file_", "file_"), ("heap_", "heap_")):
+        if f"{key}peak" in rss:
+            fig[f"prometheus_{name}before_mib"] = rss[f"{key}before"]
+            fig[f"prometheus_{name}peak_mib"] = rss[f"{key}peak"]
+    return fig
+
+
+def per_workload_lines(cold: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """The baseline's figures, and the report's server memory against it (the issue's reference for the budget)."""
+    keys = ("wall_s", "prometheus_cpu_s", "queries", "workers", "prometheus_rss_before_mib",
+            "prometheus_rss_peak_mib", "prometheus_anon_peak_mib", "prometheus_file_peak_mib",
+            "prometheus_heap_peak_mib", "load_before", "load_after")
+    lines = ["one query per workload and metric (KRR's way), fresh server, same blocks: "
+             + " ".join(f"{k}={_fmt(theirs.get(k))}" for k in keys)]
+    for what, ours_key, their_key in (("RSS", "prometheus_peak_rss_mib", "prometheus_rss_peak_mib"),
+                                      ("anonymous memory", "prometheus_anon_peak_mib", "prometheus_anon_peak_mib")):
+        ours, base = cold.get(ours_key), theirs.get(their_key)
+        lines.append(goal(f"Prometheus peak {what} during the report <= a one-query-per-workload tool's",
+                          ours / base if ours and base else None, 1.0,
+                          how=f" (ours {ours or 0:.0f} MiB, theirs {base or 0:.0f} MiB)"))
+    lines.append(f"Prometheus CPU and wall against it: ours {_fmt(cold.get('prometheus_cpu_s'))} s / "
+                 f"{_fmt(cold.get('wall_s'))} s, theirs {_fmt(theirs.get('prometheus_cpu_s'))} s / "
+                 f"{_fmt(theirs.get('wall_s'))} s")
+    return lines
+
+
 def _fmt(v: object) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
@@ -392,6 +436,9 @@ def main() -> None:
     ap.add_argument("--no-bytecode", action="store_true",
                     help="do not compile this checkout to bytecode first (each report then compiles the modules it "
                          "imports from source where PYTHONDONTWRITEBYTECODE is set)")
+    ap.add_argument("--per-workload", action="store_true",
+                    help="also run a one-query-per-workload tool's queries (KRR's way) on a fresh server over the "
+                         "same blocks, and compare the server's memory and CPU with the cold report's")
     args = ap.parse_args()
     require_prometheus()
     if not args.no_bytecode:
@@ -456,6 +503,10 @@ def main() -> None:
             if args.rules is not None:
                 with tempfile.TemporaryDirectory(prefix="scale-rules-") as rules_tmp:
                     raw, rec = run_rules(prom.url, args.days, end_s, prom.pid, extra, Path(rules_tmp))
+        theirs = None
+        if args.per_workload:
+            theirs = run_per_workload(data, lookback, per_workload_queries(args.workloads, args.days, first_end,
+                                                                           args.step), workers)
         print(" ".join(f"{k}={_fmt(v)}" for k, v in fig.items() if k not in ("wall_s", "peak_rss_mib")))
         print(f"wall_s={fig['wall_s']:.1f} peak_rss_mib={fig['peak_rss_mib']:.0f} queries={fig.get('queries')} "
               f"max_points_per_query={fig.get('max_points_per_query')} "
@@ -474,6 +525,8 @@ def main() -> None:
                   f"moved_wall_s={moved['wall_s']:.1f} ratio={fig['wall_s'] / moved['wall_s']:.1f}x "
                   f"moved_points={moved.get('points')}")
         goals(args.workloads, args.days, fig, warm, workers)
+        if theirs is not None:
+            print("\n".join(per_workload_lines(fig, theirs)))
         if cycles:
             print("controller, two cycles 300 s apart (the second reads only new steps): "
                   + " ".join(f"{k}={_fmt(v)}" for k, v in cycles.items()))

@@ -301,6 +301,35 @@ def _write_steps(f: Any, w: Window) -> int:
     return _write_series(f, STEP_RULE, [_step_values(i, w, evals) for i in range(w.workloads)], tails)
 
 
+def per_workload_queries(workloads: int, days: float, end_s: int, step_s: int, sub_s: float = 75.0
+                         ) -> list[dict[str, Any]]:
+    """What a one-query-per-workload tool asks of this fleet, KRR's way: per workload and metric one instant query
+    over the whole window, its pods picked by name, each series first reduced to one per container and pod
+    (``max by``) on a subquery every ``sub_s`` seconds (KRR's default timeframe is 1.25 min; never finer than
+    the scrape interval): the peak of memory and KV cache, the 95th percentile of engine activity, the queues and
+    the request rate (the counter's rate over the subquery step, or two scrapes). As ``{"endpoint", "params"}``
+    for ``scale.replay``."""
+    sub = max(sub_s, step_s)
+    grid, rate = f"[{days * 86_400:.0f}s:{sub:g}s]", f"[{max(sub, 2 * step_s):g}s]"
+    def peak(metric: str, sel: str) -> str:
+        return f"max_over_time(max({metric}{sel}) by (container, pod, job){grid})"
+
+    def p95(inner: str) -> str:
+        return f"quantile_over_time(0.95, max({inner}) by (container, pod, job){grid})"
+
+    out = []
+    for i in range(workloads):
+        ns, pod = _pod(i)
+        sel = f'{{namespace="{ns}",pod=~"{pod.rsplit("-", 1)[0]}-.*"}}'
+        exprs = [peak("DCGM_FI_DEV_FB_USED", sel), peak("DCGM_FI_DEV_FB_FREE", sel),
+                 p95(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}")]
+        if _is_vllm(i):
+            exprs += [peak("vllm:kv_cache_usage_perc", sel), p95(f"vllm:num_requests_waiting{sel}"),
+                      p95(f"vllm:num_requests_running{sel}"), p95(f"rate({COUNTER}_total{sel}{rate})")]
+        out += [{"endpoint": "query", "params": {"query": e, "time": end_s}} for e in exprs]
+    return out
+
+
 def windows(workloads: int, n: int, step_s: int, end_s: int, work: Path, rules_from: float | None = None
             ) -> list[Window]:
     """Cut samples 0..n-1 (the last at ``end_s``) at block-range boundaries, largest first (better packing).
