@@ -359,17 +359,31 @@ def goal(name: str, measured: float | None, limit: float, at_most: bool = True, 
     return f"goal {name}: {measured:.2f} {'<=' if at_most else '>='} {limit:g}? {'met' if met else 'NOT met'}{how}"
 
 
-def measure(url: str, name: str, fig: dict[str, Any], workers: int, floor: bool) -> None:
-    """Add the server's floor for the report's queries and the samples they touch to ``fig``; print its line."""
+def server_cores(url: str) -> int | None:
+    """The server's GOMAXPROCS (its runtimeinfo), as the report's client reads it to match its queries in flight."""
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/status/runtimeinfo", timeout=30) as r:
+            cores = json.loads(r.read())["data"]["GOMAXPROCS"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return cores if isinstance(cores, int) and cores > 0 else None
+
+
+def measure(url: str, name: str, fig: dict[str, Any], workers: list[int], floor: bool) -> None:
+    """Add the server's floor for the report's queries and the samples they touch to ``fig``; print its line.
+    The floor is the fastest of the replays at each number of queries in flight in ``workers`` (the report's own
+    first), so that sending fewer at once than ``max_workers`` never flatters the ratio."""
     queries = fig.pop("queries_sent")
     if floor and queries:
-        fig["floor_wall_s"], _ = replay(url, queries, workers)
-        _, fig["samples_touched"] = replay(url, queries, workers, stats=True)
+        walls = {n: replay(url, queries, n)[0] for n in dict.fromkeys(workers)}
+        fig["floor_wall_s"] = min(walls.values())
+        fig["floor_by_in_flight"] = " ".join(f"{n}:{w:.1f}" for n, w in walls.items())
+        _, fig["samples_touched"] = replay(url, queries, workers[0], stats=True)
     keys = ("wall_s", "floor_wall_s", "cpu_s", "peak_rss_mib", "prometheus_cpu_s", "prometheus_rss_before_mib",
             "prometheus_peak_rss_mib", "prometheus_anon_before_mib", "prometheus_anon_peak_mib",
             "prometheus_file_before_mib", "prometheus_file_peak_mib", "prometheus_heap_before_mib",
             "prometheus_heap_peak_mib", "samples_touched",
-            "queries", "points", "load_before", "load_after")
+            "queries", "points", "floor_by_in_flight", "load_before", "load_after")
     print(f"{name}: " + " ".join(f"{k}={_fmt(fig.get(k))}" for k in keys), flush=True)
 
 
@@ -473,12 +487,14 @@ def main() -> None:
             extra += ["--settings", str(settings)]
         from recommender.core.settings_sources import PrometheusSettings
 
-        workers = args.workers or PrometheusSettings().max_workers
+        max_workers = args.workers or PrometheusSettings().max_workers
         t0 = time.perf_counter()
         lookback = [f"--query.lookback-delta={2 * args.step}s"] if args.step > 150 else []  # default 5 min
         with PromServer.from_tsdb(data, extra_args=lookback) as prom:
-            print(f"prometheus ready in {time.perf_counter() - t0:.1f} s at {prom.url}; running the report",
-                  flush=True)
+            cores = server_cores(prom.url)  # the report sends at most this many queries at once (match_server_cores)
+            workers = min(max_workers, cores or max_workers)
+            print(f"prometheus ready in {time.perf_counter() - t0:.1f} s at {prom.url} ({cores} cores: the report "
+                  f"sends {workers} queries at a time); running the report", flush=True)
             from collectors.prometheus.chunks import step_for
 
             report_step = step_for(args.days * 86_400, PrometheusSettings(**(
@@ -493,11 +509,11 @@ def main() -> None:
                     moved = run_report(prom.url, args.days, end_s, prom.pid, cached)
             # under --rules the TSDB holds recorded series and the default settings read them: say so
             cold_name = "cold, raw series" if args.rules is None else "cold, default settings (recorded series read)"
-            measure(prom.url, cold_name, fig, workers, not args.no_floor)
+            measure(prom.url, cold_name, fig, [workers, max_workers], not args.no_floor)
             if warm is not None:
-                measure(prom.url, "warm, from the cache", warm, workers, not args.no_floor)
+                measure(prom.url, "warm, from the cache", warm, [workers], not args.no_floor)
             if moved is not None:
-                measure(prom.url, f"warm, window moved {args.moved} steps of {report_step:g} s", moved, workers,
+                measure(prom.url, f"warm, window moved {args.moved} steps of {report_step:g} s", moved, [workers],
                         not args.no_floor)
             cycles = {} if args.no_cycles else run_cycles(prom.url, args.days, end_s, prom.pid)
             if args.rules is not None:
@@ -506,7 +522,7 @@ def main() -> None:
         theirs = None
         if args.per_workload:
             theirs = run_per_workload(data, lookback, per_workload_queries(args.workloads, args.days, first_end,
-                                                                           args.step), workers)
+                                                                           args.step), max_workers)
         print(" ".join(f"{k}={_fmt(v)}" for k, v in fig.items() if k not in ("wall_s", "peak_rss_mib")))
         print(f"wall_s={fig['wall_s']:.1f} peak_rss_mib={fig['peak_rss_mib']:.0f} queries={fig.get('queries')} "
               f"max_points_per_query={fig.get('max_points_per_query')} "

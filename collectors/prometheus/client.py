@@ -148,10 +148,32 @@ class PromClient:
         self._headers, self._auth, self._session = headers or None, auth, _session(p)
         self._prom = PrometheusConnect(url=self.url, headers=self._headers, auth=auth, session=self._session,
                                        retry=Retry(total=0, raise_on_status=False), timeout=p.timeout_s)
+        self._in_flight: int | None = None
 
     def check(self) -> None:
         """One cheap query, so a wrong URL or credentials fail before any real work starts."""
         self._call(lambda: self._prom.custom_query("vector(1)"), "check the connection")
+
+    @property
+    def in_flight(self) -> int:
+        """Queries to send at once: ``max_workers``, or the server's cores where fewer (``match_server_cores``);
+        the server is asked on first use, once."""
+        if self._in_flight is None:
+            cores = self.server_cores() if self.settings.match_server_cores else None
+            self._in_flight = min(self.settings.max_workers, cores or self.settings.max_workers)
+        return self._in_flight
+
+    def server_cores(self) -> int | None:
+        """The cores the server says its queries run on (Prometheus' GOMAXPROCS), or None where it does not say:
+        Thanos, Mimir and VictoriaMetrics have no such page, and a proxy may refuse it. Asked once, not retried."""
+        s = self._session
+        try:
+            r = s.get(f"{self.url}/api/v1/status/runtimeinfo", headers=self._headers, auth=self._auth,
+                      verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
+            cores = r.json()["data"]["GOMAXPROCS"] if r.status_code == 200 else None
+        except (requests.exceptions.RequestException, ValueError, KeyError, TypeError):
+            return None
+        return cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else None
 
     def query(self, promql: str, at_s: float) -> Result:
         """An instant query at ``at_s`` (unix seconds)."""

@@ -202,7 +202,7 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
         now = client.query(f"count({selector})", win.coarse.end_s)
         series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
-        cut = coarse_chunks(win, p, series, pieces=p.max_workers, instant=True)
+        cut = coarse_chunks(win, p, series, pieces=client.in_flight, instant=True)
         # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
         # series selected twice: held as two samples a series and step (as sample_s = step counts them)
         per = chunks.steps_per_chunk(series, span.step_s, p, sample_s=span.step_s)
@@ -246,7 +246,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         if recorded is not None else None
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
-                 f"for {', '.join(scope.namespaces) or 'all namespaces'}")
+                 f"for {', '.join(scope.namespaces) or 'all namespaces'}, {client.in_flight} at a time"
+                 + (" (the server's cores)" if client.in_flight < p.max_workers else ""))
     acc = {fam.metric: Accumulator(grid, parse.total(counts, fam.all_names), fam.metric in COMPACT)
            for fam in queries.FAMILIES}
     device_table = DeviceTable(scope.namespace_label, scope.pod_label, p.node_labels)

@@ -1,7 +1,7 @@
 """The query plan of one collection and the pool that runs it: one range query per (metric family, time
 chunk), chunks sized by the series a census counted, plus the coarse inventory queries; at most
-``max_workers`` in flight, each answer handed on as soon as it is read, a query the server refuses as too
-large halved and retried (at most ``MAX_SPLITS`` times).
+``max_workers`` in flight (fewer where the server has fewer cores), each answer handed on as soon as it is
+read, a query the server refuses as too large halved and retried (at most ``MAX_SPLITS`` times).
 """
 
 from __future__ import annotations
@@ -125,18 +125,19 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
              progress: Progress, task: str = TASK) -> None:
     """Run the plan in a bounded pool; halve a query the server finds too large; stop at the first error.
 
-    At most ``max_workers`` queries are in flight and each answer is handed to ``on_result`` as soon as
-    it is read, so no more than that many decoded answers exist at once (memory); once the pool is gone, the
-    pages its threads freed go back to the system (``give_back_freed``).
+    At most ``client.in_flight`` queries (``max_workers``, or the server's cores where fewer) are in flight and
+    each answer is handed to ``on_result`` as soon as it is read, so no more than that many decoded answers exist
+    at once (memory); once the pool is gone, the pages its threads freed go back to the system
+    (``give_back_freed``).
     """
     progress.start(task, len(jobs))
     parts = {j.origin: 1 for j in jobs}
     waiting = deque(jobs)
-    with ThreadPoolExecutor(max_workers=client.settings.max_workers, thread_name_prefix="promql") as pool:
+    with ThreadPoolExecutor(max_workers=client.in_flight, thread_name_prefix="promql") as pool:
         pending: dict[Future[Result], Job] = {}
         try:
             while waiting or pending:
-                while waiting and len(pending) < client.settings.max_workers:
+                while waiting and len(pending) < client.in_flight:
                     job = waiting.popleft()
                     c = job.chunk
                     pending[pool.submit(client.query_range, job.promql, c.start_s + job.shift_s,

@@ -138,7 +138,7 @@ def source_options(fn: Any) -> Any:
         click.option("--client-key", type=click.Path(), help="Client key for mutual TLS."),
         click.option("--insecure", is_flag=True, help="Skip TLS verification (testing only)."),
         click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds per HTTP request."),
-        click.option("--workers", type=int, default=4, show_default=True, help="Queries in flight at once."),
+        click.option("--workers", type=int, default=4, show_default=True, help="Queries in flight at once (at most the server's cores, where it says them)."),
         click.option("-n", "--namespace", multiple=True, help="Namespace to analyse (repeatable; default all)."),
         click.option("--history", default="14d", show_default=True, help="How far back to read usage."),
         click.option("--end", "end_time", help="End of the window (ISO-8601 or unix s; default now)."),

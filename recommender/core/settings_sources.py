@@ -54,6 +54,10 @@ class PrometheusSettings(BaseModel):
     timeout_s: float = Field(60.0, gt=0, description="Timeout of one HTTP request, seconds.")
     retries: int = Field(3, ge=0, description="Retries with exponential backoff on transient errors.")
     max_workers: int = Field(4, ge=1, le=32, description="Queries in flight at once (bounded pool).")
+    match_server_cores: bool = Field(
+        True, description="Keep the queries in flight at or under the server's cores, as Prometheus reports them "
+        "(GOMAXPROCS in /api/v1/status/runtimeinfo; max_workers where it does not say): Prometheus evaluates a "
+        "query on one core, so one beyond its cores waits inside it, holding its memory, and answers no sooner.")
     max_points_per_series: int = Field(
         11_000, ge=100, le=11_000, description="Points per series per query; ranges are chunked below it."
     )
@@ -69,8 +73,9 @@ class PrometheusSettings(BaseModel):
     min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
     query_memory_mib: float = Field(
         8.0, ge=0.25, description="Memory one query may make the server hold at once, MiB (24 bytes a sample, as "
-        "Prometheus counts peakSamples): queries are cut in time to stay under it. With max_workers queries in "
-        "flight the server's query memory stays under max_workers times this, plus its garbage collector's slack.")
+        "Prometheus counts peakSamples): queries are cut in time to stay under it. With the queries in flight (see "
+        "max_workers, match_server_cores) the server's query memory stays under their number times this, plus "
+        "its garbage collector's slack.")
     recording_rules: bool = Field(
         True, description="Read the recorded series of deploy/monitoring/recording-rules.yaml "
         "(namespace_pod:<metric>:step<S> at the report's step where it is a multiple of S, else "
