@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -88,18 +88,31 @@ def collect_once(source: str, path: str | None, settings: Settings, end: datetim
     return _collect_cached(source, path, settings, end)[0]
 
 
+@dataclass(frozen=True)
+class _LazyMemo:
+    """Where the pipeline's memo lies: its module (and the analysis it imports) only for a report that runs."""
+
+    path: Path
+    quiet: bool
+
+    def load(self) -> tuple[DiskMemo, str | None]:
+        from recommender.pipeline.memostore import DiskMemo
+
+        memo = DiskMemo(self.path, quiet=self.quiet)
+        return memo, memo.load()
+
+
 def _collect_cached(source: str, path: str | None, settings: Settings, end: datetime, with_memo: bool = False
-                    ) -> tuple[Snapshot, DiskMemo | None, ReportMemo | None]:
-    """:func:`collect_once`, and (``with_memo``) the pipeline's memo and the report memo beside the cache file
-    (``recommender.pipeline.memostore``, ``recommender.cli.reportmemo``), not yet read: None where the cache is
-    off or its folder cannot be used. The cache folder gives a report one warning line at most: the memos say
-    nothing where the cache file warned."""
+                    ) -> tuple[Snapshot, _LazyMemo | None, ReportMemo | None]:
+    """:func:`collect_once`, and (``with_memo``) the pipeline's memo (where it lies: made and read on a report
+    memo's miss) and the report memo beside the cache file (``recommender.pipeline.memostore``,
+    ``recommender.cli.reportmemo``): None where the cache is off or its folder cannot be used. The cache folder
+    gives a report one warning line at most: the memos say nothing where the cache file warned."""
     p = settings.prometheus
     if source != "prometheus" or not p.cache:
         return collect(source, path, settings, end), None, None
     from collectors.prometheus.store import DiskCache, default_dir
     from recommender.cli.reportmemo import ReportMemo
-    from recommender.pipeline.memostore import DiskMemo
 
     disk = DiskCache(Path(p.cache_dir).expanduser() if p.cache_dir else default_dir(), settings)
     with RichProgress() as shown:
@@ -113,8 +126,8 @@ def _collect_cached(source: str, path: str | None, settings: Settings, end: date
     quiet = bool(warning or failed)
     if disk.broken or not with_memo:
         return snap, None, None
-    return (snap, DiskMemo(disk.path.with_suffix(".memo"), quiet=quiet),
-            ReportMemo(disk.path.with_suffix(".report"), settings, quiet=quiet))
+    whole = ReportMemo(disk.path.with_suffix(".report"), settings, quiet=quiet)
+    return snap, _LazyMemo(disk.path.with_suffix(".memo"), quiet), whole
 
 
 def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:
@@ -137,7 +150,7 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
 
     # an unknown format fails before the run (those a report memo keeps are built in: looked up on a miss only)
     renderers = None if set(fmts) <= FORMATS else {f: (get_formatter(f), get_companions(f)) for f in fmts}
-    snap, memo, whole = _collect_cached(source, path, settings, end, with_memo=True)
+    snap, lazy, whole = _collect_cached(source, path, settings, end, with_memo=True)
     if selector is not None:
         from recommender.cli.selector import select_labels  # the selector's parser (and apscheduler) only for -l
 
@@ -155,7 +168,8 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
 
     if renderers is None:
         renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}
-    if memo is not None and (unused := memo.load()):
+    memo, unused = lazy.load() if lazy is not None else (None, None)
+    if unused:
         RichProgress().log(f"warning: {unused}")
     plan_only = set(fmts) <= PLAN_ONLY  # the usage frames are not read after the plan: handed to it (release)
     plan = run_once(snap, settings, snap.end, policy=POLICY, memo=memo,
