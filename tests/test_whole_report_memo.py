@@ -19,6 +19,7 @@ import pytest
 from recommender.cli import app, reportmemo
 from recommender.core import usage as m
 from recommender.core.settings import ForecastSettings, PolicySettings, Settings
+from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.settings_sources import PrometheusSettings
 from recommender.core.usage import Snapshot
 from recommender.pipeline import run
@@ -162,20 +163,26 @@ def test_formats_a_terminal_or_charts_shape_are_not_kept(source: dict[str, Any],
 
 def test_the_file_keeps_no_server_address_in_clear(source: dict[str, Any], tmp_path: Path) -> None:
     first = report(settings(tmp_path), ("json", "csv"))
-    assert "prom.example.org" in first["json"][0]  # the KEDA trigger's address: the report says it
-    assert b"prom.example.org" not in memo_file(tmp_path).read_bytes()
+    assert "prom.example.org:9090" in first["json"][0]  # the KEDA trigger's address: the report says it
+    assert b"prom.example.org:9090" not in memo_file(tmp_path).read_bytes()
 
 
-@pytest.mark.parametrize("text", ["", "prom.example.org", "prom.example.org:9090prom.example.org",
-                                  "a http://prom.example.org:9090/x b prom.example.org\nc", "no address",
+@pytest.mark.parametrize("text", ["", "prom.example.org:9090", "prom.example.org:9090prom.example.org:9090",
+                                  "a http://prom.example.org:9090/x b prom.example.org:9090\nc", "no address",
                                   "\u00e9 prom.example.org:9090 \u00e9"])
 def test_texts_come_back_whole_around_the_addresses_taken_out(text: str) -> None:
     hosts = reportmemo._hosts(settings(None))
-    assert hosts == ["prom.example.org:9090", "prom.example.org"]
+    assert hosts == ["prom.example.org:9090"]
     data = b"".join(reportmemo.dumps("k", {"json": (text, {".x.csv": text + "!"})}, hosts))
-    assert b"prom.example.org" not in data
+    assert b"prom.example.org:9090" not in data
     framed = reportmemo.framing.frame(reportmemo.MAGIC, reportmemo.FORMAT_VERSION, (data,))
     assert reportmemo.loads(framed, hosts) == ("k", {"json": (text, {".x.csv": text + "!"})})
+
+
+def test_an_address_is_kept_out_with_and_without_its_credentials() -> None:
+    s = Settings(prometheus=PrometheusSettings(url="https://prom.example.org:9090/api"),
+                 scaling=ScalingSettings(keda_prometheus_url="http://me:secret@keda-prom:80"))
+    assert reportmemo._hosts(s) == ["me:secret@keda-prom:80", "prom.example.org:9090", "keda-prom:80"]
 
 
 def test_the_key_is_every_input(tmp_path: Path) -> None:

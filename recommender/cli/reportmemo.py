@@ -130,13 +130,13 @@ def report_key(snap: Snapshot, settings: Settings, policy: str) -> str | None:
 
 
 def _hosts(settings: Settings) -> list[str]:
-    """What of the URLs the settings hold the file must not keep in clear (each netloc and host name), longest
-    first."""
+    """What of the URLs the settings hold the file must not keep in clear: each one's netloc, with and without its
+    user:password@ (the report writes it without), longest first."""
     found: set[str] = set()
     for url in (settings.prometheus.url, settings.scaling.keda_prometheus_url):
         if url:
-            parts = urlsplit(url.strip())
-            found.update(x for x in (parts.netloc, parts.hostname) if x)
+            netloc = urlsplit(url.strip()).netloc
+            found.update(x for x in (netloc, netloc.rpartition("@")[2]) if x)
     return sorted(found, key=lambda x: (-len(x), x))
 
 
@@ -177,14 +177,17 @@ def dumps(key: str, rendered: Rendered, hosts: list[str]) -> list[bytes]:
     return [header, *blobs]
 
 
-def loads(data: bytes, hosts: list[str]) -> tuple[str, Rendered]:
-    """The key and what :func:`dumps` wrote; ReportMemoError where the bytes are not a whole file of ours."""
+def loads(data: bytes, hosts: list[str], key: str | None = None) -> tuple[str, Rendered]:
+    """The key and what :func:`dumps` wrote (nothing where it was written under another ``key`` than the one
+    given); ReportMemoError where the bytes are not a whole file of ours."""
     body = framing.read(data, MAGIC, FORMAT_VERSION, "gpu-rightsizer report memo", ReportMemoError)
     try:
         end = bytes(body[:1 << 20]).index(b"\n")
         doc = json.loads(bytes(body[:end]))
         if doc.get("version") != FORMAT_VERSION or not isinstance(doc.get("formats"), dict):
             raise ReportMemoError("header of another format")
+        if key is not None and doc.get("key") != key:
+            return str(doc.get("key")), {}
         at = end + 1
 
         def text(pieces: list[list[int]]) -> str:
@@ -228,7 +231,7 @@ class ReportMemo:
         except OSError as exc:
             return None, self._say(f"cannot be read ({_why(exc)}); computing the report")
         try:
-            kept, rendered = loads(data, self._hosts)
+            kept, rendered = loads(data, self._hosts, key)
         except ReportMemoError as exc:
             return None, self._say(f"not used: {exc}; computing the report")
         if kept != key:
