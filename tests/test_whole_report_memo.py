@@ -6,6 +6,10 @@ code's key is a silent miss; the file keeps no server address in clear."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
@@ -209,3 +213,48 @@ def test_the_key_is_every_input(tmp_path: Path) -> None:
     other = Settings(prometheus=PrometheusSettings(url=URL, cache_dir=str(tmp_path), bearer_token="two"))
     assert reportmemo.report_key(snap, token, "gpu-rightsize") == reportmemo.report_key(snap, other, "gpu-rightsize")
     assert reportmemo.report_key(snap, token, "gpu-rightsize") != key  # given or not: the report says which
+
+
+PROBE = """
+import json, sys
+from dataclasses import replace
+import numpy as np
+from recommender.cli import app
+from recommender.core import usage as m
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import PrometheusSettings
+from tests.builders import END, snapshot, whole_gpu, workload
+
+t = np.arange(432, dtype=float)
+snap = snapshot([workload(n, whole_gpu()) for n in ("chat", "code")],
+                {m.FB_USED_MIB: {"chat": 30_000.0, "code": 50_000.0},
+                 m.GR_ENGINE_ACTIVE_FRAC: {"chat": 0.2 + 0.1 * np.sin(t / 20), "code": 0.5}}, days=3)
+app.collect = lambda *a, **kw: replace(snap, usage=dict(snap.usage))
+s = Settings(prometheus=PrometheusSettings(url="http://prom.example.org:9090", cache_dir=sys.argv[1]))
+text = app.make_reports("prometheus", None, s, END, ("json",))["json"][0]
+print(json.dumps([text, sorted(sys.modules)]), file=sys.stderr)
+"""
+
+
+def _probe(folder: Path) -> tuple[str, set[str]]:
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", PROBE, str(folder)], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr
+    text, modules = json.loads(run.stderr.strip().splitlines()[-1])
+    return text, set(modules)
+
+
+def test_a_report_read_back_imports_no_pipeline_analysis_or_model_library(tmp_path: Path) -> None:
+    """A fresh process whose report is read back never imports what computing it needs (each a share of a warm
+    report's time)."""
+    first, computed = _probe(tmp_path)
+    again, read_back = _probe(tmp_path)
+    assert again == first
+    heavy = {"recommender.pipeline.run", "recommender.analysis.features", "policies.replicas",
+             "recommender.outputs.jsondoc"}
+    assert heavy <= computed  # the probe sees them where the report is computed
+    assert not {name for name in read_back if name.split(".")[0] in ("scipy", "sklearn", "statsmodels")}
+    assert not {name for name in read_back if name.startswith(("recommender.pipeline", "recommender.analysis",
+                                                              "policies", "recommender.outputs.jsondoc"))}
