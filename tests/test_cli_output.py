@@ -13,6 +13,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 import recommender.cli.app
+import recommender.pipeline.run
 from recommender.cli.main import main
 from recommender.cli.output import NOT_A_FORMAT, format_paths
 
@@ -62,17 +63,17 @@ def test_old_f_and_o_file_fails_before_writing(cwd: Path) -> None:
 def test_several_formats_come_from_one_plan(cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 
-    def counted(name: str) -> None:
-        real = getattr(recommender.cli.app, name)
+    def counted(module: Any, name: str) -> None:
+        real = getattr(module, name)
 
         def counting(*args: Any, **kwargs: Any) -> Any:
             calls.append(name)
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(recommender.cli.app, name, counting)
+        monkeypatch.setattr(module, name, counting)
 
-    counted("collect")
-    counted("run_once")
+    counted(recommender.cli.app, "collect")
+    counted(recommender.pipeline.run, "run_once")  # imported by the report where it runs the pipeline
     run = report("-o", "json,html,csv", "--output-file", "r")
     assert run.exit_code == 0, run.output
     assert calls == ["collect", "run_once"]  # one read of the source, one plan, three formats

@@ -103,7 +103,7 @@ def test_no_cache_reads_everything_and_writes_nothing(cluster: Cluster, uncached
 def test_the_cache_keeps_no_url_in_clear(cluster: Cluster, tmp_path: Path) -> None:
     report(cluster, tmp_path)
     host = cluster.url.split("//")[1]
-    assert len(list(tmp_path.iterdir())) == 2  # the cache and the pipeline's memo beside it
+    assert len(list(tmp_path.iterdir())) == 3  # the cache, the pipeline's memo and the report memo beside it
     for cached in tmp_path.iterdir():
         assert host not in cached.name and host.encode() not in cached.read_bytes()
 
@@ -359,12 +359,30 @@ def test_a_second_report_over_the_same_window_reuses_every_derived_result(
     from recommender.pipeline import run
 
     report(cluster, tmp_path)
+    (whole,) = tmp_path.glob("*.report")
+    whole.unlink()  # the pipeline's memo, not the report memo (the test below)
     computed: list[str] = []
     real = run.workload_features
     monkeypatch.setattr(run, "workload_features", lambda *a, **kw: computed.append(a[1].ref.key) or real(*a, **kw))
     again = report(cluster, tmp_path)
     assert again.doc == uncached.doc and not again.warnings and computed == []
     assert report(cluster, tmp_path, end_h=1).doc != uncached.doc and computed  # another window: computed
+
+
+def test_a_second_report_over_the_same_window_runs_no_pipeline(
+        cluster: Cluster, uncached: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report memo beside the cache (tests/test_whole_report_memo.py): the same window again, its last steps read
+    again from Prometheus, is the same input: the report is read back without the pipeline and is the uncached
+    one; another window runs it."""
+    from recommender.pipeline import run
+
+    report(cluster, tmp_path)
+    runs: list[int] = []
+    real = run.run_once
+    monkeypatch.setattr(run, "run_once", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    again = report(cluster, tmp_path)
+    assert again.doc == uncached.doc and not again.warnings and runs == []
+    assert report(cluster, tmp_path, end_h=1).doc != uncached.doc and runs == [1]
 
 
 @pytest.mark.parametrize("spoil", [_truncate, _other_version, _flipped, lambda _: b"", lambda _: b"not a memo\n"],
@@ -378,6 +396,8 @@ def test_a_spoilt_memo_file_is_one_warning_and_a_correct_report(cluster: Cluster
     ours, theirs = (m.MAGIC + f"{m.FORMAT_VERSION}\n".encode() for m in (memostore, store))
     as_cache = memo.read_bytes().replace(ours, theirs, 1)  # the same spoilers as the cache's
     memo.write_bytes(spoil(as_cache).replace(theirs, ours, 1).replace(store.MAGIC, memostore.MAGIC, 1))
+    (whole,) = tmp_path.glob("*.report")
+    whole.unlink()  # else the report memo answers the same window and the pipeline's memo is not read
     res = report(cluster, tmp_path)
     assert len(res.warnings) == 1 and str(memo) in res.warnings[0] and res.doc == uncached.doc
     healed = report(cluster, tmp_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -17,12 +17,14 @@ from collectors.registry import SourceRequest, get_source
 from recommender.core.errors import ConfigError
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
-from recommender.pipeline.run import run_once
 
 if TYPE_CHECKING:
     from collectors.prometheus.cache import UsageCache
+    from recommender.cli.reportmemo import ReportMemo
     from recommender.controller.policy import LabelSelector
     from recommender.pipeline.memostore import DiskMemo
+
+POLICY = "gpu-rightsize"  # the report's sizing policy (run_once's default)
 
 
 class RichProgress:
@@ -86,16 +88,31 @@ def collect_once(source: str, path: str | None, settings: Settings, end: datetim
     return _collect_cached(source, path, settings, end)[0]
 
 
+@dataclass(frozen=True)
+class _LazyMemo:
+    """Where the pipeline's memo lies: its module (and the analysis it imports) only for a report that runs."""
+
+    path: Path
+    quiet: bool
+
+    def load(self) -> tuple[DiskMemo, str | None]:
+        from recommender.pipeline.memostore import DiskMemo
+
+        memo = DiskMemo(self.path, quiet=self.quiet)
+        return memo, memo.load()
+
+
 def _collect_cached(source: str, path: str | None, settings: Settings, end: datetime, with_memo: bool = False
-                    ) -> tuple[Snapshot, DiskMemo | None]:
-    """:func:`collect_once`, and (``with_memo``) the pipeline's memo beside the cache file
-    (``recommender.pipeline.memostore``), loaded: None where the cache is off or its folder cannot be used. The
-    cache folder gives a report one warning line at most: the memo says nothing where the cache file warned."""
+                    ) -> tuple[Snapshot, _LazyMemo | None, ReportMemo | None]:
+    """:func:`collect_once`, and (``with_memo``) the pipeline's memo (where it lies: made and read on a report
+    memo's miss) and the report memo beside the cache file (``recommender.pipeline.memostore``,
+    ``recommender.cli.reportmemo``): None where the cache is off or its folder cannot be used. The cache folder
+    gives a report one warning line at most: the memos say nothing where the cache file warned."""
     p = settings.prometheus
     if source != "prometheus" or not p.cache:
-        return collect(source, path, settings, end), None
+        return collect(source, path, settings, end), None, None
     from collectors.prometheus.store import DiskCache, default_dir
-    from recommender.pipeline.memostore import DiskMemo
+    from recommender.cli.reportmemo import ReportMemo
 
     disk = DiskCache(Path(p.cache_dir).expanduser() if p.cache_dir else default_dir(), settings)
     with RichProgress() as shown:
@@ -106,11 +123,11 @@ def _collect_cached(source: str, path: str | None, settings: Settings, end: date
         failed = disk.save(cache)
         if failed and not warning:
             shown.log(f"warning: {failed}")
-        quiet = bool(warning or failed)
-        memo = None if disk.broken or not with_memo else DiskMemo(disk.path.with_suffix(".memo"), quiet=quiet)
-        if memo is not None and (found := memo.load()):
-            shown.log(f"warning: {found}")
-    return snap, memo
+    quiet = bool(warning or failed)
+    if disk.broken or not with_memo:
+        return snap, None, None
+    whole = ReportMemo(disk.path.with_suffix(".report"), settings, quiet=quiet)
+    return snap, _LazyMemo(disk.path.with_suffix(".memo"), quiet), whole
 
 
 def make_report(source: str, path: str | None, settings: Settings, end: datetime, fmt: str) -> str:
@@ -128,24 +145,44 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
                  selector: LabelSelector | None = None) -> dict[str, tuple[str, dict[str, str]]]:
     """Several formats of one plan (collected and planned once): format -> (report, files beside it);
     ``selector`` keeps the workloads whose labels match (``-l``)."""
+    from recommender.cli.reportmemo import FORMATS, report_key
     from recommender.outputs import PLAN_ONLY, get_companions, get_formatter
 
-    renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}  # an unknown format fails before the run
-    snap, memo = _collect_cached(source, path, settings, end, with_memo=True)
+    # an unknown format fails before the run (those a report memo keeps are built in: looked up on a miss only)
+    renderers = None if set(fmts) <= FORMATS else {f: (get_formatter(f), get_companions(f)) for f in fmts}
+    snap, lazy, whole = _collect_cached(source, path, settings, end, with_memo=True)
     if selector is not None:
         from recommender.cli.selector import select_labels  # the selector's parser (and apscheduler) only for -l
 
         found, snap = len(snap.workloads), select_labels(snap, selector)
         if found and not snap.workloads:
             raise ConfigError(f"none of the {found} workloads found has labels that -l matches")
+    key = report_key(snap, settings, POLICY) if whole is not None and renderers is None else None
+    if whole is not None and key is not None:
+        kept, warning = whole.found(key, fmts)
+        if warning:
+            RichProgress().log(f"warning: {warning}")
+        if kept is not None:  # the same inputs as the report that rendered it: no pipeline, no rendering
+            return kept
+    from recommender.pipeline.run import run_once
+
+    if renderers is None:
+        renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}
+    memo, unused = lazy.load() if lazy is not None else (None, None)
+    if unused:
+        RichProgress().log(f"warning: {unused}")
     plan_only = set(fmts) <= PLAN_ONLY  # the usage frames are not read after the plan: handed to it (release)
-    plan = run_once(snap, settings, snap.end, memo=memo, release=plan_only and isinstance(snap.usage, dict))
+    plan = run_once(snap, settings, snap.end, policy=POLICY, memo=memo,
+                    release=plan_only and isinstance(snap.usage, dict))
     if plan_only:  # gone before the memo is written and rendering
         snap = replace(snap, usage={})
     if memo is not None and (failed := memo.save()):
         RichProgress().log(f"warning: {failed}")
-    return {f: (render(plan, snap), companions(plan) if companions else {})
-            for f, (render, companions) in renderers.items()}
+    rendered = {f: (render(plan, snap), companions(plan) if companions else {})
+                for f, (render, companions) in renderers.items()}
+    if whole is not None and key is not None and (failed := whole.keep(key, rendered)):
+        RichProgress().log(f"warning: {failed}")
+    return rendered
 
 
 def save_snapshot(source: str, path: str | None, settings: Settings, end: datetime, out: Path) -> None:

@@ -77,6 +77,7 @@ class GpuModel:
 @dataclass(frozen=True)
 class Catalogue:
     gpus: Mapping[str, GpuModel] = field(default_factory=dict)
+    _canonical: dict[str, str | None] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def get(self, key: str | None) -> GpuModel | None:
         return self.gpus.get(key) if key else None
@@ -90,10 +91,13 @@ class Catalogue:
             return None
         if product in self.gpus:
             return product
+        if product in self._canonical:  # a fleet's few product strings, matched once each
+            return self._canonical[product]
         text = re.sub(r"[-_]+", " ", product.lower())
         text = re.sub(r"\bmig\b.*$", "", text).removesuffix(" shared").strip()
         hits = {k for k, g in self.gpus.items() if any(re.search(p, text) for p in g.products)}
-        return hits.pop() if len(hits) == 1 else None
+        found = self._canonical[product] = hits.pop() if len(hits) == 1 else None
+        return found
 
 
 def _shapes(raw: Mapping[str, Any]) -> dict[str, dict[str, Shape]]:
