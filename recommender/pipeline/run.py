@@ -39,7 +39,7 @@ from recommender.core.plan import Classification, Forecast, Plan, Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
 from recommender.pipeline.advice import with_advice
-from recommender.pipeline.aside import Aside, aside
+from recommender.pipeline.aside import share
 from recommender.pipeline.memo import Memo, Said, forecasts_digest, key, remembered, series_digests
 
 
@@ -75,8 +75,8 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     goes back before the classifier and the policies run (the plan is the same); and the pages the quality stage
     freed go back to the system before the features run (``give_back_freed``). ``fork``: the forecasts are made
     in a forked child (``recommender.pipeline.aside``) while this process makes the features and classes, where
-    there are at least ``FORK_MIN_FORECASTS`` to make and a second core (the same plan; for a one-shot report, not
-    a process with threads of its own)."""
+    there are at least ``FORK_MIN_FORECASTS`` to make and a second core, and this process makes those left when it
+    comes to them (the same plan; for a one-shot report, not a process with threads of its own)."""
     return run_cycle(snapshot, settings, now, policy=policy, catalogue=catalogue, cards=cards, previous=previous,
                      constraints=constraints, memo=memo, release=release, fork=fork).plan
 
@@ -118,7 +118,7 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
     with _timed(timings, "forecast"):
         chosen: dict[str, dict[str, ModelChoice]] = {}
         forecasts = _forecasts(snapshot, settings, memo, digests, choices, chosen, said,
-                               (ahead.result() if ahead else None) or {})
+                               ahead() if ahead else None)
     before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
     scaling_settings = Said(settings.scaling)
     with _timed(timings, "policies"):
@@ -252,9 +252,11 @@ def _forecast_inputs(w: Workload, fs: ForecastSettings, digests: Mapping[str, st
 
 
 def _forecasts_aside(snapshot: Snapshot, settings: Settings, memo: Memo | None, digests: Mapping[str, str],
-                     said: Mapping[str, Said]) -> Aside[dict[str, Forecasts]] | None:
-    """The forecasts ``memo`` does not hold, started in a forked child; None where there are fewer than
-    ``FORK_MIN_FORECASTS`` of them or no child could be started."""
+                     said: Mapping[str, Said]) -> Callable[[], dict[str, Forecasts]] | None:
+    """The forecasts ``memo`` does not hold, started in a forked child (``aside.share``): the callable returned
+    makes those the child has not taken yet here and returns them all by workload key (one the child failed to
+    send is missing: made by the caller). None where there are fewer than ``FORK_MIN_FORECASTS`` of them or no child
+    could be started."""
     fs = settings.forecast
     if not fs.enabled:
         return None
@@ -263,7 +265,8 @@ def _forecasts_aside(snapshot: Snapshot, settings: Settings, memo: Memo | None, 
             and (memo is None or key("forecast", *_forecast_inputs(w, fs, digests, said)) not in memo)]
     if len(todo) < FORK_MIN_FORECASTS:
         return None
-    return aside(lambda: {w.ref.key: forecast_workload(snapshot, w, fs) for w in todo})
+    shared = share(len(todo), lambda i: forecast_workload(snapshot, todo[i], fs))
+    return None if shared is None else lambda: {todo[i].ref.key: v for i, v in shared.result().items()}
 
 
 def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
