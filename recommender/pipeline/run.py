@@ -39,7 +39,7 @@ from recommender.core.plan import Classification, Forecast, Plan, Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
 from recommender.pipeline.advice import with_advice
-from recommender.pipeline.aside import share
+from recommender.pipeline.aside import Shared, fits, share
 from recommender.pipeline.memo import Memo, Said, forecasts_digest, key, remembered, series_digests
 
 
@@ -75,8 +75,9 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     goes back before the classifier and the policies run (the plan is the same); and the pages the quality stage
     freed go back to the system before the features run (``give_back_freed``). ``fork``: the forecasts are made
     in a forked child (``recommender.pipeline.aside``) while this process makes the features and classes, where
-    there are at least ``FORK_MIN_FORECASTS`` to make and a second core, and this process makes those left when it
-    comes to them (the same plan; for a one-shot report, not a process with threads of its own)."""
+    there are at least ``FORK_MIN_FORECASTS`` to make, a second core and memory for it (``forecast.fork_within_mib``),
+    and this process makes those left when it comes to them, and those the child did not send within its deadline
+    (the same plan; for a one-shot report, not a process with threads of its own)."""
     return run_cycle(snapshot, settings, now, policy=policy, catalogue=catalogue, cards=cards, previous=previous,
                      constraints=constraints, memo=memo, release=release, fork=fork).plan
 
@@ -105,20 +106,26 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
         give_back_freed()
     digests = series_digests(snapshot) if memo is not None else {}
     said = {w.ref.key: Said(w) for w in snapshot.workloads} if memo is not None else {}  # each repr made once
-    ahead = _forecasts_aside(snapshot, settings, memo, digests, said) if fork and choices is None else None
-    with _timed(timings, "features"):
-        feats = {w.ref.key: _features(snapshot, w, settings, quality[w.ref.key].usable_frac,
-                                      quality[w.ref.key].unusable, memo, digests.get(w.ref.key), said.get(w.ref.key))
-                 for w in snapshot.workloads}
-    if release:
-        snapshot, given = _read_later(snapshot), _read_later(given, handed=True)
-    with _timed(timings, "classify"):
-        fixed = constraints or {}
-        classes = _classes(snapshot, fixed, memo, digests, said)
-    with _timed(timings, "forecast"):
-        chosen: dict[str, dict[str, ModelChoice]] = {}
-        forecasts = _forecasts(snapshot, settings, memo, digests, choices, chosen, said,
-                               ahead() if ahead else None)
+    ahead = _forecasts_aside(snapshot, given, settings, memo, digests, said, release) if fork and choices is None \
+        else None
+    try:  # the child never outlives this stage: stopped here whatever raises
+        with _timed(timings, "features"):
+            feats = {w.ref.key: _features(snapshot, w, settings, quality[w.ref.key].usable_frac,
+                                          quality[w.ref.key].unusable, memo, digests.get(w.ref.key),
+                                          said.get(w.ref.key))
+                     for w in snapshot.workloads}
+        if release:
+            snapshot, given = _read_later(snapshot), _read_later(given, handed=True)
+        with _timed(timings, "classify"):
+            fixed = constraints or {}
+            classes = _classes(snapshot, fixed, memo, digests, said)
+        with _timed(timings, "forecast"):
+            chosen: dict[str, dict[str, ModelChoice]] = {}
+            ready = None if ahead is None else {ahead[0][i].ref.key: v for i, v in ahead[1].result().items()}
+            forecasts = _forecasts(snapshot, settings, memo, digests, choices, chosen, said, ready)
+    finally:
+        if ahead is not None:
+            ahead[1].close()
     before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
     scaling_settings = Said(settings.scaling)
     with _timed(timings, "policies"):
@@ -251,22 +258,47 @@ def _forecast_inputs(w: Workload, fs: ForecastSettings, digests: Mapping[str, st
     return (digests or {}).get(w.ref.key), (said or {}).get(w.ref.key, w), fs.horizon_s, fs.levels
 
 
-def _forecasts_aside(snapshot: Snapshot, settings: Settings, memo: Memo | None, digests: Mapping[str, str],
-                     said: Mapping[str, Said]) -> Callable[[], dict[str, Forecasts]] | None:
-    """The forecasts ``memo`` does not hold, started in a forked child (``aside.share``): the callable returned
-    makes those the child has not taken yet here and returns them all by workload key (one the child failed to
-    send is missing: made by the caller). None where there are fewer than ``FORK_MIN_FORECASTS`` of them or no child
-    could be started."""
+def _forecasts_aside(snapshot: Snapshot, given: Snapshot, settings: Settings, memo: Memo | None,
+                     digests: Mapping[str, str], said: Mapping[str, Said], release: bool
+                     ) -> tuple[list[Workload], Shared[Forecasts]] | None:
+    """The forecasts ``memo`` does not hold, started in a forked child (``aside.share``), and the workloads they
+    are for (item ``i`` is ``todo[i]``'s), where there are at least ``FORK_MIN_FORECASTS`` of them and twice this
+    process' resident memory fits within ``forecast.fork_within_mib`` (``aside.fits``); otherwise None. With
+    ``release`` the child first drops the frames this process drops after the features (``_read_later``), so that
+    their pages are given back by both."""
     fs = settings.forecast
     if not fs.enabled:
         return None
-    keys = _forecast_keys(snapshot, settings)
-    todo = [w for w in snapshot.workloads if w.ref.key in keys
-            and (memo is None or key("forecast", *_forecast_inputs(w, fs, digests, said)) not in memo)]
-    if len(todo) < FORK_MIN_FORECASTS:
+    todo = _forecasts_todo(snapshot, settings, memo, digests, said)
+    if len(todo) < FORK_MIN_FORECASTS or not fits(fs.fork_within_mib):
         return None
-    shared = share(len(todo), lambda i: forecast_workload(snapshot, todo[i], fs))
-    return None if shared is None else lambda: {todo[i].ref.key: v for i, v in shared.result().items()}
+
+    def prepare() -> None:  # in the child
+        for usage in (snapshot.usage, given.usage):
+            if isinstance(usage, dict):
+                for metric in [x for x in usage if x not in READ_AFTER_FEATURES]:
+                    del usage[metric]
+        give_back_freed()
+
+    shared = share(len(todo), lambda i: forecast_workload(snapshot, todo[i], fs), _is_forecasts,
+                   prepare if release else None)
+    return None if shared is None else (todo, shared)
+
+
+def _forecasts_todo(snapshot: Snapshot, settings: Settings, memo: Memo | None, digests: Mapping[str, str],
+                    said: Mapping[str, Said]) -> list[Workload]:
+    """The workloads forecast whose forecasts ``memo`` does not hold, in the snapshot's order."""
+    fs = settings.forecast
+    keys = _forecast_keys(snapshot, settings)
+    return [w for w in snapshot.workloads if w.ref.key in keys
+            and (memo is None or key("forecast", *_forecast_inputs(w, fs, digests, said)) not in memo)]
+
+
+def _is_forecasts(value: object) -> bool:
+    """Whether a value is what ``forecast_workload`` returns: forecasts and notes."""
+    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple)
+            and isinstance(value[1], tuple) and all(isinstance(f, Forecast) for f in value[0])
+            and all(isinstance(n, str) for n in value[1]))
 
 
 def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
