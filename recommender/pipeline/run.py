@@ -4,6 +4,7 @@ contents."""
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -273,14 +274,18 @@ def _forecasts_aside(snapshot: Snapshot, given: Snapshot, settings: Settings, me
     if len(todo) < FORK_MIN_FORECASTS or not fits(fs.fork_within_mib):
         return None
 
-    def prepare() -> None:  # in the child
-        for usage in (snapshot.usage, given.usage):
+    light = _read_later(snapshot)  # what the forecasts read: held here by the child's and this process' items
+    held = (weakref.ref(snapshot), weakref.ref(given))  # not held by them: this process drops them after the features
+
+    def prepare() -> None:  # in the child, while the copy of run_cycle's frame still holds both
+        for ref in held:
+            usage = None if (was := ref()) is None else was.usage
             if isinstance(usage, dict):
                 for metric in [x for x in usage if x not in READ_AFTER_FEATURES]:
                     del usage[metric]
         give_back_freed()
 
-    shared = share(len(todo), lambda i: forecast_workload(snapshot, todo[i], fs), _is_forecasts,
+    shared = share(len(todo), lambda i: forecast_workload(light, todo[i], fs), _is_forecasts,
                    prepare if release else None)
     return None if shared is None else (todo, shared)
 
