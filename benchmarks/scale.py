@@ -450,6 +450,7 @@ def main() -> None:
     ap.add_argument("--no-bytecode", action="store_true",
                     help="do not compile this checkout to bytecode first (each report then compiles the modules it "
                          "imports from source where PYTHONDONTWRITEBYTECODE is set)")
+    ap.add_argument("--settings", type=Path, help="a settings file for the reports (merged under --step's own)")
     ap.add_argument("--per-workload", action="store_true",
                     help="also run a one-query-per-workload tool's queries (KRR's way) on a fresh server over the "
                          "same blocks, and compare the server's memory and CPU with the cold report's")
@@ -485,6 +486,10 @@ def main() -> None:
             tmp = settings.parent
             settings.write_text(f"prometheus:\n  min_step_s: {args.step}\n")
             extra += ["--settings", str(settings)]
+        if args.settings:
+            if args.step > 60:
+                raise SystemExit("--settings with --step above 60 s: put prometheus.min_step_s in the file instead")
+            extra += ["--settings", str(args.settings)]
         from recommender.core.settings_sources import PrometheusSettings
 
         max_workers = args.workers or PrometheusSettings().max_workers
