@@ -173,7 +173,7 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
         RichProgress().log(f"warning: {unused}")
     plan_only = set(fmts) <= PLAN_ONLY  # the usage frames are not read after the plan: handed to it (release)
     plan = run_once(snap, settings, snap.end, policy=POLICY, memo=memo,
-                    release=plan_only and isinstance(snap.usage, dict), fork=True)
+                    release=plan_only and isinstance(snap.usage, dict))
     if plan_only:  # gone before the memo is written and rendering
         snap = replace(snap, usage={})
     if memo is not None and (failed := memo.save()):
