@@ -10,8 +10,9 @@ asks ceil(rate / target) at each step and holds the largest ask of the last W se
 replicas asked over [t - lag - W, t - lag] ready (``lag``: a poll and a cold start); a step whose rate is above
 what those serve at the objective has its requests over it. Where the plan acts on a forecast, the autoscaler
 also serves its band ahead (the external scaler's metric): each step's ask is then read on the rate plus the
-least the band lies above its mean over the horizon (``band_rps``), so the hold covers only the misses that band
-would leave, not those a reactive autoscaler alone would have. The hold is the shortest W, from the base window
+band at that step's level of demand (``demand.BandByLevel``: an idle step with the band the forecast keeps at
+idle, not a busy level's), so the hold covers only the misses that band would leave, not those a reactive
+autoscaler alone would have. The hold is the shortest W, from the base window
 up to the HPA's 3600 s limit, whose misses are within ``allowance`` of the requests of the longest's: what a
 longer hold would still remove is under that share. It rises as such gaps recur in the history and falls as
 they leave it. Rates in req/s, times in seconds. Pure: no I/O.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.replicas.burst import lag_steps, late
+from policies.replicas.demand import BandByLevel
 from policies.replicas.history import ReplicaHistory, clean_rate
 
 
@@ -39,11 +41,11 @@ class Hold:
 
 
 def scale_down_hold(history: ReplicaHistory, capacity_rps: float, target_rps: float, wake_s: float, base_s: int,
-                    max_s: int, allowance: float, band_rps: float = 0.0) -> Hold | None:
+                    max_s: int, allowance: float, band: BandByLevel | None = None) -> Hold | None:
     """The shortest window from ``base_s`` to ``max_s`` (s, in steps of the history's step) whose counterfactual
-    misses (:func:`held_misses`, asks read on the rate + ``band_rps``) are within ``allowance`` (a share, 0-1, of
-    the history's requests) of the ``max_s`` window's; None where there is no rate, no requests or nothing to
-    choose (``max_s`` <= ``base_s``)."""
+    misses (:func:`held_misses`, asks read on the rate + ``band`` at its level) are within ``allowance`` (a share,
+    0-1, of the history's requests) of the ``max_s`` window's; None where there is no rate, no requests or nothing
+    to choose (``max_s`` <= ``base_s``)."""
     rate = history.request_rate_per_s
     if rate is None or capacity_rps <= 0 or target_rps <= 0 or max_s <= base_s:
         return None
@@ -55,27 +57,30 @@ def scale_down_hold(history: ReplicaHistory, capacity_rps: float, target_rps: fl
     lag = lag_steps(wake_s, step)
     windows = sorted({base_s, *range(int(math.ceil(base_s / step) * step), max_s + 1, int(step)), max_s})
     spans = [max(0, math.ceil(w / step) - 1) for w in windows]
-    shares = {w: m / total for w, m in zip(windows, held_misses(r, capacity_rps, target_rps, lag, spans, band_rps),
+    above = np.zeros_like(r) if band is None else band.at(r)
+    shares = {w: m / total for w, m in zip(windows, held_misses(r, capacity_rps, target_rps, lag, spans, above),
                                             strict=True)}
     floor = shares[max_s]
     chosen = next(w for w in windows if shares[w] <= floor + allowance)
     if chosen == base_s:
         return Hold(base_s, shares, "")
-    band = f", its forecast band {band_rps:.3g} req/s above the rate served" if band_rps > 0 else ""
+    served = f", its forecast band above the rate served ({float(above.min()):.3g}-{float(above.max()):.3g} req/s " \
+        "by level)" if above.any() else ""
     return Hold(chosen, shares, (
         f"scale-down held {chosen} s, not {base_s} s: load returned after short gaps, and an autoscaler holding "
         f"its replicas {base_s} s would have left {shares[base_s]:.2%} of requests over the objective where they "
-        f"came back (from the request rate, a poll and a cold start late{band}), {chosen} s {shares[chosen]:.2%} "
+        f"came back (from the request rate, a poll and a cold start late{served}), {chosen} s {shares[chosen]:.2%} "
         f"(the most a hold up to {max_s} s removes, within {allowance:.2%})"))
 
 
 def held_misses(rate: np.ndarray, capacity_rps: float, target_rps: float, lag: int, spans: list[int],
-                band_rps: float = 0.0) -> list[float]:
+                band_rps: np.ndarray | float = 0.0) -> list[float]:
     """For each span (steps, ascending), requests/s summed over the steps whose rate exceeds ``capacity_rps`` x
-    the replicas ready there: the largest ask (ceil((rate + ``band_rps``) / ``target_rps``)) of the span + 1 steps
+    the replicas ready there: the largest ask (ceil((rate + ``band_rps``, per step or one for all) /
+    ``target_rps``)) of the span + 1 steps
     ending ``lag`` steps earlier. The first ``lag`` steps count as served: what served them lies before the
     history."""
-    asked = np.ceil((rate + max(0.0, band_rps)) / target_rps - 1e-9)
+    asked = np.ceil((rate + np.maximum(band_rps, 0.0)) / target_rps - 1e-9)
     held, at, out = asked.copy(), 0, []
     for span in spans:
         for back in range(at + 1, min(span, rate.size - 1) + 1):  # one more step back: max with the ask before it
