@@ -12,7 +12,10 @@ what those serve at the objective has its requests over it. Where the plan acts 
 also serves its band ahead (the external scaler's metric): each step's ask is then read on the rate plus the
 band at that step's level of demand (``demand.BandByLevel``: an idle step with the band the forecast keeps at
 idle, not a busy level's), so the hold covers only the misses that band would leave, not those a reactive
-autoscaler alone would have. The hold is the shortest W, from the base window
+autoscaler alone would have. That band is the one read now, not the one served then (a forecast refitted while
+idle may have kept less), so it corrects itself: where the history shows the service missing its objective after
+a scale-in, more than the allowance's share of its requests, the band is not read (``band_to_read``) until those
+misses leave the history. The hold is the shortest W, from the base window
 up to the HPA's 3600 s limit, whose misses are within ``allowance`` of the requests of the longest's: what a
 longer hold would still remove is under that share. It rises as such gaps recur in the history and falls as
 they leave it. Rates in req/s, times in seconds. Pure: no I/O.
@@ -24,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from policies.replicas.burst import lag_steps, late
 from policies.replicas.demand import BandByLevel
@@ -88,3 +92,37 @@ def held_misses(rate: np.ndarray, capacity_rps: float, target_rps: float, lag: i
         at = max(at, span)
         out.append(float(rate[rate > late(held, lag) * capacity_rps].sum()))
     return out
+
+
+def band_to_read(history: ReplicaHistory, band: BandByLevel | None, objective_s: float, wake_s: float, max_s: int,
+                 allowance: float) -> tuple[BandByLevel | None, str]:
+    """``band`` where the history does not contradict it, and why not where it does: the share of its requests
+    at steps :func:`missed_after_scale_in` finds (the p95 TTFT over ``objective_s`` with fewer replicas ready than
+    a ``max_s`` hold would have kept) is over ``allowance`` (0-1). Without TTFT or replica history, ``band``."""
+    if band is None:
+        return None, ""
+    missed = missed_after_scale_in(history, objective_s, lag_steps(wake_s, history.step_s),
+                                   max(0, math.ceil(max_s / history.step_s) - 1))
+    if missed is None or missed <= allowance:
+        return band, ""
+    return None, (f"its forecast band not read: {missed:.2%} of requests missed the objective after a scale-in "
+                  f"(over {allowance:.2%}), so the band served then did not keep the replicas it reads now")
+
+
+def missed_after_scale_in(history: ReplicaHistory, objective_s: float, lag: int, span: int) -> float | None:
+    """The share (0-1) of the history's requests at steps whose p95 TTFT was over ``objective_s`` (s) while fewer
+    replicas were ready than the most ready over the ``span`` + 1 steps ending ``lag`` steps earlier: load that
+    returned after a scale-in a longer hold would have kept replicas for. None without a rate, TTFT or replicas."""
+    rate, p95, ready = history.request_rate_per_s, history.ttft_p95_s, history.replicas
+    if rate is None or p95 is None or ready is None:
+        return None
+    r = clean_rate(rate.to_numpy(dtype="float64"))
+    total = float(r.sum())
+    if total <= 0:
+        return None
+    count = ready.reindex(rate.index).to_numpy(dtype="float64")
+    before = pd.Series(count).shift(lag).rolling(span + 1, min_periods=1).max().to_numpy()
+    over = p95.reindex(rate.index).to_numpy(dtype="float64") > objective_s
+    with np.errstate(invalid="ignore"):
+        after = np.isfinite(count) & np.isfinite(before) & (count < before)
+    return float(r[after & over].sum()) / total
