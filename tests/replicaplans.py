@@ -1,5 +1,5 @@
 """A request-rate history at 60 s steps and the scaling plan a real-time, one-GPU workload gets from it: what the
-replica policy's tests (the scale-down hold, the recurring floor) build on, and a forecast band."""
+replica policy's tests (the scale-down hold, the recurring floor) build on, and a flat forecast band."""
 
 from __future__ import annotations
 
@@ -27,9 +27,8 @@ def workload() -> Workload:
                     cold_start_s=90.0)
 
 
-def band(mean: float | list[float], hi_95: float | list[float], steps: int = 60) -> Forecast:
-    """A request-rate forecast (req/s) of ``steps`` 60 s steps: ``mean``, its 95% band up to ``hi_95`` (each flat,
-    or one value a step)."""
+def band(mean: float, hi_95: float, steps: int = 60) -> Forecast:
+    """A flat request-rate forecast (req/s) of ``steps`` 60 s steps: ``mean``, its 95% band up to ``hi_95``."""
     idx = pd.date_range("2030-01-01", periods=steps, freq="60s", tz="UTC")
     return Forecast(m.REQUEST_RATE, "test", pd.DataFrame({"mean": mean, "hi_95": hi_95}, index=idx))
 

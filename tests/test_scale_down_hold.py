@@ -13,7 +13,7 @@ import pytest
 
 from policies.autoscalerobjects import hpa_behavior, keda_parameters, scale_down_window_s
 from policies.replicas import ReplicaHistory, scaling_plan
-from policies.replicas.demand import BandByLevel, band_by_level
+from policies.replicas.demand import band_above_mean
 from policies.replicas.hold import band_to_read, held_misses, missed_after_scale_in, scale_down_hold
 from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
 from recommender.core.settings import ScalingSettings
@@ -85,74 +85,44 @@ def test_plan_and_hpa_carry_the_hold_as_the_scale_down_window() -> None:
     assert steady.scale_down_window_s is None and scale_down_window_s(steady) == 300
 
 
-def everywhere(rps: float) -> BandByLevel:
-    """A band ``rps`` req/s above the mean at every level."""
-    return BandByLevel((0.0,), (rps,))
-
-
 def test_a_band_that_serves_the_returns_leaves_no_hold() -> None:
     """The returns (100 req/s after each gap) are what the forecast band above the rate already keeps replicas
     for: no hold; a band too narrow to serve them leaves the hold as long as without one, and a wider band never
     lengthens it."""
     rate = history(on_off(10, 10, 72))
     bare = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005)
-    covered = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, everywhere(100.0))
-    narrow = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, everywhere(10.0))
+    covered = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, band_rps=100.0)
+    narrow = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, band_rps=10.0)
     assert bare is not None and covered is not None and narrow is not None
     assert bare.seconds > 300 and covered.seconds == 300 and not covered.reason
     assert max(covered.shares.values()) == 0.0  # 34 replicas asked for the band alone serve 100 req/s at 8 each
     assert narrow.seconds == bare.seconds and narrow.shares[300] == bare.shares[300]  # 4 replicas: 32 req/s
-    holds = [scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, everywhere(b)) for b in (0, 20, 40, 60, 80)]
+    holds = [scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, band_rps=b) for b in (0, 20, 40, 60, 80)]
     seconds = [h.seconds for h in holds if h is not None]
     assert len(seconds) == 5 and all(a >= b for a, b in itertools.pairwise(seconds))
 
 
-def test_a_busy_levels_band_does_not_serve_the_idle_gaps() -> None:
-    """A forecast made while a window is on (flat at its 100 req/s, 100 above it) has no band to say for the idle
-    gaps: read at their level it serves nothing there, so the hold is the one without a band; the same width kept
-    at idle too (a forecast that visits the idle level with it) serves the returns."""
-    rate = history(on_off(10, 10, 72))
-    bare = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005)
-    busy = band_by_level(WorkloadClass.REAL_TIME, (band(100.0, 200.0),))
-    both = band_by_level(WorkloadClass.REAL_TIME, (band([0.0, 100.0] * 30, [100.0, 200.0] * 30),))
-    assert busy is not None and both is not None
-    at_busy = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, busy)
-    at_both = scale_down_hold(rate, 8.0, 3.0, WAKE_S, 300, 3600, 0.005, both)
-    assert bare is not None and at_busy is not None and at_both is not None
-    assert bare.seconds > 300 and at_busy.seconds == bare.seconds and at_busy.shares == bare.shares
-    assert at_both.seconds == 300 and max(at_both.shares.values()) == 0.0
-
-
-def test_the_band_by_level_is_the_least_at_that_level_or_above() -> None:
-    """Each level's gap is the least the band lies above the mean at the steps ahead whose mean is at least that
-    level (so it never falls as the level rises); a rate between levels takes the next level's, one above them
-    all the top's, one under the lowest the lowest's in proportion; none without a band to serve."""
-    mean = [0.0, 10.0, 10.0, 50.0, 50.0, 80.0]
-    ahead = band_by_level(WorkloadClass.REAL_TIME, (band(mean, [5.0, 40.0, 25.0, 70.0, 110.0, 120.0], steps=6),))
-    assert ahead is not None  # gaps 5; 30, 15; 20, 60; 40
-    assert ahead.levels == (0.0, 10.0, 50.0, 80.0) and ahead.gaps == (5.0, 15.0, 20.0, 40.0)
-    assert ahead.at(np.array([0.0, 5.0, 10.0, 11.0, 50.0, 200.0])).tolist() == [5.0, 15.0, 15.0, 20.0, 20.0, 40.0]
-    flat = band_by_level(WorkloadClass.REAL_TIME, (band(40.0, 60.0),))
-    assert flat is not None and flat.at(np.array([0.0, 10.0, 40.0, 90.0])).tolist() == [0.0, 5.0, 20.0, 20.0]
-    assert band_by_level(WorkloadClass.REAL_TIME, ()) is None
-    assert band_by_level(WorkloadClass.BATCH, (band(40.0, 60.0),)) is None  # batch sizes on the mean: no band
-    under = band_by_level(WorkloadClass.REAL_TIME, (band(10.0, 5.0),))
-    assert under is not None and under.gaps == (0.0,)  # a band under its mean serves nothing above it
+def test_band_above_mean_is_the_least_gap_over_the_horizon() -> None:
+    rising = band(10.0, 30.0)
+    rising.frame.loc[rising.frame.index[30:], "hi_95"] = 50.0  # the band widens further ahead
+    assert band_above_mean(WorkloadClass.REAL_TIME, (rising,)) == 20.0
+    assert band_above_mean(WorkloadClass.REAL_TIME, ()) == 0.0
+    assert band_above_mean(WorkloadClass.BATCH, (rising,)) == 0.0  # batch sizes on the mean: no band served
+    assert band_above_mean(WorkloadClass.REAL_TIME, (band(10.0, 5.0),)) == 0.0  # a band under its mean: none
 
 
 def test_the_plan_reads_its_hold_against_the_band_it_acts_on() -> None:
     """The same on-off history: without a forecast the plan holds through the gaps; with a forecast acted on
-    whose band lies 100 req/s above its mean at idle and at the windows' level (the returns' rate), the band
-    serves them and the base window stays; a forecast the plan does not act on yet (under
-    min_forecast_history_s), or the setting off (the default), changes nothing."""
+    whose band lies 100 req/s above its mean (the returns' rate), the band serves them and the base window
+    stays; a forecast the plan does not act on yet (under min_forecast_history_s), or the setting off (the
+    default), changes nothing."""
     base = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0, scale_down_hold_reads_band=True)
     rate = on_off(10, 10, 72)
-    kept = band([0.0, 100.0] * 30, [100.0, 200.0] * 30)
     alone = plan(base, rate)
-    wide = plan(base, rate, (kept,))
-    off = plan(base.model_copy(update={"scale_down_hold_reads_band": False}), rate, (kept,))
+    wide = plan(base, rate, (band(50.0, 150.0),))
+    off = plan(base.model_copy(update={"scale_down_hold_reads_band": False}), rate, (band(50.0, 150.0),))
     assert off.demand_source == "forecast" and off.scale_down_window_s == alone.scale_down_window_s  # opt-in
-    unused = plan(base.model_copy(update={"min_forecast_history_s": 30 * 86_400.0}), rate, (kept,))
+    unused = plan(base.model_copy(update={"min_forecast_history_s": 30 * 86_400.0}), rate, (band(50.0, 150.0),))
     assert alone.scale_down_window_s is not None and alone.scale_down_window_s > 300
     assert wide.demand_source == "forecast" and wide.scale_down_window_s is None
     assert unused.demand_source == "observed" and unused.scale_down_window_s == alone.scale_down_window_s
@@ -165,7 +135,7 @@ def returns_after_scale_in(missed: bool) -> ReplicaHistory:
     start = np.tile(np.r_[np.ones(3), np.zeros(17)], 72).astype(bool)
     ready = np.where((rate > 0) & ~start, 13.0, 1.0)
     p95 = np.where(start & missed, 40.0, 0.5)
-    idx = history(rate).request_rate_per_s.index  # type: ignore[union-attr]
+    idx = pd.date_range("2024-01-01", periods=rate.size, freq="60s", tz="UTC")
     return ReplicaHistory(60.0, pd.Series(rate, index=idx), pd.Series(p95, index=idx), None,
                           pd.Series(ready, index=idx))
 
@@ -174,26 +144,25 @@ def test_the_band_is_not_read_where_the_service_missed_after_scaling_in() -> Non
     """The band a forecast keeps now, checked against what happened: where the history shows the returns after a
     scale-in missing the objective (3 of each 10 busy steps after the first window), the band is not read and the
     hold is the one without it; where they met it, or no TTFT was collected, the band stands."""
-    kept = BandByLevel((0.0,), (100.0,))
     missed, met = returns_after_scale_in(True), returns_after_scale_in(False)
     assert missed_after_scale_in(missed, 5.0, 3, 59) == pytest.approx(3 * 71 / 720)  # the first window: no scale-in
     assert missed_after_scale_in(met, 5.0, 3, 59) == 0.0
-    assert missed_after_scale_in(history(on_off(10, 10, 72)), 5.0, 3, 59) is None  # no TTFT, no replicas
-    band, why = band_to_read(missed, kept, 5.0, WAKE_S, 3600, 0.005)
-    assert band is None and "29.58%" in why
-    assert band_to_read(met, kept, 5.0, WAKE_S, 3600, 0.005) == (kept, "")
-    assert band_to_read(history(on_off(10, 10, 72)), kept, 5.0, WAKE_S, 3600, 0.005) == (kept, "")
     assert missed_after_scale_in(missed, 50.0, 3, 59) == 0.0  # within a looser objective: nothing missed
+    assert missed_after_scale_in(history(on_off(10, 10, 72)), 5.0, 3, 59) is None  # no TTFT, no replicas
+    band_rps, why = band_to_read(missed, 100.0, 5.0, WAKE_S, 3600, 0.005)
+    assert band_rps == 0.0 and "29.58%" in why
+    assert band_to_read(met, 100.0, 5.0, WAKE_S, 3600, 0.005) == (100.0, "")
+    assert band_to_read(history(on_off(10, 10, 72)), 100.0, 5.0, WAKE_S, 3600, 0.005) == (100.0, "")
 
 
 def test_the_plan_holds_without_the_band_where_it_was_contradicted() -> None:
+    """A band that would serve the returns (as above) leaves the base window where the history shows them met,
+    and the hold without a band where it shows them missed after a scale-in, with a reason saying so."""
     base = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0, scale_down_hold_reads_band=True)
-    kept = band([0.0, 100.0] * 30, [100.0, 200.0] * 30)
     rt = Classification(WorkloadClass.REAL_TIME, 1.0, (), "annotation")
     bare = plan(base, on_off(10, 10, 72))
-    plans = [scaling_plan(workload(), returns_after_scale_in(m), rt, (kept,), base) for m in (True, False)]
-    assert all(isinstance(p, ScalingPlan) for p in plans)
-    contradicted, served = plans
+    contradicted, served = (scaling_plan(workload(), returns_after_scale_in(m), rt, (band(50.0, 150.0),), base)
+                            for m in (True, False))
     assert isinstance(contradicted, ScalingPlan) and isinstance(served, ScalingPlan)
     assert bare.scale_down_window_s is not None and contradicted.scale_down_window_s == bare.scale_down_window_s
     assert any("forecast band not read" in r for r in contradicted.reasons)

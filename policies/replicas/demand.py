@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -63,49 +62,19 @@ def _observed(cls: WorkloadClass, observed: np.ndarray, rate: pd.Series | None, 
                                                f"forecast); floor {trough:.3g} req/s: the quietest step seen",))
 
 
-@dataclass(frozen=True)
-class BandByLevel:
-    """How far the request-rate forecast's band lies above its mean (req/s) by the level of demand: ``levels``
-    (req/s, ascending, at least one) are the forecast's means over the horizon, ``gaps`` (req/s, at least 0, the
-    same length, not decreasing) at each the least its band lies above the mean at the steps ahead whose mean is
-    that level or higher."""
-
-    levels: tuple[float, ...]
-    gaps: tuple[float, ...]
-
-    def at(self, rate: np.ndarray) -> np.ndarray:
-        """The band served above each rate (req/s): the gap of the lowest level at or above it (the highest
-        level's above them all); under the lowest level, its gap x rate / that level, so an idle step is not
-        read with a busy level's band (demand spreads less where it is low; 0 at no load)."""
-        levels, gaps = np.asarray(self.levels), np.asarray(self.gaps)
-        r = np.maximum(np.nan_to_num(np.asarray(rate, dtype="float64")), 0.0)
-        out = gaps[np.minimum(np.searchsorted(levels, r, side="left"), levels.size - 1)]
-        if levels[0] > 0:
-            out = np.where(r < levels[0], gaps[0] * r / levels[0], out)
-        return out
-
-
-def band_by_level(cls: WorkloadClass, forecasts: Sequence[Forecast]) -> BandByLevel | None:
-    """The request-rate forecast's band for ``cls`` above its mean, by level (:class:`BandByLevel`): what the
-    external scaler serves above the expected rate, read at the level a step is at rather than at the plan's
-    (the forecast's residual bands are set per level of demand, ``forecast.base.LEVEL_BINS``); None without a
-    forecast or a band (batch sizes on the mean)."""
+def band_above_mean(cls: WorkloadClass, forecasts: Sequence[Forecast]) -> float:
+    """The least the request-rate forecast's band for ``cls`` lies above its mean over the horizon (req/s, at
+    least 0): what the external scaler serves above the expected rate at every step ahead; 0 without a forecast
+    or a band (batch sizes on the mean)."""
     fc = rate_forecast(forecasts)
     if fc is None:
-        return None
+        return 0.0
     column = upper_band(fc.frame, BAND_BY_CLASS[cls])
     if column == "mean" or "mean" not in fc.frame.columns:
-        return None
-    mean = fc.frame["mean"].clip(lower=0.0).to_numpy(dtype="float64")
-    gap = fc.frame[column].clip(lower=0.0).to_numpy(dtype="float64") - mean
-    ok = np.isfinite(mean) & np.isfinite(gap)
-    if not ok.any():
-        return None
-    order = np.argsort(mean[ok], kind="stable")
-    levels, gaps = mean[ok][order], np.maximum(gap[ok][order], 0.0)
-    least_above = np.minimum.accumulate(gaps[::-1])[::-1]  # the least gap at this level or higher
-    levels, first = np.unique(levels, return_index=True)
-    return BandByLevel(tuple(levels.tolist()), tuple(least_above[first].tolist()))
+        return 0.0
+    gap = (fc.frame[column].clip(lower=0.0) - fc.frame["mean"].clip(lower=0.0)).to_numpy(dtype="float64")
+    gap = gap[np.isfinite(gap)]
+    return max(0.0, float(gap.min())) if gap.size else 0.0
 
 
 def forecasts_to_act_on(forecasts: Sequence[Forecast], span_s: float, settings: ScalingSettings

@@ -10,15 +10,14 @@ asks ceil(rate / target) at each step and holds the largest ask of the last W se
 replicas asked over [t - lag - W, t - lag] ready (``lag``: a poll and a cold start); a step whose rate is above
 what those serve at the objective has its requests over it. Where the plan acts on a forecast, the autoscaler
 also serves its band ahead (the external scaler's metric): each step's ask is then read on the rate plus the
-band at that step's level of demand (``demand.BandByLevel``: an idle step with the band the forecast keeps at
-idle, not a busy level's), so the hold covers only the misses that band would leave, not those a reactive
-autoscaler alone would have. That band is the one read now, not the one served then (a forecast refitted while
-idle may have kept less), so it corrects itself: where the history shows the service missing its objective after
-a scale-in, more than the allowance's share of its requests, the band is not read (``band_to_read``) until those
-misses leave the history. The hold is the shortest W, from the base window
-up to the HPA's 3600 s limit, whose misses are within ``allowance`` of the requests of the longest's: what a
-longer hold would still remove is under that share. It rises as such gaps recur in the history and falls as
-they leave it. Rates in req/s, times in seconds. Pure: no I/O.
+least the band lies above its mean over the horizon (``band_rps``), so the hold covers only the misses that band
+would leave, not those a reactive autoscaler alone would have. That band is the one read now, not the ones
+served then (a forecast refitted while idle may have kept less), so it is checked against what happened: where
+the history shows the objective missed after a scale-in on more than the allowance's share of its requests, the
+band is not read (``band_to_read``) until those misses leave the history. The hold is the shortest W, from the
+base window up to the HPA's 3600 s limit, whose misses are within ``allowance`` of the requests of the
+longest's: what a longer hold would still remove is under that share. It rises as such gaps recur in the
+history and falls as they leave it. Rates in req/s, times in seconds. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import numpy as np
 import pandas as pd
 
 from policies.replicas.burst import lag_steps, late
-from policies.replicas.demand import BandByLevel
 from policies.replicas.history import ReplicaHistory, clean_rate
 
 
@@ -45,9 +43,9 @@ class Hold:
 
 
 def scale_down_hold(history: ReplicaHistory, capacity_rps: float, target_rps: float, wake_s: float, base_s: int,
-                    max_s: int, allowance: float, band: BandByLevel | None = None) -> Hold | None:
+                    max_s: int, allowance: float, band_rps: float = 0.0) -> Hold | None:
     """The shortest window from ``base_s`` to ``max_s`` (s, in steps of the history's step) whose counterfactual
-    misses (:func:`held_misses`, asks read on the rate + ``band`` at its level) are within ``allowance`` (a share,
+    misses (:func:`held_misses`, asks read on the rate + ``band_rps``) are within ``allowance`` (a share,
     0-1, of the history's requests) of the ``max_s`` window's; None where there is no rate, no requests or nothing
     to choose (``max_s`` <= ``base_s``)."""
     rate = history.request_rate_per_s
@@ -61,15 +59,13 @@ def scale_down_hold(history: ReplicaHistory, capacity_rps: float, target_rps: fl
     lag = lag_steps(wake_s, step)
     windows = sorted({base_s, *range(int(math.ceil(base_s / step) * step), max_s + 1, int(step)), max_s})
     spans = [max(0, math.ceil(w / step) - 1) for w in windows]
-    above = np.zeros_like(r) if band is None else band.at(r)
-    shares = {w: m / total for w, m in zip(windows, held_misses(r, capacity_rps, target_rps, lag, spans, above),
+    shares = {w: m / total for w, m in zip(windows, held_misses(r, capacity_rps, target_rps, lag, spans, band_rps),
                                             strict=True)}
     floor = shares[max_s]
     chosen = next(w for w in windows if shares[w] <= floor + allowance)
     if chosen == base_s:
         return Hold(base_s, shares, "")
-    served = f", its forecast band above the rate served ({float(above.min()):.3g}-{float(above.max()):.3g} req/s " \
-        "by level)" if above.any() else ""
+    served = f", its forecast band {band_rps:.3g} req/s above the rate served" if band_rps > 0 else ""
     return Hold(chosen, shares, (
         f"scale-down held {chosen} s, not {base_s} s: load returned after short gaps, and an autoscaler holding "
         f"its replicas {base_s} s would have left {shares[base_s]:.2%} of requests over the objective where they "
@@ -78,13 +74,12 @@ def scale_down_hold(history: ReplicaHistory, capacity_rps: float, target_rps: fl
 
 
 def held_misses(rate: np.ndarray, capacity_rps: float, target_rps: float, lag: int, spans: list[int],
-                band_rps: np.ndarray | float = 0.0) -> list[float]:
+                band_rps: float = 0.0) -> list[float]:
     """For each span (steps, ascending), requests/s summed over the steps whose rate exceeds ``capacity_rps`` x
-    the replicas ready there: the largest ask (ceil((rate + ``band_rps``, per step or one for all) /
-    ``target_rps``)) of the span + 1 steps
+    the replicas ready there: the largest ask (ceil((rate + ``band_rps``) / ``target_rps``)) of the span + 1 steps
     ending ``lag`` steps earlier. The first ``lag`` steps count as served: what served them lies before the
     history."""
-    asked = np.ceil((rate + np.maximum(band_rps, 0.0)) / target_rps - 1e-9)
+    asked = np.ceil((rate + max(0.0, band_rps)) / target_rps - 1e-9)
     held, at, out = asked.copy(), 0, []
     for span in spans:
         for back in range(at + 1, min(span, rate.size - 1) + 1):  # one more step back: max with the ask before it
@@ -94,18 +89,19 @@ def held_misses(rate: np.ndarray, capacity_rps: float, target_rps: float, lag: i
     return out
 
 
-def band_to_read(history: ReplicaHistory, band: BandByLevel | None, objective_s: float, wake_s: float, max_s: int,
-                 allowance: float) -> tuple[BandByLevel | None, str]:
-    """``band`` where the history does not contradict it, and why not where it does: the share of its requests
-    at steps :func:`missed_after_scale_in` finds (the p95 TTFT over ``objective_s`` with fewer replicas ready than
-    a ``max_s`` hold would have kept) is over ``allowance`` (0-1). Without TTFT or replica history, ``band``."""
-    if band is None:
-        return None, ""
+def band_to_read(history: ReplicaHistory, band_rps: float, objective_s: float, wake_s: float, max_s: int,
+                 allowance: float) -> tuple[float, str]:
+    """``band_rps`` (req/s) where the history does not contradict it, else 0 and why: where the share of its
+    requests at the steps :func:`missed_after_scale_in` finds (the p95 TTFT over ``objective_s`` with fewer
+    replicas ready than a ``max_s`` hold would have kept) is over ``allowance`` (0-1). Without TTFT or replica
+    history, ``band_rps``."""
+    if band_rps <= 0:
+        return 0.0, ""
     missed = missed_after_scale_in(history, objective_s, lag_steps(wake_s, history.step_s),
                                    max(0, math.ceil(max_s / history.step_s) - 1))
     if missed is None or missed <= allowance:
-        return band, ""
-    return None, (f"its forecast band not read: {missed:.2%} of requests missed the objective after a scale-in "
+        return band_rps, ""
+    return 0.0, (f"its forecast band not read: {missed:.2%} of requests missed the objective after a scale-in "
                   f"(over {allowance:.2%}), so the band served then did not keep the replicas it reads now")
 
 

@@ -13,7 +13,7 @@ from policies.replicas.burst import BurstFloor, burst_floor
 from policies.replicas.capacity import keep_lower_bound, per_replica_capacity
 from policies.replicas.cooldown import cooldown_s
 from policies.replicas.counts import replica_bounds, significant
-from policies.replicas.demand import BandByLevel, band_by_level, demand_to_size, forecasts_to_act_on, rate_forecast
+from policies.replicas.demand import band_above_mean, demand_to_size, forecasts_to_act_on, rate_forecast
 from policies.replicas.estimates import Absent, Capacity, Carried, Demand, NoScalingPlan, ReplicaBounds
 from policies.replicas.headroom import error_budget_headroom
 from policies.replicas.history import ReplicaHistory, history_span_s, idle_gaps_s, shape_note
@@ -34,8 +34,7 @@ from recommender.core.settings import ScalingSettings
 @dataclass(frozen=True)
 class _Inputs:
     """What every step of one plan reads: the workload, its history, class and TTFT objective (s), the seconds of
-    history, whether a request-rate forecast is acted on and its band above the mean by level (where the hold
-    reads it)."""
+    history, whether a request-rate forecast is acted on and the least its band lies above its mean (req/s)."""
 
     workload: Workload
     history: ReplicaHistory
@@ -44,7 +43,7 @@ class _Inputs:
     span_s: float
     forecast: bool
     settings: ScalingSettings
-    band: BandByLevel | None = None
+    band_rps: float = 0.0
 
 
 def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Classification | None,
@@ -72,7 +71,7 @@ def scaling_plan(workload: Workload, history: ReplicaHistory, classification: Cl
     if isinstance(capacity, Absent) or isinstance(demand, Absent):
         return NoScalingPlan(tuple(x.reason for x in (capacity, demand) if isinstance(x, Absent)))
     inputs = _Inputs(workload, history, cls, objective_s, span_s, rate_forecast(forecasts) is not None, settings,
-                     band_by_level(cls, forecasts) if settings.scale_down_hold_reads_band else None)
+                     band_above_mean(cls, forecasts) if settings.scale_down_hold_reads_band else 0.0)
     plan = _on_shape(inputs, capacity, demand, shape, why)
     today = _on_today(inputs, plan, demand)
     planned = plan if capacity.is_lower_bound else \
@@ -157,7 +156,7 @@ def _hold(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bool) -> 
         return None
     base = base_scale_down_window_s(x.workload.cold_start_s, x.settings.default_cold_start_s)
     wake, allowance = x.settings.wake_s(x.workload.cold_start_s), frac * x.settings.ttft_error_budget
-    band, why = band_to_read(x.history, x.band, x.objective_s, wake, HPA_MAX_WINDOW_S, allowance)
+    band, why = band_to_read(x.history, x.band_rps, x.objective_s, wake, HPA_MAX_WINDOW_S, allowance)
     hold = scale_down_hold(x.history, capacity_rps, target_rps, wake, base, HPA_MAX_WINDOW_S, allowance, band)
     return replace(hold, reason=f"{hold.reason}; {why}") if hold and hold.reason and why else hold
 
