@@ -8,13 +8,16 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pandas as pd
+import pytest
 
 from policies.autoscalerobjects import hpa_behavior, keda_parameters, scale_down_window_s
+from policies.replicas import ReplicaHistory, scaling_plan
 from policies.replicas.demand import band_above_mean
-from policies.replicas.hold import held_misses, scale_down_hold
-from recommender.core.plan import WorkloadClass
+from policies.replicas.hold import band_to_read, held_misses, missed_after_scale_in, scale_down_hold
+from recommender.core.plan import Classification, ScalingPlan, WorkloadClass
 from recommender.core.settings import ScalingSettings
-from tests.replicaplans import band, history, plan
+from tests.replicaplans import band, history, plan, workload
 
 WAKE_S = 150.0  # a poll and a cold start: 3 steps late
 
@@ -123,3 +126,44 @@ def test_the_plan_reads_its_hold_against_the_band_it_acts_on() -> None:
     assert alone.scale_down_window_s is not None and alone.scale_down_window_s > 300
     assert wide.demand_source == "forecast" and wide.scale_down_window_s is None
     assert unused.demand_source == "observed" and unused.scale_down_window_s == alone.scale_down_window_s
+
+
+def returns_after_scale_in(missed: bool) -> ReplicaHistory:
+    """The on-off load with the replicas a service held: one through each gap and the first 3 steps of each
+    window (a cold start late), 13 after; its p95 TTFT over the 5 s objective on those 3 steps where ``missed``."""
+    rate = on_off(10, 10, 72)
+    start = np.tile(np.r_[np.ones(3), np.zeros(17)], 72).astype(bool)
+    ready = np.where((rate > 0) & ~start, 13.0, 1.0)
+    p95 = np.where(start & missed, 40.0, 0.5)
+    idx = pd.date_range("2024-01-01", periods=rate.size, freq="60s", tz="UTC")
+    return ReplicaHistory(60.0, pd.Series(rate, index=idx), pd.Series(p95, index=idx), None,
+                          pd.Series(ready, index=idx))
+
+
+def test_the_band_is_not_read_where_the_service_missed_after_scaling_in() -> None:
+    """The band a forecast keeps now, checked against what happened: where the history shows the returns after a
+    scale-in missing the objective (3 of each 10 busy steps after the first window), the band is not read and the
+    hold is the one without it; where they met it, or no TTFT was collected, the band stands."""
+    missed, met = returns_after_scale_in(True), returns_after_scale_in(False)
+    assert missed_after_scale_in(missed, 5.0, 3, 59) == pytest.approx(3 * 71 / 720)  # the first window: no scale-in
+    assert missed_after_scale_in(met, 5.0, 3, 59) == 0.0
+    assert missed_after_scale_in(missed, 50.0, 3, 59) == 0.0  # within a looser objective: nothing missed
+    assert missed_after_scale_in(history(on_off(10, 10, 72)), 5.0, 3, 59) is None  # no TTFT, no replicas
+    band_rps, why = band_to_read(missed, 100.0, 5.0, WAKE_S, 3600, 0.005)
+    assert band_rps == 0.0 and "29.58%" in why
+    assert band_to_read(met, 100.0, 5.0, WAKE_S, 3600, 0.005) == (100.0, "")
+    assert band_to_read(history(on_off(10, 10, 72)), 100.0, 5.0, WAKE_S, 3600, 0.005) == (100.0, "")
+
+
+def test_the_plan_holds_without_the_band_where_it_was_contradicted() -> None:
+    """A band that would serve the returns (as above) leaves the base window where the history shows them met,
+    and the hold without a band where it shows them missed after a scale-in, with a reason saying so."""
+    base = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0, scale_down_hold_reads_band=True)
+    rt = Classification(WorkloadClass.REAL_TIME, 1.0, (), "annotation")
+    bare = plan(base, on_off(10, 10, 72))
+    contradicted, served = (scaling_plan(workload(), returns_after_scale_in(m), rt, (band(50.0, 150.0),), base)
+                            for m in (True, False))
+    assert isinstance(contradicted, ScalingPlan) and isinstance(served, ScalingPlan)
+    assert bare.scale_down_window_s is not None and contradicted.scale_down_window_s == bare.scale_down_window_s
+    assert any("forecast band not read" in r for r in contradicted.reasons)
+    assert served.scale_down_window_s is None

@@ -17,7 +17,7 @@ from policies.replicas.demand import band_above_mean, demand_to_size, forecasts_
 from policies.replicas.estimates import Absent, Capacity, Carried, Demand, NoScalingPlan, ReplicaBounds
 from policies.replicas.headroom import error_budget_headroom
 from policies.replicas.history import ReplicaHistory, history_span_s, idle_gaps_s, shape_note
-from policies.replicas.hold import Hold, scale_down_hold
+from policies.replicas.hold import Hold, band_to_read, scale_down_hold
 from policies.replicas.recorded import recorded_capacity
 from policies.replicas.recurring import RecurringFloor, ahead_of, recurring_floor
 from policies.replicas.simulate import with_means
@@ -150,13 +150,15 @@ def _burst_floor(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bo
 def _hold(x: _Inputs, capacity_rps: float, target_rps: float, to_zero: bool) -> Hold | None:
     """The scale-down hold where ``scale_down_hold_budget_frac`` is set and the class is latency-bound and stays
     up (scale to zero has its cooldown instead); read against the forecast band the plan serves ahead where
-    ``scale_down_hold_reads_band`` opts in."""
+    ``scale_down_hold_reads_band`` opts in and the history's misses after a scale-in do not contradict it."""
     frac = x.settings.scale_down_hold_budget_frac
     if frac is None or to_zero or x.cls is WorkloadClass.BATCH:
         return None
     base = base_scale_down_window_s(x.workload.cold_start_s, x.settings.default_cold_start_s)
-    return scale_down_hold(x.history, capacity_rps, target_rps, x.settings.wake_s(x.workload.cold_start_s), base,
-                           HPA_MAX_WINDOW_S, frac * x.settings.ttft_error_budget, x.band_rps)
+    wake, allowance = x.settings.wake_s(x.workload.cold_start_s), frac * x.settings.ttft_error_budget
+    band, why = band_to_read(x.history, x.band_rps, x.objective_s, wake, HPA_MAX_WINDOW_S, allowance)
+    hold = scale_down_hold(x.history, capacity_rps, target_rps, wake, base, HPA_MAX_WINDOW_S, allowance, band)
+    return replace(hold, reason=f"{hold.reason}; {why}") if hold and hold.reason and why else hold
 
 
 def _recurring(x: _Inputs, target_rps: float, to_zero: bool) -> RecurringFloor | None:

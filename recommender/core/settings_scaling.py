@@ -121,7 +121,8 @@ class ScalingSettings(BaseModel):
     scale_down_hold_reads_band: bool = Field(
         False, description="Read the scale-down hold against the forecast band the plan acts on: each step's ask on "
         "the rate plus the least the band lies above its mean over the horizon, so the hold covers only the misses "
-        "that band would leave (opt-in; off: the rate alone)."
+        "that band would leave; not read while the history shows the objective missed after a scale-in on more than "
+        "scale_down_hold_budget_frac x ttft_error_budget of its requests (opt-in; off: the rate alone)."
     )
     recurring_floor_interval_s: float | None = Field(
         None, gt=0, description="Opt-in: keep, until the next plan (this many seconds: the controller's interval) "
