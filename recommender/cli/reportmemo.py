@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from recommender.core import framing
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
+from recommender.core.versions import add_library_versions
 
 FORMAT_VERSION = 1
 MAGIC = b"gpu-rightsizer report memo\n"
@@ -55,11 +56,7 @@ def code_version() -> str:
     """A digest of every source and data file of the three packages, the interpreter's and the numeric and
     rendering libraries' versions, and the mechanism and policy plugins installed."""
     h = hashlib.sha256(f"{KEY_VERSION}|{sys.version_info[:3]}".encode())
-    for lib in _LIBRARIES:
-        try:
-            h.update(f"{lib}={metadata.version(lib)};".encode())
-        except metadata.PackageNotFoundError:
-            h.update(f"{lib}=-;".encode())
+    add_library_versions(h, _LIBRARIES)
     for group in _PLUGINS:
         found = sorted((ep.name, ep.value) for ep in metadata.entry_points(group=group))
         h.update(f"{group}={found!r};".encode())

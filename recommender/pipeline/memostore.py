@@ -20,7 +20,6 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterator, MutableMapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from policies.replicas.estimates import NoScalingPlan
 from recommender.analysis.features import Quantiles, WorkloadFeatures
 from recommender.core import framing
 from recommender.core.plan import Classification, Forecast, ScalingPlan, WorkloadClass
+from recommender.core.versions import add_library_versions
 
 FORMAT_VERSION = 1
 MAGIC = b"gpu-rightsizer pipeline memo\n"
@@ -49,11 +49,7 @@ class MemoFileError(Exception):
 def code_version() -> str:
     """A digest of the code and data the memo's values come from, and of the numeric libraries' versions."""
     h = hashlib.sha256(f"{sys.version_info[:3]}".encode())
-    for lib in _LIBRARIES:
-        try:
-            h.update(f"{lib}={metadata.version(lib)};".encode())
-        except metadata.PackageNotFoundError:
-            h.update(f"{lib}=-;".encode())
+    add_library_versions(h, _LIBRARIES)
     root = Path(recommender.__file__).parent
     policy = Path(policies.packing.__file__).parent  # the MIG packings' MILP (``milp:``) and the scaling plans
     for path in sorted(policy.rglob("*.py")):  # (``scaling:``): every policy, the code they import from there
