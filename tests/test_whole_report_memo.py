@@ -258,3 +258,19 @@ def test_a_report_read_back_imports_no_pipeline_analysis_or_model_library(tmp_pa
     assert not {name for name in read_back if name.split(".")[0] in ("scipy", "sklearn", "statsmodels")}
     assert not {name for name in read_back if name.startswith(("recommender.pipeline", "recommender.analysis",
                                                               "policies", "recommender.outputs.jsondoc"))}
+
+
+def test_a_wide_frame_is_digested_a_few_columns_at_a_time_to_the_same_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    snap = fleet()
+    rate = snap.usage[m.REQUEST_RATE]
+    wide = pd.concat([rate.add_suffix(f"-{k}") for k in range(700 // rate.shape[1] + 1)], axis=1)
+    mixed = wide.astype({c: "float32" for c in wide.columns[::3]})  # two blocks: pandas copies to read them
+    for frame in (wide, mixed):
+        held = replace(snap, usage={**snap.usage, m.REQUEST_RATE: frame})
+        chunked = reportmemo.snapshot_digest(held)
+        with monkeypatch.context() as patch:
+            patch.setattr(reportmemo, "DIGEST_COLUMNS", frame.shape[1] + 1)  # the whole frame at once
+            assert reportmemo.snapshot_digest(held) == chunked
+        last = frame.copy()
+        last.iloc[-1, 600] += 1.0  # a column in a later piece
+        assert reportmemo.snapshot_digest(replace(snap, usage={**snap.usage, m.REQUEST_RATE: last})) != chunked

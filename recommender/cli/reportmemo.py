@@ -43,6 +43,7 @@ _SUFFIXES = (".py", ".csv", ".yaml", ".json", ".css")
 _LIBRARIES = ("numpy", "pandas", "pyarrow", "scipy", "statsmodels", "scikit-learn", "pydantic", "pydantic-core",
               "PyYAML")
 _PLUGINS = ("gpu_rightsizer.mechanisms", "gpu_rightsizer.policies")  # read by name inside the pipeline
+DIGEST_COLUMNS = 256  # columns of a usage frame hashed at once (a copy of at most these, not the frame)
 
 Rendered = dict[str, tuple[str, dict[str, str]]]  # format -> (report, files beside it: suffix -> text)
 
@@ -78,12 +79,13 @@ def snapshot_digest(snap: Snapshot) -> str | None:
                              snap.workloads, snap.nodes, len(snap.usage))).encode("utf-8"))
     for metric in sorted(snap.usage):
         frame = snap.usage[metric]
-        values = frame.to_numpy()
-        if values.dtype.kind not in "fiub":
+        kinds = {d.kind for d in set(frame.dtypes)}
+        if not kinds <= set("fiub") or ("b" in kinds and len(kinds) > 1):  # pandas would hold objects
             return None
         dtypes = {str(d) for d in set(frame.dtypes)}  # (str of each column's dtype: 2,000 calls a frame)
+        common = np.result_type(*set(frame.dtypes)) if len(frame.columns) else np.dtype("float64")
         index = frame.index
-        head: tuple[object, ...] = (metric, frame.shape, str(values.dtype), sorted(dtypes), list(frame.columns),
+        head: tuple[object, ...] = (metric, frame.shape, str(common), sorted(dtypes), list(frame.columns),
                                     frame.columns.name, index.name, type(index).__name__)
         if isinstance(index, pd.DatetimeIndex):
             head += (str(index.tz), index.unit, index.freqstr)
@@ -92,8 +94,10 @@ def snapshot_digest(snap: Snapshot) -> str | None:
             stamps = repr(list(index)).encode("utf-8")
         h.update(repr(head).encode("utf-8"))
         h.update(stamps)
-        columns = values if values.flags.f_contiguous else np.asfortranarray(values)  # each column's bytes in turn
-        h.update(columns.T.data if columns.size else b"")
+        for at in range(0, len(frame.columns), DIGEST_COLUMNS):  # each column's bytes in turn, a few at a time:
+            part = frame.iloc[:, at:at + DIGEST_COLUMNS].to_numpy(dtype=common)  # never a copy of the whole frame
+            part = part if part.flags.f_contiguous else np.asfortranarray(part)
+            h.update(part.T.data if part.size else b"")
     return h.hexdigest()
 
 
