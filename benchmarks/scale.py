@@ -206,6 +206,17 @@ def replay(url: str, queries: list[dict[str, Any]], workers: int, stats: bool = 
     return wall, (sum(t for t in touched if t is not None) if touched and None not in touched else None)
 
 
+def server_memory(rss: dict[str, float]) -> dict[str, float]:
+    """:func:`rss_peak`'s figures under the names the benchmark prints (MiB): RSS, anonymous memory, mapped files
+    and, where the server said it, Go heap in use, each before and at its peak."""
+    fig = {"prometheus_rss_before_mib": rss["before"], "prometheus_peak_rss_mib": rss["peak"]}
+    for part in ("anon", "file", "heap"):
+        if f"{part}_peak" in rss:
+            fig[f"prometheus_{part}_before_mib"] = rss[f"{part}_before"]
+            fig[f"prometheus_{part}_peak_mib"] = rss[f"{part}_peak"]
+    return fig
+
+
 def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra: list[str],
                save: Path | None = None) -> dict[str, Any]:
     """Run ``rightsizer report`` as a child: wall time around it, its own rusage (os.wait4), the server's CPU
@@ -234,15 +245,7 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
                                "load_after": os.getloadavg()[0]}  # the machine's 1-min load average
         if server_pid:
             fig["prometheus_cpu_s"] = _cpu_s(server_pid) - server_cpu0
-            fig["prometheus_rss_before_mib"] = server_rss["before"]
-            fig["prometheus_peak_rss_mib"] = server_rss["peak"]
-            fig["prometheus_anon_before_mib"] = server_rss["anon_before"]
-            fig["prometheus_anon_peak_mib"] = server_rss["anon_peak"]
-            fig["prometheus_file_before_mib"] = server_rss["file_before"]
-            fig["prometheus_file_peak_mib"] = server_rss["file_peak"]
-            if "heap_peak" in server_rss:
-                fig["prometheus_heap_before_mib"] = server_rss["heap_before"]
-                fig["prometheus_heap_peak_mib"] = server_rss["heap_peak"]
+            fig |= server_memory(server_rss)
             fig["prometheus_rss_hwm_mib"] = _hwm_mib(server_pid)
         fig["queries_sent"] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         hit = STATS_LINE.search(" ".join(stderr.split()))
@@ -315,23 +318,18 @@ def run_per_workload(data: Path, extra_args: list[str], queries: list[dict[str, 
         fig: dict[str, Any] = {"wall_s": wall, "prometheus_cpu_s": _cpu_s(prom.pid or 0) - cpu0,
                                "queries": len(queries), "workers": workers, "load_before": load,
                                "load_after": os.getloadavg()[0]}
-    for key, name in (("", "rss_"), ("anon_", "anon_"), ("file_", "file_"), ("heap_", "heap_")):
-        if f"{key}peak" in rss:
-            fig[f"prometheus_{name}before_mib"] = rss[f"{key}before"]
-            fig[f"prometheus_{name}peak_mib"] = rss[f"{key}peak"]
-    return fig
+    return fig | server_memory(rss)
 
 
 def per_workload_lines(cold: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
     """The baseline's figures, and the report's server memory against it (the issue's reference for the budget)."""
     keys = ("wall_s", "prometheus_cpu_s", "queries", "workers", "prometheus_rss_before_mib",
-            "prometheus_rss_peak_mib", "prometheus_anon_peak_mib", "prometheus_file_peak_mib",
+            "prometheus_peak_rss_mib", "prometheus_anon_peak_mib", "prometheus_file_peak_mib",
             "prometheus_heap_peak_mib", "load_before", "load_after")
     lines = ["one query per workload and metric (KRR's way), fresh server, same blocks: "
              + " ".join(f"{k}={_fmt(theirs.get(k))}" for k in keys)]
-    for what, ours_key, their_key in (("RSS", "prometheus_peak_rss_mib", "prometheus_rss_peak_mib"),
-                                      ("anonymous memory", "prometheus_anon_peak_mib", "prometheus_anon_peak_mib")):
-        ours, base = cold.get(ours_key), theirs.get(their_key)
+    for what, key in (("RSS", "prometheus_peak_rss_mib"), ("anonymous memory", "prometheus_anon_peak_mib")):
+        ours, base = cold.get(key), theirs.get(key)
         lines.append(goal(f"Prometheus peak {what} during the report <= a one-query-per-workload tool's",
                           ours / base if ours and base else None, 1.0,
                           how=f" (ours {ours or 0:.0f} MiB, theirs {base or 0:.0f} MiB)"))
@@ -357,16 +355,6 @@ def goal(name: str, measured: float | None, limit: float, at_most: bool = True, 
         return f"goal {name}: not measured{how}"
     met = measured <= limit if at_most else measured >= limit
     return f"goal {name}: {measured:.2f} {'<=' if at_most else '>='} {limit:g}? {'met' if met else 'NOT met'}{how}"
-
-
-def server_cores(url: str) -> int | None:
-    """The server's GOMAXPROCS (its runtimeinfo), as the report's client reads it to match its queries in flight."""
-    try:
-        with urllib.request.urlopen(f"{url}/api/v1/status/runtimeinfo", timeout=30) as r:
-            cores = json.loads(r.read())["data"]["GOMAXPROCS"]
-    except (OSError, ValueError, KeyError):
-        return None
-    return cores if isinstance(cores, int) and cores > 0 else None
 
 
 def measure(url: str, name: str, fig: dict[str, Any], workers: list[int], floor: bool) -> None:
@@ -490,16 +478,17 @@ def main() -> None:
             if args.step > 60:
                 raise SystemExit("--settings with --step above 60 s: put prometheus.min_step_s in the file instead")
             extra += ["--settings", str(args.settings)]
+        from collectors.prometheus import PromClient
         from recommender.core.settings_sources import PrometheusSettings
 
         max_workers = args.workers or PrometheusSettings().max_workers
         t0 = time.perf_counter()
         lookback = [f"--query.lookback-delta={2 * args.step}s"] if args.step > 150 else []  # default 5 min
         with PromServer.from_tsdb(data, extra_args=lookback) as prom:
-            cores = server_cores(prom.url)  # the report sends at most this many queries at once (match_server_cores)
-            workers = min(max_workers, cores or max_workers)
-            print(f"prometheus ready in {time.perf_counter() - t0:.1f} s at {prom.url} ({cores} cores: the report "
-                  f"sends {workers} queries at a time); running the report", flush=True)
+            # the report's queries in flight: at most the server's cores (match_server_cores), read as it reads them
+            workers = PromClient(PrometheusSettings(url=prom.url, max_workers=max_workers)).in_flight
+            print(f"prometheus ready in {time.perf_counter() - t0:.1f} s at {prom.url} (the report sends {workers} "
+                  f"queries at a time, at most its cores); running the report", flush=True)
             from collectors.prometheus.chunks import step_for
 
             report_step = step_for(args.days * 86_400, PrometheusSettings(**(

@@ -38,7 +38,8 @@ from recommender.core.settings import Settings
 
 FORMAT_VERSION = 4  # 2: each frame one Parquet column, its index and columns in the header; 3: zstd chunks;
 # 4: a float32 frame kept at float32 (its dtype in the header), not widened to float64
-_DTYPES: dict[str, np.dtype[Any]] = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}  # kept as
+# the dtypes a frame's values are kept at, by the name the header gives
+_DTYPES: dict[str, np.dtype[Any]] = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}
 MAGIC = b"gpu-rightsizer usage cache\n"
 APP = "gpu-rightsizer"
 _LENGTH = 8  # bytes of the header's length
