@@ -46,7 +46,9 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   the controller's default interval, so the published forecast is as old as in a cluster) on the history so
   far only (a ``recommender.analysis.forecast`` forecast of the per-minute arrival rate, the request rate the
   collector reads (finished + growth of running and waiting), capacity from the model above
-  and the token means seen so far as the annotation, class from ``--class``, the previous plan); every 15 s
+  and the token means seen so far as the annotation, class from ``--class``, the previous plan; min replicas
+  raised until the next refit to a rise seen at this time of day on two of the last seven days,
+  ``policies.replicas.recurring``, unless ``--no-recurring-floor``); every 15 s
   the HPA sees three metrics, each proposing replicas with the HPA's 0.1 tolerance, and follows the largest:
   the forecast band over the next cold start (the external scaler, once the plan acts on a forecast: from
   ``min_forecast_history_s`` of history, two days; before, the plan's floor) and the arrival rate over the rate
@@ -146,9 +148,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--burst-floor-budget-frac", type=float, default=ScalingSettings().burst_floor_budget_frac,
                    help="'ours' keeps the replicas a late autoscaler's misses call for, to this share of the TTFT "
                    "error budget (scaling.burst_floor_budget_frac, opt-in; default: off)")
-    p.add_argument("--recurring-floor", action="store_true",
-                   help="'ours' keeps ahead of a rise seen at this time of day on two of the last seven days, "
-                   "until its next refit (scaling.recurring_floor_interval_s = --refit-s, opt-in; default: off)")
+    p.add_argument("--no-recurring-floor", action="store_true",
+                   help="'ours' keeps nothing ahead of a rise seen at this time of day on two of the last seven days "
+                   "(default: it keeps the replicas for it until its next refit, scaling.recurring_floor_interval_s "
+                   "= --refit-s)")
     for field in CAPACITY_FLAGS:
         value = getattr(d, field)
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
@@ -227,7 +230,7 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
                                wake_budget_frac=args.wake_budget_frac,
                                burst_floor_budget_frac=args.burst_floor_budget_frac,
                                scale_down_hold_reads_band=args.hold_band,
-                               recurring_floor_interval_s=float(args.refit_s) if args.recurring_floor else None,
+                               recurring_floor_interval_s=None if args.no_recurring_floor else float(args.refit_s),
                                max_replicas=ours_max_replicas(on_shape))
     return {
         "static-peak": Contender(lambda: lambda obs: warm, cap, warm),

@@ -85,7 +85,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     annotation_cap = Mode(cfg.get("annotation_mode") or "Recommend")
     logging.basicConfig(level=logging.INFO, format='{"time":"%(asctime)s","level":"%(levelname)s",'
                         '"logger":"%(name)s","message":"%(message)s"}')
-    settings = build_settings(opts)
+    settings = floor_over_interval(build_settings(opts), parse_duration(interval))
     source = "demo" if opts["demo"] else "file" if opts.get("snapshot_dir") else "prometheus"
     if source == "prometheus" and not opts.get("prometheus_url"):
         fail("say where the metrics are: --prometheus-url URL (or PROMETHEUS_URL)")
@@ -260,3 +260,13 @@ def rollback(target: str, dry_run: bool, kubeconfig: str | None, context: str | 
     if not out.ok:
         fail(f"{out.status}: {out.message}")
     click.echo(f"{out.workload}: {out.status}: {out.message}")
+
+
+def floor_over_interval(settings: Settings, interval_s: float) -> Settings:
+    """``settings`` with the recurring-burst floor reaching until the next pass (``interval_s``) where the user did
+    not set ``scaling.recurring_floor_interval_s`` (a plan's floor must last until the plan after it)."""
+    scaling = settings.scaling
+    if "recurring_floor_interval_s" in scaling.model_fields_set or scaling.recurring_floor_interval_s is None:
+        return settings
+    return settings.model_copy(update={"scaling": scaling.model_copy(
+        update={"recurring_floor_interval_s": float(interval_s)})})
