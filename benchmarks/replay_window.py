@@ -36,16 +36,17 @@ from recommender.core.settings import ForecastSettings
 from recommender.core.settings_scaling import ScalingSettings
 
 OBJECTIVE_S = 2.0
+REFIT_S = 300  # ours' refit period, as replay.py's default --refit-s
 
 
 def ours_settings(trace: Trace, cap: Capacity, shaped: Capacity, warm: int, burst_floor: float | None
                   ) -> ScalingSettings:
     """Ours' settings as replay.py gives them: capped at ``ours_max_replicas`` of static peak's ``warm`` whole
-    GPUs in ours' shape; ``burst_floor``: scaling.burst_floor_budget_frac (the default setting's when None)."""
+    GPUs in ours' shape, the recurring-burst floor over the refit period; ``burst_floor``:
+    scaling.burst_floor_budget_frac (the default setting's when None)."""
     cap_at = ours_max_replicas(same_capacity(warm, trace, cap, shaped))
-    if burst_floor is None:
-        return ScalingSettings(max_replicas=cap_at)
-    return ScalingSettings(max_replicas=cap_at, burst_floor_budget_frac=burst_floor)
+    base = ScalingSettings(max_replicas=cap_at, recurring_floor_interval_s=float(REFIT_S))
+    return base if burst_floor is None else base.model_copy(update={"burst_floor_budget_frac": burst_floor})
 
 
 class Logged:
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.policies.split(","):
         policy: Policy
         if name == "ours":
-            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, 300,
+            policy = ours = Ours(shaped, WorkloadClass.REAL_TIME, REFIT_S,
                                  ours_settings(trace, cap, shaped, warm, args.burst_floor),
                                  whole=cap if shaped != cap else None, reselect_s=args.reselect_s)
             if args.plan_every:

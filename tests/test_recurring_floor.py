@@ -1,6 +1,6 @@
 """The recurring-burst floor (policies/replicas/recurring.py): replicas kept ahead of a rise the request rate
-showed at this time of day on at least two of the last seven days; and its emission as the plan's min (on by
-default, over the controller's interval)."""
+showed at this time of day on at least two of the last seven days; and its emission as the plan's min (on in
+the controller, over its interval; off in a report, which makes one plan)."""
 
 from __future__ import annotations
 
@@ -61,12 +61,11 @@ def test_day_peaks_leave_out_days_before_the_history() -> None:
 
 
 def test_plan_and_keda_carry_the_floor_as_min_replicas() -> None:
-    assert ScalingSettings().recurring_floor_interval_s == 300.0
     base = ScalingSettings(max_bound_history_s=0, min_forecast_history_s=0, no_forecast_floor_window_s=600.0,
                            scale_down_hold_budget_frac=None)
     rate = daily_burst(7, 120)[:6 * DAY + 115]
-    off = plan(base.model_copy(update={"recurring_floor_interval_s": None}), rate)
-    on = plan(base, rate)  # on by default, over the controller's default interval
+    off = plan(base, rate)  # a report's settings: one plan, no floor
+    on = plan(base.model_copy(update={"recurring_floor_interval_s": 300.0}), rate)  # the controller's
     assert off.min_replicas == 1
     assert on.min_replicas > 1 and on.recommended_replicas >= on.min_replicas and on.max_replicas >= on.min_replicas
     assert any(r.startswith("recurring-burst floor") for r in on.reasons)
@@ -77,6 +76,7 @@ def test_the_controllers_floor_reaches_its_own_interval_unless_the_user_set_one(
     from recommender.cli.controller import floor_over_interval
     from recommender.core.settings import Settings
 
+    assert Settings().scaling.recurring_floor_interval_s is None  # a report: off
     assert floor_over_interval(Settings(), 600.0).scaling.recurring_floor_interval_s == 600.0
     given = Settings.model_validate({"scaling": {"recurring_floor_interval_s": 120}})
     assert floor_over_interval(given, 600.0).scaling.recurring_floor_interval_s == 120.0

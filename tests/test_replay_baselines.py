@@ -89,6 +89,8 @@ def test_the_window_replay_caps_ours_as_the_full_replay_does(warm: int) -> None:
     assert isinstance(full, replay.Ours)
     window = replay_window.ours_settings(trace, CAP, shaped, warm, None)
     assert window.max_replicas == full.settings.max_replicas
+    # both keep the recurring-burst floor over ours' refit period, as the controller does over its interval
+    assert window.recurring_floor_interval_s == full.settings.recurring_floor_interval_s == float(args.refit_s)
     assert replay_window.ours_settings(trace, CAP, shaped, warm, 0.5).burst_floor_budget_frac == 0.5
 
 

@@ -263,10 +263,11 @@ def rollback(target: str, dry_run: bool, kubeconfig: str | None, context: str | 
 
 
 def floor_over_interval(settings: Settings, interval_s: float) -> Settings:
-    """``settings`` with the recurring-burst floor reaching until the next pass (``interval_s``) where the user did
-    not set ``scaling.recurring_floor_interval_s`` (a plan's floor must last until the plan after it)."""
+    """``settings`` with the recurring-burst floor reaching until the next pass (``interval_s``) unless the user set
+    ``scaling.recurring_floor_interval_s`` (null: off): a floor lasts until the plan after it, so it is on
+    wherever plans follow one another, and only there."""
     scaling = settings.scaling
-    if "recurring_floor_interval_s" in scaling.model_fields_set or scaling.recurring_floor_interval_s is None:
+    if "recurring_floor_interval_s" in scaling.model_fields_set:
         return settings
     return settings.model_copy(update={"scaling": scaling.model_copy(
         update={"recurring_floor_interval_s": float(interval_s)})})

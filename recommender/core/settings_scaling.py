@@ -125,11 +125,11 @@ class ScalingSettings(BaseModel):
         "scale_down_hold_budget_frac x ttft_error_budget of its requests (opt-in; off: the rate alone)."
     )
     recurring_floor_interval_s: float | None = Field(
-        300.0, gt=0, description="Keep, until the next plan (this many seconds: the controller's interval, which "
-        "the controller sets here unless given) and a wake (polling_interval_s + cold start) after it, the replicas "
-        "for the request rate seen over that stretch at this time of day on at least two of the last seven days: a "
-        "rise from idle that recurs daily, which no causal step serves and a forecast may smooth away. "
-        "Latency-bound classes that do not scale to zero; null: off."
+        None, gt=0, description="Keep, until the next plan (this many seconds) and a wake (polling_interval_s + cold "
+        "start) after it, the replicas for the request rate seen over that stretch at this time of day on at least "
+        "two of the last seven days: a rise from idle that recurs daily, which no causal step serves and a forecast "
+        "may smooth away. Latency-bound classes that do not scale to zero. The controller, which plans again each "
+        "interval, sets its interval here unless this is given (null: off); a report makes one plan and keeps none."
     )
     wake_min_history_s: float = Field(
         2 * 86_400, ge=0, description="Request history needed before wake_budget_frac weighs a latency-bound "
