@@ -79,11 +79,12 @@ def snapshot_digest(snap: Snapshot) -> str | None:
                              snap.workloads, snap.nodes, len(snap.usage))).encode("utf-8"))
     for metric in sorted(snap.usage):
         frame = snap.usage[metric]
-        kinds = {d.kind for d in set(frame.dtypes)}
+        types = set(frame.dtypes)  # the distinct dtypes, read once (str of each column's: 2,000 calls a frame)
+        kinds = {d.kind for d in types}
         if not kinds <= set("fiub") or ("b" in kinds and len(kinds) > 1):  # pandas would hold objects
             return None
-        dtypes = {str(d) for d in set(frame.dtypes)}  # (str of each column's dtype: 2,000 calls a frame)
-        common = np.result_type(*set(frame.dtypes)) if len(frame.columns) else np.dtype("float64")
+        dtypes = {str(d) for d in types}
+        common = np.result_type(*types) if len(frame.columns) else np.dtype("float64")
         index = frame.index
         head: tuple[object, ...] = (metric, frame.shape, str(common), sorted(dtypes), list(frame.columns),
                                     frame.columns.name, index.name, type(index).__name__)
