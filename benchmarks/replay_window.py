@@ -18,6 +18,8 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay import ours_max_replicas, same_capacity
@@ -79,6 +81,55 @@ class Logged:
         return want
 
 
+class Recorded:
+    """``ours`` (or any policy), recording at every sync what the pool held and what it asked for: the input of
+    ``misses``. Passes the policy's ``cap`` on as ``Logged`` does (``on``, the pool's shape, for a policy without
+    one); ``means``: the trace's mean input and output tokens, for the shape's sustained requests/s."""
+
+    def __init__(self, policy: Policy, means: tuple[float, float], on: Capacity) -> None:
+        self.policy, self.means, self.on = policy, means, on
+        self.rows: list[tuple[int, int, int, int, int, int, float, int, int]] = []
+
+    @property
+    def cap(self) -> Capacity:
+        cap: Capacity = getattr(self.policy, "cap", self.on)
+        return cap
+
+    def __call__(self, obs: Observed) -> int:
+        want = self.policy(obs)
+        plan = getattr(getattr(self.policy, "ours", self.policy), "plan", None)
+        lo, hi = (plan.min_replicas, plan.max_replicas) if plan is not None else (0, 10**9)
+        self.rows.append((obs.k, obs.pods, obs.ready, obs.serving, obs.waiting, want,
+                          self.cap.requests_per_s(*self.means), lo, hi))
+        return want
+
+
+CAUSES = ("from zero", "asked too few (at max)", "asked too few (at min)", "asked too few", "pods starting",
+          "backlog", "ready, no backlog")
+
+
+def misses(trace: Trace, ttft_s: np.ndarray, rows: list[tuple[int, int, int, int, int, int, float, int, int]],
+           objective_s: float) -> dict[str, int]:
+    """Each request over the objective counted under the first cause that held at the HPA sync before its
+    arrival: no replica serving; the policy asked fewer replicas than the next minute's arrivals need at the
+    shape's sustained rate (at its plan's max, at its min, or between); enough asked but fewer ready at the next
+    sync (pods starting); enough ready with requests waiting at the sync (a backlog from before); neither."""
+    table = np.array(rows, dtype="float64")
+    k, _pods, ready, serving, waiting, want, rps, lo, hi = table.T
+    per_sec = np.bincount(trace.arrival_s.astype(np.int64), minlength=int(k[-1]) + 61).astype("float64")
+    cum = np.concatenate(([0.0], np.cumsum(per_sec)))
+    ks = k.astype(np.int64)
+    need = np.ceil((cum[np.minimum(ks + 60, cum.size - 1)] - cum[ks]) / 60.0 / rps - 1e-9)
+    ready_next = np.append(ready[1:], ready[-1])
+    over = np.flatnonzero(ttft_s > objective_s)
+    at = np.clip(np.searchsorted(k, trace.arrival_s[over], side="right") - 1, 0, k.size - 1)
+    cause = np.select(
+        [serving[at] == 0, (want[at] < need[at]) & (want[at] >= hi[at]), (want[at] < need[at]) & (want[at] <= lo[at]),
+         want[at] < need[at], ready_next[at] < need[at], waiting[at] > 0],
+        [0, 1, 2, 3, 4, 5], default=6)
+    return {name: int((cause == i).sum()) for i, name in enumerate(CAUSES)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("trace", type=Path, help="a ServeGen chunk-<n>-trace.csv")
@@ -91,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="scaling.burst_floor_budget_frac for ours (the default setting's without it)")
     p.add_argument("--plan-every", type=int, default=0, metavar="S",
                    help="print what ours saw and decided every S seconds (0: not)")
+    p.add_argument("--misses", action="store_true",
+                   help="count each policy's requests over the objective by what the pool held when they arrived")
     args = p.parse_args(argv)
     if not args.trace.is_file():
         print(f"replay_window: trace {args.trace} not found: skipped (see ../shared/data/README.md)")
@@ -130,7 +183,19 @@ def main(argv: list[str] | None = None) -> int:
         else:
             policy, on = (lambda obs: warm), cap
         start = math.ceil(warm * cap.requests_per_s(*means) / on.requests_per_s(*means) - 1e-9)
-        print(summary(name, simulate(trace, on, policy, name, start), OBJECTIVE_S, floor), flush=True)
+        if args.misses:
+            policy = recorded = Recorded(policy, means, on)
+        result = simulate(trace, on, policy, name, start)
+        print(summary(name, result, OBJECTIVE_S, floor), flush=True)
+        if args.misses:
+            counts = misses(trace, result.ttft_s, recorded.rows, OBJECTIVE_S)
+            total = max(1, sum(counts.values()))
+            print("# misses by cause: " + ", ".join(f"{c} {n} ({100 * n / total:.0f}%)" for c, n in counts.items()),
+                  flush=True)
+            day = (trace.arrival_s // 86_400).astype(np.int64)
+            over = np.bincount(day, weights=result.ttft_s > OBJECTIVE_S, minlength=day.max() + 1)
+            print("# % over by day: " + " ".join(f"{100 * o / max(n, 1):.2f}" for o, n in
+                                                 zip(over, np.bincount(day, minlength=day.max() + 1), strict=True)))
         if name == "ours" and ours.plan is not None:
             print(f"# ours ended: to whole GPUs at {ours.escalated_s}, target {ours.plan.target_per_replica:g} req/s, "
                   f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}, "

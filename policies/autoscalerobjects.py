@@ -113,14 +113,15 @@ def base_scale_down_window_s(cold_start_s: float | None, default_cold_start_s: f
 
 
 def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict[str, object]:
-    """HPA ``behavior`` (reference.md §12): scale up at once (x2 or +4 pods a sync, the HPA's default), scale
-    down only after one cold start (:func:`scale_down_window_s`): scale-in slower than scale-out. A rate limit
-    on scale-in after the window (the headroom per cold start) was tried and not kept (benchmarks/REPLAY.md,
-    Closed loop)."""
+    """HPA ``behavior`` (reference.md §12): scale up at once to whatever the triggers ask (a Pods policy of
+    the plan's max replicas a sync: the HPA's default, +4 pods or x2 a sync, takes seven syncs from 1 to 200 while
+    the burst that asked for them queues), scale down only after one cold start (:func:`scale_down_window_s`):
+    scale-in slower than scale-out. A rate limit on scale-in after the window (the headroom per cold start) was
+    tried and not kept (benchmarks/REPLAY.md, Closed loop)."""
     window = scale_down_window_s(plan, default_cold_start_s)
     return {
         "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
-                    "policies": [{"type": "Pods", "value": 4, "periodSeconds": HPA_SYNC_S},
+                    "policies": [{"type": "Pods", "value": max(4, plan.max_replicas), "periodSeconds": HPA_SYNC_S},
                                  {"type": "Percent", "value": 100, "periodSeconds": HPA_SYNC_S}]},
         "scaleDown": {"stabilizationWindowSeconds": window, "selectPolicy": "Max",
                       "policies": [{"type": "Percent", "value": 100, "periodSeconds": HPA_SYNC_S}]},

@@ -107,3 +107,29 @@ def test_the_window_replays_log_rolls_out_ours_move_to_whole_gpus() -> None:
     assert logged.cap is ours.cap == shaped
     ours.cap = CAP  # as Ours._escalate moves it
     assert logged.cap is CAP
+
+
+def test_the_window_replay_names_why_each_request_missed() -> None:
+    """``--misses`` counts every request over the objective once, under what the pool held when it arrived: a
+    pool that never grows misses the bursts for want of replicas; one that follows the arrivals misses fewer
+    that way and the rest while its new pods start or drain the queue left behind."""
+    import replay_window
+
+    trace = bursts()
+    means = float(trace.input_tokens.mean()), float(trace.output_tokens.mean())
+
+    def follows(obs: replay_sim.Observed) -> int:
+        return 4 if obs.arrivals_per_s[-15:].sum() > 150 else 1
+
+    counts = {}
+    for name, policy in (("constant", lambda obs: 1), ("follows", follows)):
+        recorded = replay_window.Recorded(policy, means, CAP)
+        result = simulate(trace, CAP, recorded, name, 1)
+        counts[name] = replay_window.misses(trace, result.ttft_s, recorded.rows, 2.0)
+        assert sum(counts[name].values()) == int((result.ttft_s > 2.0).sum()) > 0
+    assert set(counts["constant"]) == set(replay_window.CAUSES)
+    # a pool that never grows has no pod starting: its misses lack replicas, then drain the burst's queue after it
+    assert counts["constant"]["pods starting"] == 0
+    assert counts["constant"]["asked too few"] > counts["constant"]["backlog"] > 0
+    assert counts["follows"]["asked too few"] < counts["constant"]["asked too few"]
+    assert counts["follows"]["pods starting"] + counts["follows"]["backlog"] > 0

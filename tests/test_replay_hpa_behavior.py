@@ -56,7 +56,9 @@ def test_the_default_behavior_is_the_replays_earlier_hpa_step() -> None:
 
 def test_the_emitted_behavior_is_what_the_replay_runs() -> None:
     behavior: dict[str, Any] = hpa_behavior(PLAN)
-    assert behavior == default_behavior(300)  # cold start 120 s: the HPA's 300 s default window is the longer
+    # cold start 120 s: the HPA's 300 s default window is the longer; scale-up: the plan's max replicas a sync
+    assert behavior["scaleDown"] == default_behavior(300)["scaleDown"]
+    assert behavior["scaleUp"]["policies"][0] == {"type": "Pods", "value": PLAN.max_replicas, "periodSeconds": 15}
     assert hpa_behavior(replace(PLAN, cold_start_s=900.0))["scaleDown"]["stabilizationWindowSeconds"] == 900  # type: ignore[index]
 
 
@@ -70,6 +72,17 @@ def test_a_scale_in_rate_limit_counts_from_the_start_of_its_period_after_the_win
     # no second step within the 120 s period: 8 syncs later the period has passed
     assert out[drop:drop + 8] == [28] * 8 and out[drop + 8] == int(28 * 0.7)
     assert out[-1] == 1 and out == sorted(out, reverse=True)
+
+
+def test_the_emitted_scale_up_reaches_what_a_burst_asks_for_in_one_sync() -> None:
+    """From 1 replica a burst that asks for 90 gets them at the first sync under the emitted behavior; the
+    HPA's default (+4 or x2 a sync) takes six more syncs (90 s) to ask for the last of them, while the burst
+    queues behind the replicas it has."""
+    burst = [90] * 8
+    assert run(hpa_behavior(PLAN), 1, burst) == burst
+    default = run(default_behavior(300), 1, burst)
+    assert default[:7] == [5, 10, 20, 40, 80, 90, 90]
+    assert run(hpa_behavior(replace(PLAN, max_replicas=2)), 1, [90])[0] == 5  # at least the default's +4
 
 
 def test_scale_up_policies_count_from_the_start_of_their_period() -> None:
