@@ -54,8 +54,9 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   ``min_forecast_history_s`` of history, two days; before, the plan's floor) and the arrival rate over the rate
   trigger's window (``rate_window_s``, 120 s: two scrapes at 60 s), per ``target_per_replica``, and, as the
   plan's second trigger, waiting / ``waiting_per_replica`` (target x the TTFT objective: 5 on a 3g.40gb slice,
-  11 on the whole GPU); scale-down stabilisation from ``scale_down_window_s`` (the window ``hpa_behavior``
-  sets); to zero only when the plan allows it (real-time: only with ``--wake-budget-frac``, where its past
+  11 on the whole GPU); the ``behavior`` ``hpa_behavior`` emits: scale-up to what the triggers ask in one sync
+  (a Pods policy of the plan's max replicas), scale-down stabilisation from ``scale_down_window_s``; to zero
+  only when the plan allows it (real-time: only with ``--wake-budget-frac``, where its past
   wakes fit that share of the error budget, ``policies.replicas.wake_cost``, once a forecast and two days of
   history exist) and the forecast expects no
   request within a cold start, the cooldown after the last one. At zero, KEDA activates one pod at a poll
