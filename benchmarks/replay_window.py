@@ -88,7 +88,7 @@ class Recorded:
 
     def __init__(self, policy: Policy, means: tuple[float, float], on: Capacity) -> None:
         self.policy, self.means, self.on = policy, means, on
-        self.rows: list[tuple[int, int, int, int, int, int, float, int, int]] = []
+        self.rows: list[tuple[int, int, int, int, int, float, int, int]] = []
 
     @property
     def cap(self) -> Capacity:
@@ -99,7 +99,7 @@ class Recorded:
         want = self.policy(obs)
         plan = getattr(getattr(self.policy, "ours", self.policy), "plan", None)
         lo, hi = (plan.min_replicas, plan.max_replicas) if plan is not None else (0, 10**9)
-        self.rows.append((obs.k, obs.pods, obs.ready, obs.serving, obs.waiting, want,
+        self.rows.append((obs.k, obs.ready, obs.serving, obs.waiting, want,
                           self.cap.requests_per_s(*self.means), lo, hi))
         return want
 
@@ -108,14 +108,14 @@ CAUSES = ("from zero", "asked too few (at max)", "asked too few (at min)", "aske
           "backlog", "ready, no backlog")
 
 
-def misses(trace: Trace, ttft_s: np.ndarray, rows: list[tuple[int, int, int, int, int, int, float, int, int]],
+def misses(trace: Trace, ttft_s: np.ndarray, rows: list[tuple[int, int, int, int, int, float, int, int]],
            objective_s: float) -> dict[str, int]:
     """Each request over the objective counted under the first cause that held at the HPA sync before its
     arrival: no replica serving; the policy asked fewer replicas than the next minute's arrivals need at the
     shape's sustained rate (at its plan's max, at its min, or between); enough asked but fewer ready at the next
     sync (pods starting); enough ready with requests waiting at the sync (a backlog from before); neither."""
     table = np.array(rows, dtype="float64")
-    k, _pods, ready, serving, waiting, want, rps, lo, hi = table.T
+    k, ready, serving, waiting, want, rps, lo, hi = table.T
     per_sec = np.bincount(trace.arrival_s.astype(np.int64), minlength=int(k[-1]) + 61).astype("float64")
     cum = np.concatenate(([0.0], np.cumsum(per_sec)))
     ks = k.astype(np.int64)
@@ -193,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
             print("# misses by cause: " + ", ".join(f"{c} {n} ({100 * n / total:.0f}%)" for c, n in counts.items()),
                   flush=True)
             day = (trace.arrival_s // 86_400).astype(np.int64)
-            over = np.bincount(day, weights=result.ttft_s > OBJECTIVE_S, minlength=day.max() + 1)
+            arrived = np.bincount(day)
+            over = np.bincount(day, weights=result.ttft_s > OBJECTIVE_S, minlength=arrived.size)
             print("# % over by day: " + " ".join(f"{100 * o / max(n, 1):.2f}" for o, n in
-                                                 zip(over, np.bincount(day, minlength=day.max() + 1), strict=True)))
+                                                 zip(over, arrived, strict=True)))
         if name == "ours" and ours.plan is not None:
             print(f"# ours ended: to whole GPUs at {ours.escalated_s}, target {ours.plan.target_per_replica:g} req/s, "
                   f"headroom {ours.plan.headroom_frac:g}, capacity {ours.plan.capacity_source}, "
