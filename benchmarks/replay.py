@@ -76,6 +76,10 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
   reads further ahead where a jump needs more HPA syncs to reach than its lead of two (x2 or +4 per 15 s:
   from 2 to 60 pods takes five), so it starts the ramp in time. Where it misses the goal, an exact forecast
   of each minute's work would not have met it with these replicas and this HPA either.
+- ``past-peak`` (``replay_bound``; not a contender, not in the default set): on whole GPUs (no slice's prefill
+  to wait on), never fewer replicas than the most any past minute's work needed, ours' cap in whole GPUs
+  (``ours_max_replicas``) at once while requests wait. What it leaves over the objective comes from rises above
+  every earlier minute: a bound for any policy that holds at most its past peak before a rise.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from replay_bound import PastPeak
 from replay_capacity import Capacity, floor_pct
 from replay_charts import chart_path_problem, replay_figure, save
 from replay_hpa import Oracle, Reactive
@@ -176,7 +181,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 CAPACITY_FLAGS = [f for f in vars(Capacity()) if f != "gpu_share"]
-POLICIES = ("static-peak", "reactive", "reactive-zero", "reactive-rightsized", "ours", "oracle")
+POLICIES = ("static-peak", "reactive", "reactive-zero", "reactive-rightsized", "ours", "oracle", "past-peak")
 
 
 def replica_shape(args: argparse.Namespace, trace: Trace, cap: Capacity) -> tuple[Capacity, str]:
@@ -244,6 +249,8 @@ def contenders(args: argparse.Namespace, trace: Trace, cap: Capacity, shaped: Ca
                             shaped, on_shape),
         "oracle": Contender(lambda: Oracle(trace, shaped, ScalingSettings().headroom_frac.get(args.cls, 0.0)),
                             shaped, on_shape),
+        "past-peak": Contender(lambda: PastPeak(cap, ScalingSettings().headroom_frac.get(args.cls, 0.0),
+                                                ours_max_replicas(warm)), cap, warm),
     }
 
 
