@@ -19,6 +19,7 @@ from replay_capacity import Capacity
 from replay_hpa import KEDA_POLL_S, KEDA_WAITING_TARGET, HpaMemory, hpa_behave, hpa_proposal
 from replay_sim import Observed
 
+from policies.autoscalerobjects import QUEUED_S
 from policies.mig import missed_too_often
 from policies.replicas import (
     BAND_BY_CLASS,
@@ -122,7 +123,9 @@ class Ours:
         """The objective trigger's value (``policies.autoscalerobjects.objective_missed_query``): the replicas
         serving now and a window ago (the fewer of the two counts: pods go newest first) x (1 + the share of
         requests over the objective among those whose first token came in the last ``rate_window_s``, read as
-        vLLM's histogram gives it), 0 while that share is within the error budget or no replica served through."""
+        vLLM's histogram gives it, and no more than the share that waited over ``QUEUED_S`` in the queue: a miss
+        on a request's own prefill is no replica's to serve), 0 while that share is within the error budget or no
+        replica served through."""
         window = plan.rate_window_s
         self.serving_at[obs.k] = obs.serving
         for old in [t for t in self.serving_at if t < obs.k - window]:
@@ -137,7 +140,10 @@ class Ours:
         recent = obs.served_ttft_s[self.window_lo:]
         if not recent.size:
             return 0.0
-        share = histogram_over(recent, plan.ttft_objective_s) / recent.size
+        # queue time as vLLM's histogram counts it: the TTFT less the request's own prefill on a replica
+        own_s = obs.tokens_in[self.window_lo:self.window_lo + recent.size] / self.cap.prefill_tps
+        queued = float(np.count_nonzero(recent - own_s > QUEUED_S))
+        share = min(histogram_over(recent, plan.ttft_objective_s), queued) / recent.size
         return serving * (1.0 + share) if share > plan.ttft_error_budget else 0.0
 
     def _band_ahead(self, k: int) -> float:

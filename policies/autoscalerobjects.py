@@ -18,6 +18,8 @@ RATE_TRIGGER_METRIC = "vllm:request_success_total"  # the KEDA triggers' queries
 WAITING_TRIGGER_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
 TTFT_BUCKET_METRIC = "vllm:time_to_first_token_seconds_bucket"
+QUEUE_BUCKET_METRIC = "vllm:request_queue_time_seconds_bucket"  # time in WAITING, reference.md §9.1
+QUEUED_S = 0.3  # the queue-time histogram's first bound (s): a request over it waited for a replica
 HPA_MAX_WINDOW_S = 3600  # stabilizationWindowSeconds limit, reference.md §12
 HPA_SYNC_S = 15  # the HPA controller's sync period (reference.md §12): one scale-up step per sync
 
@@ -130,25 +132,35 @@ def hpa_behavior(plan: ScalingPlan, default_cold_start_s: float = 180.0) -> dict
 
 def objective_missed_query(matchers: str, window_s: int, objective_s: float, budget: float) -> str:
     """PromQL for the objective trigger (AverageValue 1): the replicas that served through the last
-    ``window_s`` x (1 + the share of requests whose TTFT exceeded ``objective_s`` in it), only while that
-    share exceeds ``budget`` (else no value: KEDA reads 0, and the other triggers decide). So while the
+    ``window_s`` x (1 + the share of requests that missed the objective for want of a replica in it), only while
+    that share exceeds ``budget`` (else no value: KEDA reads 0, and the other triggers decide). So while the
     objective is missed the HPA asks for the replicas that missed it plus that share more, whatever the
     plan's capacity said: feedback, not a model. Only pods serving now and a window ago count: the misses
     in the window are those replicas' (a step taken is not taken again for the misses the histogram records
     after it, as a drained backlog's; a wake from zero, whose pod served no window yet, asks nothing), and a
     miss that outlasts the window steps again.
 
-    The share is read from vLLM's TTFT histogram as the collector reads it (``within_objective``: the
-    buckets around an objective that is no bound, linearly); serving pods are those reporting vLLM's running
-    gauge. It reads no waiting gauge, so the actuator never takes it for the waiting trigger."""
+    The share is the lesser of two read from vLLM's histograms: the requests whose TTFT exceeded ``objective_s``
+    (``within_objective``: the buckets around an objective that is no bound, linearly, as the collector reads
+    them) and those that waited in the queue over :data:`QUEUED_S`. A request that did not wait missed on its own
+    prefill, which no replica more shortens: counted, such misses grew a steady pool by their share every window
+    up to its max. Where vLLM exports no queue-time histogram, the TTFT share alone. Serving pods are those
+    reporting vLLM's running gauge. It reads no waiting gauge, so the actuator never takes it for the waiting
+    trigger."""
     window = f"[{window_s}s]"
 
-    def bucket(bound: float) -> str:
-        return f"sum(rate({TTFT_BUCKET_METRIC}{{{matchers},{_le(bound)}}}{window}))"
+    def bucket(metric: str, bound: float) -> str:
+        return f"sum(rate({metric}{{{matchers},{_le(bound)}}}{window}))"
 
-    total = bucket(math.inf)
-    within = " + ".join(bucket(b) if w == 1.0 else f"{bucket(b)} * {w:.6g}" for b, w in within_objective(objective_s))
-    share = f"(clamp_min({total} - ({within}), 0) / {total})"
+    def share_over(metric: str, within: str) -> str:
+        total = bucket(metric, math.inf)
+        return f"(clamp_min({total} - ({within}), 0) / {total})"
+
+    ttft = share_over(TTFT_BUCKET_METRIC, " + ".join(
+        bucket(TTFT_BUCKET_METRIC, b) if w == 1.0 else f"{bucket(TTFT_BUCKET_METRIC, b)} * {w:.6g}"
+        for b, w in within_objective(objective_s)))
+    queued = share_over(QUEUE_BUCKET_METRIC, bucket(QUEUE_BUCKET_METRIC, QUEUED_S))
+    share = f"((({ttft} <= {queued}) or {queued}) or {ttft})"  # the lesser; the TTFT share without the other
     now, then = (f"count by (pod) ({RUNNING_METRIC}{{{matchers}}}{at})" for at in ("", f" offset {window_s}s"))
     return f"(count({now} and {then}) * (1 + {share})) and on() ({share} > {budget:.6g})"
 

@@ -1,6 +1,7 @@
 """The objective trigger the KEDA fragment carries, run on a real Prometheus: its query returns one element
 while the share of requests over the TTFT objective exceeds the error budget (the serving replicas x (1 + that
-share)), and nothing while within it, so KEDA reads 0 and the other triggers decide."""
+share)), and nothing while within it, so KEDA reads 0 and the other triggers decide. The share counts no more
+requests than waited in the queue: a miss on a request's own prefill asks for no replica."""
 
 from __future__ import annotations
 
@@ -37,7 +38,16 @@ BOUNDS = ("0.5", "1.0", "2.5", "5.0", "+Inf")
 # prefix is another namespace's
 PODS = {("inference", "llama-7d9f-a1"): (2.0, 2.0, 4.0, 0.0, 2.0), ("inference", "llama-7d9f-b2"): (10.0, 0, 0, 0, 0),
         ("inference", "llama-7d9f-c3"): (0, 0, 0, 0, 0), ("staging", "llama-55c1-x9"): (0, 0, 0, 0, 50.0),
-        ("inference", "mistral-66a2-d4"): (9.0, 1.0, 0.05, 0, 0)}
+        ("inference", "mistral-66a2-d4"): (9.0, 1.0, 0.05, 0, 0),
+        # 30% over 5 s each; longprompt's requests never wait (their prompts alone take that long), mixed's 10%
+        # wait over 0.3 s, and nohist's vLLM exports no queue-time histogram
+        ("inference", "longprompt-5c8e-e5"): (7.0, 0, 0, 0, 3.0), ("inference", "mixed-77aa-f6"): (7.0, 0, 0, 0, 3.0),
+        ("inference", "nohist-1b2c-g7"): (7.0, 0, 0, 0, 3.0)}
+QUEUE_BOUNDS = ("0.3", "+Inf")
+# per pod: queue-time observations per second in (…, 0.3] and (0.3, +Inf]: llama's a1 queued every request it
+# missed (and more), b2 and c3 none
+QUEUED = {"llama-7d9f-a1": (2.0, 8.0), "llama-7d9f-b2": (10.0, 0), "llama-7d9f-c3": (0, 0),
+          "mistral-66a2-d4": (10.05, 0), "longprompt-5c8e-e5": (10.0, 0), "mixed-77aa-f6": (9.0, 1.0)}
 PLAN = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_replica=7.0, min_replicas=1,
                    max_replicas=6, recommended_replicas=2, activation_threshold=0.0, cooldown_s=300,
                    scale_to_zero=False, headroom_frac=0.3, cold_start_s=120.0, waiting_per_replica=14.0,
@@ -56,9 +66,13 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
         up = ts > END_S - 60 if pod == "llama-7d9f-c3" else ts > 0
         out += [Series("vllm:time_to_first_token_seconds_bucket", {**labels, "le": le}, ts[up], rate * elapsed[up])
                 for le, rate in zip(BOUNDS, cumulative, strict=True)]
+        if pod in QUEUED:
+            out += [Series("vllm:request_queue_time_seconds_bucket", {**labels, "le": le}, ts[up], rate * elapsed[up])
+                    for le, rate in zip(QUEUE_BOUNDS, np.cumsum(QUEUED[pod]), strict=True)]
         out.append(Series("vllm:num_requests_running", labels, ts[up], np.full(int(up.sum()), 3.0)))
     tmp = tmp_path_factory.mktemp("objective")
-    write_openmetrics(out, tmp / "data.om", {"vllm:time_to_first_token_seconds": "histogram"})
+    write_openmetrics(out, tmp / "data.om", {"vllm:time_to_first_token_seconds": "histogram",
+                                             "vllm:request_queue_time_seconds": "histogram"})
     build_tsdb(tmp / "data.om", tmp / "data")
     with PromServer.from_tsdb(tmp / "data") as server:
         yield server
@@ -88,3 +102,16 @@ def test_a_missed_objective_asks_for_the_replicas_that_missed_it_and_the_share_m
 def test_within_the_error_budget_the_trigger_returns_nothing(prom: PromServer) -> None:
     # mistral: 0.05/s in (1, 2.5] -> 0.05 / 3 over 2 s of 10.05/s is 0.17%, within the 1% budget
     assert instant(prom.url, objective_trigger("inference", "mistral")["metadata"]["query"]) == []
+
+
+def test_misses_that_waited_for_no_replica_ask_for_none(prom: PromServer) -> None:
+    # longprompt: 30% over the objective, none queued over 0.3 s: a replica more would not have served them in time
+    assert instant(prom.url, objective_trigger("inference", "longprompt")["metadata"]["query"]) == []
+    # mixed: 30% over, 10% queued: those 10% are what a replica more serves
+    got = instant(prom.url, objective_trigger("inference", "mixed")["metadata"]["query"])
+    assert len(got) == 1 and float(got[0]["value"][1]) == pytest.approx(1.1, rel=1e-6)
+
+
+def test_without_a_queue_time_histogram_the_ttft_share_alone_decides(prom: PromServer) -> None:
+    got = instant(prom.url, objective_trigger("inference", "nohist")["metadata"]["query"])
+    assert len(got) == 1 and float(got[0]["value"][1]) == pytest.approx(1.3, rel=1e-6)

@@ -107,7 +107,7 @@ def test_select_policy_min_takes_the_smaller_change_and_the_up_window_the_lowest
 
 def observed(k: int, serving: int, ttft: np.ndarray, first_s: np.ndarray) -> Observed:
     return Observed(k=k, pods=serving + 2, ready=serving, serving=serving, waiting=0,
-                    arrivals_per_s=np.ones(k), tokens_in=np.ones(3), tokens_out=np.ones(3),
+                    arrivals_per_s=np.ones(k), tokens_in=np.ones(ttft.size), tokens_out=np.ones(ttft.size),
                     served_ttft_s=ttft, served_arrival_s=first_s - ttft)
 
 
@@ -131,3 +131,33 @@ def test_ours_objective_trigger_reads_the_misses_of_the_last_window_of_the_repli
     # within the budget, or with no objective in the plan, nothing either
     assert syncs({}, replace(PLAN, ttft_error_budget=0.5))[120] == 0.0
     assert syncs({}, replace(PLAN, ttft_objective_s=None))[120] == 0.0
+
+
+def test_ours_does_not_add_replicas_for_misses_no_replica_would_serve_in_time() -> None:
+    """Requests whose own prompt takes longer than the objective to prefill miss it on an idle replica: the
+    objective trigger must not answer them with replicas. It did: serving x (1 + their share) each window, so a
+    steady load's pool grew by that share per cold start for as long as it ran (Mooncake: 9 -> 54 replicas in an
+    hour, waiting 0 throughout)."""
+    import replay
+    from replay_sim import simulate
+    from replay_trace import Trace
+
+    cap = Capacity(prefill_tps=1000.0, decode_tps=1000.0, seq_tps=100.0, kv_tokens=100_000.0, max_seqs=8,
+                   cold_start_s=30.0)
+    rng = np.random.default_rng(0)
+    arrivals = np.sort(rng.uniform(0, 7200, 7200))  # a request a second for two hours
+    long = rng.random(arrivals.size) < 0.2  # 20%: 5,000-token prompts, 5 s of prefill at 1,000 tokens/s
+    trace = Trace(arrivals, np.where(long, 5000.0, 100.0), np.full(arrivals.size, 10.0))
+    args = replay.parse_args(["--trace", "t.csv", "--format", "servegen"])
+    ours = replay.contenders(args, trace, cap, cap, 3)["ours"].make()
+    pods: list[int] = []
+
+    def spy(obs: Observed) -> int:
+        pods.append(obs.pods)
+        return ours(obs)
+
+    result = simulate(trace, cap, spy, "ours", 3)
+    # ~1.1 replica-seconds of work a second: a few replicas serve it; every long prompt misses whatever the count
+    assert (result.ttft_s[long] > 2.0).all() and (result.ttft_s[~long] > 2.0).mean() < 0.01
+    last_hour = pods[len(pods) // 2:]
+    assert max(last_hour) <= 6, f"ours grew to {max(last_hour)} replicas for misses no replica fixes"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from policies.autoscalerobjects import HPA_MAX_WINDOW_S, base_scale_down_window_s
+from policies.autoscalerobjects import HPA_MAX_WINDOW_S, QUEUED_S, base_scale_down_window_s
 from policies.replicas.burst import BurstFloor, burst_floor
 from policies.replicas.capacity import keep_lower_bound, per_replica_capacity
 from policies.replicas.cooldown import cooldown_s
@@ -107,8 +107,9 @@ def _on_shape(x: _Inputs, capacity: Capacity, demand: Demand, shape: ShapeScale 
            f"second trigger at {waiting:g} requests waiting per replica: what a replica starts within the "
            f"{x.objective_s:g} s objective at its target (it follows a queue at once, the rate over its window)"]
     why.append(f"third trigger on the objective being missed: while over {s.ttft_error_budget:.3g} of the "
-               f"requests of the last {s.rate_window_s} s took over {x.objective_s:g} s to a first token, the "
-               "replicas serving plus that share more, whatever the capacity above says")
+               f"requests of the last {s.rate_window_s} s took over {x.objective_s:g} s to a first token and waited "
+               f"over {QUEUED_S:g} s in the queue (a miss on its own prefill is no replica's), the replicas serving "
+               "plus that share more, whatever the capacity above says")
     if zero.allowed:
         why.append(f"activation above {act:g} req/s: wake when the forecast expects a request within one "
                    f"cold start ({cold_s:g} s), before the queue builds")
