@@ -79,7 +79,7 @@ Policies (every one starts with the static-peak count of warm replicas: the serv
 - ``past-peak`` (``replay_bound``; not a contender, not in the default set): on whole GPUs (no slice's prefill
   to wait on), never fewer replicas than the most any past minute's work needed, ours' cap in whole GPUs
   (``ours_max_replicas``) at once while requests wait. What it leaves over the objective comes from rises above
-  every earlier minute: a bound for any policy that holds at most its past peak before a rise.
+  every earlier minute: a reference for a policy that holds at most its past peak before a rise.
 """
 
 from __future__ import annotations

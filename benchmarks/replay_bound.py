@@ -1,4 +1,4 @@
-"""``past-peak``: not a policy, a bound on what any policy that holds at most its past peak can reach.
+"""``past-peak``: not a policy, a reference for what a policy that holds at most its past peak can reach.
 
 It reads only the past, yet never gives back a replica a peak took. On whole GPUs (no slice's prefill to wait
 on), it holds never fewer than the most any earlier minute's work needed (the static-peak load: prompt / prefill
@@ -7,8 +7,8 @@ the product's default cap where higher) at once, in one sync, while requests wai
 shortest scale-down window, the pool it starts with too. That count is hindsight. So the requests it leaves over
 the objective come from rises above every earlier minute's load: each waits a cold start, then a backlog drains.
 A policy that holds no more than its past peak before such a rise leaves those too; only standing capacity above
-the past peak, or foreknowledge, serves them. A client where past-peak is over issue 43's 3% is one where that
-goal cannot be met by reacting faster.
+the past peak, or foreknowledge, serves them. Where past-peak is over issue 43's 3%, reacting faster will not meet
+that goal. Not a strict bound: a policy that drains a backlog otherwise can do better.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The replay's past-peak bound: it keeps the most replicas any past minute needed, so only rises above every
+"""The replay's past-peak reference: it keeps the most replicas any past minute needed, so only rises above every
 earlier minute leave requests over the objective, and it reads only the past."""
 
 from __future__ import annotations
