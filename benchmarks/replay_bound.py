@@ -37,8 +37,7 @@ class PastPeak:
             self.recs.append((obs.k, obs.pods))
         arrived = int(obs.arrivals_per_s[-self.window_s:].sum())
         if arrived:
-            tin, tout = obs.tokens_in[-arrived:], obs.tokens_out[-arrived:]
-            load = float(np.sum(tin / self.cap.prefill_tps + tout / self.cap.decode_tps)) / self.window_s
+            load = float(np.sum(self.cap.work_s(obs.tokens_in[-arrived:], obs.tokens_out[-arrived:]))) / self.window_s
             self.peak = max(self.peak, replicas_for(load, self.busy))
         want = max(1, self.peak, self.burst if obs.waiting else 0)
         self.recs = [(k, n) for k, n in self.recs if obs.k - k < self.hold_s] + [(obs.k, want)]

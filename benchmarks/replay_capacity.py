@@ -43,9 +43,9 @@ class Capacity:
         """Memory a replica holds besides its KV cache (weights, activations), from the whole-GPU figures."""
         return self.gpu_memory_utilization * gpu.memory_mib * 1024 - self.kv_tokens * self.kv_kib_per_token
 
-    def work_s(self, trace: Trace) -> np.ndarray:
+    def work_s(self, tokens_in: np.ndarray, tokens_out: np.ndarray) -> np.ndarray:
         """Replica-seconds each request costs: prompt at the prefill rate plus output at the decode rate."""
-        return trace.input_tokens / self.prefill_tps + trace.output_tokens / self.decode_tps
+        return tokens_in / self.prefill_tps + tokens_out / self.decode_tps
 
     def requests_per_s(self, mean_in: float, mean_out: float) -> float:
         """Sustained requests/s of one replica for these token means: the tightest of compute, slots, KV."""

@@ -142,7 +142,7 @@ class Oracle:
     drained within one cold start, at the class's headroom: how far a perfect forecast could take ours."""
 
     def __init__(self, trace: Trace, cap: Capacity, headroom: float, bin_s: int = 60) -> None:
-        work = cap.work_s(trace)
+        work = cap.work_s(trace.input_tokens, trace.output_tokens)
         per_sec = np.bincount(trace.arrival_s.astype(np.int64), weights=work)
         self.cum = np.concatenate(([0.0], np.cumsum(per_sec)))
         self.mean_work = float(work.mean()) if work.size else 0.0

@@ -23,7 +23,7 @@ def static_peak(trace: Trace, cap: Capacity, objective_s: float) -> int:
     objective. Searched by simulation of the hour around the peak minute's load, from that load up.
     """
     minute = (trace.arrival_s // 60).astype(np.int64)
-    work = cap.work_s(trace)
+    work = cap.work_s(trace.input_tokens, trace.output_tokens)
     per_minute = np.bincount(minute, weights=work)
     peak_min = int(per_minute.argmax())
     lo_s, hi_s = max(0, peak_min * 60 - 1800), peak_min * 60 + 1800
