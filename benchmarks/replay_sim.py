@@ -19,6 +19,7 @@ from replay_capacity import Capacity
 from replay_trace import Trace
 
 HPA_SYNC_S = 15
+CHUNK = 1 << 20  # requests whose figures the loop holds as Python floats at once
 
 
 @dataclass
@@ -67,9 +68,11 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
     last = math.ceil(trace.arrival_s[-1]) + 1 if n else 1
     arr_idx = np.searchsorted(trace.arrival_s, np.arange(1, last + 3601), side="left").tolist()
     per_sec = np.bincount(trace.arrival_s.astype(np.int64), minlength=last + 3600).astype("float64")
-    tin, tout, at = trace.input_tokens.tolist(), trace.output_tokens.tolist(), trace.arrival_s.tolist()
+    # the next CHUNK requests' figures as Python floats (the loop reads them one by one, from the head on): a list
+    # of the whole trace would hold ~100 bytes a request, which a client of 100 M requests cannot afford
+    base, lim, tin, tout, at = 0, 0, [], [], []
     ttft = np.full(n, np.inf)
-    served: list[float] = []  # TTFT of the first len(served) requests, copied into ttft at each sync and the end
+    served: list[float] = []  # TTFT of the requests served since the last sync, copied into ttft at each sync
     pods: list[float] = [-cap.cold_start_s] * warm  # ready times, ascending
     old: list[float] = []  # the previous shape's pods during a rollout
     old_cap, old_until = cap, 0.0
@@ -84,7 +87,8 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
                                                           cap.kv_tokens, cap.gpu_share)
     while k < last + 3600 and (k < last or head < n or heap):
         if k % HPA_SYNC_S == 0:
-            ttft[synced:head], synced = served[synced:head], head
+            ttft[synced:head], synced = served, head
+            served = []
             seen = arr_idx[k - 1] if k else 0  # arrived before second k: the next second's are still ahead
             obs = Observed(k, len(pods), ready, ready + len(old), seen - head, per_sec[:k],
                            trace.input_tokens[:seen], trace.output_tokens[:seen], ttft[:head], trace.arrival_s[:head])
@@ -146,21 +150,26 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
         arrived, max_kv = arr_idx[k], max(c_kv, old_cap.kv_tokens) if old else c_kv
         running = len(heap)
         while head < arrived and budget > 0 and running < slots:
-            need_kv = min(tin[head] + tout[head], max_kv)
+            if head >= lim:
+                base, lim = head, min(n, head + CHUNK)
+                tin, tout = trace.input_tokens[base:lim].tolist(), trace.output_tokens[base:lim].tolist()
+                at = trace.arrival_s[base:lim].tolist()
+            i = head - base
+            need_kv = min(tin[i] + tout[i], max_kv)
             if kv_used + need_kv > kv_cap:
                 break
-            need = tin[head] - done_head
+            need = tin[i] - done_head
             if need > budget:
                 done_head += budget
                 break
             budget -= need
-            served.append(max(k + 1 - budget / prefill - at[head], tin[head] / per_replica))
-            heappush(heap, (g + tout[head], need_kv))
+            served.append(max(k + 1 - budget / prefill - at[i], tin[i] / per_replica))
+            heappush(heap, (g + tout[i], need_kv))
             kv_used += need_kv
             head, done_head, running = head + 1, 0.0, running + 1
         if k % report == 0:
             print(f"  {name}: {min(100, 100 * k // last)}%", file=sys.stderr, flush=True)
         k += 1
-    ttft[synced:head] = served[synced:head]
+    ttft[synced:head] = served
     return Result(gpu_s / 3600.0, ttft, cold_starts, pod_starts, waited_cold, gpu_s / cap.gpu_share / max(k, 1),
                   np.array(gpu_min[:(k + 59) // 60]))

@@ -1,5 +1,5 @@
-"""The replay's shortcuts for speed give the plain loop's results to the bit: the simulator's idle skip and the
-window ``ours`` reads its recent TTFTs from."""
+"""The replay's shortcuts for speed and memory give the plain loop's results to the bit: the simulator's idle skip,
+the trace read a chunk at a time, and the window ``ours`` reads its recent TTFTs from."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import replay_ours
+import replay_sim
 from replay_capacity import Capacity
 from replay_hpa import Oracle, Reactive
 from replay_sim import Observed, Policy, Result, simulate
-from replay_trace import Trace
+from replay_trace import Trace, make_trace
 
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings_scaling import ScalingSettings
@@ -109,6 +110,39 @@ def test_skipping_idle_stretches_changes_no_figure(name: str, seed: int) -> None
     assert np.isinf(plain.ttft_s).sum() < plain.ttft_s.size  # something was served
     if name in ("reactive-zero", "script"):
         assert plain.cold_starts > 0  # the pool went to zero and back: idle stretches at zero pods
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+@pytest.mark.parametrize("name", list(POOLS))
+def test_reading_the_trace_a_chunk_at_a_time_changes_no_figure(name: str, chunk: int,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = bursty(2)
+    cap, warm = POOLS[name]
+    runs = []
+    for size in (trace.arrival_s.size, chunk):  # the whole trace in one chunk, then in small ones
+        monkeypatch.setattr(replay_sim, "CHUNK", size)
+        policy = Recorder(make(name, trace))
+        runs.append((simulate(trace, cap, policy, name, warm), policy.seen))
+    (whole, seen_whole), (chunked, seen_chunked) = runs
+    assert trace.arrival_s.size > 3 * chunk  # several chunks were read
+    same(whole, chunked)
+    assert seen_whole == seen_chunked
+    assert np.isfinite(whole.ttft_s).sum() > 3 * chunk  # served past the first chunks
+
+
+def test_a_trace_is_sorted_stably_by_arrival_only_where_it_is_not_already() -> None:
+    rng = np.random.default_rng(4)
+    t = np.round(rng.uniform(5, 100, 2_000))  # ties: the stable order must hold among them
+    tin, tout = np.arange(t.size, dtype=float), rng.integers(0, 3, t.size).astype(float)
+    unsorted = make_trace(t, tin, tout)
+    order = np.argsort(t, kind="stable")
+    assert np.array_equal(unsorted.arrival_s, t[order] - t[order][0])
+    assert np.array_equal(unsorted.input_tokens, tin[order])
+    assert np.array_equal(unsorted.output_tokens, np.maximum(tout[order], 1))
+    again = make_trace(t[order], tin[order], tout[order])  # already in order: no sort, the same trace
+    for a, b in zip((unsorted.arrival_s, unsorted.input_tokens, unsorted.output_tokens),
+                    (again.arrival_s, again.input_tokens, again.output_tokens), strict=True):
+        assert a.dtype == b.dtype == np.float64 and np.array_equal(a, b)
 
 
 def test_ours_reads_every_recent_ttft_from_the_window_it_slices() -> None:
