@@ -15,10 +15,11 @@ the sweep does not know go to ``replay.py`` (``--seed 1``, ``--slice none``...).
 the data folder is absent. Clients run as separate processes, one thread each: ``OMP_NUM_THREADS`` and the
 BLAS libraries' equivalents are 1 unless set (numpy's threads only spin when ``--jobs`` processes share the
 cores). Times (benchmarks/REPLAY.md, "Replay speed"): a 14-day client's refits and start take about 70 s of
-one core, plus about 7 µs a request (chunk-2, 1.1 M requests: about 80 s); a one-day client 3-8 s. Clients of
-over 100 M requests do not fit in memory: a ServeGen client whose rates add up to more than
-``--max-requests`` (default 30 M: about 9 GiB, so that two fit at ``--jobs 2``, and about 4 minutes of
-per-request work) is left out, with a ``skipped`` line, and the summary counts and names the clients left out.
+one core, plus about 7 µs a request (chunk-2, 1.1 M requests: about 80 s); a one-day client 3-8 s. A replay
+holds about 120 bytes a request at the five default policies (55 at static peak and ours): a ServeGen client
+whose rates add up to more than ``--max-requests`` (default 60 M: about 7 GiB, so that two fit at ``--jobs 2``
+in 23 GiB) is left out, with a ``skipped`` line, and the summary counts and names the clients left out. Larger
+ones run at ``--jobs 1`` with the limit raised (132 M requests took 7 GiB and 20 minutes at two policies).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay_results.verdict's line 
 POLICIES = "static-peak,reactive,reactive-rightsized,ours,oracle"
 CODE_GLOBS = ("benchmarks/replay*.py", "recommender/**/*.py", "policies/**/*.py", "policies/**/*.yaml")
 NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py"}
-MAX_REQUESTS = 30_000_000  # per client, by default: over this a replay needs over ~9 GiB (~300 bytes a request)
+MAX_REQUESTS = 60_000_000  # per client, by default: over this a replay needs over ~7 GiB (~120 bytes a request)
 WINDOW_S = 600.0  # a ServeGen trace's rate window
 # thread-count variables of OpenMP and the BLAS builds numpy/scipy may use: 1 in each replay unless set
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
@@ -274,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="clients replayed at once, one process each")
     p.add_argument("--chart", type=Path, help="also draw every client against the goal to this .svg, .png or .pdf")
     p.add_argument("--max-requests", type=float, default=MAX_REQUESTS, help="leave out ServeGen clients whose rates "
-                   "add up to more requests than this (default %(default).3g: larger ones do not fit in memory); "
+                   "add up to more requests than this (default %(default).3g: two larger ones do not fit in memory at "
+                   "--jobs 2); "
                    "they are named in the summary")
     args, extra = p.parse_known_args(argv)
     problem = chart_path_problem(args.chart)
