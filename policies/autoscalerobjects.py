@@ -162,7 +162,8 @@ def objective_missed_query(matchers: str, window_s: int, objective_s: float, bud
     queued = share_over(QUEUE_BUCKET_METRIC, bucket(QUEUE_BUCKET_METRIC, QUEUED_S))
     share = f"((({ttft} <= {queued}) or {queued}) or {ttft})"  # the lesser; the TTFT share without the other
     now, then = (f"count by (pod) ({RUNNING_METRIC}{{{matchers}}}{at})" for at in ("", f" offset {window_s}s"))
-    return f"(count({now} and {then}) * (1 + {share})) and on() ({share} > {budget:.6g})"
+    # the share filtered by the budget once: with no value over it the product has none (both sides carry no labels)
+    return f"count({now} and {then}) * (1 + ({share} > {budget:.6g}))"
 
 
 def _le(bound: float) -> str:
