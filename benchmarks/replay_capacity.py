@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from replay_trace import Trace
+from replay_trace import Trace, minute_spans
 
 from recommender.core.catalogue import GpuModel, MigProfile
 
@@ -56,4 +56,7 @@ class Capacity:
 
 def floor_pct(trace: Trace, cap: Capacity, objective_s: float) -> float:
     """Share (%) of requests whose prefill alone, on one idle replica, exceeds the objective."""
-    return float((trace.input_tokens / cap.prefill_tps > objective_s).mean() * 100) if trace.input_tokens.size else 0.0
+    n = trace.input_tokens.size
+    over = sum(int(np.count_nonzero(trace.input_tokens[part] / cap.prefill_tps > objective_s))
+               for part in minute_spans(trace.arrival_s))
+    return over / n * 100 if n else 0.0

@@ -10,7 +10,7 @@ import math
 import numpy as np
 from replay_capacity import Capacity, floor_pct
 from replay_sim import simulate
-from replay_trace import Trace, make_trace
+from replay_trace import Trace, make_trace, minute_spans
 
 from policies.mig import fitting_profiles
 from recommender.core.catalogue import GpuModel
@@ -22,9 +22,7 @@ def static_peak(trace: Trace, cap: Capacity, objective_s: float) -> int:
     It reads the whole trace (the future included): the provisioning baseline, sized for the peak at the
     objective. Searched by simulation of the hour around the peak minute's load, from that load up.
     """
-    minute = (trace.arrival_s // 60).astype(np.int64)
-    work = cap.work_s(trace.input_tokens, trace.output_tokens)
-    per_minute = np.bincount(minute, weights=work)
+    per_minute = work_per_minute(trace, cap)
     peak_min = int(per_minute.argmax())
     lo_s, hi_s = max(0, peak_min * 60 - 1800), peak_min * 60 + 1800
     keep = (trace.arrival_s >= lo_s) & (trace.arrival_s < hi_s)
@@ -43,6 +41,17 @@ def static_peak(trace: Trace, cap: Capacity, objective_s: float) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
     return hi
+
+
+def work_per_minute(trace: Trace, cap: Capacity) -> np.ndarray:
+    """Replica-seconds of work arriving in each minute of the (non-empty) trace, taken whole minutes at a time
+    (``minute_spans``): the same sums, to the bit, as one bincount over the trace, without its temporaries."""
+    per_minute = np.zeros(int(trace.arrival_s[-1] // 60) + 1)
+    for part in minute_spans(trace.arrival_s):
+        minute = (trace.arrival_s[part] // 60).astype(np.int64)
+        per_minute += np.bincount(minute, weights=cap.work_s(trace.input_tokens[part], trace.output_tokens[part]),
+                                  minlength=per_minute.size)
+    return per_minute
 
 
 def choose_slice(trace: Trace, cap: Capacity, gpu: GpuModel, objective_s: float, min_kv_tokens: float,

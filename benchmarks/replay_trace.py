@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+SPAN = 1 << 24  # requests a whole-trace computation takes at once: a 400 M-request client's temporaries would not fit
 
 
 @dataclass(frozen=True)
@@ -64,13 +67,27 @@ def load_servegen(path: Path, seed: int, mean_in: float, mean_out: float) -> Tra
 
 def make_trace(t: np.ndarray, tin: np.ndarray, tout: np.ndarray) -> Trace:
     """Requests by arrival (a stable sort, skipped where they already are: ServeGen's windows come in order, and
-    a sort's copies of a 100 M-request client take gigabytes), times from the first."""
+    a sort's copies of a 100 M-request client take gigabytes), times from the first. The arrays are the caller's
+    to give away: float64 ones are shifted and floored in place, for the same reason."""
     if t.size > 1 and not bool(np.all(t[1:] >= t[:-1])):
         order = np.argsort(t, kind="stable")
         t, tin, tout = t[order], tin[order], tout[order]
-    t = t - t[0] if t.size else t
-    return Trace(t.astype("float64", copy=False), tin.astype("float64", copy=False),
-                 np.maximum(tout, 1).astype("float64", copy=False))
+    t, tin, tout = (np.asarray(a, dtype="float64") for a in (t, tin, tout))
+    if t.size:
+        t -= t[0]
+    return Trace(t, tin, np.maximum(tout, 1, out=tout))
+
+
+def minute_spans(arrival_s: np.ndarray, size: int | None = None) -> Iterator[slice]:
+    """Slices of about ``size`` (default ``SPAN``) sorted requests that end at whole minutes (``arrival_s // 60``):
+    a per-minute sum taken span by span adds each minute's requests in the same order as over the whole trace."""
+    lo, n, size = 0, arrival_s.size, size or SPAN
+    while lo < n:
+        hi = min(n, lo + size)
+        if hi < n:
+            hi = max(hi, int(np.searchsorted(arrival_s, (arrival_s[hi - 1] // 60 + 1) * 60, side="left")))
+        yield slice(lo, hi)
+        lo = hi
 
 
 LOADERS = {"azure": load_azure, "mooncake": load_mooncake}

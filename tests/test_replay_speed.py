@@ -1,5 +1,6 @@
 """The replay's shortcuts for speed and memory give the plain loop's results to the bit: the simulator's idle skip,
-the trace read a chunk at a time, and the window ``ours`` reads its recent TTFTs from."""
+the trace read a chunk at a time, whole-trace sums taken a span at a time, and the window ``ours`` reads its recent
+TTFTs from."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import replay_ours
 import replay_sim
-from replay_capacity import Capacity
+import replay_trace
+from replay_capacity import Capacity, floor_pct
 from replay_hpa import Oracle, Reactive
+from replay_results import after_jumps
 from replay_sim import Observed, Policy, Result, simulate
-from replay_trace import Trace, make_trace
+from replay_sizing import static_peak, work_per_minute
+from replay_trace import Trace, make_trace, minute_spans
 
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings_scaling import ScalingSettings
@@ -128,6 +132,40 @@ def test_reading_the_trace_a_chunk_at_a_time_changes_no_figure(name: str, chunk:
     same(whole, chunked)
     assert seen_whole == seen_chunked
     assert np.isfinite(whole.ttft_s).sum() > 3 * chunk  # served past the first chunks
+
+
+@pytest.mark.parametrize("size", [1, 50, 997])
+def test_spans_cover_the_trace_in_order_and_end_at_whole_minutes(size: int) -> None:
+    t = bursty(3).arrival_s
+    spans = list(minute_spans(t, size))
+    assert len(spans) > 3
+    assert np.array_equal(np.concatenate([np.arange(t.size)[s] for s in spans]), np.arange(t.size))
+    for s in spans[:-1]:
+        assert s.stop - s.start >= size and t[s.stop - 1] // 60 < t[s.stop] // 60  # no minute in two spans
+
+
+def test_whole_trace_sums_taken_a_span_at_a_time_are_the_same_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-minute work (static peak's), the jumps, the unavoidable share and the simulator's arrivals per second,
+    with spans of 97 requests as with one span: floating sums whose order a span split inside a minute would
+    change. The reference for the work is the one bincount over the whole trace that spans replace."""
+    rng = np.random.default_rng(5)
+    at = bursty(4).arrival_s
+    trace = Trace(at, np.round(rng.lognormal(6, 1, at.size)), np.round(rng.lognormal(5, 1, at.size)) + 1)
+    cap = Capacity(cold_start_s=30.0)  # prefill 15,000 and decode 4,000 tokens/s: work that sums inexactly
+    minute = (trace.arrival_s // 60).astype(np.int64)
+    one = np.bincount(minute, weights=cap.work_s(trace.input_tokens, trace.output_tokens))
+    figures = []
+    for span in (trace.arrival_s.size, 97):
+        monkeypatch.setattr(replay_trace, "SPAN", span)
+        assert np.array_equal(work_per_minute(trace, cap), one)
+        policy = Recorder(Reactive(min_replicas=1, max_replicas=8))
+        figures.append((after_jumps(trace.arrival_s, 120.0), floor_pct(trace, cap, 0.05),
+                        static_peak(trace, cap, 2.0), simulate(trace, cap, policy, "reactive", 1), policy.seen))
+    (jumps, floor, peak, result, seen), (jumps_s, floor_s, peak_s, result_s, seen_s) = figures
+    assert np.array_equal(jumps, jumps_s) and jumps.any() and not jumps.all()
+    assert floor == floor_s and 0 < floor < 100 and peak == peak_s
+    same(result, result_s)
+    assert seen == seen_s
 
 
 def test_a_trace_is_sorted_stably_by_arrival_only_where_it_is_not_already() -> None:
