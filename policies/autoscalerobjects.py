@@ -160,10 +160,17 @@ def objective_missed_query(matchers: str, window_s: int, objective_s: float, bud
         bucket(TTFT_BUCKET_METRIC, b) if w == 1.0 else f"{bucket(TTFT_BUCKET_METRIC, b)} * {w:.6g}"
         for b, w in within_objective(objective_s)))
     queued = share_over(QUEUE_BUCKET_METRIC, bucket(QUEUE_BUCKET_METRIC, QUEUED_S))
-    share = f"((({ttft} <= {queued}) or {queued}) or {ttft})"  # the lesser; the TTFT share without the other
+    # the lesser, each share named once (a label tells them apart for ``or``); ``min`` ignores a NaN share (no
+    # requests in the window) beside a number, and the TTFT share stands alone without the other
+    share = f'min({_tagged(ttft, "ttft")} or {_tagged(queued, "queued")})'
     now, then = (f"count by (pod) ({RUNNING_METRIC}{{{matchers}}}{at})" for at in ("", f" offset {window_s}s"))
     # the share filtered by the budget once: with no value over it the product has none (both sides carry no labels)
     return f"count({now} and {then}) * (1 + ({share} > {budget:.6g}))"
+
+
+def _tagged(expr: str, name: str) -> str:
+    """``expr`` with a label ``share="<name>"``, so two label-free vectors can be joined by ``or``."""
+    return f'label_replace({expr}, "share", "{name}", "", "")'
 
 
 def _le(bound: float) -> str:
