@@ -145,8 +145,8 @@ def test_spans_cover_the_trace_in_order_and_end_at_whole_minutes(size: int) -> N
 
 
 def test_whole_trace_sums_taken_a_span_at_a_time_are_the_same_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Per-minute work (static peak's), the jumps, the unavoidable share and the simulator's arrivals per second,
-    with spans of 97 requests as with one span: floating sums whose order a span split inside a minute would
+    """Per-minute work (static peak's), the jumps, the unavoidable share, the simulator's arrivals per second and
+    the oracle's work per second, with spans of 97 requests as with one span: floating sums whose order a span split inside a minute would
     change. The reference for the work is the one bincount over the whole trace that spans replace."""
     rng = np.random.default_rng(5)
     at = bursty(4).arrival_s
@@ -159,13 +159,20 @@ def test_whole_trace_sums_taken_a_span_at_a_time_are_the_same_to_the_bit(monkeyp
         monkeypatch.setattr(replay_trace, "SPAN", span)
         assert np.array_equal(work_per_minute(trace, cap), one)
         policy = Recorder(Reactive(min_replicas=1, max_replicas=8))
+        oracle = Oracle(trace, cap, 0.3)
         figures.append((after_jumps(trace.arrival_s, 120.0), floor_pct(trace, cap, 0.05),
-                        static_peak(trace, cap, 2.0), simulate(trace, cap, policy, "reactive", 1), policy.seen))
-    (jumps, floor, peak, result, seen), (jumps_s, floor_s, peak_s, result_s, seen_s) = figures
+                        static_peak(trace, cap, 2.0), simulate(trace, cap, policy, "reactive", 1), policy.seen,
+                        (oracle.cum, oracle.mean_work)))
+    (jumps, floor, peak, result, seen, (cum, mean)), (jumps_s, floor_s, peak_s, result_s, seen_s, (cum_s, mean_s)) = \
+        figures
     assert np.array_equal(jumps, jumps_s) and jumps.any() and not jumps.all()
     assert floor == floor_s and 0 < floor < 100 and peak == peak_s
     same(result, result_s)
     assert seen == seen_s
+    assert mean == mean_s and np.array_equal(cum, cum_s)  # the oracle's work per second, summed
+    second = trace.arrival_s.astype(np.int64)
+    assert np.array_equal(cum[1:], np.cumsum(np.bincount(second, weights=cap.work_s(trace.input_tokens,
+                                                                                    trace.output_tokens))))
 
 
 def test_a_trace_is_sorted_stably_by_arrival_only_where_it_is_not_already() -> None:
