@@ -16,10 +16,10 @@ the data folder is absent. Clients run as separate processes, one thread each: `
 BLAS libraries' equivalents are 1 unless set (numpy's threads only spin when ``--jobs`` processes share the
 cores). Times (benchmarks/REPLAY.md, "Replay speed"): a 14-day client's refits and start take about 70 s of
 one core, plus about 7 µs a request (chunk-2, 1.1 M requests: about 80 s); a one-day client 3-8 s. A replay
-holds about 120 bytes a request at the five default policies (55 at static peak and ours): a ServeGen client
-whose rates add up to more than ``--max-requests`` (default 60 M: about 7 GiB, so that two fit at ``--jobs 2``
-in 23 GiB) is left out, with a ``skipped`` line, and the summary counts and names the clients left out. Larger
-ones run at ``--jobs 1`` with the limit raised (132 M requests took 7 GiB and 20 minutes at two policies).
+holds about 110 bytes a request at the five default policies, about 35 at one or two (REPLAY.md, "Every client
+replayed"): a ServeGen client whose rates add up to more than ``--max-requests`` (default 60 M: about 7 GiB, so
+that two fit at ``--jobs 2`` in 23 GiB) is left out, with a ``skipped`` line, and the summary counts and names
+the clients left out. Larger ones run with fewer policies (``--policies``) and the limit raised.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ STATIC_PEAK = re.compile(r"^# static peak: (\d+) replicas", re.M)
 GOAL_MET = f"goal met {GOAL_TERMS}"  # the end of replay_results.verdict's line when it is met
 POLICIES = "static-peak,reactive,reactive-rightsized,ours,oracle"
 CODE_GLOBS = ("benchmarks/replay*.py", "recommender/**/*.py", "policies/**/*.py", "policies/**/*.yaml")
-NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py"}
-MAX_REQUESTS = 60_000_000  # per client, by default: over this a replay needs over ~7 GiB (~120 bytes a request)
+NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py", "replay_compose.py"}
+MAX_REQUESTS = 60_000_000  # per client, by default: over this a replay needs over ~7 GiB (~110 bytes a request)
 WINDOW_S = 600.0  # a ServeGen trace's rate window
 # thread-count variables of OpenMP and the BLAS builds numpy/scipy may use: 1 in each replay unless set
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",

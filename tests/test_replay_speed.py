@@ -146,8 +146,8 @@ def test_spans_cover_the_trace_in_order_and_end_at_whole_minutes(size: int) -> N
 
 def test_whole_trace_sums_taken_a_span_at_a_time_are_the_same_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Per-minute work (static peak's), the jumps, the unavoidable share, the simulator's arrivals per second and
-    the oracle's work per second, with spans of 97 requests as with one span: floating sums whose order a span split inside a minute would
-    change. The reference for the work is the one bincount over the whole trace that spans replace."""
+    the oracle's work per second, with spans of 97 requests as with one span: floating sums whose order a span
+    split inside a minute would change. The references are the whole-trace bincounts that spans replace."""
     rng = np.random.default_rng(5)
     at = bursty(4).arrival_s
     trace = Trace(at, np.round(rng.lognormal(6, 1, at.size)), np.round(rng.lognormal(5, 1, at.size)) + 1)
