@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from replay_capacity import Capacity
 from replay_sim import HPA_SYNC_S, Observed
-from replay_trace import Trace, minute_spans
+from replay_trace import Trace, per_bin
 
 from policies.replicas import replicas_for
 
@@ -144,11 +144,9 @@ class Oracle:
     def __init__(self, trace: Trace, cap: Capacity, headroom: float, bin_s: int = 60) -> None:
         work = cap.work_s(trace.input_tokens, trace.output_tokens)
         self.mean_work = float(work.mean()) if work.size else 0.0
-        del work  # the seconds' sums a span at a time (whole minutes: the same sums): no whole-trace temporaries
-        per_sec = np.zeros(int(trace.arrival_s[-1]) + 1 if trace.arrival_s.size else 0)
-        for part in minute_spans(trace.arrival_s):
-            per_sec += np.bincount(trace.arrival_s[part].astype(np.int64), minlength=per_sec.size,
-                                   weights=cap.work_s(trace.input_tokens[part], trace.output_tokens[part]))
+        del work  # the seconds' sums a span at a time: no whole-trace temporaries
+        per_sec = per_bin(trace.arrival_s, 1, int(trace.arrival_s[-1]) + 1 if trace.arrival_s.size else 0,
+                          lambda part: cap.work_s(trace.input_tokens[part], trace.output_tokens[part]))
         self.cum = np.concatenate(([0.0], np.cumsum(per_sec)))
         self.cap, self.bin_s, self.busy = cap, bin_s, 1.0 - headroom
         self.recs: list[tuple[int, int]] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 from replay_sim import Result
-from replay_trace import minute_spans
+from replay_trace import minute_spans, per_bin
 
 GOAL_TERMS = "(>= 50%, >= 15%, <= 1 point)"  # ends the goal line (verdict): replay_sweep.py reads it
 
@@ -23,9 +23,7 @@ def after_jumps(arrival_s: np.ndarray, within_s: float) -> np.ndarray:
     minutes that follow one while the lookback catches up belong to it."""
     if not arrival_s.size:
         return np.zeros(0, dtype=bool)
-    per_min = np.zeros(int(arrival_s[-1] // 60) + 1)
-    for part in minute_spans(arrival_s):  # a span at a time: whole-trace temporaries of 400 M requests do not fit
-        per_min += np.bincount((arrival_s[part] // 60).astype(np.int64), minlength=per_min.size)
+    per_min = per_bin(arrival_s, 60, int(arrival_s[-1] // 60) + 1)
     before = np.convolve(np.concatenate((np.zeros(JUMP_LOOKBACK_MIN), per_min)), np.ones(JUMP_LOOKBACK_MIN),
                          "valid")[:per_min.size] / JUMP_LOOKBACK_MIN  # mean of the minutes before each one
     jump = per_min > JUMP_FACTOR * np.maximum(before, 1.0)
@@ -35,7 +33,7 @@ def after_jumps(arrival_s: np.ndarray, within_s: float) -> np.ndarray:
     out = np.zeros(arrival_s.size, dtype=bool)
     if not starts.size:
         return out
-    for part in minute_spans(arrival_s):
+    for part in minute_spans(arrival_s):  # a span at a time: whole-trace temporaries of 400 M requests do not fit
         t = arrival_s[part]
         last = starts[np.maximum(np.searchsorted(starts, t, side="right") - 1, 0)]  # latest jump at or before
         out[part] = (t >= last) & (t < last + within_s)

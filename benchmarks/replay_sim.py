@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from replay_capacity import Capacity
-from replay_trace import Trace, minute_spans
+from replay_trace import Trace, per_bin
 
 HPA_SYNC_S = 15
 CHUNK = 1 << 20  # requests whose figures the loop holds as Python floats at once
@@ -67,9 +67,7 @@ def simulate(trace: Trace, cap: Capacity, policy: Policy, name: str, warm: int =
     n = trace.arrival_s.size
     last = math.ceil(trace.arrival_s[-1]) + 1 if n else 1
     arr_idx = np.searchsorted(trace.arrival_s, np.arange(1, last + 3601), side="left").tolist()
-    per_sec = np.zeros(last + 3600)
-    for part in minute_spans(trace.arrival_s):  # a span at a time: the whole trace's seconds as int64 are gigabytes
-        per_sec += np.bincount(trace.arrival_s[part].astype(np.int64), minlength=per_sec.size)
+    per_sec = per_bin(trace.arrival_s, 1, last + 3600)
     # the next CHUNK requests' figures as Python floats (the loop reads them one by one, from the head on): a list
     # of the whole trace would hold ~100 bytes a request, which a client of 100 M requests cannot afford
     base, lim, tin, tout, at = 0, 0, [], [], []

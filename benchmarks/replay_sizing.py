@@ -10,7 +10,7 @@ import math
 import numpy as np
 from replay_capacity import Capacity, floor_pct
 from replay_sim import simulate
-from replay_trace import Trace, make_trace, minute_spans
+from replay_trace import Trace, make_trace, per_bin
 
 from policies.mig import fitting_profiles
 from recommender.core.catalogue import GpuModel
@@ -44,14 +44,9 @@ def static_peak(trace: Trace, cap: Capacity, objective_s: float) -> int:
 
 
 def work_per_minute(trace: Trace, cap: Capacity) -> np.ndarray:
-    """Replica-seconds of work arriving in each minute of the (non-empty) trace, taken whole minutes at a time
-    (``minute_spans``): the same sums, to the bit, as one bincount over the trace, without its temporaries."""
-    per_minute = np.zeros(int(trace.arrival_s[-1] // 60) + 1)
-    for part in minute_spans(trace.arrival_s):
-        minute = (trace.arrival_s[part] // 60).astype(np.int64)
-        per_minute += np.bincount(minute, weights=cap.work_s(trace.input_tokens[part], trace.output_tokens[part]),
-                                  minlength=per_minute.size)
-    return per_minute
+    """Replica-seconds of work arriving in each minute of the (non-empty) trace (``per_bin``)."""
+    return per_bin(trace.arrival_s, 60, int(trace.arrival_s[-1] // 60) + 1,
+                   lambda part: cap.work_s(trace.input_tokens[part], trace.output_tokens[part]))
 
 
 def choose_slice(trace: Trace, cap: Capacity, gpu: GpuModel, objective_s: float, min_kv_tokens: float,
