@@ -144,9 +144,9 @@ class Oracle:
     def __init__(self, trace: Trace, cap: Capacity, headroom: float, bin_s: int = 60) -> None:
         work = cap.work_s(trace.input_tokens, trace.output_tokens)
         self.mean_work = float(work.mean()) if work.size else 0.0
-        del work  # the seconds' sums a span at a time: no whole-trace temporaries
+        # the seconds' sums a span at a time: no whole-trace temporary beside the work itself
         per_sec = per_bin(trace.arrival_s, 1, int(trace.arrival_s[-1]) + 1 if trace.arrival_s.size else 0,
-                          lambda part: cap.work_s(trace.input_tokens[part], trace.output_tokens[part]))
+                          lambda part: work[part])
         self.cum = np.concatenate(([0.0], np.cumsum(per_sec)))
         self.cap, self.bin_s, self.busy = cap, bin_s, 1.0 - headroom
         self.recs: list[tuple[int, int]] = []
