@@ -6,6 +6,7 @@
     python benchmarks/scale.py --keep /tmp/scale-tsdb           # keep the TSDB for later runs ...
     python benchmarks/scale.py --reuse /tmp/scale-tsdb          # ... and serve it again without a rebuild
     python benchmarks/scale.py --reuse /tmp/scale-tsdb --per-workload  # ... beside a one-query-per-workload tool
+    python benchmarks/scale.py --reuse /tmp/scale-tsdb --snapshot  # ... and a snapshot saved, then reported on
 
 Prints the TSDB build time (separately), then the report's wall time, peak RSS, number of queries and
 the largest query (points per query and per series). Target on the 2-core machine: <= 60 s and
@@ -33,6 +34,9 @@ The checkout's modules are compiled to bytecode first, as ``pip install`` does (
 ``--step`` above 60 s writes a settings file with ``prometheus.min_step_s`` at the scrape interval (and, above
 150 s, serves with ``--query.lookback-delta`` at twice the scrape interval, as such a server needs), so a large
 fleet can keep the report's grid (2,016 steps over 14 d) with fewer samples on disk.
+
+``--snapshot`` also saves the window with ``rightsizer snapshot`` and runs ``report --snapshot`` on it (no
+Prometheus): wall, CPU and peak RSS of each, the snapshot's size, and whether its summary is the cold report's.
 
 Series per workload: DCGM FB_USED, FB_FREE, GR_ENGINE_ACTIVE (every pod) and, for every second
 workload (vLLM), kv_cache_usage_perc, num_requests_waiting, num_requests_running,
@@ -264,6 +268,43 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
     return fig
 
 
+def run_cli(args: list[str]) -> dict[str, Any]:
+    """One ``rightsizer`` command as a child: wall time around it, its CPU and peak RSS (os.wait4)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*_cli(), *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        print(f"rightsizer {args[0]} failed:\n{err[-2000:]}", file=sys.stderr)
+        raise SystemExit(1)
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+def run_snapshot(url: str, days: float, end_s: int, extra: list[str], cold: dict[str, Any]) -> str:
+    """Save the report's window with ``rightsizer snapshot``, then report on it from the file: one line of figures."""
+    with tempfile.TemporaryDirectory(prefix="scale-snapshot-") as tmp:
+        snap, out = Path(tmp) / "snapshot", Path(tmp) / "report.json"
+        saved = run_cli(["snapshot", "--prometheus-url", url, "--no-kubernetes", "--history", f"{days:g}d",
+                         "--end", str(end_s), "--no-cache", "--output-dir", str(snap), *extra])
+        size = sum(f.stat().st_size for f in snap.iterdir()) / 2**20
+        read = run_cli(["report", "--snapshot", str(snap), "--no-cache", "-o", "json", "--output-file", str(out),
+                        *_settings_only(extra)])
+        summary = json.loads(out.read_text())["summary"]
+    same = all(summary[k] == cold[k] for k in ("workloads", "with_recommendation", "gpus_held", "gpus_needed"))
+    return (f"snapshot: write_wall_s={saved['wall_s']:.1f} write_cpu_s={saved['cpu_s']:.1f} "
+            f"write_peak_rss_mib={saved['peak_rss_mib']:.0f} size_mib={size:.1f} "
+            f"report_wall_s={read['wall_s']:.1f} report_cpu_s={read['cpu_s']:.1f} "
+            f"report_peak_rss_mib={read['peak_rss_mib']:.0f} same_summary_as_cold={same}")
+
+
+def _settings_only(extra: list[str]) -> list[str]:
+    """The ``--settings FILE`` pairs of the report's extra arguments (``--workers`` is for Prometheus only)."""
+    return [a for i, a in enumerate(extra) if a == "--settings" or (i and extra[i - 1] == "--settings")]
+
+
 def run_cycles(url: str, days: float, end_s: int, server_pid: int | None, interval_s: int = 300) -> dict[str, Any]:
     """Two cycles of the controller's collection ``interval_s`` apart, the second with the first's cache (it
     reads only the steps added since): wall time, Prometheus CPU and points of each. In this process, without
@@ -439,6 +480,8 @@ def main() -> None:
                     help="do not compile this checkout to bytecode first (each report then compiles the modules it "
                          "imports from source where PYTHONDONTWRITEBYTECODE is set)")
     ap.add_argument("--settings", type=Path, help="a settings file for the reports (merged under --step's own)")
+    ap.add_argument("--snapshot", action="store_true",
+                    help="also save the window as a snapshot and report on it from the file (wall, CPU, peak RSS)")
     ap.add_argument("--per-workload", action="store_true",
                     help="also run a one-query-per-workload tool's queries (KRR's way) on a fresh server over the "
                          "same blocks, and compare the server's memory and CPU with the cold report's")
@@ -509,6 +552,7 @@ def main() -> None:
             if moved is not None:
                 measure(prom.url, f"warm, window moved {args.moved} steps of {report_step:g} s", moved, [workers],
                         not args.no_floor)
+            snapshot_line = run_snapshot(prom.url, args.days, first_end, extra, fig) if args.snapshot else None
             cycles = {} if args.no_cycles else run_cycles(prom.url, args.days, end_s, prom.pid)
             if args.rules is not None:
                 with tempfile.TemporaryDirectory(prefix="scale-rules-") as rules_tmp:
@@ -535,6 +579,8 @@ def main() -> None:
                   f"moved_wall_s={moved['wall_s']:.1f} ratio={fig['wall_s'] / moved['wall_s']:.1f}x "
                   f"moved_points={moved.get('points')}")
         goals(args.workloads, args.days, fig, warm, workers)
+        if snapshot_line:
+            print(snapshot_line)
         if theirs is not None:
             print("\n".join(per_workload_lines(fig, theirs)))
         if cycles:

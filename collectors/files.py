@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -38,6 +41,7 @@ from pydantic import ValidationError
 
 from collectors.snapshotdoc import SnapshotDoc, without_absent, workload_doc, workload_from_doc
 from recommender.core.errors import SourceError
+from recommender.core.memory import give_back_freed
 from recommender.core.usage import USAGE_METRICS, Snapshot
 
 FORMAT_VERSION = 1
@@ -48,6 +52,7 @@ COLUMNS = ("metric", "workload", "timestamp", "value")
 # The unit pandas gives date_range/to_datetime here ("ns" in pandas 2, "us" in 3): read frames use it,
 # so a frame built the usual way compares equal after a round trip.
 _TIME_UNIT = pd.date_range("2000-01-01", periods=1, tz=UTC).unit
+_T = TypeVar("_T")
 
 
 # ---------------------------------------------------------------------------------------------- write
@@ -64,34 +69,39 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> None:
                           nodes=snapshot.nodes)
         text = json.dumps(without_absent(doc.model_dump(mode="json")), indent=2, ensure_ascii=False) + "\n"
         (directory / SNAPSHOT_FILE).write_text(text, encoding="utf-8")
-        pq.write_table(_long_table(snapshot.usage), directory / PARQUET_FILE, compression="zstd",
-                       compression_level=19, use_byte_stream_split=["value"])
+        _write_usage(snapshot.usage, directory / PARQUET_FILE)
     except OSError as exc:
         raise SourceError(f"{exc.filename or directory}: cannot write the snapshot: {exc.strerror}") from None
     except ValidationError as exc:  # a workload whose fields do not have their declared types
         raise SourceError(f"{directory}: cannot write the snapshot: {_first_error(exc)}") from None
 
 
-def _long_table(usage: Mapping[str, pd.DataFrame]) -> pa.Table:
-    """Wide frames → one long table, column by column so that a series' rows sit together (compresses)."""
-    metrics, keys, times, values = [], [], [], []
-    for metric, frame in usage.items():
-        index = _utc_index(pd.DatetimeIndex(frame.index)).as_unit("ns")
-        n_rows, n_cols = frame.shape
-        metrics.append(np.full(n_rows * n_cols, metric, dtype=object))
-        keys.append(np.repeat(np.asarray([str(c) for c in frame.columns], dtype=object), n_rows))
-        times.append(np.tile(index.asi8, n_cols))
-        values.append(frame.to_numpy(dtype="float32").T.ravel())
+_SCHEMA = pa.schema([("metric", pa.dictionary(pa.int32(), pa.string())),
+                     ("workload", pa.dictionary(pa.int32(), pa.string())),
+                     ("timestamp", pa.timestamp("ns", tz="UTC")), ("value", pa.float32())])
 
-    def joined(parts: list[np.ndarray], dtype: str) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.array([], dtype=dtype)
 
-    return pa.table({
-        "metric": pa.array(joined(metrics, "object"), pa.string()).dictionary_encode(),
-        "workload": pa.array(joined(keys, "object"), pa.string()).dictionary_encode(),
-        "timestamp": pa.array(joined(times, "int64"), pa.timestamp("ns", tz="UTC")),
-        "value": pa.array(joined(values, "float32"), pa.float32()),
-    })
+def _write_usage(usage: Mapping[str, pd.DataFrame], path: Path) -> None:
+    """Wide frames → one long table in ``path``, a metric at a time (only one metric's rows are ever held), column
+    by column so that a series' rows sit together (compresses). Metrics and workloads are written as codes into their
+    names, numbered in the order they first appear (as Arrow's dictionary encoding numbers them), so no row holds a
+    string of its own."""
+    names = list(pd.unique(np.asarray([str(c) for frame in usage.values() for c in frame.columns], dtype=object)))
+    code = {name: i for i, name in enumerate(names)}
+    metric_names = pa.array([str(metric) for metric in usage], pa.string())
+    workload_names = pa.array(names, pa.string())
+    with pq.ParquetWriter(path, _SCHEMA, compression="zstd", compression_level=19,
+                          use_byte_stream_split=["value"]) as writer:
+        for i, frame in enumerate(usage.values()):
+            index = _utc_index(pd.DatetimeIndex(frame.index)).as_unit("ns")
+            n_rows, n_cols = frame.shape
+            keys = np.repeat(np.asarray([code[str(c)] for c in frame.columns], dtype=np.int32), n_rows)
+            writer.write_table(pa.table({
+                "metric": pa.DictionaryArray.from_arrays(np.full(n_rows * n_cols, i, dtype=np.int32), metric_names),
+                "workload": pa.DictionaryArray.from_arrays(keys, workload_names),
+                "timestamp": pa.array(np.tile(index.asi8, n_cols), pa.timestamp("ns", tz="UTC")),
+                "value": pa.array(frame.to_numpy(dtype="float32").T.ravel(), pa.float32()),
+            }, schema=_SCHEMA))
 
 
 def _utc_index(index: pd.DatetimeIndex) -> pd.DatetimeIndex:
@@ -115,8 +125,12 @@ def read_snapshot(directory: Path) -> Snapshot:
     long, skipped = _known_metrics(long, path)
     workloads = tuple(workload_from_doc(w) for w in doc.workloads)
     orphans = _orphans(long, {w.ref.key for w in workloads}, path)
-    return Snapshot(workloads, _wide(long, doc.step_s), start, end, doc.step_s,
-                    (*doc.warnings, *warnings, *skipped, *orphans), doc.source, doc.nodes)
+    usage = _wide(long, doc.step_s)
+    del long
+    pa.default_memory_pool().release_unused()  # the rows' and the decoder's pages, back before the report uses more
+    give_back_freed()
+    return Snapshot(workloads, usage, start, end, doc.step_s, (*doc.warnings, *warnings, *skipped, *orphans),
+                    doc.source, doc.nodes)
 
 
 def _read_doc(path: Path) -> SnapshotDoc:
@@ -156,47 +170,74 @@ def _first_error(exc: ValidationError) -> str:
     return f"{loc or 'document'}: {first['msg']} (got {first.get('input')!r}){more}"
 
 
-def _read_long(directory: Path) -> tuple[pd.DataFrame, Path, list[str]]:
+@dataclass(frozen=True)
+class _Long:
+    """The usage rows as columns of arrays, metrics and workloads as codes into their names (-1: none), so that no
+    row holds a string of its own: a 14-day snapshot of 2,000 workloads has tens of millions of rows."""
+
+    metric_names: np.ndarray  # distinct names (object)
+    metric: np.ndarray  # codes into metric_names
+    workload_names: np.ndarray  # distinct str keys (object)
+    workload: np.ndarray  # codes into workload_names
+    timestamp: pd.DatetimeIndex  # UTC, in _TIME_UNIT
+    value: np.ndarray  # float64, or float32 as stored
+
+    def rows(self, keep: np.ndarray) -> _Long:
+        return replace(self, metric=self.metric[keep], workload=self.workload[keep], timestamp=self.timestamp[keep],
+                       value=self.value[keep])
+
+
+def _read_long(directory: Path) -> tuple[_Long, Path, list[str]]:
     """The long usage table from Parquet, or else CSV, with typed, validated columns."""
     parquet, csv = directory / PARQUET_FILE, directory / CSV_FILE
     warnings = []
-    if parquet.exists():
-        path, raw = parquet, _load(parquet, lambda p: pq.read_table(p).to_pandas())
+    column: Callable[[str], pd.Series]
+    if parquet.exists():  # one column at a time: only one is ever held twice (as Arrow's and as pandas')
+        path, names = parquet, _load(parquet, lambda p: pq.read_schema(p).names)
+        column = partial(_load_column, parquet)
         if csv.exists():
             warnings.append(f"{csv}: ignored, {PARQUET_FILE} is read instead")
     elif csv.exists():
         path, raw = csv, _load(csv, lambda p: pd.read_csv(p, dtype={"metric": str, "workload": str}))
+        names, column = list(raw.columns), raw.pop
     else:
         raise SourceError(f"{directory}: no usage file ({PARQUET_FILE} or {CSV_FILE})")
-    missing = [c for c in COLUMNS if c not in raw.columns]
+    missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise SourceError(f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}")
-    long = pd.DataFrame({
-        "metric": raw["metric"].astype(object), "workload": _keys(raw["workload"], path),
-        "timestamp": _timestamps(raw["timestamp"], path), "value": _values(raw["value"], path)})
+    metrics = pd.Categorical(column("metric"))  # cheap from Parquet's dictionary (categorical) column
+    workload_names, workload = _keys(column("workload"), path)
+    long = _Long(np.asarray(metrics.categories, dtype=object), np.asarray(metrics.codes), workload_names, workload,
+                 pd.DatetimeIndex(_timestamps(column("timestamp"), path)), _values(column("value"), path))
     _no_duplicates(long, path)
     return long, path, warnings
 
 
-def _load(path: Path, loader: Callable[[Path], pd.DataFrame]) -> pd.DataFrame:
+def _load_column(path: Path, name: str) -> pd.Series:
+    return _load(path, lambda p: pq.read_table(p, columns=[name]).column(0).to_pandas())
+
+
+def _load(path: Path, loader: Callable[[Path], _T]) -> _T:
     try:
-        frame = loader(path)
+        loaded = loader(path)
     except (OSError, ValueError, pa.ArrowException, pd.errors.ParserError) as exc:
         kind = "Parquet" if path.suffix == ".parquet" else "CSV"
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SourceError(f"{path}: not a readable {kind} file ({detail})") from None
-    return frame
+    return loaded
 
 
-def _keys(column: pd.Series, path: Path) -> pd.Series:
-    """Workload keys as str; checked per distinct key (a few) rather than per row (hundreds of thousands)."""
-    keys = column.astype(object)  # cheap from Parquet's dictionary (categorical) column
-    distinct = pd.unique(keys)
-    empty = [k for k in distinct if pd.isna(k) or not str(k).strip()]
-    if empty:
-        bad = keys.isna() | keys.isin(empty)
+def _keys(column: pd.Series, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Workload keys as distinct str names and a code per row; checked per distinct key (a few) rather than per
+    row (millions)."""
+    keys = pd.Categorical(column)  # cheap from Parquet's dictionary (categorical) column
+    codes = np.asarray(keys.codes)
+    empty = [i for i, k in enumerate(keys.categories) if not str(k).strip()]
+    bad = (codes < 0) | np.isin(codes, empty)
+    if bad.any():
         raise SourceError(f"{path}: empty workload in row {int(np.flatnonzero(bad)[0]) + 1}")
-    return keys if all(isinstance(k, str) for k in distinct) else keys.map(str)
+    distinct, of_category = pd.factorize(np.asarray([str(k) for k in keys.categories], dtype=object))
+    return np.asarray(of_category, dtype=object), distinct.astype(codes.dtype)[codes]  # str() can merge two
 
 
 def _timestamps(column: pd.Series, path: Path) -> pd.Series:
@@ -217,53 +258,93 @@ def _timestamps(column: pd.Series, path: Path) -> pd.Series:
     return parsed.dt.as_unit(_TIME_UNIT)
 
 
-def _values(column: pd.Series, path: Path) -> pd.Series:
-    """Floats; empty and NaN stay NaN, anything else non-numeric is an error."""
+def _values(column: pd.Series, path: Path) -> np.ndarray:
+    """Floats (float32 as stored: each is exact in float64, as the frames hold it); empty and NaN stay NaN, anything
+    else non-numeric is an error."""
+    if column.dtype == np.float32:
+        return column.to_numpy()
     if pd.api.types.is_numeric_dtype(column.dtype):
-        return column.astype("float64")
+        return column.to_numpy(dtype="float64")
     values = pd.to_numeric(column, errors="coerce")
     text = column.astype(str).str.strip().str.lower()
     bad = values.isna() & column.notna() & ~text.isin(["", "nan"])
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise SourceError(f"{path}: non-numeric value {column.iloc[row]!r} in row {row + 1}")
-    return values.astype("float64")
+    return values.to_numpy(dtype="float64")
 
 
-def _no_duplicates(long: pd.DataFrame, path: Path) -> None:
-    dup = long.duplicated(["metric", "workload", "timestamp"])
+def _no_duplicates(long: _Long, path: Path) -> None:
+    """One line for the rows that repeat an earlier row's metric, workload and time (the first of them named)."""
+    if _series_in_runs(long):
+        return
+    times, distinct = pd.factorize(long.timestamp.asi8)
+    widths = (len(long.metric_names) + 1, len(long.workload_names) + 1, max(len(distinct), 1))
+    if np.prod(widths, dtype=np.float64) < 2.0**62:  # one int64 per row says all three
+        key = ((long.metric.astype(np.int64) + 1) * widths[1] + (long.workload + 1)) * widths[2] + times
+        dup = pd.Series(key).duplicated().to_numpy()
+    else:
+        dup = pd.DataFrame({"m": long.metric, "w": long.workload, "t": times}).duplicated().to_numpy()
     if dup.any():
-        row = long[dup].iloc[0]
-        raise SourceError(f"{path}: {int(dup.sum())} duplicate row(s), first: {row['metric']} "
-                          f"{row['workload']} at {row['timestamp'].isoformat()}")
+        row = int(np.flatnonzero(dup)[0])
+        metric, workload = _metric_name(long, int(long.metric[row])), long.workload_names[long.workload[row]]
+        raise SourceError(f"{path}: {int(dup.sum())} duplicate row(s), first: {metric} {workload} at "
+                          f"{long.timestamp[row].isoformat()}")
 
 
-def _known_metrics(long: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, list[str]]:
-    known = long["metric"].isin(USAGE_METRICS)
+def _series_in_runs(long: _Long) -> bool:
+    """True when each (metric, workload) pair's rows are one run of rising times, as ``write_snapshot`` lays them
+    out: then no row repeats another, which this tells in one pass with no hashing of every row."""
+    if len(long.metric) < 2:
+        return True
+    same = (long.metric[1:] == long.metric[:-1]) & (long.workload[1:] == long.workload[:-1])
+    if not (np.diff(long.timestamp.asi8)[same] > 0).all():
+        return False
+    starts = np.concatenate([[0], np.flatnonzero(~same) + 1])
+    pairs = long.metric[starts].astype(np.int64) * (len(long.workload_names) + 1) + long.workload[starts]
+    return bool(np.unique(pairs).size == pairs.size)
+
+
+def _metric_name(long: _Long, code: int) -> str:
+    """A metric code's name, as str() gave it when rows held names (no name given reads "nan")."""
+    return str(long.metric_names[code]) if code >= 0 else "nan"
+
+
+def _known_metrics(long: _Long, path: Path) -> tuple[_Long, list[str]]:
+    known_codes = [i for i, name in enumerate(long.metric_names) if name in USAGE_METRICS]
+    known = np.isin(long.metric, known_codes)
     if known.all():
         return long, []
-    names = sorted({str(m) for m in long.loc[~known, "metric"]})
-    return long[known], [f"{path}: skipped {int((~known).sum())} row(s) of unknown metric(s) "
-                         f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"]
+    names = sorted({_metric_name(long, int(code)) for code in np.unique(long.metric[~known])})
+    return long.rows(known), [f"{path}: skipped {int((~known).sum())} row(s) of unknown metric(s) "
+                              f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"]
 
 
-def _orphans(long: pd.DataFrame, known: set[str], path: Path) -> list[str]:
-    extra = [k for k in pd.unique(long["workload"]) if k not in known]
+def _orphans(long: _Long, known: set[str], path: Path) -> list[str]:
+    extra = [k for k in long.workload_names[pd.unique(long.workload)] if k not in known]
     if not extra:
         return []
     return [f"{path}: usage for {len(extra)} workload(s) not in {SNAPSHOT_FILE} (kept, but no workload "
             f"reads it): {', '.join(map(str, extra[:5]))}{' ...' if len(extra) > 5 else ''}"]
 
 
-def _wide(long: pd.DataFrame, step_s: float) -> dict[str, pd.DataFrame]:
-    """Long rows → one wide frame per metric, workloads in the order they first appear."""
+def _wide(long: _Long, step_s: float) -> dict[str, pd.DataFrame]:
+    """Long rows → one wide frame per metric (in the order metrics first appear), workloads in the order they first
+    appear, times sorted; a cell no row gives is NaN."""
     usage = {}
-    for metric, rows in long.groupby("metric", sort=False):
-        frame = rows.pivot(index="timestamp", columns="workload", values="value")
-        frame = frame.reindex(columns=pd.unique(rows["workload"])).sort_index()
-        frame.index = _with_freq(pd.DatetimeIndex(frame.index), step_s)
-        frame.columns = pd.Index([str(c) for c in frame.columns])
-        usage[str(metric)] = frame.astype("float64")
+    stamps = long.timestamp.asi8
+    column_of = np.empty(len(long.workload_names), dtype=np.int64)
+    for code in pd.unique(long.metric):
+        rows = np.flatnonzero(long.metric == code)
+        workloads = pd.unique(long.workload[rows])
+        column_of[workloads] = np.arange(workloads.size)
+        times, at = np.unique(stamps[rows], return_inverse=True)
+        values = np.full((times.size, workloads.size), np.nan)
+        values[at, column_of[long.workload[rows]]] = long.value[rows]
+        index = pd.DatetimeIndex(times.astype(f"M8[{_TIME_UNIT}]")).tz_localize(UTC)
+        usage[str(long.metric_names[code])] = pd.DataFrame(
+            values, index=_with_freq(index, step_s), columns=pd.Index([str(k) for k in long.workload_names[workloads]]),
+            copy=False)  # laid out as a pivot's frame was
     return usage
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -72,6 +73,12 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
     _assert_same(snap, read_snapshot(tmp_path / "new" / "dir"))
 
 
+def test_a_snapshot_without_usage_round_trips(tmp_path: Path) -> None:
+    snap = replace(_snapshot(), usage={})  # the writer writes a metric at a time: here, none
+    write_snapshot(snap, tmp_path)
+    _assert_same(snap, read_snapshot(tmp_path))
+
+
 def test_round_trip_keeps_a_naive_start_naive(tmp_path: Path) -> None:
     snap = _snapshot(start=datetime(2026, 10, 30))
     write_snapshot(snap, tmp_path)
@@ -132,6 +139,45 @@ def test_usage_of_workloads_not_in_the_inventory_is_kept_with_a_warning(tmp_path
     snap = read_snapshot(_csv_dir(tmp_path, rows))
     assert list(snap.usage[m.FB_USED_MIB].columns) == [KEY, "ghost/Deployment/gone"]
     assert any("1 workload(s) not in snapshot.json" in w and "ghost/Deployment/gone" in w for w in snap.warnings)
+
+
+def test_rows_in_any_order_read_as_the_same_frames(tmp_path: Path) -> None:
+    """The reader's quick check (each series one run of rising times, as written) fails on interleaved, unsorted
+    rows; they still make the same frames, workloads in the order they first appear, and no duplicate is claimed."""
+    other = "dev/StatefulSet/review"
+    rows = [f"fb_used_mib,{KEY},{T0 + 600},2", f"fb_used_mib,{other},{T0},3", f"fb_used_mib,{KEY},{T0},1",
+            f"kv_usage_frac,{KEY},{T0},0.5", f"fb_used_mib,{other},{T0 + 600},4"]
+    frame = read_snapshot(_csv_dir(tmp_path, rows)).usage[m.FB_USED_MIB]
+    assert list(frame.columns) == [KEY, other]
+    assert frame.to_numpy().tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    assert frame.index.freq is not None
+
+
+@pytest.mark.parametrize("rows, first", [
+    ([f"fb_used_mib,{KEY},{T0},1", f"kv_usage_frac,{KEY},{T0},0.5", f"fb_used_mib,{KEY},{T0},2"],
+     f"fb_used_mib {KEY}"),  # the series' second run repeats its first
+    ([f"kv_usage_frac,{KEY},{T0 + 600},0.5", f"kv_usage_frac,{KEY},{T0},0.5", f"kv_usage_frac,{KEY},{T0 + 600},0.7"],
+     f"kv_usage_frac {KEY}"),  # one run whose times fall, then repeat
+])
+def test_duplicates_are_found_in_rows_in_any_order(tmp_path: Path, rows: list[str], first: str) -> None:
+    with pytest.raises(SourceError, match=f"1 duplicate row\\(s\\), first: {first}"):
+        read_snapshot(_csv_dir(tmp_path, rows))
+
+
+def test_the_written_names_are_codes_in_the_order_they_first_appear(tmp_path: Path) -> None:
+    """Metrics and workloads go to Parquet as dictionary codes, numbered as Arrow's own encoding numbers them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    snap = _snapshot()
+    snap.usage[m.FB_USED_MIB] = snap.usage[m.FB_USED_MIB][list(reversed(snap.usage[m.FB_USED_MIB].columns))]
+    write_snapshot(snap, tmp_path)
+    table = pq.read_table(tmp_path / "usage.parquet")
+    for name in ("metric", "workload"):
+        written = table.column(name).combine_chunks()
+        assert written.type == pa.dictionary(pa.int32(), pa.string())
+        assert written.equals(pa.array(written.to_pylist(), pa.string()).dictionary_encode())
+    _assert_same(snap, read_snapshot(tmp_path))
 
 
 def _edit_json(change: Callable[[dict], object]) -> Callable[[Path], None]:

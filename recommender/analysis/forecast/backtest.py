@@ -56,12 +56,13 @@ def run_backtest(model: Forecaster, y: pd.Series, h: int, positions: Sequence[in
     forecasts = None if refit else template.origin_forecasts(y, positions, h)
     if forecasts is None:
         forecasts = [template.clone().fit(y.iloc[:pos]).predict_mean(h) for pos in positions]
-    rows = []
+    scores = []
     for pos, forecast in zip(positions, forecasts, strict=True):
         actual = values[pos: pos + h]
-        rows.append((y.index[pos], smape(actual, forecast), mase(actual, forecast, values[:pos], season_length),
-                     mae(actual, forecast)))
-    return pd.DataFrame(rows, columns=ERROR_COLUMNS), template
+        scores.append((smape(actual, forecast), mase(actual, forecast, values[:pos], season_length),
+                       mae(actual, forecast)))
+    columns = np.array(scores, dtype="float64").reshape(-1, 3).T
+    return pd.DataFrame(dict(zip(ERROR_COLUMNS, [y.index[list(positions)], *columns], strict=True))), template
 
 
 def _daily_points(y: pd.Series) -> int:
@@ -78,12 +79,14 @@ def score(errors: pd.DataFrame, select_by: str, mase_cap: float = 10.0) -> float
     ``"smape+mase"`` adds mean sMAPE/100 (0-2) to mean MASE (capped at ``mase_cap`` so one flat
     stretch with an infinite MASE does not hide everything else): both goals count.
     """
-    s = float(np.nanmean(errors["smape"])) / 100 if errors["smape"].notna().any() else np.inf
-    q = float(np.nanmean(np.minimum(errors["mase"], mase_cap))) if errors["mase"].notna().any() else 0.0
+    smape_, mase_ = errors["smape"].to_numpy(dtype="float64"), errors["mase"].to_numpy(dtype="float64")
+    any_smape, any_mase = bool((~np.isnan(smape_)).any()), bool((~np.isnan(mase_)).any())
+    s = float(np.nanmean(smape_)) / 100 if any_smape else np.inf
+    q = float(np.nanmean(np.minimum(mase_, mase_cap))) if any_mase else 0.0
     if select_by == "smape":
         return s
     if select_by == "mase":
-        return q if errors["mase"].notna().any() else np.inf
+        return q if any_mase else np.inf
     if select_by == "smape+mase":
         return s + q
     raise ValueError(f"select_by must be 'smape', 'mase' or 'smape+mase', got {select_by!r}")

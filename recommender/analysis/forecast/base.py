@@ -9,6 +9,7 @@ clipped at 0, and the bands are nested: ``lo_95 <= lo_80 <= mean <= hi_80 <= hi_
 
 from __future__ import annotations
 
+import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -63,6 +64,14 @@ def future_index(index: pd.DatetimeIndex, step: pd.Timedelta, h: int) -> pd.Date
     return pd.date_range(index[-1] + step, periods=h, freq=step, tz="UTC", name=index.name)
 
 
+@functools.cache
+def _init_names(cls: type) -> tuple[str, ...]:
+    """The names ``cls.__init__`` takes by name (read once per class: clones are made per backtest origin)."""
+    params = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in params if p.name != "self" and p.kind in kinds)
+
+
 class Forecaster(ABC):
     """Base of every model: validation, cloning and the frame; subclasses fill ``_fit``/``_predict``."""
 
@@ -89,9 +98,7 @@ class Forecaster(ABC):
 
     def get_params(self) -> dict[str, Any]:
         """The ``__init__`` arguments, as scikit-learn's ``get_params`` (no learned state)."""
-        params = inspect.signature(type(self).__init__).parameters.values()
-        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        return {p.name: getattr(self, p.name) for p in params if p.name != "self" and p.kind in kinds}
+        return {name: getattr(self, name) for name in _init_names(type(self))}
 
     def clone(self) -> Self:
         """A new unfitted model with the same hyper-parameters."""
