@@ -214,7 +214,31 @@ def _read_long(directory: Path) -> tuple[_Long, Path, list[str]]:
 
 
 def _load_column(path: Path, name: str) -> pd.Series:
-    return _load(path, lambda p: pq.read_table(p, columns=[name]).column(0).to_pandas())
+    """One Parquet column as pandas reads it. Times and floats (the largest columns) are copied a row group at a
+    time into one array, times already at the frames' unit, so no second copy of the whole column is made."""
+    def read(p: Path) -> pd.Series:
+        file = pq.ParquetFile(p)
+        kind = file.schema_arrow.field(name).type
+        if not (pa.types.is_timestamp(kind) or pa.types.is_floating(kind)):
+            return file.read(columns=[name]).column(0).to_pandas()
+        want = pa.timestamp(_TIME_UNIT) if pa.types.is_timestamp(kind) else kind  # times: UTC instants, as stored
+        out = np.empty(file.metadata.num_rows, dtype=want.to_pandas_dtype())
+        at = 0
+        for group in range(file.num_row_groups):
+            chunk = file.read_row_group(group, columns=[name]).column(0)
+            if pa.types.is_timestamp(kind):
+                chunk = chunk.cast(pa.timestamp(kind.unit)).cast(want)  # the tz dropped: the same instants
+            values = chunk.to_numpy()
+            out[at: at + values.size] = values
+            at += values.size
+        if pa.types.is_timestamp(kind) and kind.tz is not None:
+            return pd.Series(pd.DatetimeIndex(out, copy=False).tz_localize(UTC), name=name, copy=False)
+        return pd.Series(out, name=name, copy=False)
+
+    try:
+        return _load(path, read)
+    finally:
+        pa.default_memory_pool().release_unused()
 
 
 def _load(path: Path, loader: Callable[[Path], _T]) -> _T:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
@@ -178,6 +179,36 @@ def test_the_written_names_are_codes_in_the_order_they_first_appear(tmp_path: Pa
         assert written.type == pa.dictionary(pa.int32(), pa.string())
         assert written.equals(pa.array(written.to_pylist(), pa.string()).dictionary_encode())
     _assert_same(snap, read_snapshot(tmp_path))
+
+
+def _parquet_by_hand(d: Path, times: list[datetime | None], values: list[float | None], tz: str | None,
+                     row_group_size: int) -> None:
+    """A usage.parquet as another tool might write it: plain strings, times in ns with or without a zone, nulls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = len(times)
+    table = pa.table({"metric": pa.array(["fb_used_mib"] * n), "workload": pa.array([KEY] * n),
+                      "timestamp": pa.array(times, pa.timestamp("ns", tz=tz)), "value": pa.array(values, pa.float64())})
+    pq.write_table(table, d / "usage.parquet", row_group_size=row_group_size)
+
+
+@pytest.mark.parametrize("tz", [None, "UTC", "Europe/Berlin"])
+def test_parquet_written_by_another_tool_reads_the_same_instants(tmp_path: Path, tz: str | None) -> None:
+    write_snapshot(_snapshot(), tmp_path)
+    when = [datetime.fromtimestamp(T0 + 600 * i, UTC) for i in range(5)]
+    given = [w.replace(tzinfo=None) for w in when] if tz is None else [w.astimezone(ZoneInfo(tz)) for w in when]
+    _parquet_by_hand(tmp_path, list(given), [1.0, None, 3.0, 4.5, 5.0], tz, row_group_size=2)  # 3 row groups
+    frame = read_snapshot(tmp_path).usage[m.FB_USED_MIB]
+    assert list(frame.index) == [pd.Timestamp(w) for w in when]  # naive times are UTC
+    assert frame[KEY].tolist()[2:] == [3.0, 4.5, 5.0] and frame[KEY].isna().tolist()[:2] == [False, True]
+
+
+def test_a_missing_time_in_parquet_is_named_by_its_row(tmp_path: Path) -> None:
+    write_snapshot(_snapshot(), tmp_path)
+    _parquet_by_hand(tmp_path, [datetime.fromtimestamp(T0, UTC), None], [1.0, 2.0], "UTC", row_group_size=1)
+    with pytest.raises(SourceError, match=r"usage\.parquet: bad timestamp .* in row 2"):
+        read_snapshot(tmp_path)
 
 
 def _edit_json(change: Callable[[dict], object]) -> Callable[[Path], None]:
