@@ -173,7 +173,7 @@ def _first_error(exc: ValidationError) -> str:
 @dataclass(frozen=True)
 class _Long:
     """The usage rows as columns of arrays, metrics and workloads as codes into their names (-1: none), so that no
-    row holds a string of its own: a 14-day snapshot of 2,000 workloads has tens of millions of rows."""
+    row holds a string of its own (a snapshot has a row per series and step)."""
 
     metric_names: np.ndarray  # distinct names (object)
     metric: np.ndarray  # codes into metric_names
@@ -192,7 +192,7 @@ def _read_long(directory: Path) -> tuple[_Long, Path, list[str]]:
     parquet, csv = directory / PARQUET_FILE, directory / CSV_FILE
     warnings = []
     column: Callable[[str], pd.Series]
-    if parquet.exists():  # one column at a time: only one is ever held twice (as Arrow's and as pandas')
+    if parquet.exists():  # a column at a time (_load_column)
         path, names = parquet, _load(parquet, lambda p: pq.read_schema(p).names)
         column = partial(_load_column, parquet)
         if csv.exists():
