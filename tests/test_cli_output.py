@@ -113,3 +113,18 @@ def test_forecast_output_file_and_its_deprecated_o(cwd: Path) -> None:
     assert new.exit_code == old.exit_code == 0, new.output
     assert (cwd / "a.csv").read_text() == (cwd / "b.csv").read_text()
     assert "deprecated" in old.stderr
+
+
+@pytest.mark.parametrize("command", ["report", "snapshot"])
+def test_running_out_of_memory_is_one_line_and_leaves_no_file(command: str, cwd: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_memory(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError
+
+    monkeypatch.setattr(recommender.cli.app, "make_reports", no_memory)
+    monkeypatch.setattr(recommender.cli.app, "save_snapshot", no_memory)
+    where = ["--output-file", "r.json", "-o", "json"] if command == "report" else ["--output-dir", "snap"]
+    run = CliRunner().invoke(main, [command, "--demo", *where])
+    assert run.exit_code == 2, run.output
+    assert run.stderr.startswith("error: ran out of memory") and run.stderr.count("\n") == 1
+    assert "Traceback" not in run.output and os.listdir(cwd) == []

@@ -19,6 +19,8 @@ from recommender.cli.serve import serve
 from recommender.core.errors import RightsizerError
 
 FORMATS = ("table", "wide", "json", "yaml", "csv", "markdown", "html")  # built in; plugins add more
+OUT_OF_MEMORY = ("ran out of memory (an allocation failed; any file it was writing is left as it was): fewer "
+                 "namespaces or workloads (-n, -l), a shorter --history or a larger memory limit needs less")
 MAX_HORIZON_STEPS = 20_000  # forecast steps per series (139 days at 10-minute steps): memory grows with it
 
 
@@ -78,6 +80,9 @@ def _report(output: str | None, output_file: str | None, legacy_fmt: str | None,
     except RightsizerError as exc:
         fail(str(exc))
         return
+    except MemoryError:
+        fail(OUT_OF_MEMORY)
+        return
     if paths:
         for fmt, dest in paths.items():
             click.echo(f"wrote {fmt} report to {dest}", err=True)
@@ -114,6 +119,9 @@ def snapshot(output_dir: str | None, legacy_output: str | None, **opts: Any) -> 
         save_snapshot(name, path, settings, parse_time(opts.get("end_time")), Path(output))
     except RightsizerError as exc:
         fail(str(exc))
+        return
+    except MemoryError:
+        fail(OUT_OF_MEMORY)
         return
     click.echo(f"wrote snapshot to {output}", err=True)
 
