@@ -227,7 +227,8 @@ def _load_column(path: Path, name: str) -> pd.Series:
         for group in range(file.num_row_groups):
             chunk = file.read_row_group(group, columns=[name]).column(0)
             if pa.types.is_timestamp(kind):
-                chunk = chunk.cast(pa.timestamp(kind.unit)).cast(want)  # the tz dropped: the same instants
+                chunk = chunk.cast(pa.timestamp(kind.unit)).cast(want, safe=False)  # the tz dropped: the same instants;
+                # finer than the frames' unit: truncated, as pandas' as_unit truncates
             values = chunk.to_numpy()
             out[at: at + values.size] = values
             at += values.size

@@ -204,6 +204,20 @@ def test_parquet_written_by_another_tool_reads_the_same_instants(tmp_path: Path,
     assert frame[KEY].tolist()[2:] == [3.0, 4.5, 5.0] and frame[KEY].isna().tolist()[:2] == [False, True]
 
 
+def test_parquet_times_finer_than_the_frames_unit_are_truncated_as_pandas_truncates(tmp_path: Path) -> None:
+    write_snapshot(_snapshot(), tmp_path)
+    fine = pd.Timestamp(T0, unit="s", tz=UTC) + pd.Timedelta(nanoseconds=123_456_789)
+    _parquet_by_hand(tmp_path, [fine.to_pydatetime(warn=False)], [1.0], "UTC", row_group_size=1)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "usage.parquet")  # put the nanoseconds back: a datetime holds only micro
+    stamps = pa.array([fine.value], pa.timestamp("ns", tz="UTC"))
+    pq.write_table(table.set_column(2, "timestamp", stamps), tmp_path / "usage.parquet")
+    frame = read_snapshot(tmp_path).usage[m.FB_USED_MIB]
+    assert list(frame.index) == [pd.Series([fine]).dt.as_unit(frame.index.unit).iloc[0]]
+
+
 def test_a_missing_time_in_parquet_is_named_by_its_row(tmp_path: Path) -> None:
     write_snapshot(_snapshot(), tmp_path)
     _parquet_by_hand(tmp_path, [datetime.fromtimestamp(T0, UTC), None], [1.0, 2.0], "UTC", row_group_size=1)
