@@ -11,6 +11,8 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from collectors.files import read_snapshot, write_snapshot
@@ -167,9 +169,6 @@ def test_duplicates_are_found_in_rows_in_any_order(tmp_path: Path, rows: list[st
 
 def test_the_written_names_are_codes_in_the_order_they_first_appear(tmp_path: Path) -> None:
     """Metrics and workloads go to Parquet as dictionary codes, numbered as Arrow's own encoding numbers them."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     snap = _snapshot()
     snap.usage[m.FB_USED_MIB] = snap.usage[m.FB_USED_MIB][list(reversed(snap.usage[m.FB_USED_MIB].columns))]
     write_snapshot(snap, tmp_path)
@@ -181,12 +180,10 @@ def test_the_written_names_are_codes_in_the_order_they_first_appear(tmp_path: Pa
     _assert_same(snap, read_snapshot(tmp_path))
 
 
-def _parquet_by_hand(d: Path, times: list[datetime | None], values: list[float | None], tz: str | None,
+def _parquet_by_hand(d: Path, times: list[datetime | int | None], values: list[float | None], tz: str | None,
                      row_group_size: int) -> None:
-    """A usage.parquet as another tool might write it: plain strings, times in ns with or without a zone, nulls."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    """A usage.parquet as another tool might write it: plain strings, times in ns (datetimes, or ints of ns) with or
+    without a zone, nulls."""
     n = len(times)
     table = pa.table({"metric": pa.array(["fb_used_mib"] * n), "workload": pa.array([KEY] * n),
                       "timestamp": pa.array(times, pa.timestamp("ns", tz=tz)), "value": pa.array(values, pa.float64())})
@@ -207,13 +204,7 @@ def test_parquet_written_by_another_tool_reads_the_same_instants(tmp_path: Path,
 def test_parquet_times_finer_than_the_frames_unit_are_truncated_as_pandas_truncates(tmp_path: Path) -> None:
     write_snapshot(_snapshot(), tmp_path)
     fine = pd.Timestamp(T0, unit="s", tz=UTC) + pd.Timedelta(nanoseconds=123_456_789)
-    _parquet_by_hand(tmp_path, [fine.to_pydatetime(warn=False)], [1.0], "UTC", row_group_size=1)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(tmp_path / "usage.parquet")  # put the nanoseconds back: a datetime holds only micro
-    stamps = pa.array([fine.value], pa.timestamp("ns", tz="UTC"))
-    pq.write_table(table.set_column(2, "timestamp", stamps), tmp_path / "usage.parquet")
+    _parquet_by_hand(tmp_path, [fine.value], [1.0], "UTC", row_group_size=1)
     frame = read_snapshot(tmp_path).usage[m.FB_USED_MIB]
     assert list(frame.index) == [pd.Series([fine]).dt.as_unit(frame.index.unit).iloc[0]]
 
