@@ -43,6 +43,8 @@ from replay_fleet import FLEET_WORST_PCT, ClientResult, Figures, fleet_table, fl
 from replay_results import GOAL_TERMS
 from replay_split import DATA, REPORT, TUNE, Client, all_clients
 
+from recommender.cli import BLAS_THREAD_CAPS
+
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = Path(__file__).resolve().with_name("replay.py")
 POLICY_LINE = re.compile(r"^policy=(\S+) (.*)$", re.M)
@@ -55,8 +57,7 @@ NOT_RUN_BY_REPLAY = {"replay_sweep.py", "replay_split.py", "replay_fleet.py", "r
 MAX_REQUESTS = 60_000_000  # per client, by default: over this a replay needs over ~7 GiB (~110 bytes a request)
 WINDOW_S = 600.0  # a ServeGen trace's rate window
 # thread-count variables of OpenMP and the BLAS builds numpy/scipy may use: 1 in each replay unless set
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+THREAD_VARS = ("OMP_NUM_THREADS", *BLAS_THREAD_CAPS, "NUMEXPR_NUM_THREADS")  # the command line's BLAS caps, and more
 
 
 def code_version(root: Path = ROOT) -> str:
