@@ -226,27 +226,14 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
     """Run ``rightsizer report`` as a child: wall time around it, its own rusage (os.wait4), the server's CPU
     and RSS, its figures; ``queries`` lists what it asked Prometheus (for :func:`replay`)."""
     with tempfile.TemporaryDirectory(prefix="scale-report-") as tmp:
-        out, err_path, log = Path(tmp) / "report.json", Path(tmp) / "stderr.txt", Path(tmp) / "queries.jsonl"
-        cmd = [*_cli(), "report", "--prometheus-url", url, "--no-kubernetes", "--history", f"{days:g}d",
-               "--end", str(end_s), "-o", "json", "--output-file", str(out), *extra]
-        env = {**os.environ, "COLUMNS": "1000", QUERY_LOG_ENV: str(log),  # rich wraps at 80 columns off a terminal
-               "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}  # this
-        # checkout's code, not the one an editable install of the console script points at
+        out, log = Path(tmp) / "report.json", Path(tmp) / "queries.jsonl"
+        args = ["report", "--prometheus-url", url, "--no-kubernetes", "--history", f"{days:g}d", "--end", str(end_s),
+                "-o", "json", "--output-file", str(out), *extra]
         server_cpu0, load_before = _cpu_s(server_pid) if server_pid else 0.0, os.getloadavg()[0]
-        with err_path.open("w") as err, rss_peak(server_pid, url=url) as server_rss:
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
-            _, status, usage = os.wait4(proc.pid, 0)
-            wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        stderr = err_path.read_text(errors="replace")
-        if proc.returncode != 0:
-            tail = "\n".join(stderr.strip().splitlines()[-15:])
-            print(f"report failed with exit status {proc.returncode}:\n{tail}", file=sys.stderr)
-            raise SystemExit(proc.returncode or 1)
-        fig: dict[str, Any] = {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024,
-                               "cpu_s": usage.ru_utime + usage.ru_stime, "load_before": load_before,
-                               "load_after": os.getloadavg()[0]}  # the machine's 1-min load average
+        with rss_peak(server_pid, url=url) as server_rss:  # rich wraps at 80 columns off a terminal
+            child, stderr = run_cli(args, {"COLUMNS": "1000", QUERY_LOG_ENV: str(log)})
+        fig: dict[str, Any] = child | {"load_before": load_before,
+                                       "load_after": os.getloadavg()[0]}  # the machine's 1-min load average
         if server_pid:
             fig["prometheus_cpu_s"] = _cpu_s(server_pid) - server_cpu0
             fig |= server_memory(server_rss)
@@ -268,29 +255,34 @@ def run_report(url: str, days: float, end_s: int, server_pid: int | None, extra:
     return fig
 
 
-def run_cli(args: list[str]) -> dict[str, Any]:
-    """One ``rightsizer`` command as a child: wall time around it, its CPU and peak RSS (os.wait4)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([*_cli(), *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode(errors="replace")
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        print(f"rightsizer {args[0]} failed:\n{err[-2000:]}", file=sys.stderr)
-        raise SystemExit(1)
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024}
+def run_cli(args: list[str], env: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
+    """One ``rightsizer`` command as a child (``env`` added to ours): wall time around it, its CPU and peak RSS
+    (os.wait4), and its stderr; a command that fails ends the benchmark with its stderr's last lines."""
+    env = {**os.environ, **(env or {}),  # this checkout's code, not the one an editable install of the script points at
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([*_cli(), *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        print(f"rightsizer {args[0]} failed with exit status {code}:\n{tail}", file=sys.stderr)
+        raise SystemExit(code or 1)
+    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime}, stderr
 
 
 def run_snapshot(url: str, days: float, end_s: int, extra: list[str], cold: dict[str, Any]) -> str:
     """Save the report's window with ``rightsizer snapshot``, then report on it from the file: one line of figures."""
     with tempfile.TemporaryDirectory(prefix="scale-snapshot-") as tmp:
         snap, out = Path(tmp) / "snapshot", Path(tmp) / "report.json"
-        saved = run_cli(["snapshot", "--prometheus-url", url, "--no-kubernetes", "--history", f"{days:g}d",
+        saved, _ = run_cli(["snapshot", "--prometheus-url", url, "--no-kubernetes", "--history", f"{days:g}d",
                          "--end", str(end_s), "--no-cache", "--output-dir", str(snap), *extra])
         size = sum(f.stat().st_size for f in snap.iterdir()) / 2**20
-        read = run_cli(["report", "--snapshot", str(snap), "--no-cache", "-o", "json", "--output-file", str(out),
+        read, _ = run_cli(["report", "--snapshot", str(snap), "--no-cache", "-o", "json", "--output-file", str(out),
                         *_settings_only(extra)])
         summary = json.loads(out.read_text())["summary"]
     same = all(summary[k] == cold[k] for k in ("workloads", "with_recommendation", "gpus_held", "gpus_needed"))
