@@ -200,8 +200,11 @@ def replay(url: str, queries: list[dict[str, Any]], workers: int, stats: bool = 
         with urllib.request.urlopen(req, timeout=600) as r:
             body = r.read()
         if stats:
-            found = json.loads(body).get("data", {}).get("stats", {}).get("samples", {})
-            touched.append(found.get("totalQueryableSamples"))
+            data = json.loads(body).get("data", {})
+            if isinstance(data, list):  # a series lookup (the census): the index only, no sample touched
+                touched.append(0)
+                return
+            touched.append(data.get("stats", {}).get("samples", {}).get("totalQueryableSamples"))
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -64,6 +64,13 @@ class _Answer(TypedDict):
 _RANGE_ANSWER = msgspec.json.Decoder(_Answer)
 
 
+class _SeriesAnswer(TypedDict):
+    data: list[dict[str, str]]  # /api/v1/series: each series' label set
+
+
+_SERIES_ANSWER = msgspec.json.Decoder(_SeriesAnswer)
+
+
 class PrometheusLimitError(PrometheusError):
     """The server refused a query as too large (samples, points, series): a smaller query may pass."""
 
@@ -186,6 +193,21 @@ class PromClient:
                   "stats": "all"}  # the samples it loaded and held, for the cost line
         _log_query("query_range", params)
         return self._call(lambda: self._range(params), promql)
+
+    def series(self, match: str, start_s: float, end_s: float) -> Result:
+        """The series ``match`` selects with a chunk of samples within ``start_s``–``end_s``, each as ``{"metric":
+        labels}``: from the server's index alone (``/api/v1/series``), so no sample is read or decoded."""
+        params = {"match[]": match, "start": round(start_s), "end": round(end_s)}
+        _log_query("series", params)
+        return self._call(lambda: self._get_series(params), match)
+
+    def _get_series(self, params: dict[str, Any]) -> Result:
+        s = self._session
+        r = s.get(f"{self.url}/api/v1/series", params=params, headers=self._headers, auth=self._auth,
+                  verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
+        if r.status_code != 200:
+            raise self._status_error(r.status_code, _server_message(r.text), str(params["match[]"]))
+        return [{"metric": labels} for labels in _SERIES_ANSWER.decode(r.content)["data"]]
 
     def _range(self, params: dict[str, Any]) -> Result:
         s = self._session  # verify and cert passed again, as the library does: REQUESTS_CA_BUNDLE would win otherwise

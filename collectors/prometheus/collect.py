@@ -1,8 +1,8 @@
 """Collect pod-level usage and inventory from Prometheus: plan the queries, run them in a bounded pool.
 
 The plan is fixed by the number of metric families and time chunks, never by the number of pods: a
-census query first counts the series behind each family (so absent families cost nothing and chunks
-are sized to the fleet), then every (family, chunk) query and the coarse inventory queries run in a
+census first counts the series behind each family from the server's index (so absent families cost nothing
+and chunks are sized to the fleet), then every (family, chunk) query and the coarse inventory queries run in a
 pool of ``max_workers``. A query the server refuses as too large is halved and retried.
 
 A loop (the controller) passes a :class:`UsageCache`: then only the steps added since its last
@@ -27,7 +27,7 @@ from collectors.prometheus.cache import UsageCache, reading
 from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, PrometheusLimitError, QueryStats
 from collectors.prometheus.devices import DeviceTable, gpu_nodes
-from collectors.prometheus.jobs import GPU_NODES, Job, coarse_chunks, plan, run_jobs
+from collectors.prometheus.jobs import GPU_NODES, Job, plan, run_jobs
 from collectors.prometheus.parse import Accumulator, Grid, Result
 from collectors.prometheus.queries import Scope
 from collectors.prometheus.rules import RulePlan
@@ -174,45 +174,72 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
 
 
 RULE_CENSUS = "rule census"
+CENSUS_LOOKBACK_S = 300  # an instant query's lookback: the census counts what the first inventory step sees
 
 
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
             since: Chunk | None = None, known: dict[str, int] | None = None,
             recorded: dict[str, list[list[object]]] | None = None) -> tuple[dict[str, int], Chunk]:
-    """Series per exported name, most at any one time (split like any query if the server insists): over the
-    window at the inventory step, or over ``since`` only, added to what was ``known`` before it. With
-    ``recorded``, the recorded series are counted as well, by a query of their own at the coarser steps of
-    :func:`rules.census_chunk` (or :func:`rules.census_since`) in the same pool, their counts at each step kept
-    in ``recorded``; returns the counts and the range of that census."""
+    """Series per exported name over the window (or over ``since`` only, added to what was ``known`` before it),
+    from the server's index (``PromClient.series``): no sample is read, where counting at each inventory step
+    decoded every sample of every raw series and mapped all their blocks into the server's memory. A series
+    counts once whatever part of the range it covers, so a pod replaced within the window counts again: the
+    series a query selects over it, at most, which is what sizing it needs. With ``recorded``, the recorded
+    series are counted as well, by a query of their own at the coarser steps of :func:`rules.census_chunk` (or
+    :func:`rules.census_since`), their counts at each step kept in ``recorded``; returns the counts and the
+    range of that census."""
     counts: dict[str, int] = dict(known or {})
+    found = _raw_counts(client, scope, since if since is not None else win.coarse, p, progress)
+    for name, n in found.items():
+        counts[name] = max(counts.get(name, 0), n)
+    span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
+    if recorded is None:
+        return counts, span
 
     def merge(job: Job, result: Result) -> None:
-        if job.key == RULE_CENSUS and recorded is not None:
-            for item in result:
-                recorded.setdefault(str((item.get("metric") or {}).get("__name__")), []).extend(
-                    item.get("values") or [])
-            return
-        for name, n in parse.series_counts(result).items():
-            counts[name] = max(counts.get(name, 0), n)
+        for item in result:
+            recorded.setdefault(str((item.get("metric") or {}).get("__name__")), []).extend(item.get("values") or [])
 
-    promql, selector = queries.census_query(scope), queries.census_selector(scope)
-    span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
     if since is not None:
-        cut, rule_cut = [since], [span]
-    else:  # alone in the pool: cut to keep every worker busy, and by the series it selects (one instant count)
-        now = client.query(f"count({selector})", win.coarse.end_s)
-        series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
-        cut = coarse_chunks(win, p, series, pieces=client.in_flight, instant=True)
-        # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
+        rule_cut = [span]
+    else:  # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
         # series selected twice: held as two samples a series and step (as sample_s = step counts them)
-        per = chunks.steps_per_chunk(series, span.step_s, p, sample_s=span.step_s)
+        per = chunks.steps_per_chunk(max(sum(found.values()), 1), span.step_s, p, sample_s=span.step_s)
         rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
-    jobs = [Job("census", promql, c, i) for i, c in enumerate(cut)]
-    if recorded is not None:
-        rule_promql = rules.census_query(scope, p)
-        jobs += [Job(RULE_CENSUS, rule_promql, c, len(cut) + i) for i, c in enumerate(rule_cut)]
-    run_jobs(client, jobs, merge, progress, "counting series")
+    rule_promql = rules.census_query(scope, p)
+    run_jobs(client, [Job(RULE_CENSUS, rule_promql, c, i) for i, c in enumerate(rule_cut)], merge, progress,
+             "counting series")
     return counts, span
+
+
+def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSettings, progress: Progress
+                ) -> dict[str, int]:
+    """Series per exported name over ``span`` (and an instant lookback before it), listed by the server. A server
+    that caps what one listing returns (VictoriaMetrics' ``-search.maxSeries``) is asked one name at a time, and
+    a name it still refuses is counted by a query at each of ``span``'s steps: the most series it had at once."""
+    start_s = span.start_s - CENSUS_LOOKBACK_S
+    try:
+        return parse.series_names(client.series(queries.census_selector(scope), start_s, span.end_s))
+    except PrometheusLimitError:
+        pass
+    counts: dict[str, int] = {}
+    refused: list[str] = []
+    for name in queries.CENSUS_NAMES:
+        try:
+            counts |= parse.series_names(client.series(queries.census_selector(scope, (name,)), start_s, span.end_s))
+        except PrometheusLimitError:
+            refused.append(name)
+    if refused:
+        def merge(job: Job, result: Result) -> None:
+            for name, n in parse.series_counts(result).items():
+                counts[name] = max(counts.get(name, 0), n)
+
+        promql = queries.census_query(queries.census_selector(scope, tuple(refused)))
+        per = chunks.steps_per_chunk(sum(counts.values()) or 1, span.step_s, p, sample_s=span.step_s)
+        run_jobs(client, [Job("census", promql, c, i) for i, c in
+                          enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))], merge, progress,
+                 "counting series")
+    return counts
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,

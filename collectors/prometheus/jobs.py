@@ -6,7 +6,6 @@ read, a query the server refuses as too large halved and retried (at most ``MAX_
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -69,14 +68,11 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
     return out
 
 
-def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, pieces: int = 1, instant: bool = False
-                  ) -> list[Chunk]:
-    """The inventory step over the whole window, cut by the same limits as usage queries and into at least
-    ``pieces`` queries (where it has the steps): Prometheus evaluates one query on one core. ``instant``: its
+def coarse_chunks(win: Window, p: PrometheusSettings, series: int = 1, instant: bool = False) -> list[Chunk]:
+    """The inventory step over the whole window, cut by the same limits as usage queries. ``instant``: its
     selectors are instant vectors (no range), which hold one sample per series and step."""
     c = win.coarse
-    sample_s = c.step_s if instant else None
-    per = min(chunks.steps_per_chunk(series, c.step_s, p, sample_s=sample_s), math.ceil(c.steps / max(pieces, 1)))
+    per = chunks.steps_per_chunk(series, c.step_s, p, sample_s=c.step_s if instant else None)
     return chunks.chunks(c.start_s, c.end_s, c.step_s, per)
 
 

@@ -283,5 +283,15 @@ def series_counts(result: Result) -> dict[str, int]:
     return counts
 
 
+def series_names(result: Result) -> dict[str, int]:
+    """``/api/v1/series`` answers (``PromClient.series``) → how many series each exported name has."""
+    counts: dict[str, int] = {}
+    for item in result:
+        name = (item.get("metric") or {}).get("__name__")
+        if name:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 def total(counts: Mapping[str, int], names: Iterable[str]) -> int:
     return sum(counts.get(n, 0) for n in names)

@@ -204,15 +204,19 @@ def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], windo
     return f"max by (namespace, {label}) (max_over_time({{{','.join(matchers)}}}[{window_s}s]))"
 
 
-def census_selector(scope: Scope) -> str:
+CENSUS_NAMES = tuple(sorted({n for f in FAMILIES for n in f.read_names} | {FB_FREE, CACHE_CONFIG}))
+
+
+def census_selector(scope: Scope, names: tuple[str, ...] = CENSUS_NAMES) -> str:
     """Every series the census counts: each exported name a family reads (recorded series have a census of
     their own: ``rules.census_query``)."""
-    return scope.matchers(tuple(sorted({n for f in FAMILIES for n in f.read_names} | {FB_FREE, CACHE_CONFIG})))
+    return scope.matchers(names)
 
 
-def census_query(scope: Scope) -> str:
-    """How many series each exported name has: which families exist, and how big their queries are."""
-    return f"count by (__name__) ({census_selector(scope)})"
+def census_query(selector: str) -> str:
+    """How many series of each exported name ``selector`` picks at each step: the census where the server will
+    not list them (``collect._census``)."""
+    return f"count by (__name__) ({selector})"
 
 
 def device_query(scope: Scope, labels: tuple[str, ...]) -> str:

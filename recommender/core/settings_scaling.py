@@ -159,9 +159,10 @@ class ScalingSettings(BaseModel):
     )
     max_burst_frac: float = Field(
         2.0, ge=0, description="maxReplicaCount = replicas for the larger of forecast and observed peak x (1 + this). "
-        "The ceiling only bounds a runaway (a metric gone wrong): the HPA never scales above demand, so a loose "
-        "one costs nothing, while a tight one queues the first burst above last week's peak "
-        "(benchmarks/REPLAY.md § Measurements behind the defaults)."
+        "The ceiling bounds a runaway (a metric gone wrong) and what a queue asks for while new pods start: the "
+        "waiting trigger asks for more as the backlog grows through a cold start, so a loose ceiling can hold more "
+        "replicas than the burst needs until the scale-down window ends; a tight one queues the first burst above "
+        "last week's peak (benchmarks/REPLAY.md § Measurements behind the defaults)."
     )
     max_bound_history_s: float = Field(
         7 * 86_400, ge=0, description="History needed before maxReplicaCount is bounded by the peak; with less, "
