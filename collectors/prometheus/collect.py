@@ -180,35 +180,44 @@ CENSUS_LOOKBACK_S = 300  # an instant query's lookback: the census counts what t
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
             since: Chunk | None = None, known: dict[str, int] | None = None,
             recorded: dict[str, list[list[object]]] | None = None) -> tuple[dict[str, int], Chunk]:
-    """Series per exported name over the window (or over ``since`` only, added to what was ``known`` before it),
-    from the server's index (``PromClient.series``): no sample is read, where counting at each inventory step
-    decoded every sample of every raw series and mapped all their blocks into the server's memory. A series
-    counts once whatever part of the range it covers, so a pod replaced within the window counts again: the
-    series a query selects over it, at most, which is what sizing it needs. With ``recorded``, the recorded
+    """Series per exported name over the window, listed from the server's index (:func:`_raw_counts`): no sample
+    is read, where counting at each inventory step decoded every sample of every raw series and mapped all their
+    blocks into the server's memory. A series counts once whatever part of the window it covers, so a pod
+    replaced within it counts again: the series a query selects over it, at most, which is what sizing it needs.
+    Over ``since`` only (a cached collection's new steps), the series are counted at each of those steps
+    instead, and added to what was ``known`` before them. With ``recorded``, the recorded
     series are counted as well, by a query of their own at the coarser steps of :func:`rules.census_chunk` (or
     :func:`rules.census_since`), their counts at each step kept in ``recorded``; returns the counts and the
     range of that census."""
     counts: dict[str, int] = dict(known or {})
-    found = _raw_counts(client, scope, since if since is not None else win.coarse, p, progress)
-    for name, n in found.items():
-        counts[name] = max(counts.get(name, 0), n)
-    span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
-    if recorded is None:
-        return counts, span
 
     def merge(job: Job, result: Result) -> None:
-        for item in result:
-            recorded.setdefault(str((item.get("metric") or {}).get("__name__")), []).extend(item.get("values") or [])
+        if job.key == RULE_CENSUS and recorded is not None:
+            for item in result:
+                recorded.setdefault(str((item.get("metric") or {}).get("__name__")), []).extend(
+                    item.get("values") or [])
+            return
+        for name, n in parse.series_counts(result).items():
+            counts[name] = max(counts.get(name, 0), n)
 
-    if since is not None:
+    span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
+    jobs: list[Job] = []
+    if since is not None:  # a few new steps: counted at each (a listing would name every series of the fleet)
+        jobs.append(Job("census", queries.census_query(queries.census_selector(scope)), since, 0))
         rule_cut = [span]
-    else:  # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
+    else:
+        found = _raw_counts(client, scope, win.coarse, p, progress)
+        for name, n in found.items():
+            counts[name] = max(counts.get(name, 0), n)
+        # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
         # series selected twice: held as two samples a series and step (as sample_s = step counts them)
         per = chunks.steps_per_chunk(max(sum(found.values()), 1), span.step_s, p, sample_s=span.step_s)
         rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
-    rule_promql = rules.census_query(scope, p)
-    run_jobs(client, [Job(RULE_CENSUS, rule_promql, c, i) for i, c in enumerate(rule_cut)], merge, progress,
-             "counting series")
+    if recorded is not None:
+        rule_promql = rules.census_query(scope, p)
+        jobs += [Job(RULE_CENSUS, rule_promql, c, len(jobs) + i) for i, c in enumerate(rule_cut)]
+    if jobs:
+        run_jobs(client, jobs, merge, progress, "counting series")
     return counts, span
 
 
