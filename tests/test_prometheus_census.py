@@ -8,9 +8,12 @@ that refuses large listings is the real one behind a client that refuses for it 
 
 from __future__ import annotations
 
+import threading
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +159,48 @@ def test_a_server_that_lists_nothing_is_counted_at_each_step(fleet: Fleet) -> No
     # counted at each inventory step: the most at once, so the replaced pod and its successor are one series
     assert cache.counts[q.FB_USED] == 2
     assert usage.series[m.FB_USED_MIB].shape[1] == 3  # every pod is still read
+
+
+@pytest.fixture()
+def query_only_gateway(fleet: Fleet) -> Iterator[str]:
+    """A real HTTP gateway in front of the server that passes the query endpoints and answers 404 to the rest,
+    as some tenancy proxies do."""
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if not self.path.startswith(("/api/v1/query", "/api/v1/status/")):
+                self.send_error(404)
+                return
+            with urllib.request.urlopen(fleet.url + self.path, timeout=60) as answer:
+                body = answer.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_gateway_without_listings_has_every_name_counted_at_each_step(fleet: Fleet, query_only_gateway: str) -> None:
+    s = _settings(query_only_gateway)
+    cache, listed = UsageCache(), UsageCache()
+    client = Logging(s.prometheus)
+    usage = collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client, cache=cache)
+    direct = _settings(fleet.url)
+    expected = collect_pod_usage(direct, fleet.start, fleet.end, RecordingProgress(),
+                                 client=PromClient(direct.prometheus), cache=listed)
+    assert len(client.lookups) == 1  # asked once, then counted
+    assert any(x.startswith("count by (__name__)") and "namespace_pod:" not in x for x in client.ranges)
+    assert cache.counts[q.FB_USED] == 2 and listed.counts[q.FB_USED] == 3
+    assert set(usage.series) == set(expected.series) - {m.SM_ACTIVE_FRAC}  # the brief family is not seen then

@@ -75,6 +75,10 @@ class PrometheusLimitError(PrometheusError):
     """The server refused a query as too large (samples, points, series): a smaller query may pass."""
 
 
+class NoSeriesListing(PrometheusError):
+    """The server (or a gateway in front of it) has no ``/api/v1/series``: only the query endpoints."""
+
+
 class _Transient(PrometheusError):
     """A failure worth retrying (connection, timeout, 429, 5xx); re-raised as PrometheusError at the end."""
 
@@ -205,6 +209,8 @@ class PromClient:
         s = self._session
         r = s.get(f"{self.url}/api/v1/series", params=params, headers=self._headers, auth=self._auth,
                   verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
+        if r.status_code in (404, 405, 501):
+            raise NoSeriesListing(f"{self.url} lists no series (HTTP {r.status_code} from /api/v1/series)")
         if r.status_code != 200:
             raise self._status_error(r.status_code, _server_message(r.text), str(params["match[]"]))
         return [{"metric": labels} for labels in _SERIES_ANSWER.decode(r.content)["data"]]

@@ -25,7 +25,7 @@ from collectors.pods import PodDevices, PodUsage, pod_key
 from collectors.prometheus import chunks, parse, queries, rules
 from collectors.prometheus.cache import UsageCache, reading
 from collectors.prometheus.chunks import Chunk
-from collectors.prometheus.client import PromClient, PrometheusLimitError, QueryStats
+from collectors.prometheus.client import NoSeriesListing, PromClient, PrometheusLimitError, QueryStats
 from collectors.prometheus.devices import DeviceTable, gpu_nodes
 from collectors.prometheus.jobs import GPU_NODES, Job, plan, run_jobs
 from collectors.prometheus.parse import Accumulator, Grid, Result
@@ -225,15 +225,18 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
                 ) -> dict[str, int]:
     """Series per exported name over ``span`` (and an instant lookback before it), listed by the server. A server
     that caps what one listing returns (VictoriaMetrics' ``-search.maxSeries``) is asked one name at a time, and
-    a name it still refuses is counted by a query at each of ``span``'s steps: the most series it had at once."""
+    a name it still refuses is counted by a query at each of ``span``'s steps: the most series it had at once.
+    A gateway that passes only the query endpoints has every name counted that way."""
     start_s = span.start_s - CENSUS_LOOKBACK_S
+    counts: dict[str, int] = {}
+    refused: list[str] = []
     try:
         return parse.series_names(client.series(queries.census_selector(scope), start_s, span.end_s))
     except PrometheusLimitError:
         pass
-    counts: dict[str, int] = {}
-    refused: list[str] = []
-    for name in queries.CENSUS_NAMES:
+    except NoSeriesListing:
+        refused = list(queries.CENSUS_NAMES)
+    for name in () if refused else queries.CENSUS_NAMES:
         try:
             counts |= parse.series_names(client.series(queries.census_selector(scope, (name,)), start_s, span.end_s))
         except PrometheusLimitError:
