@@ -12,6 +12,7 @@ what it already holds, instead of the whole history every cycle.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -185,10 +186,10 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     blocks into the server's memory. A series counts once whatever part of the window it covers, so a pod
     replaced within it counts again: the series a query selects over it, at most, which is what sizing it needs.
     Over ``since`` only (a cached collection's new steps), the series are counted at each of those steps
-    instead, and added to what was ``known`` before them. With ``recorded``, the recorded
-    series are counted as well, by a query of their own at the coarser steps of :func:`rules.census_chunk` (or
-    :func:`rules.census_since`), their counts at each step kept in ``recorded``; returns the counts and the
-    range of that census."""
+    instead, and added to what was ``known`` before them. With ``recorded``, the recorded series are counted as
+    well, by a query of their own at the coarser steps of :func:`rules.census_chunk` (or
+    :func:`rules.census_since`), their counts at each step kept in ``recorded``; returns the counts and the range
+    of that census."""
     counts: dict[str, int] = dict(known or {})
 
     def merge(job: Job, result: Result) -> None:
@@ -226,31 +227,37 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     """Series per exported name over ``span`` (and an instant lookback before it), listed by the server. A server
     that caps what one listing returns (VictoriaMetrics' ``-search.maxSeries``) is asked one name at a time, and
     a name it still refuses is counted by a query at each of ``span``'s steps: the most series it had at once.
-    A gateway that passes only the query endpoints has every name counted that way."""
+    A gateway that passes only the query endpoints has every name counted that way, as the census always did."""
     start_s = span.start_s - CENSUS_LOOKBACK_S
-    counts: dict[str, int] = {}
-    refused: list[str] = []
     try:
         return parse.series_names(client.series(queries.census_selector(scope), start_s, span.end_s))
     except PrometheusLimitError:
-        pass
+        listable = queries.CENSUS_NAMES
     except NoSeriesListing:
-        refused = list(queries.CENSUS_NAMES)
-    for name in () if refused else queries.CENSUS_NAMES:
+        listable = ()
+    counts: dict[str, int] = {}
+    refused = [name for name in queries.CENSUS_NAMES if name not in listable]
+    for name in listable:
         try:
             counts |= parse.series_names(client.series(queries.census_selector(scope, (name,)), start_s, span.end_s))
         except PrometheusLimitError:
             refused.append(name)
-    if refused:
-        def merge(job: Job, result: Result) -> None:
-            for name, n in parse.series_counts(result).items():
-                counts[name] = max(counts.get(name, 0), n)
+    if not refused:
+        return counts
 
-        promql = queries.census_query(queries.census_selector(scope, tuple(refused)))
-        per = chunks.steps_per_chunk(sum(counts.values()) or 1, span.step_s, p, sample_s=span.step_s)
-        run_jobs(client, [Job("census", promql, c, i) for i, c in
-                          enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))], merge, progress,
-                 "counting series")
+    def merge(job: Job, result: Result) -> None:
+        for name, n in parse.series_counts(result).items():
+            counts[name] = max(counts.get(name, 0), n)
+
+    # cut by the series it selects (one instant count) and into a query per one in flight: a query runs on one core
+    selector = queries.census_selector(scope, tuple(sorted(refused)))
+    now = client.query(f"count({selector})", span.end_s)
+    series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
+    per = min(chunks.steps_per_chunk(series, span.step_s, p, sample_s=span.step_s),
+              math.ceil(span.steps / client.in_flight))
+    run_jobs(client, [Job("census", queries.census_query(selector), c, i)
+                      for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))], merge,
+             progress, "counting series")
     return counts
 
 
