@@ -10,14 +10,17 @@ Callers end their history shortly before now: the server keeps 60 d and looks ba
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import math
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,3 +237,17 @@ def instant_query(url: str, query: str, at_s: float) -> list[dict[str, Any]]:
     assert r.status_code == 200, r.text
     result: list[dict[str, Any]] = r.json()["data"]["result"]
     return result
+
+
+@contextlib.contextmanager
+def loopback_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on a free loopback port, answering with ``handler`` in a thread; yields its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

@@ -8,12 +8,11 @@ that refuses large listings is the real one behind a client that refuses for it 
 
 from __future__ import annotations
 
-import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
-from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+from tests.promfixture import PromServer, Series, build_tsdb, loopback_http, prometheus_binaries, write_openmetrics
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -182,14 +181,8 @@ def query_only_gateway(fleet: Fleet) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_http(Gateway) as url:
+        yield url
 
 
 def test_a_gateway_without_listings_has_every_name_counted_at_each_step(fleet: Fleet, query_only_gateway: str) -> None:

@@ -9,7 +9,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -19,6 +19,7 @@ from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
 from tests.promcluster import Cluster
+from tests.promfixture import loopback_http
 
 MOST = 32  # max_workers' upper bound: more than the cores of any machine these tests run on
 
@@ -95,15 +96,8 @@ def status_server(request: pytest.FixtureRequest) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with loopback_http(Handler) as url:
+        yield url
 
 
 def runtime(cores: object) -> tuple[int, str]:

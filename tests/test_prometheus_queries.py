@@ -6,7 +6,6 @@ import contextlib
 import http.server
 import itertools
 import math
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -21,6 +20,7 @@ from collectors.prometheus.queries import Scope
 from collectors.prometheus.window import window_for
 from recommender.core.errors import PrometheusError
 from recommender.core.settings_sources import PrometheusSettings
+from tests.promfixture import loopback_http
 
 P = PrometheusSettings()
 
@@ -238,13 +238,8 @@ def _canned(body: bytes, status: int = 200) -> Iterator[str]:
         def log_message(self, *_: object) -> None:
             return None
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_http(Handler) as url:
+        yield url
 
 
 def _range(url: str, promql: str = "up") -> parse.Result:
