@@ -3,7 +3,8 @@ server's index (``/api/v1/series``), so that counting reads no sample.
 
 The cluster here is two pods of tests/promcluster.py over 48 h, one of them replaced half-way (a new pod name,
 as a rollout gives), and an SM-activity series that lives three minutes between two inventory steps. A server
-that refuses large listings is the real one behind a client that refuses for it (Prometheus has no such cap).
+that refuses large listings is the real one behind a client that refuses for it (Prometheus has no such cap); a
+gateway that passes only the query endpoints is a real HTTP server in front of it.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     half = ts.size // 2
     series = pc._pod_series(STEADY, 0, ts) + pc._pod_series(ROLLED, 1, ts[:half]) \
         + pc._pod_series(SUCCESSOR, 1, ts[half:]) + pc._ksm_series((STEADY, ROLLED, SUCCESSOR), ts)
-    # three samples just after an inventory step: the next step's instant lookback (5 min) ends before them
+    # three samples just after an inventory step: the next step's instant lookback (5 min) starts after them
     coarse = window_for(start, end, PrometheusSettings()).coarse
     assert coarse.step_s >= 300 + 240, "an inventory step too short to leave samples between two lookbacks"
     at = coarse.start_s + coarse.step_s * (coarse.steps // 2)
