@@ -198,8 +198,7 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
                 recorded.setdefault(str((item.get("metric") or {}).get("__name__")), []).extend(
                     item.get("values") or [])
             return
-        for name, n in parse.series_counts(result).items():
-            counts[name] = max(counts.get(name, 0), n)
+        parse.keep_most(counts, parse.series_counts(result))
 
     span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
     jobs: list[Job] = []
@@ -208,8 +207,7 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         rule_cut = [span]
     else:
         found = _raw_counts(client, scope, win.coarse, p, progress)
-        for name, n in found.items():
-            counts[name] = max(counts.get(name, 0), n)
+        parse.keep_most(counts, found)
         # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
         # series selected twice: held as two samples a series and step (as sample_s = step counts them)
         per = chunks.steps_per_chunk(max(sum(found.values()), 1), span.step_s, p, sample_s=span.step_s)
@@ -246,8 +244,7 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
         return counts
 
     def merge(job: Job, result: Result) -> None:
-        for name, n in parse.series_counts(result).items():
-            counts[name] = max(counts.get(name, 0), n)
+        parse.keep_most(counts, parse.series_counts(result))
 
     # cut by the series it selects (one instant count) and into a query per one in flight: a query runs on one core
     selector = queries.census_selector(scope, tuple(sorted(refused)))

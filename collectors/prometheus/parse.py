@@ -283,6 +283,12 @@ def series_counts(result: Result) -> dict[str, int]:
     return counts
 
 
+def keep_most(counts: dict[str, int], more: Mapping[str, int]) -> None:
+    """Each name's count in ``counts`` raised to ``more``'s where that is higher (censuses of several chunks)."""
+    for name, n in more.items():
+        counts[name] = max(counts.get(name, 0), n)
+
+
 def series_names(result: Result) -> dict[str, int]:
     """``/api/v1/series`` answers (``PromClient.series``) → how many series each exported name has."""
     counts: dict[str, int] = {}
