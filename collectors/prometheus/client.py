@@ -177,10 +177,8 @@ class PromClient:
     def server_cores(self) -> int | None:
         """The cores the server says its queries run on (Prometheus' GOMAXPROCS), or None where it does not say:
         Thanos, Mimir and VictoriaMetrics have no such page, and a proxy may refuse it. Asked once, not retried."""
-        s = self._session
         try:
-            r = s.get(f"{self.url}/api/v1/status/runtimeinfo", headers=self._headers, auth=self._auth,
-                      verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
+            r = self._get("status/runtimeinfo")
             cores = r.json()["data"]["GOMAXPROCS"] if r.status_code == 200 else None
         except (requests.exceptions.RequestException, ValueError, KeyError, TypeError):
             return None
@@ -206,9 +204,7 @@ class PromClient:
         return self._call(lambda: self._get_series(params), match)
 
     def _get_series(self, params: dict[str, Any]) -> Result:
-        s = self._session
-        r = s.get(f"{self.url}/api/v1/series", params=params, headers=self._headers, auth=self._auth,
-                  verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
+        r = self._get("series", params)
         if r.status_code in (404, 405, 501):
             raise NoSeriesListing(f"{self.url} lists no series (HTTP {r.status_code} from /api/v1/series)")
         if r.status_code != 200:
@@ -216,9 +212,7 @@ class PromClient:
         return [{"metric": labels} for labels in _SERIES_ANSWER.decode(r.content)["data"]]
 
     def _range(self, params: dict[str, Any]) -> Result:
-        s = self._session  # verify and cert passed again, as the library does: REQUESTS_CA_BUNDLE would win otherwise
-        r = s.get(f"{self.url}/api/v1/query_range", params=params, headers=self._headers, auth=self._auth,
-                  verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
+        r = self._get("query_range", params)
         if r.status_code != 200:
             raise self._status_error(r.status_code, _server_message(r.text), str(params["query"]))
         data = _RANGE_ANSWER.decode(r.content)["data"]
@@ -229,6 +223,12 @@ class PromClient:
         points = iter(decode_points([item["values"] for item in result if "values" in item]))
         return [{"metric": item["metric"], "values": next(points)} if "values" in item else {"metric": item["metric"]}
                 for item in result]
+
+    def _get(self, endpoint: str, params: dict[str, Any] | None = None) -> requests.Response:
+        """One GET of ``/api/v1/<endpoint>`` on our session, with its headers, auth and timeout."""
+        s = self._session  # verify and cert passed again, as the library does: REQUESTS_CA_BUNDLE would win otherwise
+        return s.get(f"{self.url}/api/v1/{endpoint}", params=params, headers=self._headers, auth=self._auth,
+                     verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
 
     def _call(self, fn: Any, what: str) -> Result:
         """``fn``'s answer; what is worth retrying (:class:`_Transient`) is tried ``retries`` more times by tenacity,
