@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collectors.prometheus import PromClient, QueryStats, collect_pod_usage, window_for
+from collectors.prometheus import PromClient, collect_pod_usage, window_for
 from collectors.prometheus import queries as q
 from collectors.prometheus.cache import UsageCache
 from collectors.prometheus.client import PrometheusLimitError
@@ -29,6 +29,7 @@ from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
 from tests.promfixture import PromServer, Series, build_tsdb, loopback_http, prometheus_binaries, write_openmetrics
+from tests.test_prometheus_collect import LoggingClient
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -45,23 +46,6 @@ class Fleet:
     start: datetime
     end: datetime
     brief_s: tuple[float, ...]  # when the brief SM-activity series has samples
-
-
-class Logging(PromClient):
-    """A real client that remembers the range queries and the series lookups it sent."""
-
-    def __init__(self, p: PrometheusSettings) -> None:
-        super().__init__(p, QueryStats())
-        self.ranges: list[str] = []
-        self.lookups: list[tuple[str, float, float]] = []
-
-    def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
-        self.ranges.append(promql)
-        return super().query_range(promql, start_s, end_s, step_s)
-
-    def series(self, match: str, start_s: float, end_s: float) -> list:  # type: ignore[type-arg]
-        self.lookups.append((match, start_s, end_s))
-        return super().series(match, start_s, end_s)
 
 
 def _settings(url: str) -> Settings:
@@ -94,7 +78,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 def test_the_census_reads_the_index_not_the_samples(fleet: Fleet) -> None:
     s = _settings(fleet.url)
-    client = Logging(s.prometheus)
+    client = LoggingClient(s.prometheus)
     collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client)
     # one lookup of every name the families read, over the window and an instant lookback before it
     ((match, start_s, end_s),) = client.lookups
@@ -102,7 +86,7 @@ def test_the_census_reads_the_index_not_the_samples(fleet: Fleet) -> None:
     assert match == q.census_selector(q.Scope.of((), s.prometheus))
     assert (start_s, end_s) == (coarse.start_s - 300, coarse.end_s)
     # no query counts raw series: the only census query left is the recorded series' (none here)
-    counting = [x for x in client.ranges if x.startswith("count by (__name__)")]
+    counting = [x for x in client.sent if x.startswith("count by (__name__)")]
     assert counting and all("namespace_pod:" in x for x in counting)
 
 
@@ -122,7 +106,7 @@ def test_a_replaced_pod_counts_as_two_series_and_a_brief_family_is_found(fleet: 
     assert fleet.brief_s[0] <= times.min() and times.max() < fleet.brief_s[-1] + win.window_s + win.grid.step_s
 
 
-class Capped(Logging):
+class Capped(LoggingClient):
     """A real client to a server that refuses to list more than one name at once (as VictoriaMetrics refuses a
     listing over ``-search.maxSeries``), or, with ``refuse_all``, to list anything."""
 
@@ -145,7 +129,7 @@ def test_a_server_that_caps_listings_is_asked_one_name_at_a_time(fleet: Fleet) -
     collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client, cache=capped)
     assert capped.counts == listed.counts
     assert len(client.lookups) == 1 + len(q.CENSUS_NAMES)
-    assert not [x for x in client.ranges if x.startswith("count by (__name__)") and "namespace_pod:" not in x]
+    assert not [x for x in client.sent if x.startswith("count by (__name__)") and "namespace_pod:" not in x]
 
 
 def test_a_server_that_lists_nothing_is_counted_at_each_step(fleet: Fleet) -> None:
@@ -153,7 +137,7 @@ def test_a_server_that_lists_nothing_is_counted_at_each_step(fleet: Fleet) -> No
     cache = UsageCache()
     client = Capped(s.prometheus, refuse_all=True)
     usage = collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client, cache=cache)
-    counting = [x for x in client.ranges if x.startswith("count by (__name__)") and "namespace_pod:" not in x]
+    counting = [x for x in client.sent if x.startswith("count by (__name__)") and "namespace_pod:" not in x]
     assert counting and all(x.startswith(f"count by (__name__) ({q.census_selector(q.Scope.of((), s.prometheus))}")
                             for x in counting)
     # counted at each inventory step: the most at once, so the replaced pod and its successor are one series
@@ -189,12 +173,12 @@ def query_only_gateway(fleet: Fleet) -> Iterator[str]:
 def test_a_gateway_without_listings_has_every_name_counted_at_each_step(fleet: Fleet, query_only_gateway: str) -> None:
     s = _settings(query_only_gateway)
     cache, listed = UsageCache(), UsageCache()
-    client = Logging(s.prometheus)
+    client = LoggingClient(s.prometheus)
     usage = collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client, cache=cache)
     direct = _settings(fleet.url)
     expected = collect_pod_usage(direct, fleet.start, fleet.end, RecordingProgress(),
                                  client=PromClient(direct.prometheus), cache=listed)
     assert len(client.lookups) == 1  # asked once, then counted
-    assert any(x.startswith("count by (__name__)") and "namespace_pod:" not in x for x in client.ranges)
+    assert any(x.startswith("count by (__name__)") and "namespace_pod:" not in x for x in client.sent)
     assert cache.counts[q.FB_USED] == 2 and listed.counts[q.FB_USED] == 3
     assert set(usage.series) == set(expected.series) - {m.SM_ACTIVE_FRAC}  # the brief family is not seen then

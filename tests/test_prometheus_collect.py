@@ -38,11 +38,12 @@ WINDOW_S = 120  # 48 h / 2,016 target points → step 120 s; the window is one s
 
 
 class LoggingClient(PromClient):
-    """A real client that also remembers every PromQL it sent."""
+    """A real client that also remembers every PromQL it sent, and every series listing it asked for."""
 
     def __init__(self, p: PrometheusSettings) -> None:
         super().__init__(p, QueryStats())
         self.ranges: list[tuple[str, float, float, float]] = []  # (PromQL, start, end, step) of each query
+        self.lookups: list[tuple[str, float, float]] = []  # (selector, start, end) of each series listing
 
     @property
     def sent(self) -> list[str]:
@@ -51,6 +52,10 @@ class LoggingClient(PromClient):
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> list:  # type: ignore[type-arg]
         self.ranges.append((promql, start_s, end_s, step_s))
         return super().query_range(promql, start_s, end_s, step_s)
+
+    def series(self, match: str, start_s: float, end_s: float) -> list:  # type: ignore[type-arg]
+        self.lookups.append((match, start_s, end_s))
+        return super().series(match, start_s, end_s)
 
 
 def settings(url: str, **prom: object) -> Settings:
