@@ -71,6 +71,13 @@ class _SeriesAnswer(TypedDict):
 _SERIES_ANSWER = msgspec.json.Decoder(_SeriesAnswer)
 
 
+class Answer(list[dict[str, Any]]):
+    """A range query's :data:`Result`, with the most samples the server said it held at once while evaluating it
+    (Prometheus' ``peakSamples``; None where the server does not say)."""
+
+    peak_samples: int | None = None
+
+
 class PrometheusLimitError(PrometheusError):
     """The server refused a query as too large (samples, points, series): a smaller query may pass."""
 
@@ -221,8 +228,10 @@ class PromClient:
             self.stats.loaded(samples.get("totalQueryableSamples", 0), samples.get("peakSamples", 0))
         result = data["result"]
         points = iter(decode_points([item["values"] for item in result if "values" in item]))
-        return [{"metric": item["metric"], "values": next(points)} if "values" in item else {"metric": item["metric"]}
-                for item in result]
+        answer = Answer({"metric": item["metric"], "values": next(points)} if "values" in item
+                        else {"metric": item["metric"]} for item in result)
+        answer.peak_samples = samples.get("peakSamples")
+        return answer
 
     def _get(self, endpoint: str, params: dict[str, Any] | None = None) -> requests.Response:
         """One GET of ``/api/v1/<endpoint>`` on our session, with its headers, auth and timeout."""

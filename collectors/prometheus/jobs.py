@@ -1,7 +1,8 @@
 """The query plan of one collection and the pool that runs it: one range query per (metric family, time
 chunk), chunks sized by the series a census counted, plus the coarse inventory queries; at most
 ``max_workers`` in flight (fewer where the server has fewer cores), each answer handed on as soon as it is
-read, a query the server refuses as too large halved and retried (at most ``MAX_SPLITS`` times).
+read, a family's chunks not yet sent cut again from what the server said its answered ones held
+(``chunks.Measured``), a query the server refuses as too large halved and retried (at most ``MAX_SPLITS`` times).
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from collectors.prometheus import chunks, parse, queries
-from collectors.prometheus.chunks import Chunk
+from collectors.prometheus.chunks import Chunk, Cost, Measured
 from collectors.prometheus.client import PromClient, PrometheusLimitError
 from collectors.prometheus.parse import Result
 from collectors.prometheus.queries import Scope
@@ -39,6 +40,12 @@ class Job:
     origin: int  # index of the planned job it was split from (for progress)
     depth: int = 0
     shift_s: float = 0.0  # evaluated at each step + shift_s (a step series' blocks are recorded after them)
+    cost: Cost | None = None  # how a family's chunk was sized, so its later chunks can be cut again
+
+    @property
+    def family(self) -> tuple[str, str, float, float]:
+        """Jobs that differ only in their chunk."""
+        return self.key, self.promql, self.shift_s, self.chunk.step_s
 
 
 def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tuple[str, ...] = ()
@@ -97,16 +104,16 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
             if source == "raw":
                 if not series:
                     continue
-                per = chunks.steps_per_chunk(series, step, p, parse.total(counts, fam.read_names), win.window_s)
+                cost = Cost(series, parse.total(counts, fam.read_names), win.window_s)
                 promql = queries.usage_query(fam.metric, scope, win.window_s, objective_s)
             elif source == "range" and rec is not None:  # one series per pod, one sample per tile of range_s
-                per = chunks.steps_per_chunk(pods, step, p, window_s=win.window_s, sample_s=rec.range_s)
+                cost = Cost(pods, window_s=win.window_s, sample_s=rec.range_s)
                 promql = recorded_query(rec, scope, win.window_s)
             elif stepped is not None:  # one series per pod, one sample per evaluation
-                per = chunks.steps_per_chunk(pods, step, p, window_s=win.window_s, sample_s=stepped.interval_s)
+                cost = Cost(pods, window_s=win.window_s, sample_s=stepped.interval_s)
                 promql, shift = step_query(stepped, scope, win.window_s)
-            jobs += [Job(fam.metric, promql, c, 0, shift_s=shift)
-                     for c in chunks.chunks(f.start_s, f.end_s, f.step_s, per)]
+            jobs += [Job(fam.metric, promql, c, 0, shift_s=shift, cost=cost)
+                     for c in chunks.chunks(f.start_s, f.end_s, f.step_s, cost.steps(step, p))]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
     for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
@@ -114,7 +121,7 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
         spans = [fine] if fine is not None else coarse_chunks(win, p, pods * promql.count("{"), instant=instant)
         # GPU nodes as they are now: MIG devices an earlier layout had are gone
         jobs += [Job(key, promql, c, 0) for c in ([last] if key == GPU_NODES else spans)]
-    return [Job(j.key, j.promql, j.chunk, i, shift_s=j.shift_s) for i, j in enumerate(jobs)]
+    return [replace(j, origin=i) for i, j in enumerate(jobs)]
 
 
 def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Result], None],
@@ -129,6 +136,7 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
     progress.start(task, len(jobs))
     parts = {j.origin: 1 for j in jobs}
     waiting = deque(jobs)
+    measured: dict[tuple[str, str, float, float], Measured] = {}
     with ThreadPoolExecutor(max_workers=client.in_flight, thread_name_prefix="promql") as pool:
         pending: dict[Future[Result], Job] = {}
         try:
@@ -153,6 +161,12 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
                                            for h in reversed(halves))
                         continue
                     on_result(job, result)
+                    if job.cost is not None:
+                        seen = measured.setdefault(job.family, Measured())
+                        seen.add(job.cost, job.chunk, client.settings, getattr(result, "peak_samples", None),
+                                 sum(len(r.get("values") or ()) for r in result))
+                        _recut(waiting, job, seen.steps(job.cost, job.chunk.step_s, client.settings), parts,
+                               progress, task)
                     del result
                     parts[job.origin] -= 1
                     if parts[job.origin] == 0:
@@ -161,3 +175,30 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
             for fut in pending:
                 fut.cancel()
     give_back_freed()  # the pool's threads freed the answers into their own arenas: pages the main thread never reuses
+
+
+def _recut(waiting: deque[Job], answered: Job, per: int, parts: dict[int, int], progress: Progress, task: str
+           ) -> None:
+    """Cut the chunks of ``answered``'s family that are still waiting into chunks of ``per`` steps, where that
+    changes them; halves of a refused query stay as they are. Progress counts the planned jobs: the new chunks take
+    the old ones' places (the last of them any extra), and a place no chunk takes any more is done."""
+    def ours(j: Job) -> bool:
+        return j.depth == 0 and j.family == answered.family
+
+    same = [j for j in waiting if ours(j)]
+    fresh = chunks.recut([j.chunk for j in same], per)
+    if fresh == [j.chunk for j in same]:
+        return
+    origins = [j.origin for j in same]
+    for o in origins:
+        parts[o] -= 1
+    new = [replace(same[0], chunk=c, origin=origins[min(i, len(origins) - 1)]) for i, c in enumerate(fresh)]
+    for j in new:
+        parts[j.origin] += 1
+    done = {o for o in origins if parts[o] == 0}
+    if done:
+        progress.advance(task, len(done))
+    kept = [j for j in waiting if not ours(j)]
+    at = next(i for i, j in enumerate(waiting) if ours(j))
+    waiting.clear()
+    waiting.extend(kept[:at] + new + kept[at:])

@@ -73,7 +73,8 @@ class PrometheusSettings(BaseModel):
     min_step_s: float = Field(60.0, gt=0, description="Smallest step: the usual scrape interval.")
     query_memory_mib: float = Field(
         8.0, ge=0.25, description="Memory one query may make the server hold at once, MiB (24 bytes a sample, as "
-        "Prometheus counts peakSamples): queries are cut in time to stay under it. With the queries in flight (see "
+        "Prometheus counts peakSamples): queries are cut in time to stay under it, by estimate and then by what the "
+        "server said the earlier chunks held. With the queries in flight (see "
         "max_workers, match_server_cores) the server's query memory stays under their number times this, plus "
         "its garbage collector's slack.")
     recording_rules: bool = Field(
