@@ -35,6 +35,9 @@ The checkout's modules are compiled to bytecode first, as ``pip install`` does (
 150 s, serves with ``--query.lookback-delta`` at twice the scrape interval, as such a server needs), so a large
 fleet can keep the report's grid (2,016 steps over 14 d) with fewer samples on disk.
 
+``--churn N`` replaces (renames) every pod at every N-th block range of 54 h, as rollouts would, so the census
+counts more series over the window than a query over a few hours selects.
+
 ``--snapshot`` also saves the window with ``rightsizer snapshot`` and runs ``report --snapshot`` on it (no
 Prometheus): wall, CPU and peak RSS of each, the snapshot's size, and whether its summary is the cold report's.
 
@@ -469,6 +472,9 @@ def main() -> None:
     ap.add_argument("--rules", nargs="?", const=0.0, type=float, metavar="FROM",
                     help="also write recorded series (from this share of the history on; default all of it) and "
                          "compare a cold report on recording rules with one on raw series")
+    ap.add_argument("--churn", type=int, metavar="N",
+                    help="replace (rename) every pod at every N-th block range of 54 h, as rollouts would: the census "
+                         "then counts more series over the window than a query over a few hours selects")
     ap.add_argument("--no-floor", action="store_true",
                     help="skip replaying the report's queries from a bare client (the floor, samples touched)")
     ap.add_argument("--no-bytecode", action="store_true",
@@ -500,11 +506,12 @@ def main() -> None:
             print(f"building TSDB: {args.workloads} workloads x {args.days:g} days at {args.step} s "
                   f"on {os.cpu_count()} cores", flush=True)
             t0 = time.perf_counter()
-            samples = build_tsdb(data, args.workloads, args.days, args.step, end_s, args.rules)
+            samples = build_tsdb(data, args.workloads, args.days, args.step, end_s, args.rules, args.churn)
             build_s = time.perf_counter() - t0
             (data / PARAMS_FILE).write_text(json.dumps(
                 {"workloads": args.workloads, "days": args.days, "step": args.step, "end_s": end_s,
-                 "samples": samples, "build_s": round(build_s, 1), "rules_from": args.rules}) + "\n")
+                 "samples": samples, "build_s": round(build_s, 1), "rules_from": args.rules,
+                 "churn": args.churn}) + "\n")
             print(f"tsdb_build_s={build_s:.1f} samples_written={samples} {check_blocks(data)}", flush=True)
         extra = ["--workers", str(args.workers)] if args.workers else []
         if args.step > 60:  # the report's smallest step is the scrape interval (rate() needs two samples)

@@ -56,16 +56,18 @@ RULE = "namespace_pod:{}:2m"  # the shipped recording rules' names
 STEP_RULE, STEP_S, STEP_PHASE_S = "namespace_pod:{}:step10m", 600, 137  # the step rules: name, step, group phase
 
 
-def _pod(i: int) -> tuple[str, str]:
-    return f"team-{i % 20:02d}", f"svc-{i:04d}-7d9f8b6c5d-x2k4p"
+def _pod(i: int, generation: int | None = None) -> tuple[str, str]:
+    """Workload ``i``'s namespace and pod; with a ``generation``, the pod of it (a replaced pod has a new name, as
+    a rollout gives)."""
+    return f"team-{i % 20:02d}", f"svc-{i:04d}-7d9f8b6c5d-" + ("x2k4p" if generation is None else f"g{generation:04d}")
 
 
 def _is_vllm(i: int) -> bool:
     return i % 2 == 0
 
 
-def _labels(i: int, metric: str) -> str:
-    ns, pod = _pod(i)
+def _labels(i: int, metric: str, generation: int | None = None) -> str:
+    ns, pod = _pod(i, generation)
     if metric in DCGM:
         return (f'namespace="{ns}",pod="{pod}",container="main",gpu="0",UUID="GPU-{i:08d}",'
                 f'modelName="NVIDIA A100-SXM4-80GB",Hostname="node-{i // 8:04d}"')
@@ -130,6 +132,12 @@ class Window:
     first_s: int  # unix time of sample 0
     out_dir: str
     rules_from: int | None = None  # first sample index with recorded series (None: none)
+    churn: int | None = None  # every pod replaced at every churn-th block range (None: never)
+
+    @property
+    def generation(self) -> int | None:
+        """The pods' generation in this window: its block range's number // ``churn``."""
+        return None if self.churn is None else (self.first_s + self.k0 * self.step_s) // BLOCK_S // self.churn
 
 
 def _recorded(i: int, ts: np.ndarray, k0: int) -> dict[str, np.ndarray]:
@@ -179,20 +187,20 @@ def _write_window(w: Window) -> tuple[int, float, float]:
                 if metric not in codes:
                     continue
                 table, idx = codes[metric]
-                prefix = f"{metric}{{{_labels(i, metric)}}} ".encode()
+                prefix = f"{metric}{{{_labels(i, metric, w.generation)}}} ".encode()
                 rows = zip(itertools.repeat(prefix, len(tails)), table[idx].tolist(), tails, strict=True)
                 f.write(b"".join(itertools.chain.from_iterable(rows)))
                 samples += len(tails)
         f.write(f"# TYPE {COUNTER} counter\n".encode())
         for i in range(0, w.workloads, 2):
-            prefix = f"{COUNTER}_total{{{_labels(i, COUNTER)},finished_reason=\"stop\"}} ".encode()
+            prefix = f"{COUNTER}_total{{{_labels(i, COUNTER, w.generation)},finished_reason=\"stop\"}} ".encode()
             values = [str(v).encode() for v in _finished(i, ts).tolist()]
             f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails))))
             samples += len(tails)
         # vLLM's static config, once an hour: enough for the collector's last_over_time over an hour
         f.write(f"# TYPE {CACHE_CONFIG} gauge\n".encode())
         for i in range(0, w.workloads, 2):
-            prefix = f"{CACHE_CONFIG}{{{_labels(i, CACHE_CONFIG)}}} 1".encode()
+            prefix = f"{CACHE_CONFIG}{{{_labels(i, CACHE_CONFIG, w.generation)}}} 1".encode()
             f.write(b"".join(prefix + tails[j] for j in hourly))
             samples += len(hourly)
         if w.rules_from is not None and w.rules_from < w.k1:
@@ -213,19 +221,20 @@ def _write_recorded(f: Any, w: Window, ts: np.ndarray, tails: list[bytes]) -> in
     """The recorded series of one time window from sample ``w.rules_from`` on; returns the samples written."""
     first = max(0, (w.rules_from or 0) - w.k0)
     per_pod = [{m: v[first:] for m, v in _recorded(i, ts, w.k0).items()} for i in range(w.workloads)]
-    return _write_series(f, RULE, per_pod, tails[first:])
+    return _write_series(f, RULE, per_pod, tails[first:], w.generation)
 
 
-def _write_series(f: Any, rule: str, per_pod: list[dict[str, np.ndarray]], tails: list[bytes]) -> int:
-    """One gauge family per metric named ``rule``, a series per pod with its values at ``tails``' times (in
-    OpenMetrics); returns the samples written."""
+def _write_series(f: Any, rule: str, per_pod: list[dict[str, np.ndarray]], tails: list[bytes],
+                  generation: int | None) -> int:
+    """One gauge family per metric named ``rule``, a series per pod (of ``generation``) with its values at
+    ``tails``' times (in OpenMetrics); returns the samples written."""
     samples = 0
     for metric in per_pod[0]:
         f.write(f"# TYPE {rule.format(metric)} gauge\n".encode())
         for i, found in enumerate(per_pod):
             if metric not in found:
                 continue
-            ns, pod = _pod(i)
+            ns, pod = _pod(i, generation)
             prefix = f'{rule.format(metric)}{{namespace="{ns}",pod="{pod}"}} '.encode()
             values = [repr(v).encode() for v in found[metric].tolist()]
             f.write(b"".join(itertools.chain.from_iterable(zip(itertools.repeat(prefix), values, tails))))
@@ -298,7 +307,7 @@ def _write_steps(f: Any, w: Window) -> int:
     if not len(evals):
         return 0
     tails = [f" {t}\n".encode() for t in evals.tolist()]
-    return _write_series(f, STEP_RULE, [_step_values(i, w, evals) for i in range(w.workloads)], tails)
+    return _write_series(f, STEP_RULE, [_step_values(i, w, evals) for i in range(w.workloads)], tails, w.generation)
 
 
 def per_workload_queries(workloads: int, days: float, end_s: int, step_s: int, sub_s: float = 75.0
@@ -330,10 +339,11 @@ def per_workload_queries(workloads: int, days: float, end_s: int, step_s: int, s
     return out
 
 
-def windows(workloads: int, n: int, step_s: int, end_s: int, work: Path, rules_from: float | None = None
-            ) -> list[Window]:
+def windows(workloads: int, n: int, step_s: int, end_s: int, work: Path, rules_from: float | None = None,
+            churn: int | None = None) -> list[Window]:
     """Cut samples 0..n-1 (the last at ``end_s``) at block-range boundaries, largest first (better packing).
-    ``rules_from``: the share of the history after which recorded series are written too (None: none)."""
+    ``rules_from``: the share of the history after which recorded series are written too (None: none); ``churn``:
+    every pod replaced at every churn-th block range (None: never)."""
     first_rule = None if rules_from is None else int(n * rules_from)
     first_s = end_s - (n - 1) * step_s
     cuts = [0]
@@ -341,20 +351,21 @@ def windows(workloads: int, n: int, step_s: int, end_s: int, work: Path, rules_f
         if (first_s + k * step_s) // BLOCK_S != (first_s + (k - 1) * step_s) // BLOCK_S:
             cuts.append(k)
     cuts.append(n)
-    out = [Window(a, b, workloads, step_s, first_s, str(work), first_rule) for a, b in itertools.pairwise(cuts)]
+    out = [Window(a, b, workloads, step_s, first_s, str(work), first_rule, churn) for a, b in itertools.pairwise(cuts)]
     return sorted(out, key=lambda w: w.k0 - w.k1)
 
 
-def build_tsdb(data: Path, workloads: int, days: float, step_s: int, end_s: int, rules_from: float | None = None
-               ) -> int:
+def build_tsdb(data: Path, workloads: int, days: float, step_s: int, end_s: int, rules_from: float | None = None,
+               churn: int | None = None) -> int:
     """Blocks for the whole fleet in ``data`` (a new or empty directory); returns the samples written.
-    ``rules_from``: also the recorded series, from this share of the history on (0: all of it)."""
+    ``rules_from``: also the recorded series, from this share of the history on (0: all of it); ``churn``: every
+    pod replaced (renamed) at every churn-th block range of ``BLOCK_S``."""
     n = int(days * 86_400 / step_s)
     data.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="scale-om-", dir=data.parent))
     try:
         (work / "data").mkdir()
-        jobs = windows(workloads, n, step_s, end_s, work, rules_from)
+        jobs = windows(workloads, n, step_s, end_s, work, rules_from, churn)
         total = 0
         with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 2)) as pool:
             for k, (samples, write_s, tool_s) in enumerate(pool.map(_write_window, jobs), 1):
@@ -393,9 +404,13 @@ def stored_end(data: Path, args: argparse.Namespace) -> int:
     params = data / PARAMS_FILE
     if params.is_file():
         saved = json.loads(params.read_text())
-        for key in ("workloads", "days", "step"):
-            if saved[key] != getattr(args, key):
-                raise SystemExit(f"{data} was built with --{key} {saved[key]:g}, not {getattr(args, key):g}")
+        for key in ("workloads", "days", "step", "churn"):
+            if saved.get(key) != getattr(args, key, None):
+                def said(v: object) -> str:
+                    return "none" if v is None else f"{v:g}"
+
+                raise SystemExit(f"{data} was built with --{key} {said(saved.get(key))}, "
+                                 f"not {said(getattr(args, key, None))}")
         if getattr(args, "rules", False) and saved.get("rules_from") is None:
             raise SystemExit(f"{data} was built without recorded series: build it again with --rules")
         return int(saved["end_s"])

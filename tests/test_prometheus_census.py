@@ -145,15 +145,16 @@ def test_a_server_that_lists_nothing_is_counted_at_each_step(fleet: Fleet) -> No
     assert usage.series[m.FB_USED_MIB].shape[1] == 3  # every pod is still read
 
 
-@pytest.fixture()
-def query_only_gateway(fleet: Fleet) -> Iterator[str]:
-    """A real HTTP gateway in front of the server that passes the query endpoints and answers 404 to the rest,
-    as some tenancy proxies do."""
+@pytest.fixture(params=[404, 403])
+def query_only_gateway(fleet: Fleet, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A real HTTP gateway in front of the server that passes the query endpoints and answers the rest with 404
+    (no such path) or 403 (not allowed to these credentials), as tenancy proxies do."""
+    status = request.param
 
     class Gateway(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if not self.path.startswith(("/api/v1/query", "/api/v1/status/")):
-                self.send_error(404)
+                self.send_error(status)
                 return
             with urllib.request.urlopen(fleet.url + self.path, timeout=60) as answer:
                 body = answer.read()
@@ -173,12 +174,14 @@ def query_only_gateway(fleet: Fleet) -> Iterator[str]:
 def test_a_gateway_without_listings_has_every_name_counted_at_each_step(fleet: Fleet, query_only_gateway: str) -> None:
     s = _settings(query_only_gateway)
     cache, listed = UsageCache(), UsageCache()
-    client = LoggingClient(s.prometheus)
-    usage = collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client, cache=cache)
+    client, progress = LoggingClient(s.prometheus), RecordingProgress()
+    usage = collect_pod_usage(s, fleet.start, fleet.end, progress, client=client, cache=cache)
     direct = _settings(fleet.url)
     expected = collect_pod_usage(direct, fleet.start, fleet.end, RecordingProgress(),
                                  client=PromClient(direct.prometheus), cache=listed)
-    assert len(client.lookups) == 1  # asked once, then counted
+    assert len(client.lookups) == 1  # asked once, then counted, and said so
+    assert any("lists no series (HTTP" in x and "counting series at each inventory step" in x
+               for x in progress.messages)
     assert any(x.startswith("count by (__name__)") and "namespace_pod:" not in x for x in client.sent)
     assert cache.counts[q.FB_USED] == 2 and listed.counts[q.FB_USED] == 3
     assert set(usage.series) == set(expected.series) - {m.SM_ACTIVE_FRAC}  # the brief family is not seen then

@@ -212,7 +212,7 @@ class PromClient:
 
     def _get_series(self, params: dict[str, Any]) -> Result:
         r = self._get("series", params)
-        if r.status_code in (404, 405, 501):
+        if r.status_code in (403, 404, 405, 501):  # 403: a proxy that allows queries only (they passed check())
             raise NoSeriesListing(f"{self.url} lists no series (HTTP {r.status_code} from /api/v1/series)")
         if r.status_code != 200:
             raise self._status_error(r.status_code, _server_message(r.text), str(params["match[]"]))

@@ -225,13 +225,15 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     """Series per exported name over ``span`` (and an instant lookback before it), listed by the server. A server
     that caps what one listing returns (VictoriaMetrics' ``-search.maxSeries``) is asked one name at a time, and
     a name it still refuses is counted by a query at each of ``span``'s steps: the most series it had at once.
-    A gateway that passes only the query endpoints has every name counted that way, as the census always did."""
+    A gateway that passes only the query endpoints (404, 405 or 501 from the listing, or 403: a check query has
+    passed by then) has every name counted that way, as the census always did."""
     start_s = span.start_s - CENSUS_LOOKBACK_S
     try:
         return parse.series_names(client.series(queries.census_selector(scope), start_s, span.end_s))
     except PrometheusLimitError:
         listable = queries.CENSUS_NAMES
-    except NoSeriesListing:
+    except NoSeriesListing as exc:
+        progress.log(f"{exc}: counting series at each inventory step instead")
         listable = ()
     counts: dict[str, int] = {}
     refused = [name for name in queries.CENSUS_NAMES if name not in listable]
