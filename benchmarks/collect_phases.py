@@ -56,7 +56,7 @@ def collect(url: str, days: float, end_s: int, rules: bool, workers: int | None)
     """One collection: wall, phase and per-kind figures."""
     from collectors.prometheus import PromClient, QueryStats
     from collectors.prometheus import collect as collect_mod
-    from collectors.prometheus.client import _RANGE_ANSWER, decode_points  # the client's own decoding
+    from collectors.prometheus.client import _RANGE_ANSWER, Answer, decode_points  # the client's own decoding
     from collectors.prometheus.queries import FAMILIES, Scope, usage_query
     from collectors.prometheus.window import window_for
     from recommender.core.progress import NullProgress
@@ -72,7 +72,18 @@ def collect(url: str, days: float, end_s: int, rules: bool, workers: int | None)
     raw = {usage_query(f.metric, scope, window_s, s.scaling.ttft_objective_s) for f in FAMILIES}
 
     class Timed(PromClient):
-        """The client's range query with its HTTP exchange and its decoding timed apart."""
+        """The client's range query with its HTTP exchange and its decoding timed apart; its series listing (the
+        census) timed whole."""
+
+        def _get_series(self, params: dict[str, Any]) -> Any:
+            k = per["series listing"]
+            t0 = time.perf_counter()
+            try:
+                out = super()._get_series(params)
+            finally:
+                k["queries"] += 1
+                k["http_s"] += time.perf_counter() - t0
+            return out
 
         def _range(self, params: dict[str, Any]) -> Any:
             k = per[kind_of(str(params["query"]), raw)]
@@ -84,8 +95,9 @@ def collect(url: str, days: float, end_s: int, rules: bool, workers: int | None)
             self.stats.loaded(samples.get("totalQueryableSamples", 0), samples.get("peakSamples", 0))
             result = data["result"]
             points = iter(decode_points([item["values"] for item in result if "values" in item]))
-            out = [{"metric": item["metric"], "values": next(points)} if "values" in item else
-                   {"metric": item["metric"]} for item in result]
+            out = Answer({"metric": item["metric"], "values": next(points)} if "values" in item else
+                         {"metric": item["metric"]} for item in result)
+            out.peak_samples = samples.get("peakSamples")  # as the client's: later chunks are cut from it
             t2 = time.perf_counter()
             k["queries"] += 1
             k["http_s"] += t1 - t0
@@ -138,8 +150,9 @@ def main() -> None:
             print(f"{mode}: collect_wall_s={got['wall_s']:.1f} load={load:.1f}..{os.getloadavg()[0]:.1f} "
                   + " ".join(f"[{k}]={v:.1f}s" for k, v in got["phases"].items()), flush=True)
             for kind, f in sorted(got["kinds"].items()):
-                print(f"  {kind}: queries={f['queries']:.0f} http_s={f['http_s']:.1f} decode_s={f['decode_s']:.1f} "
-                      f"samples={f['samples']:,.0f} points={f['points']:,.0f} answer_mib={f['mib']:.1f}")
+                n = defaultdict(float, f)  # a listing has no decode, samples or points of its own
+                print(f"  {kind}: queries={n['queries']:.0f} http_s={n['http_s']:.1f} decode_s={n['decode_s']:.1f} "
+                      f"samples={n['samples']:,.0f} points={n['points']:,.0f} answer_mib={n['mib']:.1f}")
             print(f"  {got['line']}")
 
 
