@@ -78,6 +78,10 @@ def test_without_query_stats_or_with_an_empty_answer_no_chunk_grows() -> None:
     empty = Measured()
     empty.add(COST, Chunk(0, (planned - 1) * STEP, STEP), P, 12, 0)
     assert (empty.held_ratio, empty.longest) == (None, 0) and empty.steps(COST, STEP, P) == planned
+    for nonsense in (0, -5):  # a server's count that cannot be: as if it had said nothing
+        odd = Measured()
+        odd.add(COST, Chunk(0, (planned - 1) * STEP, STEP), P, nonsense, COST.series * planned // 20)
+        assert odd.held_ratio is None and odd.steps(COST, STEP, P) == planned
 
 
 def test_recut_covers_the_same_steps_and_keeps_runs_apart() -> None:

@@ -133,13 +133,13 @@ class Measured:
     longest: int = 0
 
     def add(self, cost: Cost, chunk: Chunk, p: PrometheusSettings, peak: int | None, points: int) -> None:
-        """One answer: ``peak`` the samples the server said it held at most (None: it did not say), ``points``
-        what it sent back. An answer with nothing in it says nothing about the cost."""
-        if not points:
+        """One answer: ``peak`` the samples the server said it held at most (None, or not a positive count: it did
+        not say), ``points`` what it sent back. An answer with nothing in it says nothing about the cost."""
+        if points <= 0:
             return
         self.longest = max(self.longest, chunk.steps)
         self.points_ratio = max(self.points_ratio or 0.0, points / (max(cost.series, 1) * chunk.steps))
-        if peak:
+        if peak is not None and peak > 0:
             self.held_ratio = max(self.held_ratio or 0.0, peak / cost.held(chunk.steps, chunk.step_s, p))
 
     def steps(self, cost: Cost, step_s: float, p: PrometheusSettings) -> int:
