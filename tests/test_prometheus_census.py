@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collectors.prometheus import PromClient, collect_pod_usage, window_for
+from collectors.prometheus import PromClient, collect_pod_usage, rules, window_for
 from collectors.prometheus import queries as q
 from collectors.prometheus.cache import UsageCache
 from collectors.prometheus.client import PrometheusLimitError
@@ -81,13 +81,18 @@ def test_the_census_reads_the_index_not_the_samples(fleet: Fleet) -> None:
     client = LoggingClient(s.prometheus)
     collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client)
     # one lookup of every name the families read, over the window and an instant lookback before it
-    ((match, start_s, end_s),) = client.lookups
+    (match, start_s, end_s), *recorded = client.lookups
     coarse = window_for(fleet.start, fleet.end, s.prometheus).coarse
     assert match == q.census_selector(q.Scope.of((), s.prometheus))
     assert (start_s, end_s) == (coarse.start_s - 300, coarse.end_s)
-    # no query counts raw series: the only census query left is the recorded series' (none here)
-    counting = [x for x in client.sent if x.startswith("count by (__name__)")]
-    assert counting and all("namespace_pod:" in x for x in counting)
+    # then the recorded series (none here), listed at each instant of their census: the range series over the
+    # instant lookback, the step series over 10 min (as the count looked 5 min earlier for them)
+    span = rules.census_chunk(coarse)
+    instants = [span.start_s + k * span.step_s for k in range(span.steps)]
+    listings = rules.census_listings(q.Scope.of((), s.prometheus), s.prometheus)
+    assert sorted(recorded) == sorted((sel, t - before, t) for t in instants for sel, before in listings)
+    # no query counts series: the census reads no sample
+    assert not [x for x in client.sent if x.startswith("count by (__name__)")]
 
 
 def test_a_replaced_pod_counts_as_two_series_and_a_brief_family_is_found(fleet: Fleet) -> None:

@@ -25,6 +25,7 @@ import yaml
 from collectors.pods import PodUsage
 from collectors.prometheus import PromClient, QueryStats, chunks, collect_pod_usage
 from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.client import PrometheusLimitError
 from recommender.core import usage as m
 from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
@@ -309,6 +310,31 @@ def test_a_window_at_10m_steps_reads_step_rules_where_they_cover_it_and_equals_r
     assert "raw: ttft_over_objective_per_s (no recorded series)" in line and raw_client.stats.sources == ""
     # a step series is one sample per step and pod: far fewer samples than raw
     assert client.stats.samples < raw_client.stats.samples
+
+
+class RefusesRecordedListings(Client):
+    """The same server, refusing to list recorded series as too large (a cap such as VictoriaMetrics'), the raw
+    ones listed as usual."""
+
+    def series(self, match: str, start_s: float, end_s: float) -> list:  # type: ignore[type-arg]
+        if "namespace_pod:" in match:
+            raise PrometheusLimitError("the number of matching timeseries exceeds 30000")
+        return super().series(match, start_s, end_s)
+
+
+def test_recorded_series_are_listed_at_each_census_instant_or_counted_where_listing_is_refused(
+        stepped: tuple[str, datetime]) -> None:
+    url, end = stepped
+    listed, client = _collect(url, end, target_points=288)
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0, target_points=288))
+    refusing = RefusesRecordedListings(s.prometheus)
+    counted = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, RecordingProgress(), client=refusing)
+    assert not [q for q, _ in client.ranges if q.startswith("count by (__name__)")]  # listed: no sample read
+    assert [q for q, _ in refusing.ranges if q.startswith("count by (__name__)") and "namespace_pod:" in q]
+    # the same rules found, from the same steps, and the same frames
+    assert client.stats.sources == refusing.stats.sources and "10 read at 10m steps" in client.stats.sources
+    for metric, frame in listed.series.items():
+        pd.testing.assert_frame_equal(counted.series[metric], frame, obj=metric)
 
 
 def test_a_collection_of_the_new_steps_reads_them_from_the_sources_a_full_one_would(

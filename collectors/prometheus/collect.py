@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -187,10 +188,11 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     replaced within it counts again: the series a query selects over it, at most, which is what sizing it needs.
     Over ``since`` only (a cached collection's new steps), the series are counted at each of those steps
     instead, and added to what was ``known`` before them. With ``recorded``, the recorded series are counted as
-    well, by a query of their own at the coarser steps of :func:`rules.census_chunk` (or
-    :func:`rules.census_since`), their counts at each step kept in ``recorded``; returns the counts and the range
-    of that census."""
+    well at the coarser steps of :func:`rules.census_chunk` (or :func:`rules.census_since`), their counts at each
+    step kept in ``recorded``: listed at each step where the raw series could be listed at once
+    (:func:`_listed_rules`), else by a query of their own; returns the counts and the range of that census."""
     counts: dict[str, int] = dict(known or {})
+    listed = False
 
     def merge(job: Job, result: Result) -> None:
         if job.key == RULE_CENSUS and recorded is not None:
@@ -206,13 +208,13 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         jobs.append(Job("census", queries.census_query(queries.census_selector(scope)), since, 0))
         rule_cut = [span]
     else:
-        found = _raw_counts(client, scope, win.coarse, p, progress)
+        found, listed = _raw_counts(client, scope, win.coarse, p, progress)
         parse.keep_most(counts, found)
         # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
         # series selected twice: held as two samples a series and step (as sample_s = step counts them)
         per = chunks.steps_per_chunk(max(sum(found.values()), 1), span.step_s, p, sample_s=span.step_s)
         rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
-    if recorded is not None:
+    if recorded is not None and not (since is None and listed and _listed_rules(client, scope, p, span, recorded)):
         rule_promql = rules.census_query(scope, p)
         jobs += [Job(RULE_CENSUS, rule_promql, c, len(jobs) + i) for i, c in enumerate(rule_cut)]
     if jobs:
@@ -220,16 +222,36 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     return counts, span
 
 
+def _listed_rules(client: PromClient, scope: Scope, p: PrometheusSettings, span: Chunk,
+                  recorded: dict[str, list[list[object]]]) -> bool:
+    """The census of recorded series at each instant of ``span`` from series listings (:func:`rules.census_listings`),
+    ``in_flight`` at a time, into ``recorded`` as the count query's answers would fill it: counting at each instant
+    decoded a chunk of every recorded series and mapped most of their blocks into the server's memory. False (and
+    ``recorded`` untouched) where the server lists no series or refuses a listing as too large: count instead."""
+    asks = [(t, sel, t - before) for t in (span.start_s + k * span.step_s for k in range(span.steps))
+            for sel, before in rules.census_listings(scope, p)]
+    try:
+        with ThreadPoolExecutor(max_workers=client.in_flight, thread_name_prefix="census") as pool:
+            found = list(pool.map(lambda a: parse.series_names(client.series(a[1], a[2], a[0])), asks))
+    except (NoSeriesListing, PrometheusLimitError):
+        return False
+    for (t, _, _), names in zip(asks, found, strict=True):
+        for name, n in names.items():
+            recorded.setdefault(name, []).append([t, str(n)])
+    return True
+
+
 def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSettings, progress: Progress
-                ) -> dict[str, int]:
-    """Series per exported name over ``span`` (and an instant lookback before it), listed by the server. A server
-    that caps what one listing returns (VictoriaMetrics' ``-search.maxSeries``) is asked one name at a time, and
-    a name it still refuses is counted by a query at each of ``span``'s steps: the most series it had at once.
-    A gateway that passes only the query endpoints (404, 405 or 501 from the listing, or 403: a check query has
-    passed by then) has every name counted that way, as the census always did."""
+                ) -> tuple[dict[str, int], bool]:
+    """Series per exported name over ``span`` (and an instant lookback before it), listed by the server, and
+    whether it listed them all at once. A server that caps what one listing returns (VictoriaMetrics'
+    ``-search.maxSeries``) is asked one name at a time, and a name it still refuses is counted by a query at each
+    of ``span``'s steps: the most series it had at once. A gateway that passes only the query endpoints (404, 405
+    or 501 from the listing, or 403: a check query has passed by then) has every name counted that way, as the
+    census always did."""
     start_s = span.start_s - CENSUS_LOOKBACK_S
     try:
-        return parse.series_names(client.series(queries.census_selector(scope), start_s, span.end_s))
+        return parse.series_names(client.series(queries.census_selector(scope), start_s, span.end_s)), True
     except PrometheusLimitError:
         listable = queries.CENSUS_NAMES
     except NoSeriesListing as exc:
@@ -243,7 +265,7 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
         except PrometheusLimitError:
             refused.append(name)
     if not refused:
-        return counts
+        return counts, False
 
     def merge(job: Job, result: Result) -> None:
         parse.keep_most(counts, parse.series_counts(result))
@@ -257,7 +279,7 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     run_jobs(client, [Job("census", queries.census_query(selector), c, i)
                       for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))], merge,
              progress, "counting series")
-    return counts
+    return counts, False
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,

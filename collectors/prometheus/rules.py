@@ -149,6 +149,15 @@ def step_names_regex() -> str:
     return f"{regex_alternatives([PREFIX])}({'|'.join(RECORDABLE)}):{STEP}[0-9]+[smh]"
 
 
+def census_listings(scope: Scope, p: PrometheusSettings) -> tuple[tuple[str, int], tuple[str, int]]:
+    """The census of recorded series as two series listings per instant t (``/api/v1/series``, which reads the
+    index and no chunk), each as (selector, how far before t it looks, s): the range series over the instant
+    lookback (5 min), the step series over 10 min (the count's lookback and its look 5 min earlier,
+    :func:`census_query`). A listing names a series whose samples reach into that span."""
+    return ((scope.matchers(None, also=f"__name__=~{_q(names_regex(p))}"), 300),
+            (scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}"), 600))
+
+
 def census_query(scope: Scope, p: PrometheusSettings) -> str:
     """Recorded series (range and step series, a user's named ones) per name at each instant of the census,
     and the step series 5 min earlier where the instant has none of a name: a group evaluated every 10 min may
