@@ -322,12 +322,21 @@ class RefusesRecordedListings(Client):
         return super().series(match, start_s, end_s)
 
 
+class NotPrometheus(Client):
+    """The same server, without Prometheus' runtime page (as Thanos, Mimir or VictoriaMetrics answer), whose
+    listings may not be as fine as its chunks."""
+
+    def _ask_cores(self) -> int | None:
+        return None
+
+
+@pytest.mark.parametrize("other", [RefusesRecordedListings, NotPrometheus])
 def test_recorded_series_are_listed_at_each_census_instant_or_counted_where_listing_is_refused(
-        stepped: tuple[str, datetime]) -> None:
+        stepped: tuple[str, datetime], other: type[Client]) -> None:
     url, end = stepped
     listed, client = _collect(url, end, target_points=288)
     s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0, target_points=288))
-    refusing = RefusesRecordedListings(s.prometheus)
+    refusing = other(s.prometheus)
     counted = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, RecordingProgress(), client=refusing)
     assert not [q for q, _ in client.ranges if q.startswith("count by (__name__)")]  # listed: no sample read
     assert [q for q, _ in refusing.ranges if q.startswith("count by (__name__)") and "namespace_pod:" in q]

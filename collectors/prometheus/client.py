@@ -167,6 +167,7 @@ class PromClient:
         self._prom = PrometheusConnect(url=self.url, headers=self._headers, auth=auth, session=self._session,
                                        retry=Retry(total=0, raise_on_status=False), timeout=p.timeout_s)
         self._in_flight: int | None = None
+        self._cores: tuple[int | None] | None = None  # the runtime page's answer, once asked
 
     def check(self) -> None:
         """One cheap query, so a wrong URL or credentials fail before any real work starts."""
@@ -184,6 +185,18 @@ class PromClient:
     def server_cores(self) -> int | None:
         """The cores the server says its queries run on (Prometheus' GOMAXPROCS), or None where it does not say:
         Thanos, Mimir and VictoriaMetrics have no such page, and a proxy may refuse it. Asked once, not retried."""
+        if self._cores is None:
+            self._cores = (self._ask_cores(),)
+        return self._cores[0]
+
+    @property
+    def is_prometheus(self) -> bool:
+        """Whether the server is Prometheus itself (it answers Prometheus' runtime page). Its series listings name a
+        series only where a chunk of its samples reaches into the span asked; another server's may name every
+        series of a block or a day in it."""
+        return self.server_cores() is not None
+
+    def _ask_cores(self) -> int | None:
         try:
             r = self._get("status/runtimeinfo")
             cores = r.json()["data"]["GOMAXPROCS"] if r.status_code == 200 else None

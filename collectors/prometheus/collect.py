@@ -189,8 +189,9 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     Over ``since`` only (a cached collection's new steps), the series are counted at each of those steps
     instead, and added to what was ``known`` before them. With ``recorded``, the recorded series are counted as
     well at the coarser steps of :func:`rules.census_chunk` (or :func:`rules.census_since`), their counts at each
-    step kept in ``recorded``: listed at each step where the raw series could be listed at once
-    (:func:`_listed_rules`), else by a query of their own; returns the counts and the range of that census."""
+    step kept in ``recorded``: listed at each step where the raw series could be listed at once and the server is
+    Prometheus itself, whose listings are as fine as its chunks (:func:`_listed_rules`; coverage needs them at
+    each step), else by a query of their own; returns the counts and the range of that census."""
     counts: dict[str, int] = dict(known or {})
     listed = False
 
@@ -214,7 +215,8 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         # series selected twice: held as two samples a series and step (as sample_s = step counts them)
         per = chunks.steps_per_chunk(max(sum(found.values()), 1), span.step_s, p, sample_s=span.step_s)
         rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
-    if recorded is not None and not (since is None and listed and _listed_rules(client, scope, p, span, recorded)):
+    if recorded is not None and not (since is None and listed and client.is_prometheus
+                                     and _listed_rules(client, scope, p, span, recorded)):
         rule_promql = rules.census_query(scope, p)
         jobs += [Job(RULE_CENSUS, rule_promql, c, len(jobs) + i) for i, c in enumerate(rule_cut)]
     if jobs:
