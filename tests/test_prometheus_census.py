@@ -78,8 +78,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 def test_the_census_reads_the_index_not_the_samples(fleet: Fleet) -> None:
     s = _settings(fleet.url)
-    client = LoggingClient(s.prometheus)
-    collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client)
+    client, progress = LoggingClient(s.prometheus), RecordingProgress()
+    collect_pod_usage(s, fleet.start, fleet.end, progress, client=client)
     # one lookup of every name the families read, over the window and an instant lookback before it
     (match, start_s, end_s), *recorded = client.lookups
     coarse = window_for(fleet.start, fleet.end, s.prometheus).coarse
@@ -91,6 +91,7 @@ def test_the_census_reads_the_index_not_the_samples(fleet: Fleet) -> None:
     instants = [span.start_s + k * span.step_s for k in range(span.steps)]
     listings = rules.census_listings(q.Scope.of((), s.prometheus), s.prometheus)
     assert sorted(recorded) == sorted((sel, t - before, t) for t in instants for sel, before in listings)
+    assert progress.done["listing recorded series"] == progress.totals["listing recorded series"] == len(recorded)
     # no query counts series: the census reads no sample
     assert not [x for x in client.sent if x.startswith("count by (__name__)")]
 

@@ -176,6 +176,7 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
 
 
 RULE_CENSUS = "rule census"
+RULE_LISTINGS = "listing recorded series"  # the progress task of the recorded series' census
 CENSUS_LOOKBACK_S = 300  # an instant query's lookback: the census counts what the first inventory step sees
 
 
@@ -216,7 +217,7 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         per = chunks.steps_per_chunk(max(sum(found.values()), 1), span.step_s, p, sample_s=span.step_s)
         rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
     if recorded is not None and not (since is None and listed and client.is_prometheus
-                                     and _listed_rules(client, scope, p, span, recorded)):
+                                     and _listed_rules(client, scope, p, span, recorded, progress)):
         rule_promql = rules.census_query(scope, p)
         jobs += [Job(RULE_CENSUS, rule_promql, c, len(jobs) + i) for i, c in enumerate(rule_cut)]
     if jobs:
@@ -225,16 +226,20 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
 
 
 def _listed_rules(client: PromClient, scope: Scope, p: PrometheusSettings, span: Chunk,
-                  recorded: dict[str, list[list[object]]]) -> bool:
+                  recorded: dict[str, list[list[object]]], progress: Progress) -> bool:
     """The census of recorded series at each instant of ``span`` from series listings (:func:`rules.census_listings`),
     ``in_flight`` at a time, into ``recorded`` as the count query's answers would fill it: counting at each instant
     decoded a chunk of every recorded series and mapped most of their blocks into the server's memory. False (and
     ``recorded`` untouched) where the server lists no series or refuses a listing as too large: count instead."""
     asks = [(t, sel, t - before) for t in (span.start_s + k * span.step_s for k in range(span.steps))
             for sel, before in rules.census_listings(scope, p)]
+    progress.start(RULE_LISTINGS, len(asks))
+    found = []
     try:
         with ThreadPoolExecutor(max_workers=client.in_flight, thread_name_prefix="census") as pool:
-            found = list(pool.map(lambda a: parse.series_names(client.series(a[1], a[2], a[0])), asks))
+            for names in pool.map(lambda a: parse.series_names(client.series(a[1], a[2], a[0])), asks):
+                found.append(names)
+                progress.advance(RULE_LISTINGS)
     except (NoSeriesListing, PrometheusLimitError):
         return False
     for (t, _, _), names in zip(asks, found, strict=True):
