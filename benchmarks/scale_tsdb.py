@@ -404,11 +404,11 @@ def stored_end(data: Path, args: argparse.Namespace) -> int:
     params = data / PARAMS_FILE
     if params.is_file():
         saved = json.loads(params.read_text())
+        def said(v: object) -> str:
+            return "none" if v is None else f"{v:g}"
+
         for key in ("workloads", "days", "step", "churn"):
             if saved.get(key) != getattr(args, key, None):
-                def said(v: object) -> str:
-                    return "none" if v is None else f"{v:g}"
-
                 raise SystemExit(f"{data} was built with --{key} {said(saved.get(key))}, "
                                  f"not {said(getattr(args, key, None))}")
         if getattr(args, "rules", False) and saved.get("rules_from") is None:
