@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
-import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +63,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
     from recommender.controller.policy import Mode
     from recommender.controller.schedule import run_scheduled
     from recommender.controller.signing import SIGNING_SECRET, SecretKeys
+    from recommender.core.stopping import on_signals
     from recommender.pipeline.planstore import PlanStore
 
     cfg = _read_config(config_file) if config_file else {}
@@ -123,9 +122,7 @@ def controller(interval: str, dry_run: bool, once: bool, lease_namespace: str, l
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1 if report.errors else 0)
     servers = None if no_serve else _serve(store, cfg.get("serve") or {}, kube.api)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = on_signals()
     try:
         run_scheduled(ctl, parse_duration(interval), stop)
     finally:

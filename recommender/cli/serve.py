@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +17,11 @@ import click
 
 from recommender.cli.options import build_settings, fail, parse_duration, parse_time, pick_source, source_options
 from recommender.core.errors import RightsizerError
+from recommender.core.stopping import on_signals, wait
 
 if TYPE_CHECKING:
+    import threading
+
     from recommender.core.settings import Settings
 
 log = logging.getLogger("recommender.serve")
@@ -88,14 +90,13 @@ def serve(**opts: Any) -> None:
     except RightsizerError as exc:
         fail(str(exc))
         return
-    stop = _stop_on_signals()
+    stop = on_signals()
     try:
         _first_plan(store, source, path, settings, opts, every)
         if opts.get("ports_file"):  # before the "serving" line, which tells a watcher the ports are known
             opts["ports_file"].write_text(json.dumps(servers.ports), encoding="utf-8")
         click.echo("serving " + " ".join(f"{k}={v}" for k, v in sorted(servers.ports.items())), err=True)
-        while not stop.wait(_next_run_s(store, every)):
-            _replan(store, source, path, settings, opts)
+        until_stopped(stop, store, every, lambda: _replan(store, source, path, settings, opts))
     except RightsizerError as exc:
         fail(str(exc))
     finally:
@@ -186,6 +187,13 @@ def _first_plan(store: Any, source: str, path: str | None, settings: Settings, o
                     _next_run_s(store, every), exc)
 
 
+def until_stopped(stop: threading.Event, store: Any, every: float | None, replan: Callable[[], None]) -> None:
+    """Run ``replan`` every ``every`` seconds (sooner while no plan exists; never without ``every``)
+    until ``stop`` is set."""
+    while not wait(stop, _next_run_s(store, every)):
+        replan()
+
+
 def _next_run_s(store: Any, every: float | None) -> float | None:
     """Seconds to the next run: ``every``, or sooner while no plan exists (at most FIRST_RETRY_S)."""
     if every is None or store.latest() is not None:
@@ -202,13 +210,3 @@ def _replan(store: Any, source: str, path: str | None, settings: Settings, opts:
         log.warning("pipeline run failed, %s: %s", kept, exc)
 
 
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: object) -> None:
-        log.info("%s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop

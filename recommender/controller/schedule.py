@@ -13,6 +13,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 
 from recommender.controller.loop import Controller
+from recommender.core.stopping import wait
 
 log = logging.getLogger("rightsizer.controller")
 
@@ -31,7 +32,7 @@ def run_scheduled(controller: Controller, interval_s: float, stop: threading.Eve
         if controller.elector is not None:
             controller.elector.start()
         scheduler.start()
-        stop.wait()
+        wait(stop)  # in slices: a signal another thread received still ends it
     finally:
         if scheduler.running:
             scheduler.shutdown(wait=True)
