@@ -229,6 +229,61 @@ def test_a_file_cut_in_the_middle_of_a_frame_is_one_warning_and_an_empty_cache(t
     assert store.loads(disk.path.read_bytes()).series.keys() == frames.keys()
 
 
+def _garbled(data: bytes) -> bytes:
+    """The file with its first frame's compressed values replaced by bytes of the same length that are no zstd
+    frame, and its checksum made again: the header and every length still agree, only decoding fails."""
+    import hashlib
+
+    head_line, rest = data[len(store.MAGIC):].split(b"\n", 1)
+    body = rest.split(b"\n", 1)[1]
+    size = int.from_bytes(body[:8], "big")
+    (_, offset, length, _), *_ = json.loads(body[8:8 + size])["usage"]["frames"]
+    at = 8 + size + offset
+    body = body[:at] + b"\xab" * length + body[at + length:]
+    return store.MAGIC + head_line + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+
+
+def test_frames_that_fail_to_decode_are_refused_when_read_not_misread(tmp_path: Path) -> None:
+    """A report's cache decodes its frames while the queries run (``store.Frames``): the names are known at once,
+    a frame that does not decode raises CacheFileError when it is read; ``loads`` refuses the file outright."""
+    index = Grid(0.0, 60.0, 500).index()
+    frames = {name: pd.DataFrame({f"a/p-{i}": [float(i * k) for k in range(500)] for i in range(3)}, index=index)
+              for name in ("fb_used_mib", "gpu_util")}
+    s = Settings(prometheus=PrometheusSettings(url="http://p:9090"))
+    disk = store.DiskCache(tmp_path, s)
+    assert disk.save(UsageCache(key="k", series=frames)) is None
+    good, _ = store.DiskCache(tmp_path, s).load()
+    assert good is not None and all(good.series[k].equals(frames[k]) for k in frames)
+    disk.path.write_bytes(_garbled(disk.path.read_bytes()))
+    with pytest.raises(store.CacheFileError, match="unreadable"):
+        store.loads(disk.path.read_bytes())
+    again = store.DiskCache(tmp_path, s)
+    cache, warning = again.load()
+    assert cache is not None and warning is None and sorted(cache.series) == sorted(frames) and len(cache.series) == 2
+    with pytest.raises(store.CacheFileError, match="unreadable"):
+        cache.series["gpu_util"]
+    assert again.save(UsageCache(key="k", series=frames)) is None  # differs from the unreadable file: written
+    assert store.loads(disk.path.read_bytes()).series.keys() == frames.keys()
+
+
+def test_frames_that_fail_to_decode_are_one_warning_and_a_full_correct_read(cluster: Cluster, uncached: Report,
+                                                                             tmp_path: Path) -> None:
+    report(cluster, tmp_path, end_h=3)
+    (cached,) = caches(tmp_path)
+    cached.write_bytes(_garbled(cached.read_bytes()))
+    res = CliRunner().invoke(main, ["report", "--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d",
+                                    "--min-history", "12h", "--end", cluster.end.isoformat(), "-o", "json",
+                                    "--cache-dir", str(tmp_path)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: cache")]
+    assert len(warnings) == 1 and str(cached) in warnings[0] and "unreadable" in warnings[0], res.stderr
+    # the new steps were read before the frames failed; then everything, as an uncached report reads it
+    assert [int(n.replace(",", "")) for n in _POINTS.findall(res.stderr)][-1] == uncached.points
+    assert json.loads(res.stdout) == uncached.doc
+    healed = report(cluster, tmp_path)
+    assert healed.incremental and not healed.warnings and healed.doc == uncached.doc
+
+
 def test_settings_turn_the_cache_off_or_move_it(tmp_path: Path) -> None:
     s = Settings(prometheus=PrometheusSettings(url="http://p:9090", cache=False, cache_dir=str(tmp_path)))
     assert not s.prometheus.cache and s.prometheus.cache_dir == str(tmp_path)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +31,36 @@ OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or
 REORDER_RTOL = 1e-12
 
 
+class Frames(Mapping[str, pd.DataFrame]):
+    """A cache file's frames while a thread of their own decodes them: their names at once (all that deciding to
+    read only the new steps needs), the frames on first use, waiting for the decoding then and raising its
+    error there. A warm report's queries run while its cache decompresses."""
+
+    def __init__(self, names: Sequence[str], decode: Callable[[], dict[str, pd.DataFrame]]) -> None:
+        self._names = tuple(names)
+        self._done: Future[dict[str, pd.DataFrame]] = Future()
+
+        def run() -> None:
+            try:
+                self._done.set_result(decode())
+            except BaseException as exc:  # raised to whoever reads a frame
+                self._done.set_exception(exc)
+
+        threading.Thread(target=run, name="cache-frames", daemon=True).start()
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        return self._done.result()[name]
+
+
 @dataclass
 class UsageCache:
     """What the last collection read, so that the next reads only the steps added since (a loop's cycles).
@@ -38,7 +71,7 @@ class UsageCache:
     everything."""
 
     key: str | None = None  # digest(key) of the last collection: a cache on disk keeps no URL or selector in clear
-    series: dict[str, pd.DataFrame] = field(default_factory=dict)
+    series: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     inventory: dict[str, parse.Latest] = field(default_factory=dict)  # latest values, oldest first
     devices: DeviceTable | None = None
@@ -81,7 +114,7 @@ def digest(key: tuple[object, ...]) -> str:
     return hashlib.sha256(repr(key).encode("utf-8")).hexdigest()
 
 
-def join_usage(cached: dict[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], grid: Grid, fresh_start: float
+def join_usage(cached: Mapping[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], grid: Grid, fresh_start: float
                ) -> dict[str, pd.DataFrame]:
     """The cached steps before ``fresh_start`` that are still in ``grid``, then the fresh ones, per metric.
 

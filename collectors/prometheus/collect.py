@@ -359,7 +359,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         # already (COMPACT), this is for the steps a cache joins to it
         series[m.FB_USED_MIB] = used = exact_float32(used)
         if cache is not None:
-            cache.series[m.FB_USED_MIB] = used
+            cache.series = {**cache.series, m.FB_USED_MIB: used}
     devices = device_table.records()
     total_mib = _device_memory(used, devices)
     if total_mib is not None:

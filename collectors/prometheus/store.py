@@ -10,8 +10,10 @@ columns, dtype and chunk sizes) and each frame's values, column after column, as
 float32 frame: FB used, held compact) in zstd chunks of ``_ROWS`` values (pyarrow's codec: one wide frame is one
 array, decompressed chunk by chunk into the frame's own array; no Parquet to import, decode and concatenate).
 A file that is not ours, of another version, truncated or altered does not match its checksum or header and is
-not used: the caller reads everything and says so in one line. A report whose collection changed nothing the
-file holds (the same window again) does not write it.
+not used: the caller reads everything and says so in one line. A report decodes the frames on a thread of their
+own while its queries run (:class:`~collectors.prometheus.cache.Frames`); frames that then fail to decode are one
+warning line too, and a collection that reads everything (``recommender.cli.app``). A report whose collection
+changed nothing the file holds (the same window again) does not write it.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ import math
 import os
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
 
-from collectors.prometheus.cache import UsageCache, reading
+from collectors.prometheus.cache import Frames, UsageCache, reading
 from collectors.prometheus.devices import DeviceTable
 from recommender.core import framing
 from recommender.core.memory import give_back_freed
@@ -88,8 +91,9 @@ def loads(data: bytes) -> UsageCache:
     return _loads(data)[0]
 
 
-def _loads(data: bytes) -> tuple[UsageCache, dict[str, Any]]:
-    """:func:`loads`, and the file's header (what :func:`_unchanged` compares a later cache with)."""
+def _loads(data: bytes, lazy: bool = False) -> tuple[UsageCache, dict[str, Any]]:
+    """:func:`loads`, and the file's header (what :func:`_unchanged` compares a later cache with); ``lazy``:
+    the frames decoded on a thread of their own (:class:`Frames`: a decoding error is raised when one is read)."""
     body = framing.read(data, MAGIC, FORMAT_VERSION, "gpu-rightsizer usage cache", CacheFileError)
     try:
         size = int.from_bytes(body[:_LENGTH], "big")
@@ -97,9 +101,9 @@ def _loads(data: bytes) -> tuple[UsageCache, dict[str, Any]]:
         blobs = body[_LENGTH + size:]
         if header.get("version") != FORMAT_VERSION:
             raise CacheFileError("header of another version")
-        cache = _restore(header["usage"], blobs)
+        cache = _restore(header["usage"], blobs, lazy)
         if header.get("workloads") is not None:
-            cache.workloads = _restore(header["workloads"], blobs)
+            cache.workloads = _restore(header["workloads"], blobs, lazy)
         return cache, header
     except CacheFileError:
         raise
@@ -161,45 +165,74 @@ def _write_values(frame: pd.DataFrame, out: BinaryIO) -> list[int]:
     return sizes
 
 
-def _frame(raw: bytes | memoryview, axes: dict[str, Any]) -> pd.DataFrame:
-    """A frame from its chunks (``raw``) and header entry, decompressed chunk by chunk into one array the frame
-    holds without a copy."""
-    import pyarrow as pa
+@dataclass(frozen=True)
+class _Stored:
+    """One frame as its header entry describes it, checked against its bytes' length: what decoding it needs."""
 
+    raw: memoryview
+    index: pd.Index
+    columns: pd.Index
+    dtype: np.dtype[Any]
+    rows: int
+    sizes: tuple[int, ...]
+
+
+def _stored(raw: memoryview, axes: dict[str, Any]) -> _Stored:
+    """A frame's header entry (``axes``) with its chunks (``raw``); CacheFileError where they disagree."""
     stamps = np.asarray(axes["index"], dtype="int64").view(f"datetime64[{axes['unit']}]")
     index = pd.DatetimeIndex(stamps)
     if axes["tz"]:
         index = index.tz_localize("UTC").tz_convert(axes["tz"])
     columns = pd.Index([str(c) for c in axes["columns"]])
-    rows, sizes = int(axes["rows"]), [int(n) for n in axes["chunks"]]
+    rows, sizes = int(axes["rows"]), tuple(int(n) for n in axes["chunks"])
     dtype = _DTYPES.get(str(axes["dtype"]))
     if dtype is None:
         raise CacheFileError("a frame of an unknown dtype")
     total = len(index) * len(columns)
     if rows <= 0 or len(sizes) != -(-total // rows) or sum(sizes) != len(raw) or min(sizes, default=1) <= 0:
         raise CacheFileError("a frame of another shape than its header says")
+    return _Stored(raw, index, columns, dtype, rows, sizes)
+
+
+def _frame(f: _Stored) -> pd.DataFrame:
+    """A frame from its chunks, decompressed chunk by chunk into one array the frame holds without a copy."""
+    import pyarrow as pa
+
     codec = pa.Codec("zstd")
-    values = np.empty(total, dtype=dtype)
-    packed, at = memoryview(raw), 0
-    for i, size in enumerate(sizes):
-        n = min(rows, total - i * rows)
-        chunk = codec.decompress(packed[at:at + size], decompressed_size=n * dtype.itemsize)
-        if chunk.size != n * dtype.itemsize:
+    total = len(f.index) * len(f.columns)
+    values = np.empty(total, dtype=f.dtype)
+    at = 0
+    for i, size in enumerate(f.sizes):
+        n = min(f.rows, total - i * f.rows)
+        chunk = codec.decompress(f.raw[at:at + size], decompressed_size=n * f.dtype.itemsize)
+        if chunk.size != n * f.dtype.itemsize:
             raise CacheFileError("a frame of another shape than its header says")
-        values[i * rows:i * rows + n] = np.frombuffer(chunk, dtype=dtype)
+        values[i * f.rows:i * f.rows + n] = np.frombuffer(chunk, dtype=f.dtype)
         at += size
     # the array is the frame's alone: held as it is (pandas 3 copies an array it is given by default)
-    return pd.DataFrame(values.reshape((len(index), len(columns)), order="F"), index=index, columns=columns,
-                        copy=False)
+    return pd.DataFrame(values.reshape((len(f.index), len(f.columns)), order="F"), index=f.index,
+                        columns=f.columns, copy=False)
 
 
-def _restore(state: dict[str, Any], blobs: memoryview) -> UsageCache:
-    series = {}
+def _frames(stored: dict[str, _Stored]) -> dict[str, pd.DataFrame]:
+    """Every frame decoded; a decoding the checks of :func:`_stored` let through still ends as CacheFileError."""
+    try:
+        return {name: _frame(f) for name, f in stored.items()}
+    except CacheFileError:
+        raise
+    except Exception as exc:
+        raise CacheFileError(f"unreadable ({type(exc).__name__})") from None
+
+
+def _restore(state: dict[str, Any], blobs: memoryview, lazy: bool = False) -> UsageCache:
+    """The cache a header part describes; its frames decoded now or (``lazy``) on a thread of their own."""
+    stored = {}
     for name, offset, length, axes in state["frames"]:
         raw = blobs[offset:offset + length]  # a view: the chunks are decompressed from the file's bytes
         if len(raw) != length:
             raise CacheFileError("truncated frame")
-        series[str(name)] = _frame(raw, axes)
+        stored[str(name)] = _stored(raw, axes)
+    series = Frames(list(stored), lambda: _frames(stored)) if lazy else _frames(stored)
     return UsageCache(
         key=str(state["key"]) if state["key"] is not None else None, series=series,
         counts={str(k): int(v) for k, v in state["counts"].items()},
@@ -209,7 +242,7 @@ def _restore(state: dict[str, Any], blobs: memoryview) -> UsageCache:
         last_s=float(state["last_s"]), full_s=float(state["full_s"]), refresh_s=float(state["refresh_s"]))
 
 
-def _unchanged(cache: UsageCache, header: dict[str, Any], read: dict[str, dict[str, pd.DataFrame]]) -> bool:
+def _unchanged(cache: UsageCache, header: dict[str, Any], read: dict[str, Mapping[str, pd.DataFrame]]) -> bool:
     """Whether ``cache`` holds exactly what the file of ``header`` held (``read``: its frames per part, as read
     from it): then writing it again would write the same file."""
     for part, now in (("usage", cache), ("workloads", cache.workloads)):
@@ -283,7 +316,7 @@ class DiskCache:
         self.path = file_for(folder, s)
         self.broken = False
         # the file's header and frames as read: a cache that still holds just that is not written again
-        self._read: tuple[dict[str, Any], dict[str, dict[str, pd.DataFrame]]] | None = None
+        self._read: tuple[dict[str, Any], dict[str, Mapping[str, pd.DataFrame]]] | None = None
 
     def load(self) -> tuple[UsageCache | None, str | None]:
         """The cache to collect with (empty where there is no file yet or it is unusable) and a warning line,
@@ -301,18 +334,24 @@ class DiskCache:
         except OSError as exc:
             return self._broken(f"cache file {self.path} cannot be read ({_why(exc)})")
         try:
-            cache, header = _loads(data)
+            cache, header = _loads(data, lazy=True)
         except CacheFileError as exc:  # an empty cache reads everything; its file replaces this one
             return UsageCache(), f"cache file {self.path} not used: {exc}; reading everything from Prometheus"
-        frames = {"usage": dict(cache.series)}
+        frames = {"usage": cache.series}  # replaced, never changed in place, by what the collection keeps
         if cache.workloads is not None:
-            frames["workloads"] = dict(cache.workloads.series)
+            frames["workloads"] = cache.workloads.series
         self._read = (header, frames)
         return cache, None
 
+    def discard(self, exc: CacheFileError) -> tuple[UsageCache, str]:
+        """An empty cache and a warning line, for a file whose frames failed to decode once read (``exc``, raised
+        by :class:`Frames` during the collection): the caller collects everything again; its file replaces this."""
+        self._read = None
+        return UsageCache(), f"cache file {self.path} not used: {exc}; reading everything from Prometheus"
+
     def save(self, cache: UsageCache | None) -> str | None:
         """Write ``cache`` whole or not at all; a warning line where it could not be written."""
-        if cache is None or self.broken or (self._read is not None and _unchanged(cache, *self._read)):
+        if cache is None or self.broken or self._unchanged(cache):
             return None
         try:
             with tempfile.TemporaryFile(dir=self.folder) as spool:  # frames' chunks, on the cache's disk
@@ -322,6 +361,12 @@ class DiskCache:
         finally:
             give_back_freed()  # the encoder's and the header's buffers, before the pipeline runs
         return None
+
+    def _unchanged(self, cache: UsageCache) -> bool:
+        try:
+            return self._read is not None and _unchanged(cache, *self._read)
+        except CacheFileError:  # the file's frames did not decode: it differs from whatever the cache holds
+            return False
 
     def _broken(self, why: str) -> tuple[None, str]:
         self.broken = True

@@ -111,7 +111,7 @@ def _collect_cached(source: str, path: str | None, settings: Settings, end: date
     p = settings.prometheus
     if source != "prometheus" or not p.cache:
         return collect(source, path, settings, end), None, None
-    from collectors.prometheus.store import DiskCache, default_dir
+    from collectors.prometheus.store import CacheFileError, DiskCache, default_dir
     from recommender.cli.reportmemo import ReportMemo
 
     disk = DiskCache(Path(p.cache_dir).expanduser() if p.cache_dir else default_dir(), settings)
@@ -119,7 +119,12 @@ def _collect_cached(source: str, path: str | None, settings: Settings, end: date
         cache, warning = disk.load()
         if warning:
             shown.log(f"warning: {warning}")
-        snap = collect(source, path, settings, end, cache, shown)
+        try:
+            snap = collect(source, path, settings, end, cache, shown)
+        except CacheFileError as exc:  # its frames, decoded while the queries ran, could not be read after all
+            cache, warning = disk.discard(exc)
+            shown.log(f"warning: {warning}")
+            snap = collect(source, path, settings, end, cache, shown)
         failed = disk.save(cache)
         if failed and not warning:
             shown.log(f"warning: {failed}")
