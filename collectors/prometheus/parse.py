@@ -65,23 +65,41 @@ class Accumulator:
         self._dtype = np.dtype(np.float32 if self.compact else np.float64)
 
     def add(self, result: Result, ns_label: str, pod_label: str, shift_s: float = 0.0) -> None:
-        """Fold one range answer in; ``shift_s``: it was evaluated that long after each grid step."""
+        """Fold one range answer in; ``shift_s``: it was evaluated that long after each grid step. The answer's
+        series are written together, one scatter a block (a series' own writes cost as much as its points, for
+        the thousands of series an answer holds); a pod twice in one answer is written series by series, the
+        later over the earlier, as the server sent them."""
         found = []
         for item in result:
             labels = item.get("metric") or {}
             ns, pod = labels.get(ns_label), labels.get(pod_label)
             values = item.get("values")
             if ns and pod and values is not None and len(values):
-                found.append((pod_key(ns, pod), values))
-        for key, values in sorted(found, key=lambda x: x[0]):
-            if isinstance(values, Points):
-                ts, vs = values.times, values.values
-            else:  # as an instant answer or a test writes them: [[ts, "v"], ...]
-                times, raw = zip(*values, strict=True)  # numpy parses the value strings ("NaN", "+Inf" too)
-                ts, vs = np.array(times, dtype=np.float64), np.array(raw, dtype=np.float64)
-            pos = np.rint((ts - shift_s - self.grid.start_s) / self.grid.step_s).astype(np.int64)
-            ok = (pos >= 0) & (pos < self.grid.n)
-            self._column(key)[pos[ok]] = self._held(vs[ok])
+                found.append((pod_key(ns, pod), _arrays(values)))
+        found.sort(key=lambda x: x[0])
+        if len({key for key, _ in found}) < len(found):
+            for key, (ts, vs) in found:
+                pos, ok = self._positions(ts, shift_s)
+                self._column(key)[pos[ok]] = self._held(vs[ok])
+            return
+        if not found:
+            return
+        columns = np.array([self._slot(key) for key, _ in found], dtype=np.int64)  # new pods' columns made first
+        lengths = [len(ts) for _, (ts, _) in found]
+        pos, ok = self._positions(np.concatenate([ts for _, (ts, _) in found]), shift_s)
+        values = self._held(np.concatenate([vs for _, (_, vs) in found])[ok])
+        pos, at = pos[ok], np.repeat(columns, lengths)[ok]
+        start = 0
+        for block, end in zip(self._blocks, self._widths, strict=True):
+            mine = (at >= start) & (at < end)
+            if mine.any():
+                block[pos[mine], at[mine] - start] = values[mine]
+            start = end
+
+    def _positions(self, times: np.ndarray, shift_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """Grid positions of ``times`` evaluated ``shift_s`` after their steps, and which fall on the grid."""
+        pos = np.rint((times - shift_s - self.grid.start_s) / self.grid.step_s).astype(np.int64)
+        return pos, (pos >= 0) & (pos < self.grid.n)
 
     def _held(self, values: np.ndarray) -> np.ndarray:
         """``values`` at the blocks' dtype: float32 where every one is exact there, else (turning the blocks to
@@ -99,7 +117,7 @@ class Accumulator:
     def _widen(self) -> None:
         """The blocks at float64 (the columns given to pods copied; the others never written, as before)."""
         self._dtype = np.dtype(np.float64)
-        starts = [0, *self._widths[:-1]]
+        starts = [0, *self._widths[:-1]] if self._widths else []  # none yet: the first value read needs float64
         wide = []
         for block, start in zip(self._blocks, starts, strict=True):
             used = min(block.shape[1], len(self.pods) - start)
@@ -108,21 +126,26 @@ class Accumulator:
             wide.append(out)
         self._blocks = wide
 
+    def _slot(self, key: str) -> int:
+        """The pod's column, counted across the blocks; a new pod's is made, all NaN."""
+        i = self.pods.get(key)
+        if i is not None:
+            return i
+        i = self.pods[key] = len(self.pods)
+        if not self._blocks or i >= self._widths[-1]:
+            width = max(self.expected, 64) if not self._blocks else max(64, len(self.pods) // 4)
+            self._blocks.append(np.empty((self.grid.n, width), dtype=self._dtype, order="F"))
+            self._widths.append(i + width)
+        self._column(key).fill(np.nan)
+        return i
+
     def _column(self, key: str) -> np.ndarray:
         """The pod's array (a column of a block), all NaN when new."""
         i = self.pods.get(key)
-        fresh = i is None
         if i is None:
-            i = self.pods[key] = len(self.pods)
-            if not self._blocks or i >= self._widths[-1]:
-                width = max(self.expected, 64) if not self._blocks else max(64, len(self.pods) // 4)
-                self._blocks.append(np.empty((self.grid.n, width), dtype=self._dtype, order="F"))
-                self._widths.append(i + width)
+            i = self._slot(key)
         b = next(k for k, end in enumerate(self._widths) if i < end)
-        column = self._blocks[b][:, i - (self._widths[b - 1] if b else 0)]
-        if fresh:
-            column.fill(np.nan)
-        return column
+        return self._blocks[b][:, i - (self._widths[b - 1] if b else 0)]
 
     def frame(self) -> pd.DataFrame:
         """Wide frame: index = grid timestamps (UTC), one column per pod in key order; ±Inf (e.g. quantiles) →
@@ -146,6 +169,15 @@ class Accumulator:
             part = data[:, lo: lo + 256]
             part[~np.isfinite(part)] = np.nan
         return pd.DataFrame(data, index=self.grid.index(), columns=pd.Index(keys), copy=False)
+
+
+def _arrays(values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A range series' times and values as float64 arrays, from :class:`Points` or (as an instant answer or a test
+    writes them) ``[[ts, "v"], ...]``, whose value strings numpy parses ("NaN", "+Inf" too)."""
+    if isinstance(values, Points):
+        return values.times, values.values
+    times, raw = zip(*values, strict=True)
+    return np.array(times, dtype=np.float64), np.array(raw, dtype=np.float64)
 
 
 def latest(result: Result, shared: dict[tuple[str, ...], dict[str, str]] | None = None) -> Latest:
