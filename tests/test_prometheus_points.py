@@ -85,3 +85,15 @@ def test_many_series_parse_alike_in_one_batch_or_several(monkeypatch: pytest.Mon
         assert [len(p) for p in got] == [5, 0, 17, 1, 9]
         assert all(_bits(a.times) == _bits(b.times) and _bits(a.values) == _bits(b.values)
                    for a, b in zip(whole, got, strict=True))
+
+
+@pytest.mark.parametrize("bad", [b'[[1,"x"]]', b'[[1,""]]', b'[[1,"1|2"]]', b'[[1,"2"]|[3,"4"]]', b"[1,2]", b"{}",
+                                 b'[[1,"2"],[3,"4"]'])
+def test_a_series_at_fault_among_good_ones_fails_the_whole_answer(bad: bytes) -> None:
+    """The series of an answer are checked and parsed together: one at fault anywhere among them is a ValueError,
+    never a misread of it or of its neighbours."""
+    good = [json.dumps([[60 * k, repr(0.5 * k)] for k in range(n)]).encode() for n in (3, 0, 4)]
+    assert [len(p) for p in points.decode_many(good)] == [3, 0, 4]
+    for at in range(len(good) + 1):
+        with pytest.raises(ValueError):
+            points.decode_many([*good[:at], bad, *good[at:]])
