@@ -208,13 +208,19 @@ def test_every_spoilt_file_is_refused_not_misread() -> None:
             store.loads(bad)
 
 
-def test_a_file_cut_in_the_middle_of_a_frame_is_one_warning_and_an_empty_cache(tmp_path: Path) -> None:
+def _saved(folder: Path) -> tuple[dict[str, pd.DataFrame], Settings, store.DiskCache]:
+    """Two frames of 500 steps saved as a cache file in ``folder``: the frames, the settings and the file."""
     index = Grid(0.0, 60.0, 500).index()
     frames = {name: pd.DataFrame({f"a/p-{i}": [float(i * k) for k in range(500)] for i in range(3)}, index=index)
               for name in ("fb_used_mib", "gpu_util")}
     s = Settings(prometheus=PrometheusSettings(url="http://p:9090"))
-    disk = store.DiskCache(tmp_path, s)
+    disk = store.DiskCache(folder, s)
     assert disk.save(UsageCache(key="k", series=frames)) is None
+    return frames, s, disk
+
+
+def test_a_file_cut_in_the_middle_of_a_frame_is_one_warning_and_an_empty_cache(tmp_path: Path) -> None:
+    frames, s, disk = _saved(tmp_path)
     data = disk.path.read_bytes()
     body = data[len(store.MAGIC):].split(b"\n", 2)[2]
     size = int.from_bytes(body[:8], "big")
@@ -246,12 +252,7 @@ def _garbled(data: bytes) -> bytes:
 def test_frames_that_fail_to_decode_are_refused_when_read_not_misread(tmp_path: Path) -> None:
     """A report's cache decodes its frames while the queries run (``store.Frames``): the names are known at once,
     a frame that does not decode raises CacheFileError when it is read; ``loads`` refuses the file outright."""
-    index = Grid(0.0, 60.0, 500).index()
-    frames = {name: pd.DataFrame({f"a/p-{i}": [float(i * k) for k in range(500)] for i in range(3)}, index=index)
-              for name in ("fb_used_mib", "gpu_util")}
-    s = Settings(prometheus=PrometheusSettings(url="http://p:9090"))
-    disk = store.DiskCache(tmp_path, s)
-    assert disk.save(UsageCache(key="k", series=frames)) is None
+    frames, s, disk = _saved(tmp_path)
     good, _ = store.DiskCache(tmp_path, s).load()
     assert good is not None and all(good.series[k].equals(frames[k]) for k in frames)
     disk.path.write_bytes(_garbled(disk.path.read_bytes()))
