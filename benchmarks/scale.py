@@ -85,7 +85,8 @@ TARGET_WALL_S, TARGET_RSS_MIB = 60.0, 1024.0
 GOAL_WARM_X, GOAL_FLOOR_X, GOAL_PROM_RSS_X, GOAL_CLIENT_MIB = 20.0, 1.3, 1.1, 1024.0  # issue 42
 QUERY_LOG_ENV = "RIGHTSIZER_QUERY_LOG"  # collectors/prometheus/client.py appends each query to it
 STATS_LINE = re.compile(
-    r"prometheus: (?P<queries>[\d,]+) queries \((?P<retried>[\d,]+) retried, (?P<split>[\d,]+) split\), "
+    r"prometheus: (?P<queries>[\d,]+) queries \((?P<retried>[\d,]+) retried, (?P<split>[\d,]+) split"
+    r"(?:, (?P<recut>[\d,]+) re-cut)?\), "
     r"(?P<series>[\d,]+) series, (?P<points>[\d,]+) points; largest answer (?P<max_points_per_query>[\d,]+) "
     r"points, (?P<max_points_per_series>[\d,]+) per series"
     r"(?:; (?P<samples_loaded>[\d,]+) samples loaded, at most (?P<peak_samples>[\d,]+) held by one query)?"

@@ -170,6 +170,9 @@ def test_a_fleet_that_replaces_its_pods_is_read_in_fewer_queries_within_the_budg
     # the server's own count of the most one query held stays within the budget
     assert 0 < client.stats.peak_samples <= chunks.budget_samples(PrometheusSettings(query_memory_mib=budget))
     assert client.stats.splits == 0
+    # the cost line says how often chunks were cut again; a server without stats keeps the plan
+    assert client.stats.recuts > 0 and plain.stats.recuts == 0
+    assert f"0 split, {client.stats.recuts} re-cut)" in client.stats.line()
     # progress counts the planned queries, each done once
     assert progress.done[TASK] == progress.totals[TASK] == plain_progress.totals[TASK]
 
@@ -195,7 +198,7 @@ def test_a_server_holding_more_than_the_plan_estimates_gets_more_shorter_queries
     for metric, frame in planned.items():
         pd.testing.assert_frame_equal(got[metric], frame, rtol=1e-9, atol=1e-12, obj=metric)
     sent, as_planned = Counter(client.sent), Counter(plain.sent)
-    assert sum(sent.values()) > sum(as_planned.values())
+    assert sum(sent.values()) > sum(as_planned.values()) and client.stats.recuts > 0
     assert {q: sorted(t) for q, t in _covered(client).items()} == {q: sorted(t) for q, t in _covered(plain).items()}
     assert all(len(t) == len(set(t)) for t in _covered(client).values())
     assert progress.done[TASK] == progress.totals[TASK]

@@ -97,6 +97,7 @@ class QueryStats:
     queries: int = 0
     retries: int = 0
     splits: int = 0  # queries halved after the server found them too large
+    recuts: int = 0  # times a family's chunks not yet sent were cut again from what its answers cost (Measured)
     series: int = 0
     points: int = 0
     max_points_per_query: int = 0
@@ -130,7 +131,8 @@ class QueryStats:
             setattr(self, field, getattr(self, field) + 1)
 
     def line(self) -> str:
-        return (f"prometheus: {self.queries} queries ({self.retries} retried, {self.splits} split), "
+        return (f"prometheus: {self.queries} queries ({self.retries} retried, {self.splits} split, "
+                f"{self.recuts} re-cut), "
                 f"{self.series:,} series, {self.points:,} points; largest answer {self.max_points_per_query:,} "
                 f"points, {self.max_points_per_series:,} per series"
                 + (f"; {self.samples:,} samples loaded, at most {self.peak_samples:,} held by one query"

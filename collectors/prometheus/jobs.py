@@ -165,8 +165,9 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
                         seen = measured.setdefault(job.family, Measured())
                         seen.add(job.cost, job.chunk, client.settings, getattr(result, "peak_samples", None),
                                  sum(len(r.get("values") or ()) for r in result))
-                        _recut(waiting, job, seen.steps(job.cost, job.chunk.step_s, client.settings), parts,
-                               progress, task)
+                        if _recut(waiting, job, seen.steps(job.cost, job.chunk.step_s, client.settings), parts,
+                                  progress, task):
+                            client.stats.count("recuts")
                     del result
                     parts[job.origin] -= 1
                     if parts[job.origin] == 0:
@@ -178,17 +179,17 @@ def run_jobs(client: PromClient, jobs: list[Job], on_result: Callable[[Job, Resu
 
 
 def _recut(waiting: deque[Job], answered: Job, per: int, parts: dict[int, int], progress: Progress, task: str
-           ) -> None:
+           ) -> bool:
     """Cut the chunks of ``answered``'s family that are still waiting into chunks of ``per`` steps, where that
-    changes them; halves of a refused query stay as they are. Progress counts the planned jobs: the new chunks take
-    the old ones' places (the last of them any extra), and a place no chunk takes any more is done."""
+    changes them (True); halves of a refused query stay as they are. Progress counts the planned jobs: the new
+    chunks take the old ones' places (the last of them any extra), and a place no chunk takes any more is done."""
     def ours(j: Job) -> bool:
         return j.depth == 0 and j.family == answered.family
 
     same = [j for j in waiting if ours(j)]
     fresh = chunks.recut([j.chunk for j in same], per)
     if fresh == [j.chunk for j in same]:
-        return
+        return False
     origins = [j.origin for j in same]
     for o in origins:
         parts[o] -= 1
@@ -202,3 +203,4 @@ def _recut(waiting: deque[Job], answered: Job, per: int, parts: dict[int, int], 
     at = next(i for i, j in enumerate(waiting) if ours(j))
     waiting.clear()
     waiting.extend(kept[:at] + new + kept[at:])
+    return True
