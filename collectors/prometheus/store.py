@@ -351,7 +351,7 @@ class DiskCache:
 
     def save(self, cache: UsageCache | None) -> str | None:
         """Write ``cache`` whole or not at all; a warning line where it could not be written."""
-        if cache is None or self.broken or self._unchanged(cache):
+        if cache is None or self.broken or self._as_read(cache):
             return None
         try:
             with tempfile.TemporaryFile(dir=self.folder) as spool:  # frames' chunks, on the cache's disk
@@ -362,7 +362,8 @@ class DiskCache:
             give_back_freed()  # the encoder's and the header's buffers, before the pipeline runs
         return None
 
-    def _unchanged(self, cache: UsageCache) -> bool:
+    def _as_read(self, cache: UsageCache) -> bool:
+        """Whether ``cache`` holds just what the file held when read (then it is not written again)."""
         try:
             return self._read is not None and _unchanged(cache, *self._read)
         except CacheFileError:  # the file's frames did not decode: it differs from whatever the cache holds
