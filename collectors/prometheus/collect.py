@@ -177,7 +177,7 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
 
 RULE_CENSUS = "rule census"
 RULE_LISTINGS = "listing recorded series"  # the progress task of the recorded series' census
-CENSUS_LOOKBACK_S = 300  # an instant query's lookback: the census counts what the first inventory step sees
+CENSUS_LOOKBACK_S = rules.LOOKBACK_S  # the census counts what the first inventory step sees
 
 
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,

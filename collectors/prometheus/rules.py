@@ -53,6 +53,7 @@ STEP = "step"  # the shipped step series: namespace_pod:<canonical metric>:step<
 SHIPPED_OBJECTIVE_S = ScalingSettings.model_fields["ttft_objective_s"].default  # the shipped over-objective rule's
 RULE_TAG = "rightsizer_rule"  # labels each term of the interval query with the series it counts
 MAX_INTERVAL_SPAN_S = 3600  # the interval is counted over the last hour of a recorded series (at most)
+LOOKBACK_S = 300  # an instant query's lookback (Prometheus' default): what a census instant sees before it
 MAX_STEP_SPAN_S = 6 * 3600  # and over the last 6 h of a step series (36 samples at 10 min: the interval to 2 %)
 CENSUS_POINTS = 56  # the census of recorded series: about this many instants over the window (6 h apart at 14 d)
 _BY_METRIC = {f.metric: f for f in FAMILIES}
@@ -154,8 +155,8 @@ def census_listings(scope: Scope, p: PrometheusSettings) -> tuple[tuple[str, int
     index and no chunk), each as (selector, how far before t it looks, s): the range series over the instant
     lookback (5 min), the step series over 10 min (the count's lookback and its look 5 min earlier,
     :func:`census_query`). A listing names a series whose samples reach into that span."""
-    return ((scope.matchers(None, also=f"__name__=~{_q(names_regex(p))}"), 300),
-            (scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}"), 600))
+    return ((scope.matchers(None, also=f"__name__=~{_q(names_regex(p))}"), LOOKBACK_S),
+            (scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}"), 2 * LOOKBACK_S))
 
 
 def census_query(scope: Scope, p: PrometheusSettings) -> str:
