@@ -73,10 +73,10 @@ def test_several_formats_come_from_one_plan(cwd: Path, monkeypatch: pytest.Monke
         monkeypatch.setattr(module, name, counting)
 
     counted(recommender.cli.app, "collect")
-    counted(recommender.pipeline.run, "run_once")  # imported by the report where it runs the pipeline
+    counted(recommender.pipeline.run, "run_cycle")  # imported by the report where it runs the pipeline
     run = report("-o", "json,html,csv", "--output-file", "r")
     assert run.exit_code == 0, run.output
-    assert calls == ["collect", "run_once"]  # one read of the source, one plan, three formats
+    assert calls == ["collect", "run_cycle"]  # one read of the source, one plan, three formats
     assert sorted(os.listdir(cwd)) == ["r.csv", "r.device-plugin.yaml", "r.html", "r.json", "r.mig-nodes.csv",
                                        "r.mig-parted.yaml"]
     assert json.loads((cwd / "r.json").read_text())["workloads"]

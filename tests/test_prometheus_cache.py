@@ -434,8 +434,8 @@ def test_a_second_report_over_the_same_window_runs_no_pipeline(
 
     report(cluster, tmp_path)
     runs: list[int] = []
-    real = run.run_once
-    monkeypatch.setattr(run, "run_once", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    real = run.run_cycle  # what the report runs (run_once is it too)
+    monkeypatch.setattr(run, "run_cycle", lambda *a, **kw: runs.append(1) or real(*a, **kw))
     again = report(cluster, tmp_path)
     assert again.doc == uncached.doc and not again.warnings and runs == []
     assert report(cluster, tmp_path, end_h=1).doc != uncached.doc and runs == [1]

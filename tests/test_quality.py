@@ -45,8 +45,9 @@ SLICE = Allocation(Sharing.MIG, share=MigShare("3g.40gb", 1), gpu_model="A100-80
     # fractions outside 0-1; 1% of slack above 1 for exporters' rounding: 1.005 kept, 1.2 dropped
     (m.KV_USAGE_FRAC, [1.0, 1.005, 1.2, -0.01], {}, None, [1.0, 1.005, NAN, NAN]),
     (m.GR_ENGINE_ACTIVE_FRAC, [-6.19, 0.5, 0.0], {}, None, [NAN, 0.5, 0.0]),
-    # rates and queues: never negative, no maximum
-    (m.REQUEST_RATE, [-1.0, 0.0, 1e6], {}, None, [NAN, 0.0, 1e6]),
+    # rates and queues: never negative, and at most a magnitude no service reaches (a billion a second)
+    (m.REQUEST_RATE, [-1.0, 0.0, 1e6, 1e9, 1.02e9, 1e300], {}, None, [NAN, 0.0, 1e6, 1e9, NAN, NAN]),
+    (m.SERVING_REPLICAS, [3.0, 2e6], {}, None, [3.0, NAN]),
     # memory used against the series' own total at that step (40,000 then 80,000 MiB): 50,000 fits only the second
     (m.FB_USED_MIB, [50_000.0, 50_000.0, -1.0], {m.FB_TOTAL_MIB: [40_000.0, 80_000.0, 80_000.0]}, None,
      [NAN, 50_000.0, NAN]),
@@ -100,7 +101,7 @@ def test_the_counts_and_share_go_into_the_workloads_notes() -> None:
      "no recommendation: only 30% of its KV cache usage samples are possible (need 50%): outside 0-1"),
     # a series the sizing does not read, all impossible: the exporter cannot be trusted either
     ({m.FB_USED_MIB: 20_000.0, m.POWER_W: -1.0},
-     "no recommendation: every power sample is impossible (negative)"),
+     "no recommendation: every power sample is impossible (negative or above a gigawatt)"),
 ])
 def test_too_little_usable_data_gives_no_recommendation_and_why(values: dict[str, np.ndarray | float],
                                                                 why: str) -> None:

@@ -47,9 +47,9 @@ def source(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         state["runs"]["run"] += 1
         return real(*a, **kw)
 
-    real = run.run_once
+    real = run.run_cycle  # what the report runs (run_once is it too)
     monkeypatch.setattr(app, "collect", collected)
-    monkeypatch.setattr(run, "run_once", counted)
+    monkeypatch.setattr(run, "run_cycle", counted)
     yield state
 
 

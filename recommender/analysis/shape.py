@@ -157,7 +157,8 @@ def seasonal_strength(values: np.ndarray, period: int) -> float | None:
     profile = np.divide(sums, counts, out=np.zeros(period), where=counts > 0)
     remainder = detrended[ok] - profile[phase[ok]]
     var_detrended = float(np.var(detrended[ok]))
-    if var_detrended <= 1e-12 * max(1.0, float(np.nanmean(np.abs(values))) ** 2):
+    scale = max(1.0, float(np.nanmean(np.abs(values))))  # squared as a product: inf, not OverflowError, past 1e154
+    if var_detrended <= 1e-12 * (scale * scale):
         return 0.0  # flat after detrending: nothing repeats
     k = ok.sum() / period
     return float(np.clip(1.0 - np.var(remainder) * k / (k - 1) / var_detrended, 0.0, 1.0))

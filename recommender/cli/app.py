@@ -169,7 +169,7 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
             RichProgress().log(f"warning: {warning}")
         if kept is not None:  # the same inputs as the report that rendered it: no pipeline, no rendering
             return kept
-    from recommender.pipeline.run import run_once
+    from recommender.pipeline.run import run_cycle
 
     if renderers is None:
         renderers = {f: (get_formatter(f), get_companions(f)) for f in fmts}
@@ -177,8 +177,9 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
     if unused:
         RichProgress().log(f"warning: {unused}")
     plan_only = set(fmts) <= PLAN_ONLY  # the usage frames are not read after the plan: handed to it (release)
-    plan = run_once(snap, settings, snap.end, policy=POLICY, memo=memo,
-                    release=plan_only and isinstance(snap.usage, dict))
+    cycled = run_cycle(snap, settings, snap.end, policy=POLICY, memo=memo,
+                       release=plan_only and isinstance(snap.usage, dict))
+    plan, snap = cycled.plan, cycled.snapshot or snap  # the formats draw the series as the plan read them
     if plan_only:  # gone before the memo is written and rendering
         snap = replace(snap, usage={})
     if memo is not None and (failed := memo.save()):

@@ -112,19 +112,25 @@ class Level:
     band_label: str = ""
 
 
+def _higher(top: float, value: float) -> float:
+    """The axis' top raised to ``value`` where that is a finite number (an axis limit cannot be infinite)."""
+    return max(top, value) if math.isfinite(value) else top
+
+
 def draw_panel(ax: Axes, series: pd.Series, how: str, label: str, levels: Sequence[Level]) -> None:
     """One usage line against its reference levels, with the legend in one row above the plot."""
     top = 0.0
     for lv in levels:
         if lv.lower is not None and lv.upper is not None:
             ax.axhspan(lv.lower, lv.upper, color=lv.color, alpha=0.18, linewidth=0, label=lv.band_label)
-            top = max(top, lv.upper)
+            top = _higher(top, lv.upper)
         ax.axhline(lv.value, color=lv.color, linestyle=lv.style, linewidth=1.3, label=lv.label)
-        top = max(top, lv.value)
+        top = _higher(top, lv.value)
     times, values = downsample(series, how)
+    values = np.where(np.isfinite(values), values, np.nan)  # ±Inf is no sample (the quality stage drops it too)
     ax.plot(times, values, color=COLORS["use"], linewidth=0.9, label=label)
     peak = np.nanmax(values) if np.isfinite(values).any() else 0.0
-    ax.set_ylim(0, max(top, float(peak)) * 1.08 or 1.0)
+    ax.set_ylim(0, _higher(top, float(peak)) * 1.08 or 1.0)
     ax.margins(x=0)
     ax.set_axisbelow(True)
     handles, labels = ax.get_legend_handles_labels()

@@ -54,10 +54,13 @@ Choices = Mapping[str, Mapping[str, ModelChoice]]  # workload key -> demand metr
 
 @dataclass(frozen=True)
 class Cycled:
-    """One loop cycle's plan and the forecast model choices it used (to be handed to the next cycle)."""
+    """One loop cycle's plan, the forecast model choices it used (to be handed to the next cycle) and the snapshot
+    it read: the one given with impossible values dropped (the quality stage's), what formats draw beside the plan
+    (with ``release``, only the frames read after the features)."""
 
     plan: Plan
     choices: dict[str, dict[str, ModelChoice]] = field(default_factory=dict)
+    snapshot: Snapshot | None = None
 
 
 def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
@@ -93,7 +96,7 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
     catalogue = catalogue or load_catalogue(settings.policy.catalogue_override)
     cards = cards or load_model_cards(settings.policy.models_override)
     decide: Callable[[Context], Recommendation] = get_policy(policy)
-    given = snapshot  # what the formats are handed beside the plan: its advice reads the same series
+    callers = snapshot  # (``release``: the frames no later stage reads are taken out of its usage too)
     with _timed(timings, "quality"):
         snapshot, quality = clean(snapshot, catalogue, load_bounds(), settings.policy.min_usable_frac)
     if release:  # the quality stage's masks, freed in pieces: the pages go back before the features run
@@ -105,7 +108,8 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
                                       quality[w.ref.key].unusable, memo, digests.get(w.ref.key), said.get(w.ref.key))
                  for w in snapshot.workloads}
     if release:
-        snapshot, given = _read_later(snapshot), _read_later(given, handed=True)
+        snapshot = _read_later(snapshot)
+        _read_later(callers, handed=True)
     with _timed(timings, "classify"):
         fixed = constraints or {}
         classes = _classes(snapshot, fixed, memo, digests, said)
@@ -142,9 +146,9 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
                  *(sharing.warnings if sharing else ()), *auth_why,
                  *((tenancy.warning,) if tenancy.warning else ())), timings, snapshot.source,
                 nodes.nodes, nodes.mig_parted_config, prometheus, sharing)
-    with _timed(timings, "advice"):
-        plan = with_advice(plan, given, catalogue)
-    return Cycled(plan, chosen)
+    with _timed(timings, "advice"):  # the replica series from what the plan read: no impossible value drawn
+        plan = with_advice(plan, snapshot, catalogue)
+    return Cycled(plan, chosen, snapshot)
 
 
 def _scaling(snapshot: Snapshot, w: Workload, cls: Classification, found: tuple[Forecast, ...], settings: Settings,

@@ -1,0 +1,115 @@
+"""Odd values a broken or hostile exporter can put in a series (±Inf, magnitudes no service reaches): dropped by the
+data-quality stage and said in the workload's reasons, never sized from, never a traceback, and never drawn or
+written by a format (the formats read the series as the plan read them)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collectors.files import read_snapshot, write_snapshot
+from recommender.cli.app import make_reports
+from recommender.core import usage as m
+from recommender.core.plan import Plan
+from recommender.core.settings import Settings
+from recommender.core.usage import Snapshot
+from recommender.demo import demo_path
+from recommender.outputs import register_formatter, unregister_formatter
+from recommender.pipeline.run import run_once
+
+SERVICE = "chat/Deployment/translate"  # a demo service with a request rate, a scaling plan and a usage chart
+AT = slice(1000, 1010)  # ten steps in the middle of the demo's two weeks
+
+
+def _with(snap: Snapshot, metric: str, value: float, key: str = SERVICE) -> Snapshot:
+    usage = dict(snap.usage)
+    frame = usage[metric].astype(np.float64)
+    values = frame[key].to_numpy().copy()
+    values[AT] = value
+    frame[key] = values
+    usage[metric] = frame
+    return replace(snap, usage=usage)
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} in the JSON report")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def demo() -> Snapshot:
+    return read_snapshot(demo_path())
+
+
+@pytest.mark.parametrize("metric", [m.FB_USED_MIB, m.GR_ENGINE_ACTIVE_FRAC, m.REQUEST_RATE])
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+def test_infinite_samples_are_dropped_and_every_format_renders_without_them(demo: Snapshot, tmp_path: Path,
+                                                                            metric: str, value: float) -> None:
+    write_snapshot(_with(demo, metric, value), tmp_path)
+    done = make_reports("file", str(tmp_path), Settings(), demo.end, ("html", "json", "markdown", "table"))
+    doc = _strict_json(done["json"][0])
+    assert isinstance(doc, dict)
+    (rec,) = [w for w in doc["workloads"] if f"{w['namespace']}/{w['kind']}/{w['name']}" == SERVICE]
+    assert any(r.startswith("dropped 10 of ") for r in rec["reasons"]), rec["reasons"]
+    assert SERVICE.split("/")[-1] in done["html"][0] and "<svg" in done["html"][0]
+
+
+@pytest.mark.parametrize(("metric", "label"), [(m.REQUEST_RATE, "request rate"),
+                                               (m.GENERATION_TOKENS_RATE, "generation token rate"),
+                                               (m.REQUESTS_WAITING, "requests waiting")])
+@pytest.mark.parametrize("value", [1e200, 1e300])
+def test_a_magnitude_no_service_reaches_is_dropped_not_sized_from(demo: Snapshot, metric: str, label: str,
+                                                                 value: float) -> None:
+    snap = _with(demo, metric, value)
+    plan = run_once(snap, Settings(), snap.end)
+    (rec,) = [r for r in plan.recommendations if r.ref.key == SERVICE]
+    assert any(r.startswith("dropped 10 of ") and f" {label} samples " in r for r in rec.reasons), rec.reasons
+    clean = {r.ref.key: r for r in run_once(demo, Settings(), demo.end).recommendations}[SERVICE]
+    assert rec.scaling is not None and clean.scaling is not None
+    assert rec.scaling.max_replicas <= clean.scaling.max_replicas * 2  # sized from what is left, not from 1e200
+
+
+def test_the_replica_charts_demand_is_read_from_what_the_plan_read(demo: Snapshot) -> None:
+    """Five billion requests a second at ten steps: dropped by the quality stage, so the demand the replica chart
+    draws beside the plan (``Advice.replicas``) never holds them either."""
+    plan = run_once(_with(demo, m.REQUEST_RATE, 5e9), Settings(), demo.end)
+    (rec,) = [r for r in plan.recommendations if r.ref.key == SERVICE]
+    clean = {r.ref.key: r for r in run_once(demo, Settings(), demo.end).recommendations}[SERVICE]
+    assert rec.advice.replicas is not None and clean.advice.replicas is not None
+    assert float(rec.advice.replicas.demand.max()) <= float(clean.advice.replicas.demand.max())
+
+
+def test_a_format_is_handed_the_series_as_the_plan_read_them(demo: Snapshot, tmp_path: Path) -> None:
+    """Engine activity of 7 (outside 0-1) at ten steps: a format (here a plugin's) sees those steps as missing, as
+    the sizing did, not the exporter's 7."""
+    seen: list[float] = []
+
+    def probe(plan: Plan, snapshot: Snapshot | None) -> str:
+        series = snapshot.series(m.GR_ENGINE_ACTIVE_FRAC, next(r.ref for r in plan.recommendations
+                                                                 if r.ref.key == SERVICE)) if snapshot else None
+        seen.append(float(series.max()) if series is not None else float("nan"))
+        return "probed"
+
+    write_snapshot(_with(demo, m.GR_ENGINE_ACTIVE_FRAC, 7.0), tmp_path)
+    register_formatter("odd-values-probe")(probe)
+    try:
+        done = make_reports("file", str(tmp_path), Settings(), demo.end, ("odd-values-probe",))
+    finally:
+        unregister_formatter("odd-values-probe")
+    assert done["odd-values-probe"][0] == "probed"
+    assert len(seen) == 1 and 0.0 < seen[0] <= 1.0
+
+
+def test_the_html_charts_draw_a_series_holding_infinity_handed_to_them(demo: Snapshot) -> None:
+    """A caller of the format API may hand it any snapshot: +Inf in the series it draws is a gap, not an error."""
+    from recommender.outputs import get_formatter
+
+    raw = _with(_with(demo, m.FB_USED_MIB, np.inf), m.GR_ENGINE_ACTIVE_FRAC, np.inf)
+    page = get_formatter("html")(run_once(demo, Settings(), demo.end), raw)
+    assert page.count("<svg") >= len(demo.workloads) // 2
