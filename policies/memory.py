@@ -29,14 +29,23 @@ class MemoryNeed:
     non_kv_mib: float | None = None
 
 
+# Bytes one token of KV cache takes, as a tenant may write it: outside these no model (a token's keys and values
+# take at least a byte, and no model a GiB), and a pool divided by it would overflow to an infinite token count.
+KV_BYTES_RANGE = (1.0, float(2**30))
+
+
 def kv_bytes_per_token(workload: Workload, cards: ModelCards) -> tuple[float | None, str]:
     """Bytes one token of KV cache takes on one device, and where that figure came from."""
     raw = workload.annotations.get(KV_BYTES_ANNOTATION)
     if raw:
         try:
-            return float(raw), f"annotation {KV_BYTES_ANNOTATION}"
+            value = float(raw)
         except ValueError:
             return None, f"annotation {KV_BYTES_ANNOTATION}={raw!r} is not a number"
+        low, high = KV_BYTES_RANGE
+        if not low <= value <= high:  # NaN fails too
+            return None, f"annotation {KV_BYTES_ANNOTATION}={raw!r} is not a number of bytes from 1 to 1 GiB"
+        return value, f"annotation {KV_BYTES_ANNOTATION}"
     vllm = workload.allocation.vllm
     name = workload.served_model or (vllm.model if vllm else None)
     card = cards.find(name) or cards.find(vllm.model if vllm else None)

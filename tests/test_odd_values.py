@@ -113,3 +113,37 @@ def test_the_html_charts_draw_a_series_holding_infinity_handed_to_them(demo: Sna
     raw = _with(_with(demo, m.FB_USED_MIB, np.inf), m.GR_ENGINE_ACTIVE_FRAC, np.inf)
     page = get_formatter("html")(run_once(demo, Settings(), demo.end), raw)
     assert page.count("<svg") >= len(demo.workloads) // 2
+
+
+NUMBERS_A_TENANT_MAY_WRITE = ["nan", "inf", "-inf", "-1", "0", "1e-320", "1e-300", "1e300", "1e309", "abc", ""]
+
+
+@pytest.mark.parametrize("annotation", ["rightsizer.io/kv-bytes-per-token", "rightsizer.io/replica-capacity",
+                                        "rightsizer.io/ttft-slo-seconds"])
+@pytest.mark.parametrize("raw", NUMBERS_A_TENANT_MAY_WRITE)
+def test_a_number_a_tenant_writes_in_an_annotation_never_breaks_the_report(demo: Snapshot, annotation: str,
+                                                                          raw: str) -> None:
+    """Annotations are the tenant's to write: on every vLLM workload of the demo at once (``-1``, NaN, 1e-320 bytes
+    a token, ...) the plan is made, every format renders, and the JSON holds only numbers."""
+    from recommender.outputs import get_formatter
+
+    workloads = tuple(replace(w, annotations={**w.annotations, annotation: raw}) if w.allocation.vllm else w
+                      for w in demo.workloads)
+    snap = replace(demo, workloads=workloads)
+    plan = run_once(snap, Settings(), snap.end)
+    assert len(plan.recommendations) == len(demo.workloads)
+    _strict_json(get_formatter("json")(plan, snap))
+    for fmt in ("html", "markdown", "table", "csv", "yaml"):
+        assert get_formatter(fmt)(plan, snap)
+
+
+def test_a_capacity_annotation_out_of_range_is_named_where_there_is_no_capacity(demo: Snapshot) -> None:
+    """1e-320 requests a second a replica (a count that overflows to infinity) is refused, and the reason says it
+    was, not that there was no annotation."""
+    key = "devtools/Deployment/docs-qa"  # a vLLM workload of the demo with too few steps to measure a capacity
+    workloads = tuple(replace(w, annotations={**w.annotations, "rightsizer.io/replica-capacity": "1e-320"})
+                      if w.ref.key == key else w for w in demo.workloads)
+    plan = run_once(replace(demo, workloads=workloads), Settings(), demo.end)
+    (rec,) = [r for r in plan.recommendations if r.ref.key == key]
+    assert any("rightsizer.io/replica-capacity='1e-320' is not a number of requests/s from 1e-06 to 1e+09" in r
+               for r in rec.reasons), rec.reasons

@@ -13,7 +13,7 @@ import pandas as pd
 
 from policies.replicas.estimates import Absent, Capacity, CapacitySource, Carried
 from policies.replicas.history import ReplicaHistory, changed_within, rescue_s, step_outcomes
-from policies.replicas.recorded import positive_number
+from policies.replicas.recorded import CAPACITY_RPS_RANGE, capacity_rps
 from recommender.core.annotations import CAPACITY_ANNOTATION
 from recommender.core.inventory import Workload
 from recommender.core.settings import ScalingSettings
@@ -58,8 +58,12 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
         return _lower_bound(good, settings.capacity_quantile)
     if changed_within(workload, history):  # too soon after a change of shape: across it, flagged, rather than none
         return _across_change(workload, history, objective_s, settings)
+    raw = workload.annotations.get(CAPACITY_ANNOTATION)
+    low, high = CAPACITY_RPS_RANGE
+    annotated = (f"{CAPACITY_ANNOTATION}={raw[:40]!r} is not a number of requests/s from {low:g} to {high:g}"
+                 if raw else f"no {CAPACITY_ANNOTATION} annotation")
     return Absent(f"no per-replica capacity: fewer than {settings.min_capacity_steps} steps with request rate and "
-                  f"TTFT that met the objective, and no {CAPACITY_ANNOTATION} annotation")
+                  f"TTFT that met the objective, and {annotated}")
 
 
 def _at_knee(knee: Knee, configured: float | None, conf_src: str) -> Capacity:
@@ -139,7 +143,7 @@ def keep_lower_bound(capacity: Capacity | Absent, previous: Carried | None) -> C
 
 def configured_capacity(workload: Workload, settings: ScalingSettings) -> tuple[float | None, str]:
     """The configured capacity (req/s per replica) and where from: the annotation, else the settings' (or None)."""
-    value = positive_number(workload.annotations.get(CAPACITY_ANNOTATION))
+    value = capacity_rps(workload.annotations.get(CAPACITY_ANNOTATION))
     if value is not None:
         return value, CAPACITY_ANNOTATION
     return settings.replica_capacity_rps, "settings (scaling.replica_capacity_rps)"
