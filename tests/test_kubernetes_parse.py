@@ -267,3 +267,22 @@ def test_selected_product_from_selector_or_affinity() -> None:
     parsed = parse_pod_spec(by_affinity, {})
     assert parsed.selected_product == "NVIDIA-L40S"
     assert parsed.notes == ("node affinity allows GPU products NVIDIA-L40S, NVIDIA-L4; assumed NVIDIA-L40S",)
+
+
+def test_magnitudes_no_engine_runs_with_become_notes_never_an_error() -> None:
+    """A tenant writes its container's args: numbers too long to convert, or larger than any engine runs with
+    (2^32 tokens of context or sequences, 2^16 GPUs of tensor parallelism), are notes, echoed in 40 characters."""
+    huge = "9" * 400
+    bad = ctr(image=VLLM_IMAGE, args=["m", "--max-model-len", huge, "--max-num-seqs", "9" * 5000,
+                                      "--tensor-parallel-size", "70000", "--gpu-memory-utilization", "nan"])
+    parsed = parse_pod_spec(spec(bad), {})
+    assert parsed.allocation.vllm == VllmArgs("m", None, None, None, 1)
+    assert parsed.notes == (
+        "could not parse --gpu-memory-utilization=nan",
+        f"could not parse --max-model-len={huge[:40]}…",
+        f"could not parse --max-num-seqs={'9' * 40}…",
+        "could not parse --tensor-parallel-size=70000",
+    )
+    with pytest.raises(ValueError):
+        parse_max_model_len("99999999999999999999T")  # 1.1e32 tokens
+    assert parse_max_model_len("10M") == 10 * 2**20  # a long context is still one

@@ -14,6 +14,7 @@ import pytest
 from collectors.files import read_snapshot, write_snapshot
 from recommender.cli.app import make_reports
 from recommender.core import usage as m
+from recommender.core.inventory import Workload
 from recommender.core.plan import Plan
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
@@ -147,3 +148,50 @@ def test_a_capacity_annotation_out_of_range_is_named_where_there_is_no_capacity(
     (rec,) = [r for r in plan.recommendations if r.ref.key == key]
     assert any("rightsizer.io/replica-capacity='1e-320' is not a number of requests/s from 1e-06 to 1e+09" in r
                for r in rec.reasons), rec.reasons
+
+
+@pytest.mark.parametrize(("blocks", "size", "fraction"), [
+    ("1e200", "1e200", "50"),  # a capacity whose product overflows, a fraction of 50
+    ("-5", "16", "-3"),  # negative
+    ("nan", "16", "inf"),
+    ("4294967296", "16", "0"),  # 2^36 tokens: more than any engine holds; no memory at all
+])
+def test_cache_config_labels_no_engine_reports_are_unknown_not_sizes(blocks: str, size: str, fraction: str) -> None:
+    """vllm:cache_config_info's labels come from the tenant's pod: a KV capacity or memory fraction no engine has
+    is unknown (as a missing label is), not a size the memory policy and the report would overflow on."""
+    from collectors.prometheus.parse import vllm_info
+
+    labels = {"namespace": "chat", "pod": "a-0", "num_gpu_blocks": blocks, "block_size": size,
+              "gpu_memory_utilization": fraction, "model_name": "m"}
+    (info,) = vllm_info([(labels, 1.0, 0.0)], [], "namespace", "pod")
+    assert (info.kv_capacity_tokens, info.gpu_memory_utilization) == (None, None)
+    sane = {**labels, "num_gpu_blocks": "27000", "block_size": "16", "gpu_memory_utilization": "0.9"}
+    (info,) = vllm_info([(sane, 1.0, 0.0)], [], "namespace", "pod")
+    assert (info.kv_capacity_tokens, info.gpu_memory_utilization) == (432_000.0, 0.9)
+
+
+@pytest.mark.parametrize(("field", "value"), [("kv_capacity_tokens", np.inf), ("kv_capacity_tokens", np.nan),
+                                              ("kv_capacity_tokens", 1e300), ("kv_capacity_tokens", -80.0),
+                                              ("gpu_memory_utilization", -3.0), ("gpu_memory_utilization", 50.0),
+                                              ("gpu_memory_utilization", np.inf), ("max_model_len", 10**30)])
+def test_an_engine_figure_no_engine_has_is_unknown_with_a_note_whatever_the_source(demo: Snapshot, field: str,
+                                                                                  value: float) -> None:
+    """A snapshot file, or a collector of another version, may carry what the collectors' parsers refuse: the
+    quality stage leaves it unknown and says so, and every format renders."""
+    from recommender.outputs import get_formatter
+
+    def odd(w: Workload) -> Workload:
+        vllm = w.allocation.vllm
+        if vllm is None:
+            return w
+        if field == "kv_capacity_tokens":
+            return replace(w, kv_capacity_tokens=value)
+        return replace(w, allocation=replace(w.allocation, vllm=replace(vllm, **{field: value})))
+
+    snap = replace(demo, workloads=tuple(odd(w) for w in demo.workloads))
+    plan = run_once(snap, Settings(), snap.end)
+    (rec,) = [r for r in plan.recommendations if r.ref.key == SERVICE]
+    assert any("is impossible: left unknown" in n for n in rec.workload.notes), rec.workload.notes
+    _strict_json(get_formatter("json")(plan, snap))
+    for fmt in ("html", "markdown", "table", "csv", "yaml"):
+        assert get_formatter(fmt)(plan, snap)

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from recommender.core.inventory import Allocation, Sharing, VllmArgs
+from recommender.core.inventory import MAX_TOKENS, Allocation, Sharing, VllmArgs
 from recommender.mechanisms import for_sharing, in_read_order
 from recommender.mechanisms.base import GPU, MIG_PREFIX, Claim, PodView, ReadBack
 from recommender.mechanisms.base import count as _count
@@ -38,6 +38,9 @@ _VLLM_FLAGS = {  # spelling on the command line → canonical flag
 }
 _SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
 _COMMAND_ENDS = {"&&", "||", ";", "|", "&"}
+# GPUs of tensor parallelism, far above any engine's (tokens: MAX_TOKENS); a tenant's larger number is a note.
+MAX_TENSOR_PARALLEL = 2**16
+_ECHO = 40  # characters of a value a note repeats
 _ENV_REF = re.compile(r"\$\((\w+)\)|\$\{(\w+)\}|\$(\w+)")  # $(K8S_STYLE), ${SHELL}, $SHELL
 
 
@@ -251,8 +254,9 @@ def _vllm_args(argv: list[str], positional: bool, notes: list[str]) -> tuple[Vll
         model=found.get("--model") or None,
         gpu_memory_utilization=_arg(found, "--gpu-memory-utilization", _fraction, notes),
         max_model_len=_arg(found, "--max-model-len", parse_max_model_len, notes),
-        max_num_seqs=_arg(found, "--max-num-seqs", _positive_int, notes),
-        tensor_parallel_size=_arg(found, "--tensor-parallel-size", _positive_int, notes) or 1,
+        max_num_seqs=_arg(found, "--max-num-seqs", lambda t: _positive_int(t, MAX_TOKENS), notes),
+        tensor_parallel_size=_arg(found, "--tensor-parallel-size", lambda t: _positive_int(t, MAX_TENSOR_PARALLEL),
+                                  notes) or 1,
     )
     return args, found.get("--served-model-name") or args.model
 
@@ -262,8 +266,9 @@ def _arg(found: Mapping[str, str], flag: str, convert: Any, notes: list[str]) ->
         return None
     try:
         return convert(found[flag])
-    except ValueError:
-        notes.append(f"could not parse {flag}={found[flag]}")
+    except (ValueError, OverflowError):
+        raw = found[flag]
+        notes.append(f"could not parse {flag}={raw[:_ECHO]}{'…' if len(raw) > _ECHO else ''}")
         return None
 
 
@@ -274,9 +279,9 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, most: int) -> int:
     value = int(text)
-    if value < 1:
+    if not 1 <= value <= most:
         raise ValueError(text)
     return value
 
@@ -291,10 +296,10 @@ def parse_max_model_len(text: str) -> int | None:
     if not m:
         raise ValueError(text)
     power = "kmgt".find(m.group(2).lower()) + 1 if m.group(2) else 0
-    value = round(float(m.group(1)) * (1000 if m.group(2).islower() else 1024) ** power)
-    if value < 1:
+    tokens = float(m.group(1)) * (1000 if m.group(2).islower() else 1024) ** power  # inf past 1e308: refused below
+    if tokens > MAX_TOKENS or round(tokens) < 1:
         raise ValueError(text)
-    return value
+    return round(tokens)
 
 
 def unresolved(parsed: ParsedSpec) -> ParsedSpec:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from collectors.pods import PodOwner, PodRequests, VllmInfo, pod_key
 from collectors.prometheus.points import Points
+from recommender.core.inventory import MAX_TOKENS
 
 Result = list[dict[str, Any]]
 Latest = list[tuple[dict[str, str], float, float]]  # (labels, last finite value, its time), oldest first
@@ -293,10 +294,12 @@ def vllm_info(cache_config: Latest, models: Latest, ns_label: str, pod_label: st
         if not ns or not pod:
             continue
         blocks, size = _number(labels, "num_gpu_blocks"), _number(labels, "block_size")
-        key = pod_key(ns, pod)
+        tokens = blocks * size if blocks and size and blocks > 0 and size > 0 else None
+        fraction = _number(labels, "gpu_memory_utilization")
+        key = pod_key(ns, pod)  # the labels are the tenant's pod's: a figure no engine has is unknown
         found[key] = VllmInfo(ns, pod, names.get(key) or labels.get("model_name") or None,
-                              blocks * size if blocks and size else None,
-                              _number(labels, "gpu_memory_utilization"))
+                              tokens if tokens is not None and tokens <= MAX_TOKENS else None,
+                              fraction if fraction is not None and 0 < fraction <= 1 else None)
     for key, model in names.items():
         if key not in found:
             ns, pod = key.split("/", 1)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from recommender.core import usage as m
 from recommender.core.catalogue import Catalogue
-from recommender.core.inventory import Workload
+from recommender.core.inventory import MAX_TOKENS, Workload
 from recommender.core.usage import Snapshot
 
 DEVICE, GPU = "device", "gpu"  # memory maxima that depend on the workload's device
@@ -115,6 +115,38 @@ def _plausible_device(workload: Workload, catalogue: Catalogue, tol: float) -> W
                    notes=(*workload.notes, note))
 
 
+def _plausible_engine(workload: Workload) -> Workload:
+    """The workload with the vLLM figures no engine has left unknown (a KV cache of no or more than
+    ``MAX_TOKENS`` tokens, a memory fraction outside 0-1, a context or batch of more than ``MAX_TOKENS``), and a
+    note for each: whatever the source (a snapshot file, a collector of another version), they are not sizes."""
+    notes: list[str] = []
+
+    def kept(name: str, value: float | None, ok: bool, unit: str = "") -> float | None:
+        if value is None or ok:
+            return value
+        notes.append(f"{name} reported as {value:,.6g}{unit} is impossible: left unknown")
+        return None
+
+    kv = workload.kv_capacity_tokens
+    kv = kept("KV cache capacity", kv, kv is not None and 0 < kv <= MAX_TOKENS, " tokens")
+    vllm = workload.allocation.vllm
+    if vllm is not None:
+        frac, length, seqs = vllm.gpu_memory_utilization, vllm.max_model_len, vllm.max_num_seqs
+        vllm = replace(vllm, gpu_memory_utilization=kept("--gpu-memory-utilization", frac,
+                                                         frac is not None and 0 < frac <= 1),
+                       max_model_len=_count(kept("--max-model-len", length,
+                                                 length is not None and 1 <= length <= MAX_TOKENS)),
+                       max_num_seqs=_count(kept("--max-num-seqs", seqs, seqs is not None and 1 <= seqs <= MAX_TOKENS)))
+    if not notes:
+        return workload
+    return replace(workload, kv_capacity_tokens=kv, allocation=replace(workload.allocation, vllm=vllm),
+                   notes=(*workload.notes, *notes))
+
+
+def _count(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def _limits(bound: MetricBound, frame: pd.DataFrame, snapshot: Snapshot, total: pd.DataFrame | None,
             catalogue: Catalogue, tol: float) -> tuple[float, float | np.ndarray]:
     """(min, max) for ``frame``: numbers, or a max per column (a row) or per cell from each workload's device."""
@@ -169,7 +201,8 @@ def _impossible(values: np.ndarray, lo: float, hi: float | np.ndarray) -> np.nda
 def clean(snapshot: Snapshot, catalogue: Catalogue, table: BoundsTable, min_usable_frac: float
           ) -> tuple[Snapshot, dict[str, DataQuality]]:
     """The snapshot without impossible values, each workload's drops in its notes, and its quality facts."""
-    workloads = tuple(_plausible_device(w, catalogue, table.tolerance_frac) for w in snapshot.workloads)
+    workloads = tuple(_plausible_engine(_plausible_device(w, catalogue, table.tolerance_frac))
+                      for w in snapshot.workloads)
     snapshot = replace(snapshot, workloads=workloads)
     usage = dict(snapshot.usage)
     found: dict[str, list[Dropped]] = {w.ref.key: [] for w in workloads}

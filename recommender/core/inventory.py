@@ -46,6 +46,11 @@ class WorkloadRef:
         return self.key
 
 
+# Tokens an engine holds (context, sequences at once, KV cache): far above any model's. A tenant's larger figure
+# (container args, vLLM's own labels) is unknown, not a size every later sum would overflow on.
+MAX_TOKENS = 2**32
+
+
 @dataclass(frozen=True)
 class VllmArgs:
     """The vLLM engine arguments that bound its GPU memory, as found in the container args."""
