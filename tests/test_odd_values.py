@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from collectors.files import read_snapshot, write_snapshot
 from recommender.cli.app import make_reports
 from recommender.core import usage as m
 from recommender.core.inventory import Workload
-from recommender.core.plan import Plan
+from recommender.core.plan import Plan, Recommendation
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
 from recommender.demo import demo_path
@@ -48,6 +49,12 @@ def demo() -> Snapshot:
     return read_snapshot(demo_path())
 
 
+@pytest.fixture(scope="module")
+def as_is(demo: Snapshot) -> Recommendation:
+    """The demo service's recommendation from the demo as it is."""
+    return {r.ref.key: r for r in run_once(demo, Settings(), demo.end).recommendations}[SERVICE]
+
+
 @pytest.mark.parametrize("metric", [m.FB_USED_MIB, m.GR_ENGINE_ACTIVE_FRAC, m.REQUEST_RATE])
 @pytest.mark.parametrize("value", [np.inf, -np.inf])
 def test_infinite_samples_are_dropped_and_every_format_renders_without_them(demo: Snapshot, tmp_path: Path,
@@ -65,25 +72,23 @@ def test_infinite_samples_are_dropped_and_every_format_renders_without_them(demo
                                                (m.GENERATION_TOKENS_RATE, "generation token rate"),
                                                (m.REQUESTS_WAITING, "requests waiting")])
 @pytest.mark.parametrize("value", [1e200, 1e300])
-def test_a_magnitude_no_service_reaches_is_dropped_not_sized_from(demo: Snapshot, metric: str, label: str,
-                                                                 value: float) -> None:
+def test_a_magnitude_no_service_reaches_is_dropped_not_sized_from(demo: Snapshot, as_is: Recommendation,
+                                                                 metric: str, label: str, value: float) -> None:
     snap = _with(demo, metric, value)
     plan = run_once(snap, Settings(), snap.end)
     (rec,) = [r for r in plan.recommendations if r.ref.key == SERVICE]
     assert any(r.startswith("dropped 10 of ") and f" {label} samples " in r for r in rec.reasons), rec.reasons
-    clean = {r.ref.key: r for r in run_once(demo, Settings(), demo.end).recommendations}[SERVICE]
-    assert rec.scaling is not None and clean.scaling is not None
-    assert rec.scaling.max_replicas <= clean.scaling.max_replicas * 2  # sized from what is left, not from 1e200
+    assert rec.scaling is not None and as_is.scaling is not None
+    assert rec.scaling.max_replicas <= as_is.scaling.max_replicas * 2  # sized from what is left, not from 1e200
 
 
-def test_the_replica_charts_demand_is_read_from_what_the_plan_read(demo: Snapshot) -> None:
+def test_the_replica_charts_demand_is_read_from_what_the_plan_read(demo: Snapshot, as_is: Recommendation) -> None:
     """Five billion requests a second at ten steps: dropped by the quality stage, so the demand the replica chart
     draws beside the plan (``Advice.replicas``) never holds them either."""
     plan = run_once(_with(demo, m.REQUEST_RATE, 5e9), Settings(), demo.end)
     (rec,) = [r for r in plan.recommendations if r.ref.key == SERVICE]
-    clean = {r.ref.key: r for r in run_once(demo, Settings(), demo.end).recommendations}[SERVICE]
-    assert rec.advice.replicas is not None and clean.advice.replicas is not None
-    assert float(rec.advice.replicas.demand.max()) <= float(clean.advice.replicas.demand.max())
+    assert rec.advice.replicas is not None and as_is.advice.replicas is not None
+    assert float(rec.advice.replicas.demand.max()) <= float(as_is.advice.replicas.demand.max())
 
 
 def test_a_format_is_handed_the_series_as_the_plan_read_them(demo: Snapshot, tmp_path: Path) -> None:
@@ -119,16 +124,16 @@ def test_the_html_charts_draw_a_series_holding_infinity_handed_to_them(demo: Sna
 NUMBERS_A_TENANT_MAY_WRITE = ["nan", "inf", "-inf", "-1", "0", "1e-320", "1e-300", "1e300", "1e309", "abc", ""]
 
 
-@pytest.mark.parametrize("annotation", ["rightsizer.io/kv-bytes-per-token", "rightsizer.io/replica-capacity",
-                                        "rightsizer.io/ttft-slo-seconds"])
 @pytest.mark.parametrize("raw", NUMBERS_A_TENANT_MAY_WRITE)
-def test_a_number_a_tenant_writes_in_an_annotation_never_breaks_the_report(demo: Snapshot, annotation: str,
-                                                                          raw: str) -> None:
-    """Annotations are the tenant's to write: on every vLLM workload of the demo at once (``-1``, NaN, 1e-320 bytes
-    a token, ...) the plan is made, every format renders, and the JSON holds only numbers."""
+def test_a_number_a_tenant_writes_in_an_annotation_never_breaks_the_report(demo: Snapshot, raw: str) -> None:
+    """Annotations are the tenant's to write: the KV bytes a token, the replica capacity and the TTFT objective all
+    at ``raw`` (``-1``, NaN, 1e-320, ...) on every vLLM workload of the demo, and the plan is made, every format
+    renders, and the JSON holds only numbers."""
     from recommender.outputs import get_formatter
 
-    workloads = tuple(replace(w, annotations={**w.annotations, annotation: raw}) if w.allocation.vllm else w
+    odd = {name: raw for name in ("rightsizer.io/kv-bytes-per-token", "rightsizer.io/replica-capacity",
+                                  "rightsizer.io/ttft-slo-seconds")}
+    workloads = tuple(replace(w, annotations={**w.annotations, **odd}) if w.allocation.vllm else w
                       for w in demo.workloads)
     snap = replace(demo, workloads=workloads)
     plan = run_once(snap, Settings(), snap.end)
@@ -186,7 +191,8 @@ def test_an_engine_figure_no_engine_has_is_unknown_with_a_note_whatever_the_sour
             return w
         if field == "kv_capacity_tokens":
             return replace(w, kv_capacity_tokens=value)
-        return replace(w, allocation=replace(w.allocation, vllm=replace(vllm, **{field: value})))
+        changed: dict[str, Any] = {field: value}
+        return replace(w, allocation=replace(w.allocation, vllm=replace(vllm, **changed)))
 
     snap = replace(demo, workloads=tuple(odd(w) for w in demo.workloads))
     plan = run_once(snap, Settings(), snap.end)
