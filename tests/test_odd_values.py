@@ -1,6 +1,7 @@
-"""Odd values a broken or hostile exporter can put in a series (±Inf, magnitudes no service reaches): dropped by the
-data-quality stage and said in the workload's reasons, never sized from, never a traceback, and never drawn or
-written by a format (the formats read the series as the plan read them)."""
+"""Odd input a broken or hostile source can send: in a series, ±Inf and magnitudes no service reaches (dropped by the
+data-quality stage and said in the workload's reasons, never sized from, never drawn or written by a format: the
+formats read the series as the plan read them); in a tenant's annotations, numbers no model or replica has; in
+vLLM's labels or a snapshot, engine figures no engine has. Never a traceback."""
 
 from __future__ import annotations
 
