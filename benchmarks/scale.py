@@ -15,8 +15,8 @@ with the first's cache (``--no-cycles`` skips them): what a cycle costs Promethe
 The report runs twice with one ``--cache-dir``: cold (an empty cache) and warm (the same window again, so it
 reads only the last two steps from Prometheus): both wall times and their ratio (``--no-warm`` skips the second).
 ``--pairs N`` runs N such cold and warm pairs, each with an empty cache, one after the other: the warm goal is then
-the ratio of the median cold wall to the median warm wall (one cold report's spread on a busy machine, ~10%, is
-about what separates 18x from 22x); the other figures are the first pair's.
+the ratio of the median cold wall to the median warm wall (so that one cold report's spread does not decide it);
+the other figures are the first pair's.
 ``--moved N`` runs the cold and warm reports N report steps before the TSDB's end, then a third report at its end
 with the same cache: a warm report whose window moved (new steps: most workloads' derived results recomputed).
 ``--rules`` also writes the recorded series of ``deploy/monitoring/recording-rules.yaml`` (the 2 min range series
