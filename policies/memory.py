@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from policies.estimators import percentile, with_confidence, with_margin, with_min
 from policies.modelcards import ModelCards
 from recommender.analysis.features import Quantiles, WorkloadFeatures
-from recommender.core.annotations import KV_BYTES_ANNOTATION
+from recommender.core.annotations import KV_BYTES_ANNOTATION, quoted
 from recommender.core.inventory import Workload
 from recommender.core.plan import Bound
 from recommender.core.settings import PolicySettings
@@ -41,10 +41,10 @@ def kv_bytes_per_token(workload: Workload, cards: ModelCards) -> tuple[float | N
         try:
             value = float(raw)
         except ValueError:
-            return None, f"annotation {KV_BYTES_ANNOTATION}={raw[:40]!r} is not a number"
+            return None, f"annotation {KV_BYTES_ANNOTATION}={quoted(raw)} is not a number"
         low, high = KV_BYTES_RANGE
         if not low <= value <= high:  # NaN fails too
-            return None, f"annotation {KV_BYTES_ANNOTATION}={raw[:40]!r} is not a number of bytes from 1 to 1 GiB"
+            return None, f"annotation {KV_BYTES_ANNOTATION}={quoted(raw)} is not a number of bytes from 1 to 1 GiB"
         return value, f"annotation {KV_BYTES_ANNOTATION}"
     vllm = workload.allocation.vllm
     name = workload.served_model or (vllm.model if vllm else None)

@@ -202,3 +202,17 @@ def test_an_engine_figure_no_engine_has_is_unknown_with_a_note_whatever_the_sour
     _strict_json(get_formatter("json")(plan, snap))
     for fmt in ("html", "markdown", "table", "csv", "yaml"):
         assert get_formatter(fmt)(plan, snap)
+
+
+def test_a_tenants_long_value_is_repeated_in_forty_characters(demo: Snapshot) -> None:
+    """An annotation's value may be 256 KiB: a reason that names it repeats 40 characters and an ellipsis."""
+    from recommender.outputs import get_formatter
+
+    odd = {"rightsizer.io/class": "x" * 5000, "rightsizer.io/ttft-slo-seconds": "y" * 5000,
+           "rightsizer.io/kv-bytes-per-token": "z" * 5000}
+    workloads = tuple(replace(w, annotations={**w.annotations, **odd}) if w.ref.key == SERVICE else w
+                      for w in demo.workloads)
+    snap = replace(demo, workloads=workloads)
+    text = get_formatter("json")(run_once(snap, Settings(), snap.end), snap)
+    for letter in "xyz":
+        assert f"'{letter * 40}'…" in text and letter * 41 not in text

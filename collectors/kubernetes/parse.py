@@ -17,6 +17,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from recommender.core.annotations import ECHO
 from recommender.core.inventory import MAX_TOKENS, Allocation, Sharing, VllmArgs
 from recommender.mechanisms import for_sharing, in_read_order
 from recommender.mechanisms.base import GPU, MIG_PREFIX, Claim, PodView, ReadBack
@@ -40,7 +41,6 @@ _SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
 _COMMAND_ENDS = {"&&", "||", ";", "|", "&"}
 # GPUs of tensor parallelism, far above any engine's (tokens: MAX_TOKENS); a tenant's larger number is a note.
 MAX_TENSOR_PARALLEL = 2**16
-_ECHO = 40  # characters of a value a note repeats
 _ENV_REF = re.compile(r"\$\((\w+)\)|\$\{(\w+)\}|\$(\w+)")  # $(K8S_STYLE), ${SHELL}, $SHELL
 
 
@@ -268,7 +268,7 @@ def _arg(found: Mapping[str, str], flag: str, convert: Any, notes: list[str]) ->
         return convert(found[flag])
     except (ValueError, OverflowError):
         raw = found[flag]
-        notes.append(f"could not parse {flag}={raw[:_ECHO]}{'…' if len(raw) > _ECHO else ''}")
+        notes.append(f"could not parse {flag}={raw[:ECHO]}{'…' if len(raw) > ECHO else ''}")
         return None
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from policies.replicas.estimates import Absent, Capacity, CapacitySource, Carried
 from policies.replicas.history import ReplicaHistory, changed_within, rescue_s, step_outcomes
 from policies.replicas.recorded import CAPACITY_RPS_RANGE, capacity_rps
-from recommender.core.annotations import CAPACITY_ANNOTATION
+from recommender.core.annotations import CAPACITY_ANNOTATION, quoted
 from recommender.core.inventory import Workload
 from recommender.core.settings import ScalingSettings
 
@@ -60,7 +60,7 @@ def per_replica_capacity(workload: Workload, history: ReplicaHistory, objective_
         return _across_change(workload, history, objective_s, settings)
     raw = workload.annotations.get(CAPACITY_ANNOTATION)
     low, high = CAPACITY_RPS_RANGE
-    annotated = (f"{CAPACITY_ANNOTATION}={raw[:40]!r} is not a number of requests/s from {low:g} to {high:g}"
+    annotated = (f"{CAPACITY_ANNOTATION}={quoted(raw)} is not a number of requests/s from {low:g} to {high:g}"
                  if raw else f"no {CAPACITY_ANNOTATION} annotation")
     return Absent(f"no per-replica capacity: fewer than {settings.min_capacity_steps} steps with request rate and "
                   f"TTFT that met the objective, and {annotated}")

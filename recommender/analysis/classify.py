@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from recommender.analysis.shape import DemandShape, SeriesShape
-from recommender.core.annotations import CLASS_ANNOTATION
+from recommender.core.annotations import CLASS_ANNOTATION, quoted
 from recommender.core.inventory import Workload
 
 if TYPE_CHECKING:  # scikit-learn is imported where a model is trained (~1 s): a report whose classes are all
@@ -185,7 +185,7 @@ def _annotated(shape: DemandShape) -> tuple[WorkloadClass | None, str | None]:
         return WorkloadClass(value), None
     except ValueError:
         allowed = ", ".join(c.value for c in WorkloadClass)
-        return None, f"annotation {CLASS_ANNOTATION}={raw!r} is not one of {allowed}: ignored"
+        return None, f"annotation {CLASS_ANNOTATION}={quoted(raw)} is not one of {allowed}: ignored"
 
 
 def _objective_rule(shape: DemandShape) -> Classification | None:

@@ -25,6 +25,7 @@ from recommender.core.annotations import (
     CLASS_ANNOTATION,
     SCHEDULE_ANNOTATION,
     TTFT_OBJECTIVE_ANNOTATION,
+    quoted,
 )
 from recommender.core.inventory import Workload
 from recommender.core.usage import Snapshot
@@ -271,7 +272,7 @@ def ttft_objective_from(annotations: Mapping[str, str]) -> tuple[float | None, t
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        return None, (f"{TTFT_OBJECTIVE_ANNOTATION}={raw!r} is not a positive number of seconds: ignored",)
+        return None, (f"{TTFT_OBJECTIVE_ANNOTATION}={quoted(raw)} is not a positive number of seconds: ignored",)
     return value, ()
 
 

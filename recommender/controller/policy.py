@@ -15,7 +15,7 @@ from typing import Any
 from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from recommender.core.annotations import MODE_ANNOTATION
+from recommender.core.annotations import MODE_ANNOTATION, quoted
 from recommender.core.inventory import Sharing, WorkloadRef
 from recommender.core.resources import RESOURCES, owner_kind
 
@@ -224,7 +224,7 @@ def annotation_policy(ref: WorkloadRef, value: str) -> Policy:
     default settings targeting it alone; an invalid value comes back with ``problem`` set."""
     name = f"{MODE_ANNOTATION}:{ref.kind}/{ref.name}"
     if value not in {m.value for m in Mode}:
-        return Policy(ref.namespace, name, None, f"annotation {MODE_ANNOTATION}: {value!r} is not one of "
+        return Policy(ref.namespace, name, None, f"annotation {MODE_ANNOTATION}: {quoted(value)} is not one of "
                       f"{', '.join(m.value for m in Mode)} (case matters); ignored")
     target = Target(workload_ref=WorkloadRefSpec(kind=ref.kind, name=ref.name))
     return Policy(ref.namespace, name, PolicySpec(target=target, mode=Mode(value)))

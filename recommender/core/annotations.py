@@ -4,6 +4,14 @@
 them treats the value as hostile input. The NVIDIA labels are the GPU Operator's (reference.md §2).
 """
 
+ECHO = 40  # characters of a tenant's value a reason or note repeats
+
+
+def quoted(value: str) -> str:
+    """A tenant's value as a reason repeats it: its repr, cut at ``ECHO`` characters (a value may be 256 KiB)."""
+    return repr(value[:ECHO]) + ("…" if len(value) > ECHO else "")
+
+
 # read from a workload (set by its owner)
 CLASS_ANNOTATION = "rightsizer.io/class"  # real-time | near-real-time | batch: always overrides
 TTFT_OBJECTIVE_ANNOTATION = "rightsizer.io/ttft-slo-seconds"  # a latency objective: p95 TTFT, seconds
