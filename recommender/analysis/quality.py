@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,7 @@ from recommender.core.catalogue import Catalogue
 from recommender.core.inventory import MAX_TOKENS, Workload
 from recommender.core.usage import Snapshot
 
+N = TypeVar("N", int, float)  # a figure kept as it came, int or float
 DEVICE, GPU = "device", "gpu"  # memory maxima that depend on the workload's device
 
 
@@ -121,7 +122,7 @@ def _plausible_engine(workload: Workload) -> Workload:
     note for each: whatever the source (a snapshot file, a collector of another version), they are not sizes."""
     notes: list[str] = []
 
-    def kept(name: str, value: float | None, ok: bool, unit: str = "") -> float | None:
+    def kept(name: str, value: N | None, ok: bool, unit: str = "") -> N | None:
         if value is None or ok:
             return value
         notes.append(f"{name} reported as {value:,.6g}{unit} is impossible: left unknown")
@@ -134,17 +135,12 @@ def _plausible_engine(workload: Workload) -> Workload:
         frac, length, seqs = vllm.gpu_memory_utilization, vllm.max_model_len, vllm.max_num_seqs
         vllm = replace(vllm, gpu_memory_utilization=kept("--gpu-memory-utilization", frac,
                                                          frac is not None and 0 < frac <= 1),
-                       max_model_len=_count(kept("--max-model-len", length,
-                                                 length is not None and 1 <= length <= MAX_TOKENS)),
-                       max_num_seqs=_count(kept("--max-num-seqs", seqs, seqs is not None and 1 <= seqs <= MAX_TOKENS)))
+                       max_model_len=kept("--max-model-len", length, length is not None and 1 <= length <= MAX_TOKENS),
+                       max_num_seqs=kept("--max-num-seqs", seqs, seqs is not None and 1 <= seqs <= MAX_TOKENS))
     if not notes:
         return workload
     return replace(workload, kv_capacity_tokens=kv, allocation=replace(workload.allocation, vllm=vllm),
                    notes=(*workload.notes, *notes))
-
-
-def _count(value: float | None) -> int | None:
-    return None if value is None else int(value)
 
 
 def _limits(bound: MetricBound, frame: pd.DataFrame, snapshot: Snapshot, total: pd.DataFrame | None,

@@ -179,7 +179,7 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
     plan_only = set(fmts) <= PLAN_ONLY  # the usage frames are not read after the plan: handed to it (release)
     cycled = run_cycle(snap, settings, snap.end, policy=POLICY, memo=memo,
                        release=plan_only and isinstance(snap.usage, dict))
-    plan, snap = cycled.plan, cycled.snapshot or snap  # the formats draw the series as the plan read them
+    plan, snap = cycled.plan, cycled.snapshot  # the formats draw the series as the plan read them
     if plan_only:  # gone before the memo is written and rendering
         snap = replace(snap, usage={})
     if memo is not None and (failed := memo.save()):

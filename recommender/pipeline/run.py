@@ -59,8 +59,8 @@ class Cycled:
     (with ``release``, only the frames read after the features)."""
 
     plan: Plan
+    snapshot: Snapshot
     choices: dict[str, dict[str, ModelChoice]] = field(default_factory=dict)
-    snapshot: Snapshot | None = None
 
 
 def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
@@ -109,7 +109,7 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
                  for w in snapshot.workloads}
     if release:
         snapshot = _read_later(snapshot)
-        _read_later(callers, handed=True)
+        _take_unread(callers.usage)
     with _timed(timings, "classify"):
         fixed = constraints or {}
         classes = _classes(snapshot, fixed, memo, digests, said)
@@ -148,7 +148,7 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
                 nodes.nodes, nodes.mig_parted_config, prometheus, sharing)
     with _timed(timings, "advice"):  # the replica series from what the plan read: no impossible value drawn
         plan = with_advice(plan, snapshot, catalogue)
-    return Cycled(plan, chosen, snapshot)
+    return Cycled(plan, snapshot, chosen)
 
 
 def _scaling(snapshot: Snapshot, w: Workload, cls: Classification, found: tuple[Forecast, ...], settings: Settings,
@@ -177,13 +177,17 @@ READ_AFTER_FEATURES = frozenset({*SHAPE_DEMAND_METRICS, m.REQUEST_RATE, m.PROMPT
                                  m.SERVING_REPLICAS})
 
 
-def _read_later(snapshot: Snapshot, handed: bool = False) -> Snapshot:
-    """The snapshot with the frames of ``READ_AFTER_FEATURES`` only. ``handed``: its usage is the caller's dict,
-    handed over (``release``): the other frames are taken out of it too, so nothing holds them any more."""
-    if handed and isinstance(snapshot.usage, dict):
-        for metric in [x for x in snapshot.usage if x not in READ_AFTER_FEATURES]:
-            del snapshot.usage[metric]
+def _read_later(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with the frames of ``READ_AFTER_FEATURES`` only."""
     return replace(snapshot, usage={k: v for k, v in snapshot.usage.items() if k in READ_AFTER_FEATURES})
+
+
+def _take_unread(usage: Mapping[str, object]) -> None:
+    """The frames no stage after the features reads taken out of the caller's ``usage``, handed over
+    (``release``), so that nothing holds them any more."""
+    if isinstance(usage, dict):
+        for metric in [x for x in usage if x not in READ_AFTER_FEATURES]:
+            del usage[metric]
 
 
 def _carried(before: dict[str, ScalingPlan | None], workload: Workload, previous: Plan | None
