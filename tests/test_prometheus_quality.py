@@ -1,4 +1,4 @@
-"""Impossible values through a real Prometheus: negative DCGM and vLLM series, memory above the device.
+"""Impossible values through a real Prometheus: negative DCGM and vLLM series, memory above the device, +Inf.
 
 The exporters' raw series are written as they would be scraped (tests/promcluster.py), then some are made
 impossible; the report must drop what is impossible, count it per workload, and never size from it.
@@ -34,9 +34,12 @@ PODS = (
            fb_mib=20_000, level=0.3),
     pc.Pod("odd", f"clean-{RS}-ccccc", ("ReplicaSet", f"clean-{RS}"), uuid="GPU-b1", vllm="new",
            fb_mib=20_000, level=0.3),
+    pc.Pod("odd", f"infinite-{RS}-ddddd", ("ReplicaSet", f"infinite-{RS}"), uuid="GPU-t1", vllm="new",
+           fb_mib=20_000, level=0.3),
 )
-OWNERS = {("odd", f"{n}-{RS}"): ("Deployment", n) for n in ("negative", "spiky", "clean")}
+OWNERS = {("odd", f"{n}-{RS}"): ("Deployment", n) for n in ("negative", "spiky", "clean", "infinite")}
 SPIKY_SHARE = 0.4
+INFINITE_SHARE = 0.3  # "infinite": an exporter that sent +Inf framebuffer used and engine activity for 30%
 GAUGES = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL",
           "vllm:kv_cache_usage_perc")
 
@@ -52,6 +55,10 @@ def _made_odd(s: Series) -> Series:
         values = s.values.copy()
         head = int(SPIKY_SHARE * values.size)
         values[:head] = 200_000.0 if s.name == "DCGM_FI_DEV_FB_USED" else 0.0  # 200 GB on an 80 GB device
+        return replace(s, values=values)
+    if pod.startswith("infinite-") and s.name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
+        values = s.values.copy()
+        values[: int(INFINITE_SHARE * values.size)] = np.inf
         return replace(s, values=values)
     return s
 
@@ -107,8 +114,19 @@ def test_partly_impossible_memory_is_dropped_counted_and_lowers_confidence(doc: 
     assert spiky["confidence"] < clean["confidence"]
 
 
+def test_infinite_samples_an_exporter_sent_are_dropped_and_counted_not_read_as_missing(doc: dict[str, Any]) -> None:
+    w = _by_name(doc)
+    infinite, clean = w["infinite"], w["clean"]
+    dropped = [r for r in infinite["reasons"] if r.startswith("dropped ")]
+    assert any("memory" in r and "(30%)" in r for r in dropped), infinite["reasons"]
+    assert any("engine activity" in r and "(30%)" in r for r in dropped), infinite["reasons"]
+    assert infinite["confidence"] < clean["confidence"]
+    assert infinite["recommended"] is not None  # 70% of the window is left: sized from that, as its twin
+    assert infinite["memory_need_mib"]["target"] == pytest.approx(clean["memory_need_mib"]["target"], rel=0.05)
+
+
 def test_the_plan_warns_once_about_the_workloads_with_values_dropped(doc: dict[str, Any]) -> None:
     (line,) = [x for x in doc["warnings"] if x.startswith("impossible values")]
-    assert line.endswith("dropped in 2 workload(s), counted in their reasons: odd/Deployment/negative, "
-                         "odd/Deployment/spiky")
+    assert line.endswith("dropped in 3 workload(s), counted in their reasons: odd/Deployment/infinite, "
+                         "odd/Deployment/negative, odd/Deployment/spiky")
 

@@ -191,7 +191,7 @@ def test_owner_chain_from_kube_state_metrics() -> None:
                    "orphan": ("ReplicaSet", "gone-9")}
 
 
-def test_accumulator_places_points_on_the_grid_and_drops_infinities() -> None:
+def test_accumulator_places_points_on_the_grid_and_keeps_infinities_for_the_quality_stage() -> None:
     acc = parse.Accumulator(parse.Grid(1000.0, 60.0, 5))
     acc.add([{"metric": {"namespace": "n", "pod": "p"}, "values": [[1060, "1.5"], [1180, "+Inf"], [1240, "2"]]}],
             "namespace", "pod")
@@ -199,7 +199,8 @@ def test_accumulator_places_points_on_the_grid_and_drops_infinities() -> None:
     frame = acc.frame()
     assert list(frame.columns) == ["n/p"]
     assert frame["n/p"].tolist()[1] == 1.5 and frame["n/p"].tolist()[4] == 2.0
-    assert frame["n/p"].isna().tolist() == [True, False, True, True, False]  # +Inf (an empty quantile) → NaN
+    assert frame["n/p"].isna().tolist() == [True, False, True, False, False]
+    assert frame["n/p"].tolist()[3] == math.inf  # as sent: the data-quality stage drops and counts it
 
 
 @pytest.mark.parametrize(("text", "kind", "fragment"), [

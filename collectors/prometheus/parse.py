@@ -149,8 +149,9 @@ class Accumulator:
         return self._blocks[b][:, i - (self._widths[b - 1] if b else 0)]
 
     def frame(self) -> pd.DataFrame:
-        """Wide frame: index = grid timestamps (UTC), one column per pod in key order; ±Inf (e.g. quantiles) →
-        NaN. Empties the accumulator, so the data is held once."""
+        """Wide frame: index = grid timestamps (UTC), one column per pod in key order; ±Inf kept as sent, for the
+        data-quality stage to drop and count (NaN is a step without a sample). Empties the accumulator, so the data
+        is held once."""
         if not self.pods:
             return pd.DataFrame(index=self.grid.index(), dtype="float64")
         keys = sorted(self.pods)
@@ -166,9 +167,6 @@ class Accumulator:
                 n = next(n for n, end in enumerate(ends) if i < end)
                 data[:, j] = blocks[n][:, i - starts[n]]
             del blocks
-        for lo in range(0, data.shape[1], 256):  # ±Inf → NaN a slice at a time (a small mask)
-            part = data[:, lo: lo + 256]
-            part[~np.isfinite(part)] = np.nan
         return pd.DataFrame(data, index=self.grid.index(), columns=pd.Index(keys), copy=False)
 
 
