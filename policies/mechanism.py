@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recommender.core.annotations import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION
+from recommender.core.annotations import ALLOWED_ANNOTATION, REQUIRED_ANNOTATION, quoted
 from recommender.core.inventory import Sharing, Workload
 from recommender.core.plan import WorkloadClass
 from recommender.core.settings import MechanismSettings
@@ -63,12 +63,12 @@ def mechanisms(workload: Workload, cls: WorkloadClass | None, settings: Mechanis
     raw_allowed = workload.annotations.get(ALLOWED_ANNOTATION)
     if raw_allowed is not None:
         allowed &= set(_split(raw_allowed))
-        reasons.append(f"annotation {ALLOWED_ANNOTATION}={raw_allowed}")
+        reasons.append(f"annotation {ALLOWED_ANNOTATION}={quoted(raw_allowed)}")
     preferred = [fraction if m == FRACTION else m for m in PREFERENCE[cls]]
     required = workload.annotations.get(REQUIRED_ANNOTATION, "").strip().lower() or None
     if required is not None:
         if required not in allowed:
-            why = (f"annotation {REQUIRED_ANNOTATION}={required} asks for a mechanism that is not allowed here "
+            why = (f"annotation {REQUIRED_ANNOTATION}={quoted(required)} asks for a mechanism that is not allowed here "
                    f"(allowed: {', '.join(sorted(allowed)) or 'none'})")
             return MechanismChoice((), tuple(reasons), why)
         return MechanismChoice((required,), (*reasons, f"annotation {REQUIRED_ANNOTATION}={required}"))

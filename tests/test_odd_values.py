@@ -216,3 +216,18 @@ def test_a_tenants_long_value_is_repeated_in_forty_characters(demo: Snapshot) ->
     text = get_formatter("json")(run_once(snap, Settings(), snap.end), snap)
     for letter in "xyz":
         assert f"'{letter * 40}'…" in text and letter * 41 not in text
+
+
+@pytest.mark.parametrize("annotation", ["rightsizer.io/mechanisms", "rightsizer.io/mechanism"])
+def test_a_mechanism_annotations_long_value_is_repeated_in_forty_characters(demo: Snapshot, annotation: str) -> None:
+    """The mechanisms a workload allows or requires: a 5,000-character value is named by 40 characters of it."""
+    from recommender.outputs import get_formatter
+
+    workloads = tuple(replace(w, annotations={**w.annotations, annotation: "mig," + "w" * 5000})
+                      if w.ref.key == SERVICE else w for w in demo.workloads)
+    snap = replace(demo, workloads=workloads)
+    plan = run_once(snap, Settings(), snap.end)
+    (rec,) = [r for r in plan.recommendations if r.ref.key == SERVICE]
+    said = " ".join(rec.reasons)
+    assert annotation + "=" in said, rec.reasons  # the value is still named
+    assert "w" * 41 not in get_formatter("json")(plan, snap)
