@@ -9,12 +9,19 @@ dataclasses through pydantic, with the same field names and error locations as t
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, make_dataclass
-from typing import Any, get_type_hints
+from typing import Annotated, Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload
+from recommender.core.inventory import MAX_DEVICES, MAX_REPLICAS, Allocation, GpuNode, Sharing, VllmArgs, Workload
 from recommender.mechanisms import for_sharing
+
+# What a pod can hold, checked as the file is read (a count beyond them is an edited or broken file: one line naming
+# the field, not 10^20 GPUs summed into the fleet); the Kubernetes collector notes and drops the same.
+Devices = Annotated[int, Field(ge=0, le=MAX_DEVICES)]
+GpuEquivalents = Annotated[float, Field(ge=0, le=MAX_DEVICES, allow_inf_nan=False)]
+Percentage = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+Replicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS)]
 
 
 @dataclass(frozen=True)
@@ -23,14 +30,14 @@ class AllocationDoc:
     order; :func:`to_allocation` and :func:`from_allocation` map them to and from the tagged share."""
 
     sharing: Sharing
-    gpus: int = 0
+    gpus: Devices = 0
     mig_profile: str | None = None
-    mig_count: int = 0
-    gpu_equivalents: float = 0.0
+    mig_count: Devices = 0
+    gpu_equivalents: GpuEquivalents = 0.0
     gpu_model: str | None = None
     gpu_product: str | None = None
     device_memory_mib: float | None = None
-    mps_active_thread_pct: float | None = None
+    mps_active_thread_pct: Percentage | None = None
     mps_pinned_mem_mib: float | None = None
     hami_gpumem_mib: float | None = None
     hami_gpucores_pct: float | None = None
@@ -43,7 +50,7 @@ class AllocationDoc:
     dra_sharing: str | None = None
     dra_shared_claim: bool | None = None
     vllm: VllmArgs | None = None
-    replicas: int = 1
+    replicas: Replicas = 1
 
 
 SHARE_FIELDS = ("mig_profile", "mig_count", "mps_active_thread_pct", "mps_pinned_mem_mib", "hami_gpumem_mib",

@@ -244,6 +244,21 @@ BAD_INPUTS = {
     "bad enum": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(sharing="slices")), "",
                  "snapshot.json: workloads[1].allocation.sharing: Input should be 'exclusive'"),
     "unknown field": (_edit_json(lambda doc: doc.update(colour="red")), "", "snapshot.json: colour: Extra inputs"),
+    # counts and shares no pod holds: one line, not a traceback later or 10^20 GPUs summed into the fleet
+    "negative GPUs": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(gpus=-3)), "",
+                      "snapshot.json: workloads[1].allocation.gpus: Input should be greater than or equal to 0"),
+    "GPUs beyond any node": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(gpus=10**20)), "",
+                             "workloads[1].allocation.gpus: Input should be less than or equal to 1024"),
+    "infinite GPU-equivalents": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(
+        gpu_equivalents=float("inf"))), "", "workloads[1].allocation.gpu_equivalents: Input should be a finite number"),
+    "GPU-equivalents beyond any node": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(
+        gpu_equivalents=1e300)), "",
+        "workloads[1].allocation.gpu_equivalents: Input should be less than or equal to 1024"),
+    "replicas beyond any cluster": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(replicas=10**20)),
+                                    "",
+                                    "workloads[1].allocation.replicas: Input should be less than or equal to 1000000"),
+    "MPS above 100%": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(mps_active_thread_pct=250)), "",
+                       "workloads[1].allocation.mps_active_thread_pct: Input should be less than or equal to 100"),
     "missing field": (_edit_json(lambda doc: doc.pop("step_s")), "", "snapshot.json: step_s: Field required"),
     "newer format": (_edit_json(lambda doc: doc.update(format_version=99)), "", "format_version 99 is newer"),
     "bad start": (_edit_json(lambda doc: doc.update(start="last tuesday")), "",

@@ -237,3 +237,19 @@ def test_a_dra_share_read_from_the_flat_fields_a_snapshot_file_keeps_is_usable()
     back = DraShare.from_flat({"mig_profile": "1g.10gb", "mps_active_thread_pct": None})
     assert back == DraShare(None, 1, "1g.10gb")
     assert DraShare.from_flat({}) is None
+
+
+@pytest.mark.parametrize("pct", ["nan", "inf", 250, -5, "1e300"])
+def test_an_mps_thread_percentage_no_driver_takes_is_a_note_not_a_share(pct: Any) -> None:
+    """The tenant writes its claim's opaque config: a percentage outside 0-100 (or not finite) is no cap."""
+    obj = claim_object(DraShare("gpu.nvidia.com", 1, None, "MPS", 25, 20480, shared=True), "chat-gpu", NS)
+    obj["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]["mpsConfig"][
+        "defaultActiveThreadPercentage"] = pct
+    dra = DraObjects()
+    dra.add("DeviceClass", device_classes())
+    dra.add(obj["kind"], [obj])
+    (claim,), notes = resolve(NS, {"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "chat-gpu"}]}},
+                              [], dra)
+    assert claim.strategy == "MPS" and claim.thread_pct is None and claim.pinned_mem_mib == 20480
+    assert f"ResourceClaim chat-gpu: defaultActiveThreadPercentage={str(pct)[:40]} is not a percentage from 0 to " \
+           "100: ignored" in notes, notes

@@ -286,3 +286,21 @@ def test_magnitudes_no_engine_runs_with_become_notes_never_an_error() -> None:
     with pytest.raises(ValueError):
         parse_max_model_len("99999999999999999999T")  # 1.1e32 tokens
     assert parse_max_model_len("10M") == 10 * 2**20  # a long context is still one
+
+
+@pytest.mark.parametrize("quantity", ["1e400", "NaN", "Infinity", "1e300", "-1", "4096"])
+def test_a_gpu_count_no_pod_holds_is_a_note_never_an_error(quantity: str) -> None:
+    """A count a pod cannot hold (not finite, negative, beyond any node: more than 1,024 devices) is read as no
+    device, with a note, not converted into an integer that overflows or counts 10^300 GPUs into the fleet."""
+    parsed = parse_pod_spec(spec(ctr({"nvidia.com/gpu": quantity})), {})
+    assert parsed.allocation.gpus == 0 and parsed.allocation.sharing is Sharing.NONE
+    (note,) = parsed.notes
+    assert note.startswith("nvidia.com/gpu=") and note.endswith("is not a device count from 0 to 1,024: ignored")
+
+
+@pytest.mark.parametrize("pct", ["250", "-5", "1e300"])
+def test_an_mps_thread_percentage_outside_0_to_100_is_a_note(pct: str) -> None:
+    parsed = parse_pod_spec(spec(ctr({"nvidia.com/gpu": "1"}, env=env(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=pct))), {})
+    assert parsed.allocation.sharing is Sharing.MPS and parsed.allocation.mps_active_thread_pct is None
+    said = f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={float(pct):g} is not a percentage from 0 to 100: ignored"
+    assert said in parsed.notes

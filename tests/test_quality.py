@@ -118,6 +118,8 @@ def test_an_impossible_device_memory_is_replaced_by_the_catalogues() -> None:
     w, _ = _one({m.FB_USED_MIB: 20_000.0}, alloc=whole_gpu(memory_mib=-81_930.0))
     assert w.allocation.device_memory_mib == 81_920.0
     assert w.notes == ("device memory reported as -81,930 MiB is impossible: using the catalogue's 81,920 MiB",)
+    w, _ = _one({m.FB_USED_MIB: 20_000.0}, alloc=whole_gpu(memory_mib=1e300))  # said in a few digits, not 301
+    assert w.notes == ("device memory reported as 1e+300 MiB is impossible: using the catalogue's 81,920 MiB",)
 
 
 def test_clean_data_passes_unchanged() -> None:

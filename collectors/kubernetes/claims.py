@@ -12,6 +12,7 @@ on the workload, and the workload keeps what could be read.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from collectors.kubernetes.client import KubernetesDenied, KubernetesError, KubernetesNotServed, list_objects
 from collectors.kubernetes.parse import ParsedSpec
+from recommender.core.annotations import cut, quoted
 from recommender.core.inventory import Sharing
 from recommender.core.progress import Progress
 from recommender.core.resources import DRA_VERSIONS, RESOURCES
@@ -230,11 +232,11 @@ def _claim(body: Mapping[str, Any], name: str, device: Mapping[str, Any] | None,
     mps = sharing.get("mpsConfig") or {}
     strategy = sharing.get("strategy") if sharing.get("strategy") in (MPS, TIME_SLICING) else None
     if sharing.get("strategy") and strategy is None:
-        notes.append(f"{where}: unknown sharing strategy {sharing['strategy']!r}; read as unshared")
+        notes.append(f"{where}: unknown sharing strategy {quoted(str(sharing['strategy']))}; read as unshared")
     return Claim(
         device_class=str(body.get("deviceClassName")) if body.get("deviceClassName") else None,
         count=count, profile=str(profile) if profile else None, strategy=strategy,
-        thread_pct=_number(mps.get("defaultActiveThreadPercentage"), notes, where) if strategy == MPS else None,
+        thread_pct=_percentage(mps.get("defaultActiveThreadPercentage"), notes, where) if strategy == MPS else None,
         pinned_mem_mib=_mib(mps.get("defaultPinnedDeviceMemoryLimit"), notes, where) if strategy == MPS else None,
         product=str(attrs["productName"]) if attrs.get("productName") else None,
         memory_mib=_mib(capacity.get("memory"), notes, where), shared=shared)
@@ -262,14 +264,18 @@ def _int(value: Any, default: int) -> int:
         return default
 
 
-def _number(value: Any, notes: list[str], where: str) -> float | None:
+def _percentage(value: Any, notes: list[str], where: str) -> float | None:
+    """An MPS active-thread percentage: a number from 0 to 100; anything else is no cap, with a note."""
     if value is None:
         return None
     try:
-        return float(value)
+        pct = float(value)
     except (TypeError, ValueError):
-        notes.append(f"{where}: could not parse {value!r}")
+        pct = math.nan
+    if not 0 <= pct <= 100:  # NaN too
+        notes.append(f"{where}: defaultActiveThreadPercentage={cut(value)} is not a percentage from 0 to 100: ignored")
         return None
+    return pct
 
 
 def _mib(value: Any, notes: list[str], where: str) -> float | None:
@@ -277,10 +283,13 @@ def _mib(value: Any, notes: list[str], where: str) -> float | None:
     if value is None:
         return None
     try:
-        return float(Decimal(parse_quantity(value)) / _MIB)
+        mib = float(Decimal(parse_quantity(value)) / _MIB)
     except (ValueError, ArithmeticError):
-        notes.append(f"{where}: could not parse the quantity {value!r}")
+        mib = math.nan
+    if not (math.isfinite(mib) and mib > 0):
+        notes.append(f"{where}: {quoted(str(value))} is not a positive quantity of memory: ignored")
         return None
+    return mib
 
 
 def with_claims(parsed: ParsedSpec, claims: Sequence[Claim]) -> ParsedSpec:

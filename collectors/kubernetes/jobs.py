@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from collectors.kubernetes.parse import ParsedSpec, parse_pod_spec
+from recommender.core.annotations import cut, quoted
 from recommender.core.inventory import Sharing
 from recommender.core.resources import VOLCANO_JOB
 
@@ -39,14 +40,21 @@ def _list(value: Any) -> Sequence[Any]:
     return value if isinstance(value, list) else []
 
 
+MAX_COUNT = 2**31 - 1  # the API's replica fields are 32-bit
+
+
 def count(value: Any, default: int, what: str, notes: list[str]) -> int:
-    """A replica count: a whole number ≥ 0; anything else is a note and ``default``."""
+    """A replica count: a whole number from 0 to ``MAX_COUNT``; anything else is a note and ``default``."""
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit():
-        notes.append(f"{what}={value!r} is not a replica count; read as {default}")
-        return default
-    return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    text = value.strip() if isinstance(value, str) else ""
+    if text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= MAX_COUNT:
+        return int(text)
+    notes.append(f"{what}={quoted(value) if isinstance(value, str) else cut(repr(value))} is not a replica count; "
+                 f"read as {default}")
+    return default
 
 
 def roles(kind: str, spec: Mapping[str, Any], notes: list[str]) -> list[Role]:

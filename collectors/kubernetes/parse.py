@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from recommender.core.annotations import ECHO
+from recommender.core.annotations import cut
 from recommender.core.inventory import MAX_TOKENS, Allocation, Sharing, VllmArgs
 from recommender.mechanisms import for_sharing, in_read_order
 from recommender.mechanisms.base import GPU, MIG_PREFIX, Claim, PodView, ReadBack
@@ -113,7 +113,7 @@ def _parsed(raw: Mapping[str, Any], where: str, notes: list[str], keep: Callable
             try:
                 out[name] = Decimal(parse_quantity(value))
             except (ValueError, ArithmeticError):
-                notes.append(f"could not parse {name}={value} in {where}")
+                notes.append(f"could not parse {name}={cut(value)} in {where}")
     return out
 
 
@@ -268,7 +268,7 @@ def _arg(found: Mapping[str, str], flag: str, convert: Any, notes: list[str]) ->
         return convert(found[flag])
     except (ValueError, OverflowError):
         raw = found[flag]
-        notes.append(f"could not parse {flag}={raw[:ECHO]}{'…' if len(raw) > ECHO else ''}")
+        notes.append(f"could not parse {flag}={cut(raw)}")
         return None
 
 

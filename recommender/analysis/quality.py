@@ -111,7 +111,8 @@ def _plausible_device(workload: Workload, catalogue: Catalogue, tol: float) -> W
         return workload
     known = device_mib(workload, catalogue)
     instead = f"using the catalogue's {known:,.0f} MiB" if known else "unknown GPU model: left unknown"
-    note = f"device memory reported as {seen:,.0f} MiB is impossible: {instead}"
+    shown = f"{seen:,.0f}" if abs(seen) < 1e12 else f"{seen:.3g}"  # not 300 digits of a broken exporter's 1e300
+    note = f"device memory reported as {shown} MiB is impossible: {instead}"
     return replace(workload, allocation=replace(workload.allocation, device_memory_mib=known),
                    notes=(*workload.notes, note))
 

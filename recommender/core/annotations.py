@@ -12,6 +12,12 @@ def quoted(value: str) -> str:
     return repr(value[:ECHO]) + ("…" if len(value) > ECHO else "")
 
 
+def cut(value: object) -> str:
+    """A tenant's value as a note repeats it unquoted: its text, cut at ``ECHO`` characters."""
+    text = str(value)
+    return text[:ECHO] + ("…" if len(text) > ECHO else "")
+
+
 # read from a workload (set by its owner)
 CLASS_ANNOTATION = "rightsizer.io/class"  # real-time | near-real-time | batch: always overrides
 TTFT_OBJECTIVE_ANNOTATION = "rightsizer.io/ttft-slo-seconds"  # a latency objective: p95 TTFT, seconds

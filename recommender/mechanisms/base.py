@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from recommender.core.annotations import cut
 from recommender.core.catalogue import GpuModel
-from recommender.core.inventory import Allocation, Share, Sharing
+from recommender.core.inventory import MAX_DEVICES, Allocation, Share, Sharing
 
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"  # time-slicing or MPS with renameByDefault (reference.md §3)
@@ -254,7 +255,11 @@ def isolates(mechanism: Mechanism) -> bool:
 
 
 def count(n: float, name: str, notes: list[str]) -> int:
-    """Devices requested, rounded up with a note when not a whole number."""
+    """Devices requested, rounded up with a note when not a whole number; a count no pod holds (not finite,
+    negative, above ``MAX_DEVICES``) is none, with a note."""
+    if not (math.isfinite(n) and 0 <= n <= MAX_DEVICES):
+        notes.append(f"{name}={n:.6g} is not a device count from 0 to {MAX_DEVICES:,}: ignored")
+        return 0
     if n != int(n):
         notes.append(f"{name}={n:g} is not a whole number; rounded up")
     return math.ceil(n)
@@ -268,6 +273,8 @@ def number(values: Mapping[str, Any], key: str, notes: list[str]) -> float | Non
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        notes.append(f"could not parse {key}={raw}")
+        value = math.nan
+    if not math.isfinite(value):
+        notes.append(f"could not parse {key}={cut(raw)}")
         return None
-    return value if math.isfinite(value) else None
+    return value

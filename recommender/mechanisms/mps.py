@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from recommender.core.annotations import cut, quoted
 from recommender.core.catalogue import GpuModel
 from recommender.core.inventory import Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
@@ -86,12 +87,13 @@ def parse_mps_mem_limit_mib(text: str, notes: list[str]) -> float | None:
     limits: list[float] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         m = _MPS_LIMIT.match(part)
-        if not m:
-            notes.append(f"could not parse {MPS_MEM_ENV} entry {part!r}")
+        mib = float(m.group(2)) * _MIB_PER_UNIT[m.group(3).upper()] if m else math.inf
+        if not math.isfinite(mib):  # no match, or more digits than a float holds
+            notes.append(f"could not parse {MPS_MEM_ENV} entry {quoted(part)}")
             continue
-        limits.append(float(m.group(2)) * _MIB_PER_UNIT[m.group(3).upper()])
+        limits.append(mib)
     if len(set(limits)) > 1:
-        notes.append(f"{MPS_MEM_ENV}={text} differs per device; using the largest")
+        notes.append(f"{MPS_MEM_ENV}={cut(text)} differs per device; using the largest")
     return max(limits) if limits else None
 
 
@@ -101,8 +103,11 @@ def read_env(containers: Any, notes: list[str]) -> MpsShare | None:
         env = {e.get("name"): e.get("value") for e in c.get("env") or [] if "value" in e}
         if MPS_THREADS_ENV in env or MPS_MEM_ENV in env:
             raw = env.get(MPS_MEM_ENV)
-            return MpsShare(number(env, MPS_THREADS_ENV, notes),
-                            parse_mps_mem_limit_mib(raw, notes) if raw is not None else None)
+            pct = number(env, MPS_THREADS_ENV, notes)
+            if pct is not None and not 0 <= pct <= 100:
+                notes.append(f"{MPS_THREADS_ENV}={pct:g} is not a percentage from 0 to 100: ignored")
+                pct = None
+            return MpsShare(pct, parse_mps_mem_limit_mib(raw, notes) if raw is not None else None)
     return None
 
 
