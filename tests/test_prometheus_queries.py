@@ -8,6 +8,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ from collectors.prometheus.queries import Scope
 from collectors.prometheus.window import window_for
 from recommender.core.errors import PrometheusError
 from recommender.core.settings_sources import PrometheusSettings
-from tests.promfixture import loopback_http
+from tests.promfixture import PromServer, loopback_http, prometheus_binaries
 
 P = PrometheusSettings()
 
@@ -347,3 +348,23 @@ def test_the_over_objective_query_reads_the_vllm_buckets_around_the_objective() 
     assert 'le="0.001"' in query(0.0005) and query(0.0005).count("le=") == 2  # below the first: half of it
     assert 'le=~"2560|2560\\\\.0"' in query(5000.0)  # past the last: the rate above it
     assert query(2.0).startswith("clamp_min(") and 'le="+Inf"' in query(2.0)
+
+
+HOSTILE_VALUES = ["a\nb", 'quo"te', "back\\slash", "tab\tand\rreturn", "dot.star*", "uni✓", "bell\x07", "nul\x00"]
+
+
+@pytest.mark.prometheus
+def test_label_values_from_the_server_are_quoted_as_promql_reads_them(tmp_path: Path) -> None:
+    """Namespaces and owners in a query come from series labels, which an exporter writes (with ``honor_labels``,
+    the tenant's): a raw newline in one made every query of the report fail to parse. A real Prometheus reads
+    each quoted value back as itself, and each regex alternative matches it alone."""
+    if prometheus_binaries() is None:
+        pytest.skip("Debian's prometheus/promtool not installed (apt-get install -y prometheus)")
+    with PromServer(tmp_path) as prom:
+        client = PromClient(PrometheusSettings(url=prom.url), None)
+        for value in HOSTILE_VALUES:
+            literal, pattern = queries.quote(value), queries.quote(queries.regex_alternatives([value, "other"]))
+            assert "\n" not in literal and "\n" not in pattern
+            promql = (f'label_replace(label_replace(vector(1), "v", {literal}, "", ""), "hit", "yes", "v", {pattern})')
+            (row,) = client.query(promql, 1_700_000_000)
+            assert row["metric"] == {"v": value, "hit": "yes"}, (value, promql)

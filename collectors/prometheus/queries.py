@@ -8,6 +8,7 @@ window is cut into queries is ``chunks.py``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -45,9 +46,10 @@ KSM_WORKLOAD_REPLICAS = {"Deployment": ("kube_deployment_status_replicas", "depl
                          "StatefulSet": ("kube_statefulset_status_replicas", "statefulset")}
 
 
-def _quote(value: str) -> str:
-    """A PromQL string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def quote(value: str) -> str:
+    """A PromQL string literal of any text: PromQL reads Go's escapes, and JSON's string escapes are among them (a
+    label value may hold a newline, which a literal cannot hold raw)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def regex_alternatives(values: tuple[str, ...] | list[str]) -> str:
@@ -78,10 +80,10 @@ class Scope:
         if isinstance(names, str):
             names = (names,)
         if names:
-            parts.append(f"__name__=~{_quote(regex_alternatives(names))}" if len(names) > 1
-                         else f"__name__={_quote(names[0])}")
+            parts.append(f"__name__=~{quote(regex_alternatives(names))}" if len(names) > 1
+                         else f"__name__={quote(names[0])}")
         ns = self.namespace_label
-        parts.append(f"{ns}=~{_quote(regex_alternatives(self.namespaces))}" if self.namespaces else f'{ns}!=""')
+        parts.append(f"{ns}=~{quote(regex_alternatives(self.namespaces))}" if self.namespaces else f'{ns}!=""')
         if pods:
             parts.append(f'{self.pod_label}!=""')
         parts += [x for x in (self.extra, also) if x]
@@ -165,7 +167,7 @@ def _le(bound: float) -> str:
     """A matcher for one bucket bound however the exporter wrote it (prometheus_client: "1.0"; Go: "1")."""
     text = "+Inf" if bound == math.inf else repr(float(bound))
     alts = {text, text.removesuffix(".0")} if text.endswith(".0") else {text}
-    return f"le={_quote(sorted(alts)[0])}" if len(alts) == 1 else f"le=~{_quote(regex_alternatives(sorted(alts)))}"
+    return f"le={quote(sorted(alts)[0])}" if len(alts) == 1 else f"le=~{quote(regex_alternatives(sorted(alts)))}"
 
 
 def over_objective_query(fam: Family, scope: Scope, window_s: int, objective_s: float) -> str:
@@ -199,8 +201,8 @@ def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], windo
     and name regexes: pairs they also select are dropped by the caller)."""
     metric, label = KSM_WORKLOAD_REPLICAS[kind]
     spaces = sorted({ns for ns, _ in names})
-    matchers = [f"__name__={_quote(metric)}", f"namespace=~{_quote(regex_alternatives(spaces))}",
-                f"{label}=~{_quote(regex_alternatives(sorted({n for _, n in names})))}", *([extra] if extra else [])]
+    matchers = [f"__name__={quote(metric)}", f"namespace=~{quote(regex_alternatives(spaces))}",
+                f"{label}=~{quote(regex_alternatives(sorted({n for _, n in names})))}", *([extra] if extra else [])]
     return f"max by (namespace, {label}) (max_over_time({{{','.join(matchers)}}}[{window_s}s]))"
 
 
@@ -230,5 +232,5 @@ def node_query(scope: Scope, node_labels: tuple[str, ...], window_s: int) -> str
     free GPUs count in a per-node MIG plan. A device shared by several pods is one series per pod, so
     devices are grouped by their instance ID before they are counted."""
     labels = ", ".join((*node_labels, "gpu", "modelName", "GPU_I_PROFILE"))
-    selector = "{" + ",".join([f"__name__={_quote(FB_FREE)}", *([scope.extra] if scope.extra else [])]) + "}"
+    selector = "{" + ",".join([f"__name__={quote(FB_FREE)}", *([scope.extra] if scope.extra else [])]) + "}"
     return f"count by ({labels}) (group by ({labels}, GPU_I_ID) (last_over_time({selector}[{window_s}s])))"

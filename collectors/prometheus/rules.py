@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 
 from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.parse import Result
-from collectors.prometheus.queries import FAMILIES, Family, Scope, regex_alternatives, usage_query
+from collectors.prometheus.queries import FAMILIES, Family, Scope, quote, regex_alternatives, usage_query
 from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.settings_sources import (
     RECORDABLE,
@@ -155,8 +155,8 @@ def census_listings(scope: Scope, p: PrometheusSettings) -> tuple[tuple[str, int
     index and no chunk), each as (selector, how far before t it looks, s): the range series over the instant
     lookback (5 min), the step series over 10 min (the count's lookback and its look 5 min earlier,
     :func:`census_query`). A listing names a series whose samples reach into that span."""
-    return ((scope.matchers(None, also=f"__name__=~{_q(names_regex(p))}"), LOOKBACK_S),
-            (scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}"), 2 * LOOKBACK_S))
+    return ((scope.matchers(None, also=f"__name__=~{quote(names_regex(p))}"), LOOKBACK_S),
+            (scope.matchers(None, also=f"__name__=~{quote(step_names_regex())}"), 2 * LOOKBACK_S))
 
 
 def census_query(scope: Scope, p: PrometheusSettings) -> str:
@@ -165,8 +165,8 @@ def census_query(scope: Scope, p: PrometheusSettings) -> str:
     have no sample within the instant lookback (5 min). Each term is counted per name before the ``or``, so it
     matches a few names, not each pod's series (whose matching cost grew with the fleet); ``on(__name__)``, as a
     plain ``or`` ignores the name and would drop every earlier count at an instant with any later one."""
-    sel = scope.matchers(None, also=f"__name__=~{_q(f'{names_regex(p)}|{step_names_regex()}')}")
-    steps = scope.matchers(None, also=f"__name__=~{_q(step_names_regex())}")
+    sel = scope.matchers(None, also=f"__name__=~{quote(f'{names_regex(p)}|{step_names_regex()}')}")
+    steps = scope.matchers(None, also=f"__name__=~{quote(step_names_regex())}")
     return f"count by (__name__) ({sel}) or on(__name__) count by (__name__) ({steps} offset 5m)"
 
 
@@ -201,10 +201,6 @@ def step_name(metric: str, step_s: int) -> str:
     return f"{PREFIX}{metric}:{STEP}{_dur(step_s)}"
 
 
-def _q(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def coverage(result: Result, coarse: Chunk) -> dict[str, float]:
     """From the census answer (a range query at ``coarse``), per recorded name the first step of its last run
     of consecutive steps with series that reaches the window's last step; names absent there are left out.
@@ -231,7 +227,7 @@ def interval_query(names: dict[str, float], scope: Scope, end_s: float) -> str:
     for name, since in sorted(names.items()):
         span = spans_s(since, end_s, name)
         terms.append(f'label_replace(max(count_over_time({scope.matchers(name)}[{span}s])), "{RULE_TAG}", '
-                     f'{_q(name)}, "", "")')
+                     f'{quote(name)}, "", "")')
     return " or ".join(terms)
 
 
