@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Annotated, Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from recommender.core.inventory import MAX_DEVICES, MAX_REPLICAS, Allocation, GpuNode, Sharing, VllmArgs, Workload
 from recommender.mechanisms import for_sharing
@@ -89,6 +89,15 @@ def workload_from_doc(doc: Any) -> Workload:
     return Workload(**values | {"allocation": to_allocation(doc.allocation)})
 
 
+def _plausible_node(node: GpuNode) -> GpuNode:
+    """A node's device and MIG device counts within what a node holds (a MIG planner would lay out 10^8 GPUs)."""
+    counts = [node.gpus, *(n for gpu in node.mig_devices for n in gpu.values())]
+    if not all(0 <= n <= MAX_DEVICES for n in counts):
+        raise ValueError(f"a device count outside 0 to {MAX_DEVICES:,} (gpus {node.gpus}, MIG devices "
+                         f"{[dict(g) for g in node.mig_devices][:4]})"[:200])
+    return node
+
+
 class SnapshotDoc(BaseModel):
     """Boundary schema of snapshot.json; workloads validate straight into the core dataclasses."""
 
@@ -101,7 +110,7 @@ class SnapshotDoc(BaseModel):
     source: str = "file"
     warnings: tuple[str, ...] = ()
     workloads: tuple[WorkloadDoc, ...] = ()  # type: ignore[valid-type]
-    nodes: tuple[GpuNode, ...] = ()
+    nodes: tuple[Annotated[GpuNode, AfterValidator(_plausible_node)], ...] = ()
 
 
 # workload fields added after format 1 was written: left out when absent

@@ -444,3 +444,21 @@ def test_an_on_delete_statefulset_takes_its_shape_when_its_pods_were_replaced(
     (w,) = build_workloads(_qwen_statefulset(strategy, pods_created))
     assert w.shape_since == since
     assert any("updated OnDelete" in n for n in w.notes) == noted
+
+
+@pytest.mark.parametrize("count", ["eight", "100000000", "-2", "1e3", "9" * 5000])
+def test_a_gpu_count_label_no_node_has_leaves_the_node_out_and_never_stops_the_listing(count: str) -> None:
+    """``nvidia.com/gpu.count`` that is not a whole number from 1 to 1,024 (a hand-set label): that node is left
+    out, never a ValueError for the whole listing, nor 10^8 GPUs for the MIG planner to lay out."""
+    from collectors.kubernetes.discover import gpu_nodes
+    from recommender.core.catalogue import load_catalogue
+
+    listing = Listing()
+    for node in (gpu_node("odd", "NVIDIA-A100-SXM4-80GB", 81920, labels={"nvidia.com/gpu.count": count}),
+                 gpu_node("fine", "NVIDIA-A100-SXM4-80GB", 81920, count=8)):
+        listing.node_labels[node["metadata"]["name"]] = node["metadata"]["labels"]
+    notes: list[str] = []
+    assert [(n.name, n.gpus) for n in gpu_nodes(listing, load_catalogue(), notes)] == [("fine", 8)]
+    (note,) = notes
+    assert note.startswith("node odd: nvidia.com/gpu.count=") and note.endswith(
+        "is not a device count from 0 to 1,024: left out of the MIG plans") and len(note) < 200

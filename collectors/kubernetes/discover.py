@@ -31,11 +31,11 @@ from collectors.kubernetes.devplugin import read_configs, with_configs
 from collectors.kubernetes.jobs import FROM_PODS
 from collectors.kubernetes.parse import PRODUCT_LABEL, ParsedSpec, parse_pod_spec, unresolved, with_node
 from collectors.kubernetes.revisions import Revision, controller_ref, replaced_since, revision_of, shape_since
-from collectors.kubernetes.templates import int_or, parse_controller, pod_template
-from recommender.core.annotations import MIG_CONFIG_LABEL, POD_GROUP_ANNOTATION, SCHEDULE_ANNOTATION
+from collectors.kubernetes.templates import parse_controller, pod_template
+from recommender.core.annotations import MIG_CONFIG_LABEL, POD_GROUP_ANNOTATION, SCHEDULE_ANNOTATION, quoted
 from recommender.core.autoscalers import HPA, SCALED_OBJECT, by_target, describe
 from recommender.core.catalogue import Catalogue
-from recommender.core.inventory import GpuNode, Sharing, Workload, WorkloadRef
+from recommender.core.inventory import MAX_DEVICES, GpuNode, Sharing, Workload, WorkloadRef
 from recommender.core.progress import Progress
 from recommender.core.resources import RESOURCES, VOLCANO_JOB, Resource, kind_key, owner_kind
 from recommender.core.settings import Settings
@@ -93,8 +93,12 @@ def discover_cluster(
     api = api_client or make_api_client(settings.kubernetes)
     listing = list_cluster(api, settings.namespaces, settings.kubernetes.timeout_s, progress)
     configs = read_configs(api, settings.kubernetes)
+    notes: list[str] = []
     nodes = tuple(with_configs(n, listing.node_labels.get(n.name, {}), configs,
-                               settings.kubernetes.device_plugin_default_config) for n in gpu_nodes(listing, catalogue))
+                               settings.kubernetes.device_plugin_default_config)
+                  for n in gpu_nodes(listing, catalogue, notes))
+    for note in notes:
+        progress.log(note)
     return build_workloads(listing), nodes
 
 
@@ -272,12 +276,19 @@ def cold_start_s(pods: Sequence[Mapping[str, Any]]) -> float | None:
     return float(statistics.median(took)) if took else None
 
 
-def gpu_nodes(listing: Listing, catalogue: Catalogue) -> tuple[GpuNode, ...]:
-    """GPU nodes from their GFD labels: model, device count and the MIG config label they carry."""
+def gpu_nodes(listing: Listing, catalogue: Catalogue, notes: list[str] | None = None) -> tuple[GpuNode, ...]:
+    """GPU nodes from their GFD labels: model, device count and the MIG config label they carry. A count label
+    that is not a whole number from 0 to ``MAX_DEVICES`` leaves its node out, said in ``notes``."""
     out = []
     for name, labels in sorted(listing.node_labels.items()):
-        count = int_or(labels.get(GPU_COUNT_LABEL), 0)
-        if count <= 0:
+        raw = str(labels.get(GPU_COUNT_LABEL, "0")).strip()
+        count = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 4 else -1
+        if not 0 <= count <= MAX_DEVICES:
+            if notes is not None:
+                notes.append(f"node {name}: {GPU_COUNT_LABEL}={quoted(raw)} is not a device count from 0 to "
+                             f"{MAX_DEVICES:,}: left out of the MIG plans")
+            continue
+        if count == 0:
             continue
         out.append(GpuNode(name, catalogue.canonical(labels.get(PRODUCT_LABEL)), count, labels.get(MIG_CONFIG_LABEL)))
     return tuple(out)
