@@ -13,13 +13,22 @@ from typing import Annotated, Any, get_type_hints
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from recommender.core.inventory import MAX_DEVICES, MAX_REPLICAS, Allocation, GpuNode, Sharing, VllmArgs, Workload
+from recommender.core.inventory import (
+    MAX_DEVICES,
+    MAX_GROUP_DEVICES,
+    MAX_REPLICAS,
+    Allocation,
+    GpuNode,
+    Sharing,
+    VllmArgs,
+    Workload,
+)
 from recommender.mechanisms import for_sharing
 
-# What a pod can hold, checked as the file is read (a count beyond them is an edited or broken file: one line naming
-# the field, not 10^20 GPUs summed into the fleet); the Kubernetes collector notes and drops the same.
-Devices = Annotated[int, Field(ge=0, le=MAX_DEVICES)]
-GpuEquivalents = Annotated[float, Field(ge=0, le=MAX_DEVICES, allow_inf_nan=False)]
+# What a replica can hold, checked as the file is read (a count beyond them is an edited or broken file: one line
+# naming the field, not 10^20 GPUs summed into the fleet); the Kubernetes collector notes and drops the same.
+Devices = Annotated[int, Field(ge=0, le=MAX_GROUP_DEVICES)]
+GpuEquivalents = Annotated[float, Field(ge=0, le=MAX_GROUP_DEVICES, allow_inf_nan=False)]
 Percentage = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 Replicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS)]
 

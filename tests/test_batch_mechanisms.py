@@ -161,11 +161,11 @@ def test_a_role_with_another_gpu_shape_is_named_not_counted() -> None:
      "spec.tasks[0].replicas=-2 is not a replica count; read as 1"),
     ("PyTorchJob", {"pytorchReplicaSpecs": {"Worker": {"replicas": True, "template": gpu_template(
         {"nvidia.com/gpu": "1"})}}}, "spec.pytorchReplicaSpecs.Worker.replicas=True is not a replica count"),
-    # more digits than int() converts (a traceback before), and more replicas than a 32-bit field holds
+    # more digits than int() converts (a traceback before), and an int32 no cluster runs (above 10^6)
     (VOLCANO_JOB, {"tasks": [{"name": "w", "replicas": "9" * 5000, "template": gpu_template({"nvidia.com/gpu": "1"})}]},
      f"spec.tasks[0].replicas='{'9' * 40}'… is not a replica count; read as 1"),
-    (VOLCANO_JOB, {"tasks": [{"name": "w", "replicas": 2**31, "template": gpu_template({"nvidia.com/gpu": "1"})}]},
-     "spec.tasks[0].replicas=2147483648 is not a replica count; read as 1"),
+    (VOLCANO_JOB, {"tasks": [{"name": "w", "replicas": 2**31 - 1, "template": gpu_template({"nvidia.com/gpu": "1"})}]},
+     "spec.tasks[0].replicas=2147483647 is not a replica count; read as 1"),
 ])
 def test_hostile_replica_counts_are_one_note_and_a_default(kind: str, spec: dict[str, Any], note: str) -> None:
     got = parse_job(kind, {"spec": spec})

@@ -247,13 +247,13 @@ BAD_INPUTS = {
     # counts and shares no pod holds: one line, not a traceback later or 10^20 GPUs summed into the fleet
     "negative GPUs": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(gpus=-3)), "",
                       "snapshot.json: workloads[1].allocation.gpus: Input should be greater than or equal to 0"),
-    "GPUs beyond any node": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(gpus=10**20)), "",
-                             "workloads[1].allocation.gpus: Input should be less than or equal to 1024"),
+    "GPUs beyond any fleet": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(gpus=10**20)), "",
+                              "workloads[1].allocation.gpus: Input should be less than or equal to 1048576"),
     "infinite GPU-equivalents": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(
         gpu_equivalents=float("inf"))), "", "workloads[1].allocation.gpu_equivalents: Input should be a finite number"),
-    "GPU-equivalents beyond any node": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(
+    "GPU-equivalents beyond any fleet": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(
         gpu_equivalents=1e300)), "",
-        "workloads[1].allocation.gpu_equivalents: Input should be less than or equal to 1024"),
+        "workloads[1].allocation.gpu_equivalents: Input should be less than or equal to 1048576"),
     "replicas beyond any cluster": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(replicas=10**20)),
                                     "",
                                     "workloads[1].allocation.replicas: Input should be less than or equal to 1000000"),

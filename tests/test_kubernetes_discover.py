@@ -462,3 +462,27 @@ def test_a_gpu_count_label_no_node_has_leaves_the_node_out_and_never_stops_the_l
     (note,) = notes
     assert note.startswith("node odd: nvidia.com/gpu.count=") and note.endswith(
         "is not a device count from 0 to 1,024: left out of the MIG plans") and len(note) < 200
+
+
+@pytest.mark.parametrize(("kind", "spec"), [
+    ("Deployment", {"replicas": 2_000_000_000}),
+    ("Job", {"parallelism": 2_000_000_000}),
+    ("LeaderWorkerSet", {"replicas": 2_000_000_000}),
+    ("LeaderWorkerSet", {"replicas": 1, "leaderWorkerTemplate": {"size": 2_000_000_000}}),
+    ("Deployment", {"replicas": "9" * 5000}),
+])
+def test_a_replica_count_no_cluster_runs_is_a_note_not_billions_of_gpus_held(kind: str, spec: dict[str, Any]) -> None:
+    """A tenant may scale its own controller to 2·10^9 replicas (a valid int32; no pod runs): read as 1 with a note,
+    not 2·10^9 GPUs held in the fleet's report; more digits than int() converts is the same, not a traceback."""
+    from collectors.kubernetes.templates import parse_controller
+
+    main = container("vllm", "vllm/vllm-openai:v0.6.3")
+    main["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    tmpl = template({"app": "x"}, main)
+    body = {**spec, "template": tmpl}
+    if kind == "LeaderWorkerSet":
+        body = {"replicas": spec["replicas"], "leaderWorkerTemplate": {
+            "size": spec.get("leaderWorkerTemplate", {}).get("size", 1), "workerTemplate": tmpl}}
+    parsed = parse_controller(kind, manifest(kind, "llm", "huge", body))
+    assert parsed.allocation.replicas * max(parsed.allocation.gpus, 1) <= 1_000_000, parsed.allocation
+    assert any("is not a replica count" in n and "read as 1" in n and len(n) < 200 for n in parsed.notes), parsed.notes

@@ -13,7 +13,7 @@ from typing import Any
 
 from collectors.kubernetes.parse import ParsedSpec, parse_pod_spec
 from recommender.core.annotations import cut, quoted
-from recommender.core.inventory import Sharing
+from recommender.core.inventory import MAX_REPLICAS, Sharing
 from recommender.core.resources import VOLCANO_JOB
 
 REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}  # role name → {replicas, template}
@@ -40,17 +40,15 @@ def _list(value: Any) -> Sequence[Any]:
     return value if isinstance(value, list) else []
 
 
-MAX_COUNT = 2**31 - 1  # the API's replica fields are 32-bit
-
-
 def count(value: Any, default: int, what: str, notes: list[str]) -> int:
-    """A replica count: a whole number from 0 to ``MAX_COUNT``; anything else is a note and ``default``."""
+    """A replica count: a whole number from 0 to ``MAX_REPLICAS`` (a tenant may scale its own controller to 2·10^9,
+    a valid int32 no cluster runs); anything else is a note and ``default``."""
     if value is None:
         return default
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPLICAS:
         return value
     text = value.strip() if isinstance(value, str) else ""
-    if text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= MAX_COUNT:
+    if text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= MAX_REPLICAS:
         return int(text)
     notes.append(f"{what}={quoted(value) if isinstance(value, str) else cut(repr(value))} is not a replica count; "
                  f"read as {default}")

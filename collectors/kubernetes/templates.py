@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from collectors.kubernetes.jobs import JOB_KINDS, parse_job
+from collectors.kubernetes.jobs import JOB_KINDS, count, parse_job
 from collectors.kubernetes.parse import ParsedSpec, parse_pod_spec
 from recommender.core.inventory import Sharing
 from recommender.mechanisms.base import Claim
@@ -22,14 +22,19 @@ def parse_controller(kind: str, obj: Mapping[str, Any], claims: Sequence[Claim] 
     if kind in JOB_KINDS:  # Volcano, Kubeflow, JobSet: several pod templates (collectors.kubernetes.jobs)
         return parse_job(kind, obj)
     spec = obj.get("spec") or {}
+    notes: list[str] = []
     if kind == "CronJob":
         job = (spec.get("jobTemplate") or {}).get("spec") or {}
-        return template_spec(job.get("template"), int_or(job.get("parallelism"), 1), claims)
-    if kind == "Job":
-        return template_spec(spec.get("template"), int_or(spec.get("parallelism"), 1), claims)
-    if kind == "LeaderWorkerSet":
-        return leader_worker_set(spec)
-    return template_spec(spec.get("template"), int_or(spec.get("replicas"), 1), claims)  # 0 replicas is valid
+        parsed = template_spec(job.get("template"), count(job.get("parallelism"), 1, "spec.jobTemplate.spec."
+                                                                                     "parallelism", notes), claims)
+    elif kind == "Job":
+        parsed = template_spec(spec.get("template"), count(spec.get("parallelism"), 1, "spec.parallelism", notes),
+                               claims)
+    elif kind == "LeaderWorkerSet":
+        parsed = leader_worker_set(spec)
+    else:  # 0 replicas is valid
+        parsed = template_spec(spec.get("template"), count(spec.get("replicas"), 1, "spec.replicas", notes), claims)
+    return replace(parsed, notes=(*notes, *parsed.notes)) if notes else parsed
 
 
 def pod_template(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -47,14 +52,13 @@ def template_spec(template: Mapping[str, Any] | None, replicas: int, claims: Seq
     return parse_pod_spec(t.get("spec") or {}, (t.get("metadata") or {}).get("annotations") or {}, replicas, claims)
 
 
-def int_or(value: Any, default: int) -> int:
-    return default if value is None else int(value)
-
-
 def leader_worker_set(spec: Mapping[str, Any]) -> ParsedSpec:
-    """One LeaderWorkerSet replica is a group: a leader plus ``size - 1`` workers, GPUs added up."""
+    """One LeaderWorkerSet replica is a group: a leader plus ``size - 1`` workers, GPUs added up. A size or
+    replica count no cluster runs is read as 1, with a note."""
     lwt = spec.get("leaderWorkerTemplate") or {}
-    size, replicas = int_or(lwt.get("size"), 1), int_or(spec.get("replicas"), 1)
+    said: list[str] = []
+    size = count(lwt.get("size"), 1, "spec.leaderWorkerTemplate.size", said)
+    replicas = count(spec.get("replicas"), 1, "spec.replicas", said)
     worker = template_spec(lwt.get("workerTemplate"), replicas)
     leader = template_spec(lwt.get("leaderTemplate"), replicas) if lwt.get("leaderTemplate") else worker
     base = worker if worker.allocation.sharing is not Sharing.NONE else leader
@@ -66,6 +70,6 @@ def leader_worker_set(spec: Mapping[str, Any]) -> ParsedSpec:
         share=replace(share, count=slices) if isinstance(share, MigShare) else share,
         vllm=leader.allocation.vllm or worker.allocation.vllm,
     )
-    notes = (*leader.notes, *worker.notes, f"LeaderWorkerSet: one replica is a group of {size} pods")
+    notes = (*said, *leader.notes, *worker.notes, f"LeaderWorkerSet: one replica is a group of {size} pods")
     return replace(base, allocation=group, served_model=leader.served_model or worker.served_model,
                    notes=tuple(dict.fromkeys(notes)))
