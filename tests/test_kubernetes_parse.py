@@ -304,3 +304,11 @@ def test_an_mps_thread_percentage_outside_0_to_100_is_a_note(pct: str) -> None:
     assert parsed.allocation.sharing is Sharing.MPS and parsed.allocation.mps_active_thread_pct is None
     said = f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={float(pct):g} is not a percentage from 0 to 100: ignored"
     assert said in parsed.notes
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared"])
+def test_a_slice_count_no_pod_holds_is_no_share(resource: str) -> None:
+    """10^400 MIG slices or time-sliced replicas: a note and no share, not a MIG share of 0 slices."""
+    parsed = parse_pod_spec(spec(ctr({resource: "1e400"})), {})
+    assert parsed.allocation.sharing is Sharing.NONE, parsed.allocation
+    assert parsed.notes == (f"{resource}=inf is not a device count from 0 to 1,024: ignored",)

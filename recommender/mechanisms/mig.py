@@ -113,7 +113,8 @@ class Mig(Base):
         if len(mig) > 1:
             pod.notes.append(f"requests several MIG profiles ({', '.join(sorted(mig))}); sized by {name}")
         profile = name[: -len(".me")] + "+me" if name.endswith(".me") else name
-        return ReadBack(MigShare(profile, count(n, MIG_PREFIX + name, pod.notes)), 0)
+        slices = count(n, MIG_PREFIX + name, pod.notes)
+        return ReadBack(MigShare(profile, slices), 0) if slices else None  # a count no pod holds: no share
 
 
 MECHANISMS.add("mig", Mig())

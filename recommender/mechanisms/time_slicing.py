@@ -86,7 +86,8 @@ class TimeSlicing(Base):
 
     def read(self, pod: PodView) -> ReadBack | None:
         n = pod.resources.get(GPU_SHARED, 0.0)
-        return ReadBack(None, count(n, GPU_SHARED, pod.notes)) if n > 0 else None
+        shared = count(n, GPU_SHARED, pod.notes) if n > 0 else 0
+        return ReadBack(None, shared) if shared else None  # none, or a count no pod holds
 
 
 MECHANISMS.add("time-slicing", TimeSlicing())
