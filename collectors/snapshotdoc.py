@@ -30,6 +30,8 @@ from recommender.mechanisms import for_sharing
 Devices = Annotated[int, Field(ge=0, le=MAX_GROUP_DEVICES)]
 GpuEquivalents = Annotated[float, Field(ge=0, le=MAX_GROUP_DEVICES, allow_inf_nan=False)]
 Percentage = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Size = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # MiB, or a share of GPUs
 Replicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS)]
 
 
@@ -47,13 +49,13 @@ class AllocationDoc:
     gpu_product: str | None = None
     device_memory_mib: float | None = None
     mps_active_thread_pct: Percentage | None = None
-    mps_pinned_mem_mib: float | None = None
-    hami_gpumem_mib: float | None = None
-    hami_gpucores_pct: float | None = None
-    kai_gpu_fraction: float | None = None
-    volcano_vgpu_memory_mib: float | None = None
-    volcano_vgpu_cores_pct: float | None = None
-    runai_gpu_fraction: float | None = None
+    mps_pinned_mem_mib: Size | None = None
+    hami_gpumem_mib: Size | None = None
+    hami_gpucores_pct: Percentage | None = None
+    kai_gpu_fraction: Size | None = None
+    volcano_vgpu_memory_mib: Size | None = None
+    volcano_vgpu_cores_pct: Percentage | None = None
+    runai_gpu_fraction: Fraction | None = None
     dra_device_class: str | None = None
     dra_count: int | None = None
     dra_sharing: str | None = None

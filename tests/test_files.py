@@ -261,6 +261,12 @@ BAD_INPUTS = {
                           "snapshot.json: nodes[0]: Value error, a device count outside 0 to 1,024 (gpus 100000000"),
     "negative MIG devices": (_edit_json(lambda doc: doc["nodes"][0].update(mig_devices=[{"1g.10gb": -5}])), "",
                              "nodes[0]: Value error, a device count outside 0 to 1,024"),
+    "HAMi cores above 100%": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(hami_gpucores_pct=500)),
+                              "", "allocation.hami_gpucores_pct: Input should be less than or equal to 100"),
+    "negative pinned memory": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(
+        mps_pinned_mem_mib=-5)), "", "allocation.mps_pinned_mem_mib: Input should be greater than or equal to 0"),
+    "Run:ai fraction above 1": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(runai_gpu_fraction=2)),
+                                "", "allocation.runai_gpu_fraction: Input should be less than or equal to 1"),
     "MPS above 100%": (_edit_json(lambda doc: doc["workloads"][1]["allocation"].update(mps_active_thread_pct=250)), "",
                        "workloads[1].allocation.mps_active_thread_pct: Input should be less than or equal to 100"),
     "missing field": (_edit_json(lambda doc: doc.pop("step_s")), "", "snapshot.json: step_s: Field required"),

@@ -257,6 +257,14 @@ def test_kai_gpu_memory_becomes_a_fraction_on_a_known_device() -> None:
     assert parsed.allocation.sharing is Sharing.KAI
 
 
+@pytest.mark.parametrize("mib", ["-5", "0"])
+def test_a_kai_gpu_memory_no_pod_asks_for_is_a_note_not_a_negative_fraction(mib: str) -> None:
+    """The tenant writes ``gpu-memory``: a negative fraction stopped the JSON report (its schema holds shares ≥ 0)."""
+    parsed = with_node(parse_pod_spec(spec(ctr()), {"gpu-memory": mib}), A100)
+    assert parsed.allocation.sharing is Sharing.KAI and parsed.allocation.kai_gpu_fraction is None
+    assert f"KAI gpu-memory={float(mib):g} MiB is not a memory size: ignored" in parsed.notes, parsed.notes
+
+
 def test_selected_product_from_selector_or_affinity() -> None:
     by_selector = spec(ctr({"nvidia.com/gpu": "1"}), nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     term = {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
@@ -312,3 +320,17 @@ def test_a_slice_count_no_pod_holds_is_no_share(resource: str) -> None:
     parsed = parse_pod_spec(spec(ctr({resource: "1e400"})), {})
     assert parsed.allocation.sharing is Sharing.NONE, parsed.allocation
     assert parsed.notes == (f"{resource}=inf is not a device count from 0 to 1,024: ignored",)
+
+
+@pytest.mark.parametrize(("resource", "value"), [
+    ("nvidia.com/gpucores", "500"),  # a valid extended resource the API accepts: the JSON report stopped on it
+    ("nvidia.com/gpucores", "1e300"),
+    ("nvidia.com/gpumem", "1e400"),
+    ("nvidia.com/gpumem-percentage", "250"),
+])
+def test_a_hami_share_no_device_has_is_a_note_and_no_limit(resource: str, value: str) -> None:
+    parsed = parse_pod_spec(spec(ctr({"nvidia.com/gpu": "1", resource: value})), {})
+    a = parsed.allocation
+    assert a.sharing is Sharing.HAMI and a.hami_gpucores_pct is None and a.hami_gpumem_mib is None, a
+    (note,) = parsed.notes
+    assert note.startswith(f"{resource}=") and note.endswith(": ignored"), note

@@ -17,6 +17,7 @@ from recommender.mechanisms.sizing import size_share
 HAMI_MEM_MIB = "nvidia.com/gpumem"
 HAMI_MEM_PCT = "nvidia.com/gpumem-percentage"  # not both with gpumem
 HAMI_CORES_PCT = "nvidia.com/gpucores"
+MAX_DEVICE_MIB = float(2**30)  # MiB: a pebibyte, far above any GPU's memory
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,17 @@ class Hami(Base):
         res = pod.resources
         if not any(k in res for k in (HAMI_MEM_MIB, HAMI_MEM_PCT, HAMI_CORES_PCT)):
             return None
-        return ReadBack(HamiShare(res.get(HAMI_MEM_MIB), res.get(HAMI_CORES_PCT)), pod.gpus or 1, res.get(HAMI_MEM_PCT))
+
+        def within(name: str, most: float) -> float | None:
+            """The resource's value where it is a limit a device can have (0 to ``most``)."""
+            value = res.get(name)
+            if value is not None and not 0 <= value <= most:  # NaN too
+                pod.notes.append(f"{name}={value:.6g} is not a limit from 0 to {most:g}: ignored")
+                return None
+            return value
+
+        mem = within(HAMI_MEM_MIB, MAX_DEVICE_MIB)
+        return ReadBack(HamiShare(mem, within(HAMI_CORES_PCT, 100)), pod.gpus or 1, within(HAMI_MEM_PCT, 100))
 
     def finish(self, read: ReadBack, device_memory_mib: float | None, notes: list[str]) -> ReadBack:
         """gpumem-percentage becomes MiB once the device memory is known."""

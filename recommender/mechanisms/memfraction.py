@@ -37,6 +37,9 @@ def finish_fraction(read: ReadBack, device_memory_mib: float | None, notes: list
     if read.pending is None or not isinstance(share, share_type) or share.gpu_fraction is not None \
             or not device_memory_mib:
         return read
+    if not read.pending > 0:  # the tenant's annotation: no fraction of a device is negative or nothing
+        notes.append(f"{what}={read.pending:g} MiB is not a memory size: ignored")
+        return replace(read, pending=None)
     if say_whole and read.pending > device_memory_mib:
         notes.append(f"{what}={read.pending:g} MiB is larger than the device ({device_memory_mib:g} MiB): read as "
                      "the whole GPU")
