@@ -327,10 +327,14 @@ def test_a_slice_count_no_pod_holds_is_no_share(resource: str) -> None:
     ("nvidia.com/gpucores", "1e300"),
     ("nvidia.com/gpumem", "1e400"),
     ("nvidia.com/gpumem-percentage", "250"),
+    ("volcano.sh/vgpu-memory", "1e400"),  # Volcano's own check took any positive size, infinity too
 ])
-def test_a_hami_share_no_device_has_is_a_note_and_no_limit(resource: str, value: str) -> None:
-    parsed = parse_pod_spec(spec(ctr({"nvidia.com/gpu": "1", resource: value})), {})
+def test_a_shared_limit_no_device_has_is_a_note_and_no_limit(resource: str, value: str) -> None:
+    volcano = resource.startswith("volcano.sh/")
+    asked = {"volcano.sh/vgpu-number": "1"} if volcano else {"nvidia.com/gpu": "1"}
+    parsed = parse_pod_spec(spec(ctr({**asked, resource: value}), schedulerName="volcano" if volcano else None), {})
     a = parsed.allocation
-    assert a.sharing is Sharing.HAMI and a.hami_gpucores_pct is None and a.hami_gpumem_mib is None, a
+    assert (a.hami_gpucores_pct, a.hami_gpumem_mib, a.volcano_vgpu_memory_mib) == (None, None, None), a
+    assert a.sharing is (Sharing.VOLCANO if volcano else Sharing.HAMI)
     (note,) = parsed.notes
-    assert note.startswith(f"{resource}=") and note.endswith(": ignored"), note
+    assert note.startswith(f"{resource}=") and (note.endswith(": ignored") or note.endswith("; ignored")), note

@@ -54,6 +54,7 @@ MAX_TOKENS = 2**32
 MAX_DEVICES = 1024
 MAX_GROUP_DEVICES = 2**20  # devices one replica holds (a LeaderWorkerSet group adds its pods'): above any fleet's
 MAX_REPLICAS = 10**6  # pods of one workload: far above any cluster's
+MAX_DEVICE_MIB = float(2**30)  # a device's memory limit, MiB: a pebibyte, far above any GPU's
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from recommender.core.catalogue import GpuModel
-from recommender.core.inventory import Allocation, Share, Sharing
+from recommender.core.inventory import MAX_DEVICE_MIB, Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
 from recommender.mechanisms.base import GPU, MIG_PREFIX, Base, Need, NoFit, PodEdits, PodView, ReadBack, Sized
 from recommender.mechanisms.sizing import size_share
@@ -17,7 +17,6 @@ from recommender.mechanisms.sizing import size_share
 HAMI_MEM_MIB = "nvidia.com/gpumem"
 HAMI_MEM_PCT = "nvidia.com/gpumem-percentage"  # not both with gpumem
 HAMI_CORES_PCT = "nvidia.com/gpucores"
-MAX_DEVICE_MIB = float(2**30)  # MiB: a pebibyte, far above any GPU's memory
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ class Hami(Base):
             """The resource's value where it is a limit a device can have (0 to ``most``)."""
             value = res.get(name)
             if value is not None and not 0 <= value <= most:  # NaN too
-                pod.notes.append(f"{name}={value:.6g} is not a limit from 0 to {most:g}: ignored")
+                pod.notes.append(f"{name}={value:.6g} is not a limit from 0 to {most:,.0f}: ignored")
                 return None
             return value
 

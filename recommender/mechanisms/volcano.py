@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from recommender.core.catalogue import GpuModel
-from recommender.core.inventory import Allocation, Share, Sharing
+from recommender.core.inventory import MAX_DEVICE_MIB, Allocation, Share, Sharing
 from recommender.mechanisms import MECHANISMS
 from recommender.mechanisms.base import (
     GPU,
@@ -111,7 +111,7 @@ class Volcano(Base):
                              "read as one vGPU")
             number = 1.0
         mem, cores = res.get(NAMES.memory_mib), res.get(NAMES.cores_pct)
-        if mem is not None and mem <= 0:
+        if mem is not None and not 0 < mem <= MAX_DEVICE_MIB:
             pod.notes.append(f"{NAMES.memory_mib}={mem:g} is not a memory size; ignored")
             mem = None
         if cores is not None and not 0 < cores <= 100:
