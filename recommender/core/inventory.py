@@ -49,8 +49,8 @@ class WorkloadRef:
 # Tokens an engine holds (context, sequences at once, KV cache): far above any model's. A tenant's larger figure
 # (container args, vLLM's own labels) is unknown, not a size every later sum would overflow on.
 MAX_TOKENS = 2**32
-# Devices one pod holds (nvidia.com/gpu, MIG slices, shared replicas): far above any node's. A larger count, or one
-# not finite, is no device count: read as none, with a note, not summed into the fleet's GPUs.
+# Devices one pod or node holds (nvidia.com/gpu, MIG slices, shared replicas): far above any node's. A larger count,
+# or one not finite, is no device count: read as none, with a note, not summed into the fleet's GPUs.
 MAX_DEVICES = 1024
 MAX_GROUP_DEVICES = 2**20  # devices one replica holds (a LeaderWorkerSet group adds its pods'): above any fleet's
 MAX_REPLICAS = 10**6  # pods of one workload: far above any cluster's
