@@ -171,12 +171,19 @@ def test_metadata_from_annotations() -> None:
     assert shape.ttft_objective_s == 0.5 and shape.has_latency_objective
 
 
-@pytest.mark.parametrize("raw", ["fast", "-1", "0", "nan"])
+@pytest.mark.parametrize("raw", ["fast", "-1", "0", "nan", "inf", "1e-320", "0.0009"])
 def test_bad_objective_is_ignored_with_a_note(raw: str) -> None:
     wl = _wl(**{TTFT_OBJECTIVE_ANNOTATION: raw})
     shape = demand_shape(b.snapshot([wl], {}, days=1), wl)
     assert shape.ttft_objective_s is None and not shape.has_latency_objective
     assert any(TTFT_OBJECTIVE_ANNOTATION in n and "ignored" in n for n in shape.notes)
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [("0.001", 0.001), ("3600", 3600.0)])
+def test_an_objective_the_histogram_can_tell_is_taken(raw: str, seconds: float) -> None:
+    wl = _wl(**{TTFT_OBJECTIVE_ANNOTATION: raw})
+    shape = demand_shape(b.snapshot([wl], {}, days=1), wl)
+    assert shape.ttft_objective_s == seconds and not shape.notes
 
 
 # 12 steps of 600 s: requests wait in steps 2..9 (8 steps = 4800 s), none otherwise.

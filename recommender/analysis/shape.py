@@ -263,7 +263,9 @@ def _token_mix(snapshot: Snapshot, workload: Workload) -> tuple[float | None, fl
 
 
 def ttft_objective_from(annotations: Mapping[str, str]) -> tuple[float | None, tuple[str, ...]]:
-    """The TTFT objective from its annotation, or None with a note when it is not a positive number."""
+    """The TTFT objective from its annotation, or None with a note when it is not a number of seconds vLLM's
+    TTFT histogram can tell: below its first bucket bound (1 ms) every request would count as over it, and the
+    replicas sized for it would be the most allowed."""
     raw = annotations.get(TTFT_OBJECTIVE_ANNOTATION)
     if raw is None:
         return None, ()
@@ -273,6 +275,9 @@ def ttft_objective_from(annotations: Mapping[str, str]) -> tuple[float | None, t
         value = math.nan
     if not math.isfinite(value) or value <= 0:
         return None, (f"{TTFT_OBJECTIVE_ANNOTATION}={quoted(raw)} is not a positive number of seconds: ignored",)
+    if value < m.VLLM_TTFT_BUCKETS_S[0]:
+        return None, (f"{TTFT_OBJECTIVE_ANNOTATION}={quoted(raw)} is under the {m.VLLM_TTFT_BUCKETS_S[0]:g} s "
+                      "TTFT histograms start at: ignored",)
     return value, ()
 
 
