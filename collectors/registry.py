@@ -19,18 +19,21 @@ from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
 
 if TYPE_CHECKING:
+    from collectors.prometheus.client import PromClient
     from collectors.prometheus.collect import UsageCache
 
 
 @dataclass(frozen=True)
 class SourceRequest:
-    """What a source is asked for: settings, the window's end, an optional path, and (in a loop) the cache
-    of the last collection, which a source may use to read only what is new."""
+    """What a source is asked for: settings, the window's end, an optional path, (in a loop, or a report's on
+    disk) the cache of the last collection, which a source may use to read only what is new, and the Prometheus
+    client to read with (one that sent requests ahead: ``collectors.prometheus.ahead``)."""
 
     settings: Settings
     end: datetime
     path: str | None = None
     cache: UsageCache | None = None
+    client: PromClient | None = None
 
 
 SourceFn = Callable[[SourceRequest, Progress], Snapshot]

@@ -68,7 +68,8 @@ def prometheus(req: SourceRequest, progress: Progress) -> Snapshot:
     s = req.settings
     start = req.end - timedelta(seconds=s.history_s)
     workloads, nodes, why = _cluster_workloads(req, progress)
-    usage = collect_pod_usage(s, start, req.end, progress, with_ksm=workloads is None, cache=req.cache)
+    usage = collect_pod_usage(s, start, req.end, progress, with_ksm=workloads is None, client=req.client,
+                              cache=req.cache)
     if why:
         progress.log(f"warning: {why}")
         usage = type(usage)(**{**usage.__dict__, "warnings": (*usage.warnings, why)})

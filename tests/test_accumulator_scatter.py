@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from collectors.pods import pod_key
-from collectors.prometheus import parse
+from collectors.prometheus import chunks, parse
 from collectors.prometheus.points import decode_many
 
 
-def _one_by_one(grid: parse.Grid, expected: int, compact: bool, answers: list[list[dict[str, Any]]],
+def _one_by_one(grid: chunks.Grid, expected: int, compact: bool, answers: list[list[dict[str, Any]]],
                 shift_s: float) -> pd.DataFrame:
     """The reference: each series of each answer written on its own, in key order, the later over the earlier."""
     acc = parse.Accumulator(grid, expected, compact)
@@ -30,7 +30,7 @@ def _one_by_one(grid: parse.Grid, expected: int, compact: bool, answers: list[li
     return acc.frame()
 
 
-def _answers(rng: np.random.Generator, grid: parse.Grid, pods: int, odd: bool, twice: bool
+def _answers(rng: np.random.Generator, grid: chunks.Grid, pods: int, odd: bool, twice: bool
              ) -> list[list[dict[str, Any]]]:
     out = []
     for _ in range(int(rng.integers(2, 6))):
@@ -52,7 +52,7 @@ def _answers(rng: np.random.Generator, grid: parse.Grid, pods: int, odd: bool, t
 @pytest.mark.parametrize("seed", range(12))
 def test_an_answer_written_at_once_is_the_frame_written_series_by_series(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    grid = parse.Grid(1_000.0, 60.0, int(rng.integers(3, 40)))
+    grid = chunks.Grid(1_000.0, 60.0, int(rng.integers(3, 40)))
     pods = int(rng.integers(2, 150))
     expected = int(rng.choice([pods, 3, 1]))  # one block; many (a census that counted fewer)
     compact, odd, twice = bool(seed % 2), bool(seed % 3), seed % 4 == 3
@@ -69,7 +69,7 @@ def test_an_answer_written_at_once_is_the_frame_written_series_by_series(seed: i
 def test_a_compact_metric_whose_first_value_float32_cannot_hold_is_read_at_float64(duplicate: bool) -> None:
     """FB used is read compact (float32 while exact); a user's recorded series of it may average, so the very
     first value may need float64. It used to end the collection with a traceback (widening with no block yet)."""
-    grid = parse.Grid(0.0, 60.0, 3)
+    grid = chunks.Grid(0.0, 60.0, 3)
     acc = parse.Accumulator(grid, 2, compact=True)
     series = [{"metric": {"namespace": "n", "pod": "p"}, "values": [[0, "1234.5"], [60, "0.1"]]}]
     acc.add(series * (2 if duplicate else 1), "namespace", "pod")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from collectors import usageframes
-from collectors.prometheus import collect, parse, store
+from collectors.prometheus import chunks, collect, parse, store
 from collectors.prometheus.cache import UsageCache
 from collectors.prometheus.collect import exact_float32
 from collectors.usageframes import aggregate_usage
@@ -122,7 +122,7 @@ def _answers(values: np.ndarray, pods: list[str], parts: int) -> list[list[dict[
 def _frames(values: np.ndarray, expected: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The frame of ``values`` read into a compact accumulator and into a float64 one."""
     pods = [f"p-{j:03d}" for j in range(values.shape[1])]
-    grid = parse.Grid(1000.0, 60.0, values.shape[0])
+    grid = chunks.Grid(1000.0, 60.0, values.shape[0])
     compact, wide = parse.Accumulator(grid, expected, compact=True), parse.Accumulator(grid, expected)
     for answer in _answers(values, pods, parts=4):
         compact.add(answer, "namespace", "pod")

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from collectors.prometheus import collect_workload_replicas
-from collectors.prometheus.cache import OVERLAP_STEPS, UsageCache
+from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.cachefile import OVERLAP_STEPS
 from collectors.registry import SourceRequest, get_source
 from policies.replicas import history_from_snapshot, idle_gaps_s
 from recommender.core import usage as m

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from collectors.prometheus import store
+from collectors.prometheus import cachefile, store
 from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.chunks import Grid
 from collectors.prometheus.devices import DeviceTable
-from collectors.prometheus.parse import Grid
 from recommender.cli.main import main
 from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
@@ -113,7 +113,7 @@ def _truncate(data: bytes) -> bytes:
 
 
 def _other_version(data: bytes) -> bytes:
-    return data.replace(store.MAGIC + f"{store.FORMAT_VERSION}\n".encode(), store.MAGIC + b"99\n", 1)
+    return data.replace(cachefile.MAGIC + f"{cachefile.FORMAT_VERSION}\n".encode(), cachefile.MAGIC + b"99\n", 1)
 
 
 def _flipped(data: bytes) -> bytes:
@@ -130,7 +130,9 @@ def test_a_spoilt_cache_file_is_one_warning_and_a_full_correct_read(cluster: Clu
     cached.write_bytes(spoil(cached.read_bytes()))
     spoilt = report(cluster, tmp_path)
     assert len(spoilt.warnings) == 1 and str(cached) in spoilt.warnings[0]
-    assert not spoilt.incremental and spoilt.points == uncached.points and spoilt.doc == uncached.doc
+    # an altered body still has a header the census sent ahead trusted: that census is counted, never used
+    assert not spoilt.incremental and spoilt.doc == uncached.doc
+    assert spoilt.points == uncached.points or (spoilt.points > uncached.points and spoil is _flipped)
     healed = report(cluster, tmp_path)  # the spoilt file was replaced by a whole one
     assert healed.incremental and not healed.warnings and healed.doc == uncached.doc
 
@@ -174,10 +176,10 @@ def test_snapshot_keeps_the_cache_too(cluster: Cluster, uncached: Report, tmp_pa
 
 def test_the_default_folder_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert store.default_dir() == tmp_path / "gpu-rightsizer"
+    assert cachefile.default_dir() == tmp_path / "gpu-rightsizer"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the spec: a relative path is ignored
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert store.default_dir() == tmp_path / "home" / ".cache" / "gpu-rightsizer"
+    assert cachefile.default_dir() == tmp_path / "home" / ".cache" / "gpu-rightsizer"
 
 
 def test_a_cache_file_holds_what_the_cache_held() -> None:
@@ -201,6 +203,20 @@ def test_a_cache_file_holds_what_the_cache_held() -> None:
     assert read.iloc[0, 0] == 9.0 and frame.iloc[0, 0] == 1.0
 
 
+def test_a_peek_at_the_header_gives_where_the_cache_stands_or_nothing(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"a/p-1": [1.0, 2.0]}, index=Grid(0.0, 60.0, 2).index())
+    data = store.dumps(UsageCache(key="k", series={"fb_used_mib": frame}, last_s=60.0, full_s=0.0, refresh_s=600.0))
+    path = tmp_path / "usage.cache"
+    path.write_bytes(data)
+    assert cachefile.peek(path) == cachefile.Mark("k", True, 60.0, 0.0, 600.0)
+    path.write_bytes(store.dumps(UsageCache()))  # nothing read yet: no key, no series
+    assert cachefile.peek(path) == cachefile.Mark(None, False, float("-inf"), float("-inf"), 86_400.0)
+    for spoilt in (_truncate(data)[:40], _other_version(data), b"", b"not a cache\n", data[:len(data) // 3]):
+        path.write_bytes(spoilt)
+        assert cachefile.peek(path) is None
+    assert cachefile.peek(tmp_path / "none.cache") is None
+
+
 def test_every_spoilt_file_is_refused_not_misread() -> None:
     data = store.dumps(UsageCache(key="k", series={"m": pd.DataFrame({"x": [1.0]}, index=Grid(0.0, 60.0, 1).index())}))
     for bad in (_truncate(data), _other_version(data), _flipped(data), data[:-1], data + b"x", b""):
@@ -222,7 +238,7 @@ def _saved(folder: Path) -> tuple[dict[str, pd.DataFrame], Settings, store.DiskC
 def test_a_file_cut_in_the_middle_of_a_frame_is_one_warning_and_an_empty_cache(tmp_path: Path) -> None:
     frames, s, disk = _saved(tmp_path)
     data = disk.path.read_bytes()
-    body = data[len(store.MAGIC):].split(b"\n", 2)[2]
+    body = data[len(cachefile.MAGIC):].split(b"\n", 2)[2]
     size = int.from_bytes(body[:8], "big")
     (_, offset, length, _), _ = json.loads(body[8:8 + size])["usage"]["frames"]
     cut = len(data) - len(body) + 8 + size + offset + length // 2  # half-way through the first frame's values
@@ -240,13 +256,13 @@ def _garbled(data: bytes) -> bytes:
     frame, and its checksum made again: the header and every length still agree, only decoding fails."""
     import hashlib
 
-    head_line, rest = data[len(store.MAGIC):].split(b"\n", 1)
+    head_line, rest = data[len(cachefile.MAGIC):].split(b"\n", 1)
     body = rest.split(b"\n", 1)[1]
     size = int.from_bytes(body[:8], "big")
     (_, offset, length, _), *_ = json.loads(body[8:8 + size])["usage"]["frames"]
     at = 8 + size + offset
     body = body[:at] + b"\xab" * length + body[at + length:]
-    return store.MAGIC + head_line + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+    return cachefile.MAGIC + head_line + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
 
 
 def test_frames_that_fail_to_decode_are_refused_when_read_not_misread(tmp_path: Path) -> None:
@@ -288,7 +304,7 @@ def test_frames_that_fail_to_decode_are_one_warning_and_a_full_correct_read(clus
 def test_settings_turn_the_cache_off_or_move_it(tmp_path: Path) -> None:
     s = Settings(prometheus=PrometheusSettings(url="http://p:9090", cache=False, cache_dir=str(tmp_path)))
     assert not s.prometheus.cache and s.prometheus.cache_dir == str(tmp_path)
-    assert store.file_for(tmp_path, s) != store.file_for(tmp_path, s.model_copy(update={"namespaces": ("a",)}))
+    assert cachefile.file_for(tmp_path, s) != cachefile.file_for(tmp_path, s.model_copy(update={"namespaces": ("a",)}))
 
 
 def test_a_changed_recording_rule_setting_does_not_reuse_the_cache(tmp_path: Path) -> None:
@@ -298,7 +314,7 @@ def test_a_changed_recording_rule_setting_does_not_reuse_the_cache(tmp_path: Pat
     off = Settings(prometheus=PrometheusSettings(url="http://p:9090", recording_rules=False))
     mine = Settings(prometheus=PrometheusSettings(url="http://p:9090",
                                                   recorded_series={"fb_used_mib": "team:fb_used:5m"}))
-    files = {store.file_for(tmp_path, x) for x in (s, off, mine)}
+    files = {cachefile.file_for(tmp_path, x) for x in (s, off, mine)}
     assert len(files) == 3
 
 
@@ -386,13 +402,13 @@ def test_a_file_of_this_version_with_a_foreign_body_is_refused() -> None:
     def forge(header: dict[str, Any], blobs: bytes = b"") -> bytes:
         head = json.dumps(header).encode()
         body = len(head).to_bytes(8, "big") + head + blobs
-        return store.MAGIC + f"{store.FORMAT_VERSION}\n{hashlib.sha256(body).hexdigest()}\n".encode() + body
+        return cachefile.MAGIC + f"{cachefile.FORMAT_VERSION}\n{hashlib.sha256(body).hexdigest()}\n".encode() + body
 
-    good = json.loads(store.dumps(UsageCache(key="k"))[len(store.MAGIC):].split(b"\n", 2)[2][8:])
+    good = json.loads(store.dumps(UsageCache(key="k"))[len(cachefile.MAGIC):].split(b"\n", 2)[2][8:])
     assert store.loads(forge(good)).key == "k"  # the forger writes what loads reads
     frames = {**good["usage"], "frames": [["m", 0, 64]]}
     two = pd.DataFrame({"x": [1.0, 2.0]}, index=Grid(0.0, 60.0, 2).index())
-    body = store.dumps(UsageCache(key="k", series={"m": two}))[len(store.MAGIC):].split(b"\n", 2)[2]
+    body = store.dumps(UsageCache(key="k", series={"m": two}))[len(cachefile.MAGIC):].split(b"\n", 2)[2]
     size = int.from_bytes(body[:8], "big")
     head, blob = json.loads(body[8:8 + size]), body[8 + size:]
     assert store.loads(forge(head, blob)).series["m"]["x"].tolist() == [1.0, 2.0]
@@ -400,7 +416,7 @@ def test_a_file_of_this_version_with_a_foreign_body_is_refused() -> None:
     for wrong in ({**axes, "columns": ["x", "y"]}, {**axes, "index": axes["index"][:1]}, {**axes, "unit": "parsec"}):
         with pytest.raises(store.CacheFileError):
             store.loads(forge({**head, "usage": {**head["usage"], "frames": [[name, offset, length, wrong]]}}, blob))
-    for bad in (forge({"version": 1}), forge({**good, "version": store.FORMAT_VERSION + 1}),
+    for bad in (forge({"version": 1}), forge({**good, "version": cachefile.FORMAT_VERSION + 1}),
                 forge({**good, "usage": {"key": "k"}}),
                 forge({**good, "usage": frames}), forge({**good, "usage": frames}, b"x" * 64), forge({}) + b"",
                 forge({**good, "usage": {**good["usage"], "last_s": "soon"}})):
@@ -451,7 +467,7 @@ def test_a_spoilt_memo_file_is_one_warning_and_a_correct_report(cluster: Cluster
     (memo,) = tmp_path.glob("*.memo")
     ours, theirs = (m.MAGIC + f"{m.FORMAT_VERSION}\n".encode() for m in (memostore, store))
     as_cache = memo.read_bytes().replace(ours, theirs, 1)  # the same spoilers as the cache's
-    memo.write_bytes(spoil(as_cache).replace(theirs, ours, 1).replace(store.MAGIC, memostore.MAGIC, 1))
+    memo.write_bytes(spoil(as_cache).replace(theirs, ours, 1).replace(cachefile.MAGIC, memostore.MAGIC, 1))
     (whole,) = tmp_path.glob("*.report")
     whole.unlink()  # else the report memo answers the same window and the pipeline's memo is not read
     res = report(cluster, tmp_path)
@@ -461,16 +477,16 @@ def test_a_spoilt_memo_file_is_one_warning_and_a_correct_report(cluster: Cluster
 
 
 def test_the_file_and_the_collections_key_are_made_from_one_reading(tmp_path: Path) -> None:
-    """``file_for`` and the key ``_collect`` checks are both made from ``cache.reading``: a setting that shapes the
+    """``file_for`` and the key ``_collect`` checks are both made from ``cachefile.reading``: a setting that shapes the
     queries (the TTFT objective misses are counted against, node labels) gives another file too."""
-    from collectors.prometheus.cache import reading
+    from collectors.prometheus.cachefile import reading
     from recommender.core.settings_scaling import ScalingSettings
 
     s = Settings(prometheus=PrometheusSettings(url="http://p:9090/"))
     other = [s.model_copy(update={"scaling": ScalingSettings(ttft_objective_s=9.0)}),
              s.model_copy(update={"prometheus": s.prometheus.model_copy(update={"node_labels": ("zone",)})})]
     assert reading(s)[0] == "http://p:9090"  # as the client names it
-    assert len({store.file_for(tmp_path, x) for x in (s, *other)}) == 3
+    assert len({cachefile.file_for(tmp_path, x) for x in (s, *other)}) == 3
 
 
 def test_a_frame_read_with_no_column_stays_so_the_next_read_is_incremental() -> None:
@@ -652,7 +668,7 @@ def test_frames_of_many_chunks_come_back_to_the_bit(monkeypatch: pytest.MonkeyPa
     pd.testing.assert_frame_equal(back["s"], small, check_freq=False)
     assert np.array_equal(back["s"].to_numpy().view(np.int32), small.to_numpy().view(np.int32))
     assert back["e"].shape == (9, 0)
-    body = data[len(store.MAGIC):].split(b"\n", 2)[2]
+    body = data[len(cachefile.MAGIC):].split(b"\n", 2)[2]
     size = int.from_bytes(body[:8], "big")
     head, blob = json.loads(body[8:8 + size]), body[8 + size:]
     (name, offset, length, axes), *others = head["usage"]["frames"]
@@ -663,7 +679,7 @@ def test_frames_of_many_chunks_come_back_to_the_bit(monkeypatch: pytest.MonkeyPa
         h = {**head, "usage": {**head["usage"], "frames": [[name, offset, length, wrong], *others]}}
         text = json.dumps(h).encode()
         b = len(text).to_bytes(8, "big") + text + blob
-        return store.MAGIC + f"{store.FORMAT_VERSION}\n{hashlib.sha256(b).hexdigest()}\n".encode() + b
+        return cachefile.MAGIC + f"{cachefile.FORMAT_VERSION}\n{hashlib.sha256(b).hexdigest()}\n".encode() + b
 
     assert store.loads(forge(axes)).series["m"].equals(back["m"])  # the forger writes what loads reads
     sizes = axes["chunks"]

@@ -16,7 +16,8 @@ import pytest
 
 from collectors.pods import PodUsage
 from collectors.prometheus import PromClient, QueryStats, collect_pod_usage, window_for
-from collectors.prometheus.cache import OVERLAP_STEPS, UsageCache
+from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.cachefile import OVERLAP_STEPS
 from collectors.prometheus.queries import Scope, census_selector
 from recommender.core import usage as m
 from recommender.core.errors import PrometheusError

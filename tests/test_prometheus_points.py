@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.prometheus import parse, points
+from collectors.prometheus import chunks, parse, points
 from collectors.prometheus.points import Points, decode
 
 _FINITE = st.floats(allow_nan=False, allow_infinity=False)
@@ -56,7 +56,7 @@ def test_anything_else_is_a_value_error(raw: bytes) -> None:
 ])
 def test_the_accumulator_places_decoded_points_as_it_places_string_pairs(pods: list[str], answers: int) -> None:
     rng = np.random.default_rng(3)
-    grid = parse.Grid(1000.0, 60.0, 50)
+    grid = chunks.Grid(1000.0, 60.0, 50)
     series = []
     for pod in pods:
         steps = sorted(rng.choice(50, size=30, replace=False).tolist())

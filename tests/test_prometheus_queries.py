@@ -193,7 +193,7 @@ def test_owner_chain_from_kube_state_metrics() -> None:
 
 
 def test_accumulator_places_points_on_the_grid_and_keeps_infinities_for_the_quality_stage() -> None:
-    acc = parse.Accumulator(parse.Grid(1000.0, 60.0, 5))
+    acc = parse.Accumulator(chunks.Grid(1000.0, 60.0, 5))
     acc.add([{"metric": {"namespace": "n", "pod": "p"}, "values": [[1060, "1.5"], [1180, "+Inf"], [1240, "2"]]}],
             "namespace", "pod")
     acc.add([{"metric": {"namespace": "n"}, "values": [[1000, "9"]]}], "namespace", "pod")  # no pod label: skipped
@@ -258,7 +258,7 @@ def test_range_answers_decode_with_extra_fields_and_special_values() -> None:
     points = result[0]["values"]  # the samples as float arrays: NaN and ±Inf as the server wrote them
     assert points.times.tolist() == [1000.0, 1060.0, 1120.0] and points.values[1:].tolist() == [math.inf, 2.5]
     assert math.isnan(points.values[0]) and list(result[1]["values"]) == [(1000.5, -1000.0)]
-    acc = parse.Accumulator(parse.Grid(1000.0, 60.0, 3))
+    acc = parse.Accumulator(chunks.Grid(1000.0, 60.0, 3))
     acc.add(result, "namespace", "pod")
     assert acc.frame()["n/p"].tolist()[2] == 2.5
 
@@ -283,10 +283,10 @@ def test_a_range_error_status_is_one_line() -> None:
 
 
 def test_join_usage_keeps_cached_steps_still_in_the_window_and_pods_that_left_go() -> None:
-    old_grid, grid = parse.Grid(0.0, 60.0, 5), parse.Grid(120.0, 60.0, 5)  # 0..240, then 120..360
+    old_grid, grid = chunks.Grid(0.0, 60.0, 5), chunks.Grid(120.0, 60.0, 5)  # 0..240, then 120..360
     cached = {"m": pd.DataFrame({"a": [1.0, 2, 3, 4, 5], "left": [7.0, 7, np.nan, np.nan, np.nan]},
                                 index=old_grid.index())}
-    fresh_grid = parse.Grid(180.0, 60.0, 4)  # the cache's last step (240) and the one before it, read again
+    fresh_grid = chunks.Grid(180.0, 60.0, 4)  # the cache's last step (240) and the one before it, read again
     fresh = {"m": pd.DataFrame({"a": [40.0, 50, 60, 70], "new": [np.nan, 1, 1, 1]}, index=fresh_grid.index()),
              "only-new": pd.DataFrame({"a": [1.0, 1, 1, 1]}, index=fresh_grid.index())}
     joined = join_usage(cached, fresh, grid, 180.0)

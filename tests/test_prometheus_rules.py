@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,8 +25,10 @@ import yaml
 
 from collectors.pods import PodUsage
 from collectors.prometheus import PromClient, QueryStats, chunks, collect_pod_usage
+from collectors.prometheus.ahead import census_ahead
 from collectors.prometheus.cache import UsageCache
 from collectors.prometheus.client import PrometheusLimitError
+from collectors.prometheus.store import DiskCache
 from recommender.core import usage as m
 from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
@@ -411,3 +414,62 @@ def test_step_rules_after_a_gap_are_read_only_where_the_census_saw_them_and_equa
     line = client.stats.line()
     assert f"10 read at 10m steps (every 10m) from {datetime.fromtimestamp(first_read, UTC):%Y-%m-%d %H:%M}" in line
     assert raw_client.stats.sources == ""
+
+
+def _warm(url: str, end: datetime, folder: Path) -> Settings:
+    """Settings with the report cache in ``folder``, filled by a collection of the window ending at ``end``."""
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0, cache_dir=str(folder)))
+    disk = DiskCache(folder, s)
+    cache, _ = disk.load()
+    collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, RecordingProgress(), cache=cache)
+    assert disk.save(cache) is None
+    return s
+
+
+def _from_disk(s: Settings, end: datetime, client: PromClient) -> PodUsage:
+    """A collection ending at ``end`` with the cache on disk, through ``client``."""
+    cache, _ = DiskCache(Path(str(s.prometheus.cache_dir)), s).load()
+    return collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, RecordingProgress(), client=client,
+                             cache=cache)
+
+
+def test_a_warm_collection_takes_the_census_sent_ahead_and_asks_nothing_twice(
+        half_recorded: tuple[str, datetime], tmp_path: Path) -> None:
+    url, end = half_recorded
+    s = _warm(url, end, tmp_path)
+    ahead = census_ahead(s, end)
+    assert ahead is not None and ahead.promised >= 2  # the raw and recorded census (then the intervals' query)
+    warm = _from_disk(s, end, ahead)
+    for sending in [t for t in threading.enumerate() if t.name == "ahead"]:  # whatever it still sends, it has sent
+        sending.join(timeout=60)
+    plain_client = PromClient(s.prometheus, QueryStats())
+    plain = _from_disk(s, end, plain_client)
+    assert ahead.promised == 0  # every request sent ahead was taken, the intervals' query too
+    assert ahead.stats.queries == plain_client.stats.queries  # and none was sent again
+    assert "recording rules: 10 of 11 families recorded" in ahead.stats.sources  # the intervals were read
+    assert ahead.stats.sources == plain_client.stats.sources
+    _same_frames(warm, plain)
+
+
+def test_a_census_sent_ahead_for_another_window_is_never_used(half_recorded: tuple[str, datetime],
+                                                              tmp_path: Path) -> None:
+    url, end = half_recorded
+    s = _warm(url, end, tmp_path)
+    ahead = census_ahead(s, end)
+    assert ahead is not None
+    earlier = end - timedelta(minutes=30)  # before the cache's last step: the collection reads everything
+    moved = _from_disk(s, earlier, ahead)
+    assert ahead.promised >= 2  # what was sent ahead for the other window is left untaken
+    _same_frames(moved, _from_disk(s, earlier, PromClient(s.prometheus, QueryStats())))
+
+
+def test_no_census_is_sent_ahead_without_a_cache_that_says_where_to_start(half_recorded: tuple[str, datetime],
+                                                                          tmp_path: Path) -> None:
+    url, end = half_recorded
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, cache_dir=str(tmp_path)))
+    assert census_ahead(s, end) is None  # no file
+    s = _warm(url, end, tmp_path)
+    assert census_ahead(s.model_copy(update={"namespaces": ("other",)}), end) is None  # another reading's file
+    assert census_ahead(s, end + timedelta(days=3)) is None  # a window past the cached one: a full read
+    off = s.model_copy(update={"prometheus": s.prometheus.model_copy(update={"cache": False})})
+    assert census_ahead(off, end) is None

@@ -1,11 +1,10 @@
 """What one collection read, kept for the next: a loop (the controller) then reads only the steps added since
-its last collection (and the last ``OVERLAP_STEPS`` again, where late samples land) and joins them to the
+its last collection (and the last ``cachefile.OVERLAP_STEPS`` again, where late samples land) and joins them to the
 cached ones, instead of the whole history every cycle; a change of query, grid or a daily refresh reads all.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,13 +15,10 @@ import numpy as np
 import pandas as pd
 
 from collectors.prometheus import parse
-from collectors.prometheus.chunks import step_for
+from collectors.prometheus.cachefile import Mark, digest, fresh_start
+from collectors.prometheus.chunks import Grid
 from collectors.prometheus.devices import DeviceTable
-from collectors.prometheus.parse import Grid
-from collectors.prometheus.queries import Scope
-from recommender.core.settings import Settings
 
-OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or written late fill them in
 # A re-read step whose value differs from the cached one by at most this, relative, is the cached value summed in
 # another order (Prometheus' ``sum by`` adds in no fixed order): reordering n terms moves a sum by at most
 # (n - 1) x eps x sum|terms|, i.e. (n - 1) x 2.2e-16 of it for the non-negative terms read here (utilisation,
@@ -82,11 +78,7 @@ class UsageCache:
 
     def fresh_start(self, key: tuple[object, ...], grid: Grid) -> float | None:
         """The first step to read for ``grid``, or None when the cache cannot serve it (read everything)."""
-        last = grid.start_s + (grid.n - 1) * grid.step_s
-        if self.key is None or digest(key) != self.key or not self.series or not grid.start_s <= self.last_s <= last \
-                or last - self.full_s >= self.refresh_s:
-            return None
-        return max(grid.start_s, self.last_s - (OVERLAP_STEPS - 1) * grid.step_s)
+        return fresh_start(Mark(self.key, bool(self.series), self.last_s, self.full_s, self.refresh_s), key, grid)
 
     def keep(self, key: tuple[object, ...], fresh: dict[str, pd.DataFrame], grid: Grid, first: float | None
              ) -> dict[str, pd.DataFrame]:
@@ -97,21 +89,6 @@ class UsageCache:
         self.key, self.series, self.last_s = digest(key), dict(series), last
         self.full_s = self.full_s if first is not None else last
         return series
-
-
-def reading(s: Settings) -> tuple[object, ...]:
-    """What selects and shapes the series a report reads: server, selection, node labels, step, history, the TTFT
-    objective misses are counted against, recorded series. The report cache's file (``store.file_for``) and the
-    key a collection checks its cache with (``collect._collect``) are both made from it."""
-    p = s.prometheus
-    return (p.url.rstrip("/") if p.url else None, Scope.of(s.namespaces, p), p.node_labels,
-            step_for(s.history_s, p), s.history_s, s.scaling.ttft_objective_s, p.recording_rules,
-            tuple(sorted(p.recorded_series.items())))
-
-
-def digest(key: tuple[object, ...]) -> str:
-    """A collection's key as a hash of its repr (strings, numbers, frozen dataclasses: stable across runs)."""
-    return hashlib.sha256(repr(key).encode("utf-8")).hexdigest()
 
 
 def join_usage(cached: Mapping[str, pd.DataFrame], fresh: dict[str, pd.DataFrame], grid: Grid, fresh_start: float

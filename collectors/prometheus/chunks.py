@@ -1,5 +1,5 @@
-"""How a collection's window is cut into range queries: the step (about ``target_points`` over the history,
-never below the scrape interval), the range of ``rate()`` at that step, and time chunks small enough that no
+"""How a collection's window is cut into range queries: its grid, the step (about ``target_points`` over the
+history, never below the scrape interval), the range of ``rate()`` at that step, and time chunks small enough that no
 query returns more than ``max_points_per_series`` points per series, makes the server hold more samples at once
 than ``max_samples_per_query`` or than fit in ``query_memory_mib`` (:func:`held_samples`), or returns more
 than ``max_points_per_query`` points in all (the last bounds our memory while one answer is parsed).
@@ -10,8 +10,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from recommender.core.settings_sources import PrometheusSettings
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Grid:
+    """The evaluation timestamps of the whole window: ``start_s + k * step_s`` for k in [0, n)."""
+
+    start_s: float
+    step_s: float
+    n: int
+
+    def index(self) -> pd.DatetimeIndex:
+        import pandas as pd  # here only: the window and the census are planned before pandas is imported
+
+        return pd.date_range(pd.Timestamp(self.start_s, unit="s", tz="UTC"), periods=self.n,
+                             freq=pd.Timedelta(seconds=self.step_s))
 
 
 def step_for(history_s: float, p: PrometheusSettings) -> float:

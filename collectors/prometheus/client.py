@@ -19,6 +19,7 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -27,7 +28,6 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from collectors.prometheus.points import decode_many as decode_points
 from recommender.core.errors import PrometheusError
 from recommender.core.settings_sources import PrometheusSettings
 
@@ -168,6 +168,8 @@ class PromClient:
         self._headers, self._auth, self._session = headers or None, auth, _session(p)
         self._prom = PrometheusConnect(url=self.url, headers=self._headers, auth=auth, session=self._session,
                                        retry=Retry(total=0, raise_on_status=False), timeout=p.timeout_s)
+        self._lock = threading.Lock()
+        self._promised: dict[str, Future[Result]] = {}  # request -> its answer, sent ahead (``promise``)
         self._in_flight: int | None = None
         self._cores: tuple[int | None] | None = None  # the runtime page's answer, once asked
 
@@ -208,15 +210,42 @@ class PromClient:
 
     def query(self, promql: str, at_s: float) -> Result:
         """An instant query at ``at_s`` (unix seconds)."""
-        _log_query("query", {"query": promql, "time": at_s})
-        return self._call(lambda: self._prom.custom_query(promql, params={"time": at_s}), promql)
+        return self._answer("query", {"query": promql, "time": at_s})
 
     def query_range(self, promql: str, start_s: float, end_s: float, step_s: float) -> Result:
         """A range query; ``start_s``/``end_s`` are on the step grid, so chunks join without gaps."""
-        params = {"query": promql, "start": round(start_s), "end": round(end_s), "step": f"{step_s:g}s",
-                  "stats": "all"}  # the samples it loaded and held, for the cost line
-        _log_query("query_range", params)
+        return self._answer("query_range", range_params(promql, start_s, end_s, step_s))
+
+    def promise(self, endpoint: str, params: dict[str, Any]) -> Future[Result]:
+        """A future answer to the request ``endpoint`` (``query`` or ``query_range``) with ``params`` (as
+        :func:`range_params` makes them), which that request, when made, waits for instead of asking the server
+        again; whoever promised it sets its result or exception (``ahead``: sent before the collector imports)."""
+        future: Future[Result] = Future()
+        with self._lock:
+            self._promised[_request_key(endpoint, params)] = future
+        return future
+
+    @property
+    def promised(self) -> int:
+        """Requests promised (:meth:`promise`) that no request has taken yet."""
+        with self._lock:
+            return len(self._promised)
+
+    def send(self, endpoint: str, params: dict[str, Any]) -> Result:
+        """Ask the server now, whatever was promised."""
+        _log_query(endpoint, params)
+        promql = str(params["query"])
+        if endpoint == "query":
+            return self._call(lambda: self._prom.custom_query(promql, params={"time": params["time"]}), promql)
         return self._call(lambda: self._range(params), promql)
+
+    def _answer(self, endpoint: str, params: dict[str, Any]) -> Result:
+        if self._promised:
+            with self._lock:
+                promised = self._promised.pop(_request_key(endpoint, params), None)
+            if promised is not None:
+                return promised.result()
+        return self.send(endpoint, params)
 
     def series(self, match: str, start_s: float, end_s: float) -> Result:
         """The series ``match`` selects with a chunk of samples within ``start_s``–``end_s``, each as ``{"metric":
@@ -242,7 +271,9 @@ class PromClient:
         if samples:
             self.stats.loaded(samples.get("totalQueryableSamples", 0), samples.get("peakSamples", 0))
         result = data["result"]
-        points = iter(decode_points([item["values"] for item in result if "values" in item]))
+        from collectors.prometheus.points import decode_many  # numpy: imported by then, or while the answer came
+
+        points = iter(decode_many([item["values"] for item in result if "values" in item]))
         answer = Answer({"metric": item["metric"], "values": next(points)} if "values" in item
                         else {"metric": item["metric"]} for item in result)
         answer.peak_samples = samples.get("peakSamples")
@@ -331,6 +362,16 @@ class PromClient:
         if status >= 500:
             return _Transient(f"{where} failed (HTTP {status}): {detail}")
         return PrometheusError(f"{where} rejected a query (HTTP {status}): {detail} — query: {_short(what)}")
+
+
+def range_params(promql: str, start_s: float, end_s: float, step_s: float) -> dict[str, Any]:
+    """A range query's parameters as the server gets them (``stats``: the samples it loaded and held, for the
+    cost line)."""
+    return {"query": promql, "start": round(start_s), "end": round(end_s), "step": f"{step_s:g}s", "stats": "all"}
+
+
+def _request_key(endpoint: str, params: dict[str, Any]) -> str:
+    return json.dumps([endpoint, params], sort_keys=True)
 
 
 QUERY_LOG_ENV = "RIGHTSIZER_QUERY_LOG"  # a file: each query appended as a JSON line (benchmarks/scale.py)

@@ -6,7 +6,7 @@ and chunks are sized to the fleet), then every (family, chunk) query and the coa
 pool of ``max_workers``. A query the server refuses as too large is halved and retried.
 
 A loop (the controller) passes a :class:`UsageCache`: then only the steps added since its last
-collection are read (and the last ``OVERLAP_STEPS`` again), usage and inventory alike, and joined to
+collection are read (and the last ``cachefile.OVERLAP_STEPS`` again), usage and inventory alike, and joined to
 what it already holds, instead of the whole history every cycle.
 """
 
@@ -24,13 +24,15 @@ import numpy as np
 import pandas as pd
 
 from collectors.pods import PodDevices, PodUsage, pod_key
-from collectors.prometheus import chunks, parse, queries, rules
-from collectors.prometheus.cache import UsageCache, reading
-from collectors.prometheus.chunks import Chunk
+from collectors.prometheus import census, chunks, parse, queries, rules
+from collectors.prometheus.cache import UsageCache
+from collectors.prometheus.cachefile import reading
+from collectors.prometheus.census import RULE_CENSUS
+from collectors.prometheus.chunks import Chunk, Grid
 from collectors.prometheus.client import NoSeriesListing, PromClient, PrometheusLimitError, QueryStats
 from collectors.prometheus.devices import DeviceTable, gpu_nodes
 from collectors.prometheus.jobs import GPU_NODES, Job, plan, run_jobs
-from collectors.prometheus.parse import Accumulator, Grid, Result
+from collectors.prometheus.parse import Accumulator, Result
 from collectors.prometheus.queries import Scope
 from collectors.prometheus.rules import RulePlan
 from collectors.prometheus.window import Window, window_for
@@ -175,7 +177,6 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
     return None if replicas is None or replicas.columns.empty else replicas[sorted(replicas.columns)]
 
 
-RULE_CENSUS = "rule census"
 RULE_LISTINGS = "listing recorded series"  # the progress task of the recorded series' census
 CENSUS_LOOKBACK_S = rules.LOOKBACK_S  # the census counts what the first inventory step sees
 
@@ -194,32 +195,29 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     Prometheus itself, whose listings are as fine as its chunks (:func:`_listed_rules`; coverage needs them at
     each step), else by a query of their own; returns the counts and the range of that census."""
     counts: dict[str, int] = dict(known or {})
-    listed = False
 
     def merge(job: Job, result: Result) -> None:
         if job.key == RULE_CENSUS and recorded is not None:
-            for item in result:
-                recorded.setdefault(str((item.get("metric") or {}).get("__name__")), []).extend(
-                    item.get("values") or [])
+            census.add_recorded(recorded, result)
             return
         parse.keep_most(counts, parse.series_counts(result))
 
-    span = rules.census_since(since, win.coarse, win.window_s) if since is not None else rules.census_chunk(win.coarse)
     jobs: list[Job] = []
-    if since is not None:  # a few new steps: counted at each (a listing would name every series of the fleet)
-        jobs.append(Job("census", queries.census_query(queries.census_selector(scope)), since, 0))
-        rule_cut = [span]
+    if since is not None:  # a few new steps (the asks ``ahead`` may have sent before the imports)
+        asks, span = census.since_asks(scope, win, p, since)
+        jobs = [Job(a.key, a.promql, a.chunk, i) for i, a in enumerate(asks)]
     else:
+        span = rules.census_chunk(win.coarse)
         found, listed = _raw_counts(client, scope, win.coarse, p, progress)
         parse.keep_most(counts, found)
-        # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
-        # series selected twice: held as two samples a series and step (as sample_s = step counts them)
-        per = chunks.steps_per_chunk(max(sum(found.values()), 1), span.step_s, p, sample_s=span.step_s)
-        rule_cut = chunks.chunks(span.start_s, span.end_s, span.step_s, per)
-    if recorded is not None and not (since is None and listed and client.is_prometheus
-                                     and _listed_rules(client, scope, p, span, recorded, progress)):
-        rule_promql = rules.census_query(scope, p)
-        jobs += [Job(RULE_CENSUS, rule_promql, c, len(jobs) + i) for i, c in enumerate(rule_cut)]
+        if recorded is not None and not (listed and client.is_prometheus
+                                         and _listed_rules(client, scope, p, span, recorded, progress)):
+            # recorded series: one per pod and family per kind of rule, about as many as the raw ones, the step
+            # series selected twice: held as two samples a series and step (as sample_s = step counts them)
+            per = chunks.steps_per_chunk(max(sum(found.values()), 1), span.step_s, p, sample_s=span.step_s)
+            rule_promql = rules.census_query(scope, p)
+            jobs = [Job(RULE_CENSUS, rule_promql, c, i)
+                    for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))]
     if jobs:
         run_jobs(client, jobs, merge, progress, "counting series")
     return counts, span
@@ -293,9 +291,8 @@ def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSetti
                span: Chunk, objective_s: float, recorded: dict[str, list[list[object]]]) -> RulePlan:
     """Which families recording rules cover over ``fine``, from the census' counts of recorded series at each
     step of ``span`` and one instant query for their evaluation intervals."""
-    present = rules.coverage([{"metric": {"__name__": k}, "values": v} for k, v in recorded.items()], span)
-    every = rules.intervals(client.query(rules.interval_query(present, scope, span.end_s), span.end_s), present,
-                            span.end_s) if present else {}
+    present, promql = census.interval_ask(recorded, span, scope)
+    every = rules.intervals(client.query(promql, span.end_s), present, span.end_s) if promql is not None else {}
     return rules.choose(present, every, p, win.window_s, fine, objective_s)
 
 

@@ -19,24 +19,12 @@ import numpy as np
 import pandas as pd
 
 from collectors.pods import PodOwner, PodRequests, VllmInfo, pod_key
+from collectors.prometheus.chunks import Grid
 from collectors.prometheus.points import Points
 from recommender.core.inventory import MAX_TOKENS
 
 Result = list[dict[str, Any]]
 Latest = list[tuple[dict[str, str], float, float]]  # (labels, last finite value, its time), oldest first
-
-
-@dataclass
-class Grid:
-    """The evaluation timestamps of the whole window: ``start_s + k * step_s`` for k in [0, n)."""
-
-    start_s: float
-    step_s: float
-    n: int
-
-    def index(self) -> pd.DatetimeIndex:
-        return pd.date_range(pd.Timestamp(self.start_s, unit="s", tz="UTC"), periods=self.n,
-                             freq=pd.Timedelta(seconds=self.step_s))
 
 
 @dataclass

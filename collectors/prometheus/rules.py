@@ -36,9 +36,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from collectors.prometheus.chunks import Chunk
-from collectors.prometheus.parse import Result
 from collectors.prometheus.queries import FAMILIES, Family, Scope, quote, regex_alternatives, usage_query
 from recommender.core.settings_scaling import ScalingSettings
 from recommender.core.settings_sources import (
@@ -47,6 +47,9 @@ from recommender.core.settings_sources import (
     recorded_metric_name,
     recorded_range_s,
 )
+
+if TYPE_CHECKING:  # pandas' module: the census and its rule plan are made before pandas is imported
+    from collectors.prometheus.parse import Result
 
 PREFIX = "namespace_pod:"  # the shipped rules' names: namespace_pod:<canonical metric>:<range>
 STEP = "step"  # the shipped step series: namespace_pod:<canonical metric>:step<S>

@@ -1,5 +1,5 @@
 """A :class:`UsageCache` kept on disk between reports, so that the next report over the same cluster reads only
-the steps added since (and the last ``OVERLAP_STEPS`` again), as the controller loop does in memory.
+the steps added since (and the last ``cachefile.OVERLAP_STEPS`` again), as the controller loop does in memory.
 
 One file per server, selection, step and history, named by a hash of them (the URL and selectors are never
 stored in clear; credentials never reach the cache at all): a changed query, selection, step or URL finds no
@@ -18,11 +18,9 @@ changed nothing the file holds (the same window again) does not write it.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
-import os
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -33,38 +31,21 @@ from typing import Any, BinaryIO
 import numpy as np
 import pandas as pd
 
-from collectors.prometheus.cache import Frames, UsageCache, reading
+from collectors.prometheus.cache import Frames, UsageCache
+from collectors.prometheus.cachefile import FORMAT_VERSION, LENGTH_BYTES, MAGIC, file_for, writable
 from collectors.prometheus.devices import DeviceTable
 from recommender.core import framing
 from recommender.core.memory import give_back_freed
 from recommender.core.settings import Settings
 
-FORMAT_VERSION = 4  # 2: each frame one Parquet column, its index and columns in the header; 3: zstd chunks;
-# 4: a float32 frame kept at float32 (its dtype in the header), not widened to float64
 # the dtypes a frame's values are kept at, by the name the header gives
 _DTYPES: dict[str, np.dtype[Any]] = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}
-MAGIC = b"gpu-rightsizer usage cache\n"
-APP = "gpu-rightsizer"
-_LENGTH = 8  # bytes of the header's length
 _CHUNK = 1 << 20  # bytes of the body streamed at a time
 _ROWS = 1 << 18  # values per zstd chunk (2 MiB before compression: what writing holds besides the frame)
 
 
 class CacheFileError(Exception):
     """A cache file that cannot be used (not ours, another version, truncated, altered); the message says why."""
-
-
-def default_dir() -> Path:
-    """The user's cache folder: ``$XDG_CACHE_HOME/gpu-rightsizer``, else ``~/.cache/gpu-rightsizer``."""
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / APP
-
-
-def file_for(folder: Path, s: Settings) -> Path:
-    """The cache file of one reading of the cluster (``cache.reading``: server, selection, step, history, ...), named
-    by a hash of it: none of it is in the name."""
-    return folder / f"usage-{hashlib.sha256(repr(reading(s)).encode('utf-8')).hexdigest()[:32]}.cache"
 
 
 def dumps(cache: UsageCache) -> bytes:
@@ -79,7 +60,7 @@ def _body(cache: UsageCache, spool: BinaryIO) -> Iterator[bytes | memoryview]:
     header = {"version": FORMAT_VERSION, "usage": _state(cache, "usage", spool),
               "workloads": _state(cache.workloads, "workloads", spool) if cache.workloads is not None else None}
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    yield len(head).to_bytes(_LENGTH, "big") + head
+    yield len(head).to_bytes(LENGTH_BYTES, "big") + head
     del header, head
     spool.seek(0)
     while chunk := spool.read(_CHUNK):
@@ -96,9 +77,9 @@ def _loads(data: bytes, lazy: bool = False) -> tuple[UsageCache, dict[str, Any]]
     the frames decoded on a thread of their own (:class:`Frames`: a decoding error is raised when one is read)."""
     body = framing.read(data, MAGIC, FORMAT_VERSION, "gpu-rightsizer usage cache", CacheFileError)
     try:
-        size = int.from_bytes(body[:_LENGTH], "big")
-        header = json.loads(bytes(body[_LENGTH:_LENGTH + size]))
-        blobs = body[_LENGTH + size:]
+        size = int.from_bytes(body[:LENGTH_BYTES], "big")
+        header = json.loads(bytes(body[LENGTH_BYTES:LENGTH_BYTES + size]))
+        blobs = body[LENGTH_BYTES + size:]
         if header.get("version") != FORMAT_VERSION:
             raise CacheFileError("header of another version")
         cache = _restore(header["usage"], blobs, lazy)
@@ -323,7 +304,7 @@ class DiskCache:
         or None and why when the folder cannot be used."""
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # it names the cluster's pods
-            if not os.access(self.folder, os.W_OK | os.X_OK):
+            if not writable(self.folder):
                 raise PermissionError(f"{self.folder} is not writable")
         except OSError as exc:
             return self._broken(f"cache folder {self.folder} cannot be used ({_why(exc)})")

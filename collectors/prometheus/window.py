@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from collectors.prometheus import chunks
-from collectors.prometheus.chunks import Chunk
-from collectors.prometheus.parse import Grid
+from collectors.prometheus.chunks import Chunk, Grid
 from recommender.core.settings_sources import PrometheusSettings
 
 INVENTORY_POINTS = 336  # coarse inventory series: hourly over 14 days

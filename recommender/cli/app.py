@@ -20,6 +20,7 @@ from recommender.core.usage import Snapshot
 
 if TYPE_CHECKING:
     from collectors.prometheus.cache import UsageCache
+    from collectors.prometheus.client import PromClient
     from recommender.cli.reportmemo import ReportMemo
     from recommender.controller.policy import LabelSelector
     from recommender.pipeline.memostore import DiskMemo
@@ -75,10 +76,11 @@ class RichProgress:
 
 
 def collect(source: str, path: str | None, settings: Settings, end: datetime, cache: UsageCache | None = None,
-            progress: RichProgress | None = None) -> Snapshot:
-    """One snapshot from a source; ``cache`` (a loop's) lets the Prometheus source read only new steps."""
+            progress: RichProgress | None = None, client: PromClient | None = None) -> Snapshot:
+    """One snapshot from a source; ``cache`` (a loop's) lets the Prometheus source read only new steps, with
+    ``client`` where one was made before (``collectors.prometheus.ahead``)."""
     with nullcontext(progress) if progress is not None else RichProgress() as shown:
-        return get_source(source)(SourceRequest(settings, end, path, cache), shown)
+        return get_source(source)(SourceRequest(settings, end, path, cache, client), shown)
 
 
 def collect_once(source: str, path: str | None, settings: Settings, end: datetime) -> Snapshot:
@@ -102,8 +104,8 @@ class _LazyMemo:
         return memo, memo.load()
 
 
-def _collect_cached(source: str, path: str | None, settings: Settings, end: datetime, with_memo: bool = False
-                    ) -> tuple[Snapshot, _LazyMemo | None, ReportMemo | None]:
+def _collect_cached(source: str, path: str | None, settings: Settings, end: datetime, with_memo: bool = False,
+                    client: PromClient | None = None) -> tuple[Snapshot, _LazyMemo | None, ReportMemo | None]:
     """:func:`collect_once`, and (``with_memo``) the pipeline's memo (where it lies: made and read on a report
     memo's miss) and the report memo beside the cache file (``recommender.pipeline.memostore``,
     ``recommender.cli.reportmemo``): None where the cache is off or its folder cannot be used. The cache folder
@@ -111,16 +113,17 @@ def _collect_cached(source: str, path: str | None, settings: Settings, end: date
     p = settings.prometheus
     if source != "prometheus" or not p.cache:
         return collect(source, path, settings, end), None, None
-    from collectors.prometheus.store import CacheFileError, DiskCache, default_dir
+    from collectors.prometheus.cachefile import cache_folder
+    from collectors.prometheus.store import CacheFileError, DiskCache
     from recommender.cli.reportmemo import ReportMemo
 
-    disk = DiskCache(Path(p.cache_dir).expanduser() if p.cache_dir else default_dir(), settings)
+    disk = DiskCache(cache_folder(p), settings)
     with RichProgress() as shown:
         cache, warning = disk.load()
         if warning:
             shown.log(f"warning: {warning}")
         try:
-            snap = collect(source, path, settings, end, cache, shown)
+            snap = collect(source, path, settings, end, cache, shown, client)
         except CacheFileError as exc:  # its frames, decoded while the queries ran, could not be read after all
             cache, warning = disk.discard(exc)
             shown.log(f"warning: {warning}")
@@ -147,15 +150,17 @@ def make_report_files(source: str, path: str | None, settings: Settings, end: da
 
 
 def make_reports(source: str, path: str | None, settings: Settings, end: datetime, fmts: tuple[str, ...],
-                 selector: LabelSelector | None = None) -> dict[str, tuple[str, dict[str, str]]]:
+                 selector: LabelSelector | None = None, client: PromClient | None = None
+                 ) -> dict[str, tuple[str, dict[str, str]]]:
     """Several formats of one plan (collected and planned once): format -> (report, files beside it);
-    ``selector`` keeps the workloads whose labels match (``-l``)."""
+    ``selector`` keeps the workloads whose labels match (``-l``); ``client``: Prometheus' where one was made
+    before (``collectors.prometheus.ahead``)."""
     from recommender.cli.reportmemo import FORMATS, report_key
     from recommender.outputs import PLAN_ONLY, get_companions, get_formatter
 
     # an unknown format fails before the run (those a report memo keeps are built in: looked up on a miss only)
     renderers = None if set(fmts) <= FORMATS else {f: (get_formatter(f), get_companions(f)) for f in fmts}
-    snap, lazy, whole = _collect_cached(source, path, settings, end, with_memo=True)
+    snap, lazy, whole = _collect_cached(source, path, settings, end, with_memo=True, client=client)
     if selector is not None:
         from recommender.cli.selector import select_labels  # the selector's parser (and apscheduler) only for -l
 

@@ -7,9 +7,10 @@ Expected failures (a dead Prometheus, a bad flag value, an empty namespace) end 
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +18,11 @@ from recommender.cli.controller import controller, rollback
 from recommender.cli.options import build_settings, cache_options, fail, parse_time, pick_source, source_options
 from recommender.cli.serve import serve
 from recommender.core.errors import RightsizerError
+
+if TYPE_CHECKING:
+    from collectors.prometheus.client import PromClient
+    from recommender.controller.policy import LabelSelector
+    from recommender.core.settings import Settings
 
 FORMATS = ("table", "wide", "json", "yaml", "csv", "markdown", "html")  # built in; plugins add more
 OUT_OF_MEMORY = ("ran out of memory (an allocation failed; any file it was writing is left as it was): fewer "
@@ -51,29 +57,37 @@ def report(output: str | None, output_file: str | None, legacy_fmt: str | None, 
            **opts: Any) -> None:
     """Dry-run report: what each GPU workload holds, uses, and should get."""
     from recommender.cli.gctune import fewer_collections, no_collection_at_exit
+    from recommender.cli.output import pick_formats, pick_selector
 
     no_collection_at_exit()
-    with fewer_collections(lambda: import_module("recommender.cli.app")):
-        _report(output, output_file, legacy_fmt, selector, **opts)
-
-
-def _report(output: str | None, output_file: str | None, legacy_fmt: str | None, selector: str | None,
-            **opts: Any) -> None:
-    from recommender.cli.app import make_reports
-    from recommender.cli.output import beside_path, format_paths, pick_formats, pick_selector, write_beside
-    from recommender.core.writes import check_file, write_file
-
     fmts = pick_formats(output, legacy_fmt)
     labels = pick_selector(selector)
     if len(fmts) > 1 and not output_file:
         fail(f"-o {','.join(fmts)} writes several files: add --output-file NAME (gives NAME.json, ...)")
     settings = build_settings(opts)
     name, path = pick_source(opts)
+    end = parse_time(opts.get("end_time"))
+    client = None
+    if name == "prometheus":  # a warm report's census, asked while the collector and pandas import
+        from collectors.prometheus.ahead import census_ahead
+
+        client = census_ahead(settings, end)
+    with fewer_collections(lambda: import_module("recommender.cli.app")):
+        _report(fmts, labels, output_file, settings, (name, path), end, client)
+
+
+def _report(fmts: tuple[str, ...], labels: LabelSelector | None, output_file: str | None, settings: Settings,
+            source: tuple[str, str | None], end: datetime, client: PromClient | None) -> None:
+    from recommender.cli.app import make_reports
+    from recommender.cli.output import beside_path, format_paths, write_beside
+    from recommender.core.writes import check_file, write_file
+
+    name, path = source
     paths = format_paths(output_file, fmts) if output_file else {}
     try:
         for dest in paths.values():
             check_file(dest)  # before the run, not after it
-        rendered = make_reports(name, path, settings, parse_time(opts.get("end_time")), fmts, labels)
+        rendered = make_reports(name, path, settings, end, fmts, labels, client)
         for fmt, dest in paths.items():
             write_file(dest, rendered[fmt][0])
             write_beside(dest, fmt, rendered[fmt][1])

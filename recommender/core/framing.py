@@ -15,10 +15,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-_DIGITS = 64  # hex digits of a SHA-256
+DIGITS = 64  # hex digits of a SHA-256
 
 
-def header(magic: bytes, version: int, digest: str = "0" * _DIGITS) -> bytes:
+def header(magic: bytes, version: int, digest: str = "0" * DIGITS) -> bytes:
     """The bytes before the body: the magic line, the version line and the checksum line."""
     return magic + f"{version}\n{digest}\n".encode("ascii")
 
@@ -64,8 +64,8 @@ def read(data: bytes, magic: bytes, version: int, what: str, error: type[Excepti
     found = bytes(view[at:end if end >= 0 else at + 20])
     if found != str(version).encode("ascii"):
         raise error(f"written in format {found[:20].decode('ascii', 'replace')!r}, this version reads {version}")
-    checksum, body = view[end + 1:end + 1 + _DIGITS], view[end + 2 + _DIGITS:]
-    if data[end + 1 + _DIGITS:end + 2 + _DIGITS] != b"\n" or \
+    checksum, body = view[end + 1:end + 1 + DIGITS], view[end + 2 + DIGITS:]
+    if data[end + 1 + DIGITS:end + 2 + DIGITS] != b"\n" or \
             hashlib.sha256(body).hexdigest().encode("ascii") != checksum:
         raise error("truncated or altered (checksum mismatch)")
     return body

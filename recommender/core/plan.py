@@ -8,12 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from recommender.core.advice import Advice
 from recommender.core.inventory import Allocation, Workload, WorkloadRef
+
+if TYPE_CHECKING:  # pandas only where a frame is made: ``-o`` is checked before it loads
+    import pandas as pd
 
 
 @dataclass(frozen=True)

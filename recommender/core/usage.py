@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from recommender.core.inventory import GpuNode, Workload, WorkloadRef
+
+if TYPE_CHECKING:  # pandas and numpy only where a series is read: the settings import this module (metric names)
+    import pandas as pd
 
 # Canonical usage metric names. Collectors fill these; features and policies read them.
 # Values are per workload (pods already aggregated by the rule in collectors.snapshot).
@@ -101,6 +102,9 @@ class Snapshot:
 
     def series(self, metric: str, ref: WorkloadRef) -> pd.Series | None:
         """One workload's series for one metric, or None when absent or all-NaN."""
+        import numpy as np
+        import pandas as pd
+
         frame = self.usage.get(metric)
         if frame is None or ref.key not in frame.columns:
             return None
