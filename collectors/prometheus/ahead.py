@@ -41,35 +41,45 @@ def census_ahead(s: Settings, end: datetime) -> PromClient | None:
         return None
     scope = Scope.of(s.namespaces, p)
     asks, span = census.since_asks(scope, win, p, Chunk(first, win.fine.end_s, win.grid.step_s))
+    rule_asks = [a for a in asks if a.key == census.RULE_CENSUS]
+    intervals = _Intervals(client, span, scope, len(rule_asks))
     for ask in asks:
         params = range_params(ask.promql, ask.chunk.start_s, ask.chunk.end_s, ask.chunk.step_s)
         promised = client.promise("query_range", params)
-        if ask.key == census.RULE_CENSUS:
-            _start(_then_intervals, client, promised, params, span, scope)
-        else:
-            _start(_keep, promised, partial(client.send, "query_range", params))
+        sent = partial(client.send, "query_range", params)
+        _start(intervals.after if ask.key == census.RULE_CENSUS else _keep, promised, sent)
     return client
 
 
-def _then_intervals(client: PromClient, promised: Future[Result], params: dict[str, object], span: Chunk,
-                    scope: Scope) -> None:
-    """The recorded census, then the intervals' query its answer calls for, promised before the census is handed
-    over (so the collection, woken by it, finds the intervals' promise)."""
-    try:
-        answer = client.send("query_range", params)
-    except BaseException as exc:
-        promised.set_exception(exc)
-        return
-    recorded: census.Recorded = {}
-    census.add_recorded(recorded, answer)
-    _, promql = census.interval_ask(recorded, span, scope)
-    if promql is None:
+class _Intervals:
+    """The intervals' query, once every recorded census answer is in: promised before the last of them is handed
+    over, so the collection, which asks it once all have come, finds it promised."""
+
+    def __init__(self, client: PromClient, span: Chunk, scope: Scope, answers: int) -> None:
+        self.client, self.span, self.scope = client, span, scope
+        self.left = answers
+        self.recorded: census.Recorded = {}
+        self.lock = threading.Lock()
+
+    def after(self, promised: Future[Result], send: Callable[[], Result]) -> None:
+        """Send one recorded census query; the last to answer promises (and then sends) the intervals' query."""
+        try:
+            answer = send()
+        except BaseException as exc:  # no intervals' query: the collection stops on this error, or asks itself
+            promised.set_exception(exc)
+            return
+        with self.lock:
+            census.add_recorded(self.recorded, answer)
+            self.left -= 1
+            last = self.left == 0
+        _, promql = census.interval_ask(self.recorded, self.span, self.scope) if last else (None, None)
+        if promql is None:
+            promised.set_result(answer)
+            return
+        query: dict[str, object] = {"query": promql, "time": self.span.end_s}
+        intervals = self.client.promise("query", query)
         promised.set_result(answer)
-        return
-    query: dict[str, object] = {"query": promql, "time": span.end_s}
-    intervals = client.promise("query", query)
-    promised.set_result(answer)
-    _keep(intervals, partial(client.send, "query", query))
+        _keep(intervals, partial(self.client.send, "query", query))
 
 
 def _keep(promised: Future[Result], send: Callable[[], Result]) -> None:

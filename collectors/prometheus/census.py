@@ -33,12 +33,15 @@ class Ask:
 
 def since_asks(scope: Scope, win: Window, p: PrometheusSettings, since: Chunk) -> tuple[list[Ask], Chunk]:
     """The census of the steps of ``since`` (a cached collection's new ones): the raw series counted at each
-    (a listing would name every series of the fleet) and, with ``recording_rules``, the recorded series at the
-    instants of :func:`rules.census_since`; and that range."""
+    (a listing would name every series of the fleet) and, with ``recording_rules``, the recorded series at each
+    instant of :func:`rules.census_since`, a query each (a range query loads every sample between its first and
+    last step, hours apart here; one instant, its lookback's); and that range."""
     span = rules.census_since(since, win.coarse, win.window_s)
     asks = [Ask(RAW_CENSUS, queries.census_query(queries.census_selector(scope)), since)]
     if p.recording_rules:
-        asks.append(Ask(RULE_CENSUS, rules.census_query(scope, p), span))
+        promql = rules.census_query(scope, p)
+        asks += [Ask(RULE_CENSUS, promql, Chunk(t, t, span.step_s))
+                 for t in (span.start_s + k * span.step_s for k in range(span.steps))]
     return asks, span
 
 
