@@ -47,6 +47,10 @@ def test_the_settings_file_reaches_the_prices_and_the_mechanisms(tmp_path: Path)
     ("scaling:\n  ttft_objective_s: -1\n", "error: invalid setting scaling.ttft_objective_s: "),
     ("- a\n- list\n", "expected a mapping of sections"),
     ("scaling: [unclosed\n", "error: --settings "),
+    # inserted into PromQL as names: anything else would be a query the server refuses, or another query
+    ("prometheus:\n  target_labels: [job, 'x) or vector(1']\n", "not a label a scrape adds: 'x) or vector(1'"),
+    ("prometheus:\n  target_labels: [__name__]\n", "not a label a scrape adds: '__name__'"),
+    ("prometheus:\n  target_labels: [job, pod]\n", "target_labels holds pod, the label of a pod's namespace or name"),
 ])
 def test_a_bad_settings_file_is_one_line_and_exit_2(tmp_path: Path, text: str, line: str) -> None:
     result = report(tmp_path, text)

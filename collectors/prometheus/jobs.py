@@ -60,7 +60,7 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
         "models": f"group by ({by}, model_name) ({scope.matchers(queries.RUNNING)})",
     }
     if with_ksm:
-        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra)
+        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra, scope.target_labels)
         out |= {
             "pod_owner": f"max by (namespace, pod, owner_kind, owner_name) ({ksm.matchers(queries.KSM_POD_OWNER)})",
             "rs_owner": "max by (namespace, replicaset, owner_kind, owner_name) "
@@ -68,7 +68,7 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
             "job_owner": "max by (namespace, job_name, owner_kind, owner_name) "
                          f"({ksm.matchers(queries.KSM_JOB_OWNER, pods=False)})",
             "requests": "sum by (namespace, pod, resource) "
-                        f"({ksm.matchers(queries.KSM_REQUESTS, also=_GPU_RESOURCES)})",
+                        f"({ksm.once(ksm.matchers(queries.KSM_REQUESTS, also=_GPU_RESOURCES))})",
         }
         if node_labels:
             out[GPU_NODES] = queries.node_query(scope, node_labels, int(win.coarse.step_s))

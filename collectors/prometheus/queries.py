@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from recommender.core import usage as m
 from recommender.core.settings_scaling import ScalingSettings
-from recommender.core.settings_sources import PrometheusSettings
+from recommender.core.settings_sources import TARGET_LABELS, PrometheusSettings
 from recommender.core.usage import within_objective
 
 # Names as exported. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9 (reference §9.1).
@@ -65,14 +65,21 @@ class Scope:
     namespace_label: str = "namespace"
     pod_label: str = "pod"
     extra: str = ""  # e.g. 'cluster="a"', added verbatim to every selector
+    target_labels: tuple[str, ...] = TARGET_LABELS  # what a scrape adds: one series scraped twice differs in them
 
     @classmethod
     def of(cls, namespaces: tuple[str, ...], p: PrometheusSettings) -> Scope:
-        return cls(tuple(sorted(set(namespaces))), p.namespace_label, p.pod_label, p.extra_selector.strip(" ,{}"))
+        return cls(tuple(sorted(set(namespaces))), p.namespace_label, p.pod_label, p.extra_selector.strip(" ,{}"),
+                   p.target_labels)
 
     @property
     def by(self) -> str:
         return f"{self.namespace_label}, {self.pod_label}"
+
+    def once(self, expr: str) -> str:
+        """``expr`` with each series scraped by several jobs (the same but for ``target_labels``) once, at its
+        largest value: to be summed per pod, where the copies would add up."""
+        return f"max without ({', '.join(self.target_labels)}) ({expr})" if self.target_labels else expr
 
     def matchers(self, names: tuple[str, ...] | str | None = None, *, pods: bool = True, also: str = "") -> str:
         """The label matchers of one selector, e.g. ``{__name__=~"a|b",namespace=~"x",pod!=""}``."""
@@ -153,7 +160,7 @@ def usage_query(metric: str, scope: Scope, window_s: int, objective_s: float | N
     by = scope.by + (", le" if fam.quantile else "")
 
     def reduce(names: tuple[str, ...]) -> str:
-        return f"{fam.agg} by ({by}) ({fam.over_time}({scope.matchers(names)}[{window_s}s]))"
+        return f"{fam.agg} by ({by}) ({_each(fam, scope, f'{fam.over_time}({scope.matchers(names)}[{window_s}s])')})"
 
     query = _with_growth(fam, scope, window_s) if fam.growth else reduce(fam.names)
     if fam.quantile is not None:
@@ -174,7 +181,8 @@ def over_objective_query(fam: Family, scope: Scope, window_s: int, objective_s: 
     """Observations per second above ``objective_s`` per pod: all of them (``le="+Inf"``) less those up to the
     objective (:func:`within_objective`). Clamped at 0: a restarted pod's counters fall."""
     def bucket(le: str) -> str:
-        return f"{fam.agg} by ({scope.by}) ({fam.over_time}({scope.matchers(fam.names, also=le)}[{window_s}s]))"
+        return (f"{fam.agg} by ({scope.by}) "
+                f"({_each(fam, scope, f'{fam.over_time}({scope.matchers(fam.names, also=le)}[{window_s}s])')})")
 
     terms = [bucket(_le(b)) if w == 1.0 else f"{bucket(_le(b))} * {w:.6g}" for b, w in within_objective(objective_s)]
     within = terms[0] if len(terms) == 1 else f"({' + '.join(terms)})"
@@ -192,7 +200,13 @@ def _with_growth(fam: Family, scope: Scope, window_s: int) -> str:
         return f'label_replace({fn}({scope.matchers(names)}[{window_s}s]), "{GROWTH_LABEL}", "{tag}", "", "")'
 
     terms = [term(fam.over_time, fam.names, "rate"), *(term("deriv", g, g[0]) for g in fam.growth)]
-    return f"clamp_min({fam.agg} by ({scope.by}) ({' or '.join(terms)}), 0)"
+    return f"clamp_min({fam.agg} by ({scope.by}) ({_each(fam, scope, ' or '.join(terms))}), 0)"
+
+
+def _each(fam: Family, scope: Scope, expr: str) -> str:
+    """``expr``'s series as ``fam`` combines them per pod: a sum reads a series scraped twice once
+    (:meth:`Scope.once`); a max is the same either way."""
+    return scope.once(expr) if fam.agg == "sum" else expr
 
 
 def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], window_s: int, extra: str = "") -> str:

@@ -19,6 +19,8 @@ RECORDABLE = (m.FB_USED_MIB, m.GR_ENGINE_ACTIVE_FRAC, m.SM_ACTIVE_FRAC, m.POWER_
               m.REQUESTS_WAITING, m.REQUESTS_RUNNING, m.REQUEST_RATE, m.PROMPT_TOKENS_RATE,
               m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.TTFT_P95_S, m.TTFT_OVER_OBJECTIVE_RATE)
 _DURATION = re.compile(r"(\d+)([smh])")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus' label names
+TARGET_LABELS = ("job", "instance", "service", "endpoint")  # what scrapes add: prometheus.target_labels' default
 _UNIT_S = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -124,6 +126,27 @@ class PrometheusSettings(BaseModel):
                     "Kubernetes API is not.",
     )
     extra_selector: str = Field("", description='Extra label matchers added to every query, e.g. cluster="a".')
+    target_labels: tuple[str, ...] = Field(
+        TARGET_LABELS,
+        description="Labels the scrape adds (Prometheus' job and instance; the operator's service and endpoint): "
+                    "series that differ only in them are one series scraped by two jobs, and are read once (their "
+                    "largest value), not summed per pod.")
+
+    @field_validator("target_labels")
+    @classmethod
+    def _label_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [x for x in v if not _LABEL_NAME.fullmatch(x) or x in ("__name__", "le")]
+        if bad:
+            raise ValueError(f"not a label a scrape adds: {', '.join(map(repr, bad))}")
+        return v
+
+    @model_validator(mode="after")
+    def _target_labels_not_the_pods(self) -> PrometheusSettings:
+        mine = {self.namespace_label, self.pod_label} & set(self.target_labels)
+        if mine:
+            raise ValueError(f"target_labels holds {', '.join(sorted(mine))}, the label of a pod's namespace or name")
+        return self
+
     cache: bool = Field(True, description="Reports and snapshots keep what they read in cache_dir, so the next one "
                                           "over the same server, selection, step and history reads only new steps.")
     cache_dir: str | None = Field(None, description="Folder of that cache; default $XDG_CACHE_HOME/gpu-rightsizer "
