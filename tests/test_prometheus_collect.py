@@ -430,6 +430,18 @@ def _window(cluster: Cluster, hours_before_end: float) -> tuple[datetime, dateti
     return end - timedelta(hours=pc.HOURS), end
 
 
+def _without_once(promql: str) -> str:
+    """``promql`` without its ``max without (<target labels>) (...)`` wrappers (``Scope.once``)."""
+    while (at := promql.find("max without (")) >= 0:
+        start = promql.index("(", promql.index(")", at)) + 1
+        depth, end = 1, start
+        while depth:
+            depth += {"(": 1, ")": -1}.get(promql[end], 0)
+            end += 1
+        promql = promql[:at] + promql[start:end - 1] + promql[end:]
+    return promql
+
+
 def test_a_cache_reads_only_the_new_steps_and_gives_what_a_full_collection_gives(cluster: Cluster) -> None:
     s = settings(cluster.url)
     cache = UsageCache()
@@ -448,10 +460,14 @@ def test_a_cache_reads_only_the_new_steps_and_gives_what_a_full_collection_gives
     # index instead)
     raw_census = "count by (__name__) (" + census_selector(Scope.of((), s.prometheus)) + ")"
     counted = {x for x in again.sent if x.startswith("count by (__name__)")}
-    assert set(again.sent) - counted == set(whole.sent) and raw_census in counted and len(counted) == 2
-    # the census of recorded series (none here) at its own coarse step: a few instants, 6 h back and to the end
-    ((first, last, step),) = [(a, b, step) for q, a, b, step in again.ranges if "namespace_pod:" in q]
-    assert last == max(b for _, _, b, _ in whole.ranges) and last - first >= 6 * 3600 and (last - first) / step <= 6
+    # (a warm read takes each series once before summing, as nothing listed says none was scraped twice meanwhile)
+    assert {_without_once(q) for q in set(again.sent) - counted} == {_without_once(q) for q in whole.sent}
+    assert raw_census in counted and len(counted) == 2
+    # the census of recorded series (none here) at its own coarse step: a few instants, 6 h back and to the end,
+    # a query each (one range query over them loaded every sample between)
+    instants = sorted((a, b) for q, a, b, _ in again.ranges if "namespace_pod:" in q)
+    assert all(a == b for a, b in instants) and 2 <= len(instants) <= 7
+    assert instants[-1][0] == max(b for _, _, b, _ in whole.ranges) and instants[-1][0] - instants[0][0] >= 6 * 3600
     assert all(round((b - a) / WINDOW_S) + 1 <= 3 * 3600 / WINDOW_S + OVERLAP_STEPS for q, a, b, _ in again.ranges
                if "namespace_pod:" not in q)
 

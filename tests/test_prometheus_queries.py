@@ -343,7 +343,7 @@ def test_the_over_objective_query_reads_the_vllm_buckets_around_the_objective() 
 
     # 2 s lies between vLLM's 1.0 and 2.5 bounds: 1/3 of the first, 2/3 of the second; "1" or "1.0" matches
     assert 'le=~"1|1\\\\.0"}' in query(2.0)
-    assert '* 0.333333 + ' in query(2.0) and 'le="2.5"}[120s])) * 0.666667' in query(2.0)
+    assert '* 0.333333 + ' in query(2.0) and 'le="2.5"}[120s]))) * 0.666667' in query(2.0)
     assert query(2.5).count("le=") == 2 and "*" not in query(2.5)  # +Inf less the bound itself
     assert 'le="0.001"' in query(0.0005) and query(0.0005).count("le=") == 2  # below the first: half of it
     assert 'le=~"2560|2560\\\\.0"' in query(5000.0)  # past the last: the rate above it

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -183,7 +183,7 @@ CENSUS_LOOKBACK_S = rules.LOOKBACK_S  # the census counts what the first invento
 
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
             since: Chunk | None = None, known: dict[str, int] | None = None,
-            recorded: dict[str, list[list[object]]] | None = None) -> tuple[dict[str, int], Chunk]:
+            recorded: dict[str, list[list[object]]] | None = None) -> tuple[dict[str, int], Chunk, int | None]:
     """Series per exported name over the window, listed from the server's index (:func:`_raw_counts`): no sample
     is read, where counting at each inventory step decoded every sample of every raw series and mapped all their
     blocks into the server's memory. A series counts once whatever part of the window it covers, so a pod
@@ -193,7 +193,8 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     well at the coarser steps of :func:`rules.census_chunk` (or :func:`rules.census_since`), their counts at each
     step kept in ``recorded``: listed at each step where the raw series could be listed at once and the server is
     Prometheus itself, whose listings are as fine as its chunks (:func:`_listed_rules`; coverage needs them at
-    each step), else by a query of their own; returns the counts and the range of that census."""
+    each step), else by a query of their own; returns the counts, the range of that census and how many raw
+    series are another scraped again (:class:`RawCensus`; None where not all were listed)."""
     counts: dict[str, int] = dict(known or {})
 
     def merge(job: Job, result: Result) -> None:
@@ -203,12 +204,14 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         parse.keep_most(counts, parse.series_counts(result))
 
     jobs: list[Job] = []
+    twice = None
     if since is not None:  # a few new steps (the asks ``ahead`` may have sent before the imports)
         asks, span = census.since_asks(scope, win, p, since)
         jobs = [Job(a.key, a.promql, a.chunk, i) for i, a in enumerate(asks)]
     else:
         span = rules.census_chunk(win.coarse)
-        found, listed = _raw_counts(client, scope, win.coarse, p, progress)
+        raw = _raw_counts(client, scope, win.coarse, p, progress)
+        found, listed, twice = raw.counts, raw.listed, raw.twice
         parse.keep_most(counts, found)
         if recorded is not None and not (listed and client.is_prometheus
                                          and _listed_rules(client, scope, p, span, recorded, progress)):
@@ -220,7 +223,7 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
                     for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))]
     if jobs:
         run_jobs(client, jobs, merge, progress, "counting series")
-    return counts, span
+    return counts, span, twice
 
 
 def _listed_rules(client: PromClient, scope: Scope, p: PrometheusSettings, span: Chunk,
@@ -246,31 +249,46 @@ def _listed_rules(client: PromClient, scope: Scope, p: PrometheusSettings, span:
     return True
 
 
+@dataclass(frozen=True)
+class RawCensus:
+    """Series per exported name, whether the server listed them all at once, and how many of them are another
+    series scraped again by another job (``parse.scraped_twice``; None where some were counted, not listed)."""
+
+    counts: dict[str, int]
+    listed: bool
+    twice: int | None
+
+
 def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSettings, progress: Progress
-                ) -> tuple[dict[str, int], bool]:
-    """Series per exported name over ``span`` (and an instant lookback before it), listed by the server, and
-    whether it listed them all at once. A server that caps what one listing returns (VictoriaMetrics'
+                ) -> RawCensus:
+    """Series per exported name over ``span`` (and an instant lookback before it), listed by the server
+    (:class:`RawCensus`). A server that caps what one listing returns (VictoriaMetrics'
     ``-search.maxSeries``) is asked one name at a time, and a name it still refuses is counted by a query at each
     of ``span``'s steps: the most series it had at once. A gateway that passes only the query endpoints (404, 405
     or 501 from the listing, or 403: a check query has passed by then) has every name counted that way, as the
     census always did."""
     start_s = span.start_s - CENSUS_LOOKBACK_S
     try:
-        return parse.series_names(client.series(queries.census_selector(scope), start_s, span.end_s)), True
+        listing = client.series(queries.census_selector(scope), start_s, span.end_s)
+        return RawCensus(parse.series_names(listing), True, parse.scraped_twice(listing, p.target_labels))
     except PrometheusLimitError:
         listable = queries.CENSUS_NAMES
     except NoSeriesListing as exc:
         progress.log(f"{exc}: counting series at each inventory step instead")
         listable = ()
     counts: dict[str, int] = {}
+    twice = 0
     refused = [name for name in queries.CENSUS_NAMES if name not in listable]
     for name in listable:
         try:
-            counts |= parse.series_names(client.series(queries.census_selector(scope, (name,)), start_s, span.end_s))
+            listing = client.series(queries.census_selector(scope, (name,)), start_s, span.end_s)
         except PrometheusLimitError:
             refused.append(name)
+            continue
+        counts |= parse.series_names(listing)
+        twice += parse.scraped_twice(listing, p.target_labels)
     if not refused:
-        return counts, False
+        return RawCensus(counts, False, twice)
 
     def merge(job: Job, result: Result) -> None:
         parse.keep_most(counts, parse.series_counts(result))
@@ -284,7 +302,7 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     run_jobs(client, [Job("census", queries.census_query(selector), c, i)
                       for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))], merge,
              progress, "counting series")
-    return counts, False
+    return RawCensus(counts, False, None)
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
@@ -309,10 +327,15 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
-        counts, span = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
+        counts, span, twice = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
     else:
-        counts, span = _census(client, scope, win, p, progress, recorded=recorded)
+        counts, span, twice = _census(client, scope, win, p, progress, recorded=recorded)
+    if twice == 0:  # listed, each once: nothing to take once before it is summed per pod (a costly aggregation)
+        scope = replace(scope, target_labels=())
+    elif twice:
+        progress.log(f"note: {twice:,} series are another one scraped again by another job (the same labels but "
+                     f"{', '.join(p.target_labels)}): each is read once")
     rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, span, objective_s, recorded) \
         if recorded is not None else None
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)

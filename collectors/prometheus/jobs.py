@@ -21,7 +21,7 @@ from collectors.prometheus.rules import RulePlan, recorded_query, segments, step
 from collectors.prometheus.window import Window
 from recommender.core.memory import give_back_freed
 from recommender.core.progress import Progress
-from recommender.core.settings_sources import PrometheusSettings
+from recommender.core.settings_sources import TARGET_LABELS, PrometheusSettings
 
 MAX_SPLITS = 6  # a chunk is halved at most this often (1/64 of its steps) before we give up
 _DEVICE_LABELS = ("UUID", "uuid", "gpu", "Hostname", "GPU_I_ID", "GPU_I_PROFILE", "modelName")
@@ -48,10 +48,11 @@ class Job:
         return self.key, self.promql, self.shift_s, self.chunk.step_s
 
 
-def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tuple[str, ...] = ()
-                      ) -> dict[str, str]:
+def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tuple[str, ...] = (),
+                      target_labels: tuple[str, ...] = TARGET_LABELS) -> dict[str, str]:
     """Coarse queries for what the spec cannot say: devices, vLLM config, and (without the API) owners
-    and GPU nodes."""
+    and GPU nodes. ``target_labels``: what a scrape adds, so kube-state-metrics scraped twice is read once (the
+    census, which sees only the exporters' series, cannot tell)."""
     by = scope.by
     out = {
         "devices": queries.device_query(scope, tuple(dict.fromkeys((*_DEVICE_LABELS, *node_labels)))),
@@ -60,7 +61,7 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
         "models": f"group by ({by}, model_name) ({scope.matchers(queries.RUNNING)})",
     }
     if with_ksm:
-        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra, scope.target_labels)
+        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra, target_labels)
         out |= {
             "pod_owner": f"max by (namespace, pod, owner_kind, owner_name) ({ksm.matchers(queries.KSM_POD_OWNER)})",
             "rs_owner": "max by (namespace, replicaset, owner_kind, owner_name) "
@@ -116,7 +117,7 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
                      for c in chunks.chunks(f.start_s, f.end_s, f.step_s, cost.steps(step, p))]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
-    for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels).items():
+    for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels, p.target_labels).items():
         instant = "_over_time(" not in promql  # each selector's series and a result as large: 2 x selectors x pods
         spans = [fine] if fine is not None else coarse_chunks(win, p, pods * promql.count("{"), instant=instant)
         # GPU nodes as they are now: MIG devices an earlier layout had are gone

@@ -320,5 +320,20 @@ def series_names(result: Result) -> dict[str, int]:
     return counts
 
 
+def scraped_twice(result: Result, target_labels: Iterable[str]) -> int:
+    """``/api/v1/series`` answers → how many of their series another one equals but for ``target_labels`` (the
+    labels a scrape adds): one series scraped by more than one job."""
+    drop = frozenset(target_labels)
+    seen: set[frozenset[tuple[str, str]]] = set()
+    twice = 0
+    for item in result:
+        key = frozenset((k, v) for k, v in (item.get("metric") or {}).items() if k not in drop)
+        if key in seen:
+            twice += 1
+        else:
+            seen.add(key)
+    return twice
+
+
 def total(counts: Mapping[str, int], names: Iterable[str]) -> int:
     return sum(counts.get(n, 0) for n in names)
