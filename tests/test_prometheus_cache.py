@@ -159,6 +159,30 @@ def test_a_cache_that_cannot_be_written_is_one_warning_and_the_report_stands(
     assert res.doc == uncached.doc and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", ["report", "snapshot"])
+def test_a_warm_run_uses_the_census_it_sent_ahead(cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  command: str) -> None:
+    from collectors.prometheus import ahead
+
+    sent = []
+
+    def recorded(*args: Any) -> Any:
+        sent.append(ahead_census(*args))
+        return sent[-1]
+
+    ahead_census = ahead.census_ahead
+    monkeypatch.setattr(ahead, "census_ahead", recorded)
+    end = cluster.end.isoformat()
+    args = ["--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d", "--min-history", "12h", "--end",
+            end, "--cache-dir", str(tmp_path / "cache")]
+    out = ["--output-dir", str(tmp_path / "snap")] if command == "snapshot" else ["-o", "json"]
+    for _ in range(2):
+        res = CliRunner().invoke(main, [command, *args, *out], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+    first, second = sent  # nothing to send ahead without a cache file, then the census of the new steps
+    assert first is None and second is not None and second.promised == 0 and _INCREMENTAL in res.stderr
+
+
 def test_snapshot_keeps_the_cache_too(cluster: Cluster, uncached: Report, tmp_path: Path) -> None:
     report(cluster, tmp_path / "cache", end_h=2)
     res = CliRunner().invoke(main, ["snapshot", "--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d",

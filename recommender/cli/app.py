@@ -83,11 +83,13 @@ def collect(source: str, path: str | None, settings: Settings, end: datetime, ca
         return get_source(source)(SourceRequest(settings, end, path, cache, client), shown)
 
 
-def collect_once(source: str, path: str | None, settings: Settings, end: datetime) -> Snapshot:
+def collect_once(source: str, path: str | None, settings: Settings, end: datetime,
+                 client: PromClient | None = None) -> Snapshot:
     """One snapshot for a report or ``snapshot``: from Prometheus with the cache of earlier ones on disk (unless
     ``prometheus.cache`` is off), so only the steps added since are read; a cache folder or file that cannot be
-    used gives one warning line and a collection that reads everything."""
-    return _collect_cached(source, path, settings, end)[0]
+    used gives one warning line and a collection that reads everything. ``client``: Prometheus' where one was made
+    before (``collectors.prometheus.ahead``)."""
+    return _collect_cached(source, path, settings, end, client=client)[0]
 
 
 @dataclass(frozen=True)
@@ -196,11 +198,12 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
     return rendered
 
 
-def save_snapshot(source: str, path: str | None, settings: Settings, end: datetime, out: Path) -> None:
+def save_snapshot(source: str, path: str | None, settings: Settings, end: datetime, out: Path,
+                  client: PromClient | None = None) -> None:
     from collectors.files import write_snapshot
     from recommender.core.writes import replace_dir
 
-    snap = collect_once(source, path, settings, end)
+    snap = collect_once(source, path, settings, end, client)
     replace_dir(out, lambda folder: write_snapshot(snap, folder))  # the previous snapshot stays whole on failure
 
 

@@ -67,13 +67,19 @@ def report(output: str | None, output_file: str | None, legacy_fmt: str | None, 
     settings = build_settings(opts)
     name, path = pick_source(opts)
     end = parse_time(opts.get("end_time"))
-    client = None
-    if name == "prometheus":  # a warm report's census, asked while the collector and pandas import
-        from collectors.prometheus.ahead import census_ahead
-
-        client = census_ahead(settings, end)
+    client = _census_ahead(name, settings, end)
     with fewer_collections(lambda: import_module("recommender.cli.app")):
         _report(fmts, labels, output_file, settings, (name, path), end, client)
+
+
+def _census_ahead(source: str, settings: Settings, end: datetime) -> PromClient | None:
+    """Prometheus' client, having sent a cached collection's census while the collector and pandas import
+    (``collectors.prometheus.ahead``); None for another source or where the cache says nothing."""
+    if source != "prometheus":
+        return None
+    from collectors.prometheus.ahead import census_ahead
+
+    return census_ahead(settings, end)
 
 
 def _report(fmts: tuple[str, ...], labels: LabelSelector | None, output_file: str | None, settings: Settings,
@@ -118,7 +124,6 @@ def _report(fmts: tuple[str, ...], labels: LabelSelector | None, output_file: st
               help="Deprecated: use --output-dir DIR.")
 def snapshot(output_dir: str | None, legacy_output: str | None, **opts: Any) -> None:
     """Save the collected snapshot to a directory, for offline analysis or a later --snapshot."""
-    from recommender.cli.app import save_snapshot
     from recommender.cli.output import legacy_path
     from recommender.core.writes import check_dir
 
@@ -128,9 +133,13 @@ def snapshot(output_dir: str | None, legacy_output: str | None, **opts: Any) -> 
         return
     settings = build_settings(opts)
     name, path = pick_source(opts)
+    end = parse_time(opts.get("end_time"))
     try:
         check_dir(output)  # before the run, not after it
-        save_snapshot(name, path, settings, parse_time(opts.get("end_time")), Path(output))
+        client = _census_ahead(name, settings, end)
+        from recommender.cli.app import save_snapshot
+
+        save_snapshot(name, path, settings, end, Path(output), client)
     except RightsizerError as exc:
         fail(str(exc))
         return
