@@ -79,7 +79,10 @@ def _census_ahead(source: str, settings: Settings, end: datetime) -> PromClient 
         return None
     from collectors.prometheus.ahead import census_ahead
 
-    return census_ahead(settings, end)
+    try:
+        return census_ahead(settings, end)
+    except RightsizerError:  # the collection meets it again, where it is one line
+        return None
 
 
 def _report(fmts: tuple[str, ...], labels: LabelSelector | None, output_file: str | None, settings: Settings,
