@@ -61,7 +61,7 @@ def digest(key: tuple[object, ...]) -> str:
 def file_for(folder: Path, s: Settings) -> Path:
     """The cache file of one reading of the cluster (:func:`reading`), named by a hash of it: none of it is in the
     name."""
-    return folder / f"usage-{hashlib.sha256(repr(reading(s)).encode('utf-8')).hexdigest()[:32]}.cache"
+    return folder / f"usage-{digest(reading(s))[:32]}.cache"
 
 
 @dataclass(frozen=True)
