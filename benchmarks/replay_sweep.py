@@ -44,6 +44,7 @@ from replay_results import GOAL_TERMS
 from replay_split import DATA, REPORT, TUNE, Client, all_clients
 
 from recommender.cli import BLAS_THREAD_CAPS
+from recommender.core.versions import add_files
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = Path(__file__).resolve().with_name("replay.py")
@@ -65,8 +66,7 @@ def code_version(root: Path = ROOT) -> str:
     sweep's own): a recorded client is reused only for the same code."""
     h = hashlib.sha256()
     paths = {p for g in CODE_GLOBS for p in root.glob(g) if p.is_file() and p.name not in NOT_RUN_BY_REPLAY}
-    for path in sorted(paths):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    add_files(h, ((p.relative_to(root).as_posix(), p) for p in sorted(paths)))
     return h.hexdigest()[:16]
 
 

@@ -813,3 +813,68 @@ def test_compact_fresh_steps_are_the_cached_frame(seed: int, kept: str) -> None:
         got = join_usage({"m": o}, {"m": f}, grid, first)["m"]
         assert got.equals(want) and got.dtypes.equals(want.dtypes)
     assert _join_frames(hollow, new, grid.index(), cut).dtypes.eq(np.float32).all()  # why hollow is refused
+
+
+def test_a_cache_another_version_of_the_collector_wrote_is_read_again_whole(cluster: Cluster, uncached: Report,
+                                                                            tmp_path: Path) -> None:
+    """A later version that forms a usage query another way, under the same settings (a fixed PromQL, say), reads
+    every step again with its own queries: steps the old queries read are never joined to the new ones. Run as a
+    copy of the collector with its query text changed (values the same: ``x * 1``), in a process of its own."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    import collectors
+
+    cache = tmp_path / "cache"
+    report(cluster, cache)
+    assert report(cluster, cache).incremental
+    newer = tmp_path / "newer"
+    shutil.copytree(Path(collectors.__file__).parent, newer / "collectors",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    q = newer / "collectors" / "prometheus" / "queries.py"
+    text = q.read_text()
+    old = '    return scope.once(expr) if fam.agg == "sum" else expr\n'
+    assert old in text
+    q.write_text(text.replace(old, '    return f"({scope.once(expr) if fam.agg == \'sum\' else expr}) * 1"\n'))
+    args = ["report", "--prometheus-url", cluster.url, "--no-kubernetes", "--history", "2d", "--min-history", "12h",
+            "--end", cluster.end.isoformat(), "-o", "json", "--cache-dir", str(cache)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(newer), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", "from recommender.cli.main import main; main()", *args],
+                         capture_output=True, text=True, env=env, cwd=newer, check=False, timeout=300)
+    assert "collectors/prometheus/queries.py" not in run.stderr  # no traceback
+    assert run.returncode == 0, run.stderr
+    assert str(newer) in subprocess.run([sys.executable, "-c", "import collectors; print(collectors.__file__)"],
+                                        capture_output=True, text=True, env=env, cwd=newer, check=True).stdout
+    newer_report = Report(SimpleNamespace(exit_code=run.returncode, output=run.stderr, stdout=run.stdout,
+                                          stderr=run.stderr))
+    assert not newer_report.incremental and newer_report.points == uncached.points
+    assert newer_report.doc == uncached.doc
+    assert len(caches(cache)) == 1  # the file was replaced, not left beside a new one
+
+
+def test_the_code_version_follows_every_source_that_reads_usage_and_nothing_else(tmp_path: Path) -> None:
+    import shutil
+
+    import collectors
+
+    repo = Path(collectors.__file__).resolve().parents[1]
+    for part in ("collectors", "recommender/core"):
+        shutil.copytree(repo / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    version = cachefile.code_version.__wrapped__
+    base = version(tmp_path)
+    assert version(tmp_path) == base == cachefile.code_version()  # the copy is the installed code
+    (tmp_path / "recommender/core/plan.py").write_text("# not what usage is read with\n")
+    (tmp_path / "collectors/prometheus/__pycache__").mkdir()
+    (tmp_path / "collectors/prometheus/__pycache__/x.pyc").write_bytes(b"compiled")
+    assert version(tmp_path) == base
+    for edited in ("collectors/prometheus/parse.py", "collectors/pods.py", "recommender/core/usage.py"):
+        f = tmp_path / edited
+        text = f.read_text()
+        f.write_text(text + "\n")
+        assert version(tmp_path) != base, edited
+        f.write_text(text)
+    (tmp_path / "collectors/prometheus/new.py").write_text("")
+    assert version(tmp_path) != base

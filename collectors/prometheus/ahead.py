@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from collectors.prometheus import census
-from collectors.prometheus.cachefile import cache_folder, file_for, fresh_start, peek, reading, writable
+from collectors.prometheus.cachefile import cache_folder, collection_key, file_for, fresh_start, peek, writable
 from collectors.prometheus.chunks import Chunk
 from collectors.prometheus.client import PromClient, QueryStats, Result, range_params
 from collectors.prometheus.queries import Scope
@@ -35,7 +35,7 @@ def census_ahead(s: Settings, end: datetime) -> PromClient | None:
     win = window_for(end - timedelta(seconds=s.history_s), end, p)
     client = PromClient(p, QueryStats())
     # the key holds whether kube-state-metrics gives the inventory, which the Kubernetes API decides later
-    firsts = {fresh_start(mark, (*reading(s), client.url, win.window_s, ksm), win.grid) for ksm in (True, False)}
+    firsts = {fresh_start(mark, collection_key(s, client.url, win.window_s, ksm), win.grid) for ksm in (True, False)}
     first = min((f for f in firsts if f is not None), default=None)
     if first is None:
         return None

@@ -1,10 +1,11 @@
 """What names a report's usage cache and what a collection checks it with, without pandas: the reading of the
 cluster (server, selection, step, history) the file and the key are made from, the file's place and framing, and
-the first step a cache lets a collection read from. A warm report plans its census from the file's header
-(:func:`peek`) while the collector and pandas are still importing (``ahead``)."""
+the first step a cache lets a collection read from, and the code version a collection's key holds. A warm report plans
+its census from the file's header (:func:`peek`) while the collector and pandas are still importing (``ahead``)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ from collectors.prometheus.queries import Scope
 from recommender.core import framing
 from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
+from recommender.core.versions import add_files
 
 APP = "gpu-rightsizer"
 MAGIC = b"gpu-rightsizer usage cache\n"
@@ -24,6 +26,10 @@ FORMAT_VERSION = 4  # 2: each frame one Parquet column, its index and columns in
 LENGTH_BYTES = 8  # the body starts with the header's length, then the header (JSON)
 OVERLAP_STEPS = 2  # steps of the last collection read again: samples scraped or written late fill them in
 _PEEK_BYTES = 64 << 20  # a header longer than this is not peeked at (the collection reads it whole anyway)
+_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the packages, in a checkout or installed
+# what forms a collection's queries and reads their answers: the collector, pod names, the usage metrics (their
+# names, the TTFT buckets the over-objective rate is counted from)
+_READ_WITH = ("collectors/prometheus", "collectors/pods.py", "recommender/core/usage.py")
 
 
 def default_dir() -> Path:
@@ -51,6 +57,27 @@ def reading(s: Settings) -> tuple[object, ...]:
     return (p.url.rstrip("/") if p.url else None, Scope.of(s.namespaces, p), p.node_labels,
             step_for(s.history_s, p), s.history_s, s.scaling.ttft_objective_s, p.recording_rules,
             tuple(sorted(p.recorded_series.items())))
+
+
+@functools.lru_cache(maxsize=1)
+def code_version(root: Path = _ROOT) -> str:
+    """A digest of the sources that form a collection's queries and read their answers (:data:`_READ_WITH`, under
+    ``root``). A collection's key holds it, so a cache that other code wrote (an upgrade that forms a query
+    another way) is read again whole, never joined to steps read the new way; the file keeps its name and is
+    replaced."""
+    files = []
+    for part in _READ_WITH:
+        where = root / part
+        files += sorted(where.rglob("*.py") if where.is_dir() else [where])
+    h = hashlib.sha256()
+    add_files(h, ((p.relative_to(root).as_posix(), p) for p in files if p.is_file()))
+    return h.hexdigest()
+
+
+def collection_key(s: Settings, url: str, window_s: int, with_ksm: bool) -> tuple[object, ...]:
+    """What a usage collection checks its cache with (:meth:`Mark`'s key, as a digest): the reading, the client's
+    URL, the rate window, whether kube-state-metrics is read, and :func:`code_version`."""
+    return (*reading(s), url, window_s, with_ksm, code_version())
 
 
 def digest(key: tuple[object, ...]) -> str:

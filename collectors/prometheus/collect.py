@@ -26,7 +26,7 @@ import pandas as pd
 from collectors.pods import PodDevices, PodUsage, pod_key
 from collectors.prometheus import census, chunks, parse, queries, rules
 from collectors.prometheus.cache import UsageCache
-from collectors.prometheus.cachefile import reading
+from collectors.prometheus.cachefile import code_version, collection_key
 from collectors.prometheus.census import RULE_CENSUS
 from collectors.prometheus.chunks import Chunk, Grid
 from collectors.prometheus.client import NoSeriesListing, PromClient, PrometheusLimitError, QueryStats
@@ -144,7 +144,7 @@ def collect_workload_replicas(s: Settings, refs: Sequence[WorkloadRef], start: d
     sub = None
     if cache is not None:
         sub = cache.workloads = cache.workloads or UsageCache(refresh_s=cache.refresh_s)
-    key = (client.url, extra, win.grid.step_s, win.window_s, tuple(r.key for r in wanted))
+    key = (client.url, extra, win.grid.step_s, win.window_s, tuple(r.key for r in wanted), code_version())
     first = sub.fresh_start(key, win.grid) if sub is not None else None
     fine = win.fine if first is None else Chunk(first, win.fine.end_s, win.grid.step_s)
     grid = Grid(fine.start_s, fine.step_s, fine.steps)
@@ -319,7 +319,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     p = s.prometheus
     scope = Scope.of(s.namespaces, p)
     objective_s = s.scaling.ttft_objective_s
-    key = (*reading(s), client.url, win.window_s, with_ksm)
+    key = collection_key(s, client.url, win.window_s, with_ksm)
     first = cache.fresh_start(key, win.grid) if cache is not None else None
     client.check()
     grid, fine, where = win.grid, None, ""

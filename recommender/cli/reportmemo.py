@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from recommender.core import framing
 from recommender.core.settings import Settings
 from recommender.core.usage import Snapshot
-from recommender.core.versions import add_library_versions
+from recommender.core.versions import add_files, add_library_versions
 
 FORMAT_VERSION = 1
 MAGIC = b"gpu-rightsizer report memo\n"
@@ -64,9 +64,8 @@ def code_version() -> str:
     for package in _PACKAGES:
         spec = find_spec(package)
         root = Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else Path(package)
-        for path in sorted(root.rglob("*")):
-            if path.suffix in _SUFFIXES and path.is_file():
-                h.update(f"{package}/{path.relative_to(root).as_posix()}".encode() + b"\0" + path.read_bytes() + b"\0")
+        add_files(h, ((f"{package}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*"))
+                      if p.suffix in _SUFFIXES and p.is_file()))
     return h.hexdigest()
 
 

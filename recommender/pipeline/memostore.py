@@ -32,7 +32,7 @@ from policies.replicas.estimates import NoScalingPlan
 from recommender.analysis.features import Quantiles, WorkloadFeatures
 from recommender.core import framing
 from recommender.core.plan import Classification, Forecast, ScalingPlan, WorkloadClass
-from recommender.core.versions import add_library_versions
+from recommender.core.versions import add_files, add_library_versions
 
 FORMAT_VERSION = 1
 MAGIC = b"gpu-rightsizer pipeline memo\n"
@@ -52,13 +52,13 @@ def code_version() -> str:
     add_library_versions(h, _LIBRARIES)
     root = Path(recommender.__file__).parent
     policy = Path(policies.packing.__file__).parent  # the MIG packings' MILP (``milp:``) and the scaling plans
-    for path in sorted(policy.rglob("*.py")):  # (``scaling:``): every policy, the code they import from there
-        h.update(b"policies/" + path.relative_to(policy).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    # (``scaling:``): every policy, the code they import from there
+    add_files(h, ((f"policies/{p.relative_to(policy).as_posix()}", p) for p in sorted(policy.rglob("*.py"))))
     for part in _CODE:
         where = root / part
-        for path in sorted(where.rglob("*") if where.is_dir() else [where]):
-            if path.is_file() and path.suffix in (".py", ".csv", ".yaml", ".json"):
-                h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        paths = sorted(where.rglob("*") if where.is_dir() else [where])
+        add_files(h, ((p.relative_to(root).as_posix(), p) for p in paths
+                      if p.is_file() and p.suffix in (".py", ".csv", ".yaml", ".json")))
     return h.hexdigest()
 
 
