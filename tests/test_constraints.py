@@ -194,6 +194,19 @@ def test_a_policy_objective_is_what_the_headroom_is_judged_against() -> None:
     assert any(f"TTFT objective 5 s from latencyObjectives.ttftSeconds ({BY})" in r for r in policy.reasons)
 
 
+@pytest.mark.parametrize(("ttft", "problem"), [
+    (0.0009, "greater than or equal to 0.001"), (1e-320, "greater than or equal to 0.001"),
+    (3601, "less than or equal to 3600"), (0.001, None), (3600, None)])
+def test_a_policy_objective_no_ttft_histogram_can_tell_is_refused(ttft: float, problem: str | None) -> None:
+    """As the CRD refuses it (tests/test_deploy.py): under the 1 ms vLLM's TTFT histogram starts at, every request
+    would count as over it and the replicas come out at the most allowed."""
+    p = parse_policy({"metadata": {"namespace": "ml", "name": "p"},
+                      "spec": {"target": {"workloadRef": {"kind": "Deployment", "name": "w"}},
+                               "latencyObjectives": {"ttftSeconds": ttft}}})
+    assert (p.spec is None) == (problem is not None)
+    assert problem is None or (p.problem is not None and problem in p.problem), p.problem
+
+
 def test_a_policy_objective_classifies_over_the_annotation() -> None:
     w = workload("s", whole_gpu(), annotations={"rightsizer.io/ttft-slo-seconds": "2"})
     snap = snapshot([w], {m.FB_USED_MIB: {"s": 7000.0}, m.GR_ENGINE_ACTIVE_FRAC: {"s": 0.05}})

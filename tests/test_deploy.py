@@ -544,6 +544,8 @@ def _break(change: str) -> dict[str, Any]:
             spec["allowedMechanisms"] = ["mig", "vgpu"]
         case "zero ttft":
             spec["latencyObjectives"]["ttftSeconds"] = 0
+        case "sub-millisecond ttft":  # under vLLM's first TTFT bucket: every request would count as over it
+            spec["latencyObjectives"]["ttftSeconds"] = 0.0009
         case "bad profile":
             spec["bounds"]["smallestProfile"] = "1g"
         case "bad cron":
@@ -565,11 +567,24 @@ def _break(change: str) -> dict[str, Any]:
 @pytest.mark.parametrize("change", [
     "bad mode", "mode Off unquoted", "both targets", "no target", "empty selector", "empty matchLabels",
     "negative minReplicas",
-    "zero maxReplicas", "unknown mechanism", "zero ttft", "bad profile", "bad cron", "window without duration",
+    "zero maxReplicas", "unknown mechanism", "zero ttft", "sub-millisecond ttft", "bad profile", "bad cron",
+    "window without duration",
     "bad class", "unknown field", "bad workload kind", "bad condition status"])
 def test_crd_rejects_malformed_policies(change: str) -> None:
     assert _break("none") != _break(change)
     assert _errors(_break(change)), f"schema accepted a policy with {change}"
+
+
+def test_the_crds_ttft_bounds_are_the_controllers() -> None:
+    """The CRD refuses what the controller's parser refuses: an objective under vLLM's first TTFT bucket, or over
+    the maximum."""
+    policy = pytest.importorskip("recommender.controller.policy", reason="recommender.controller not present")
+    from recommender.core.usage import VLLM_TTFT_BUCKETS_S
+
+    spec = _crd_schema()["properties"]["spec"]["properties"]
+    ttft = spec["latencyObjectives"]["properties"]["ttftSeconds"]
+    assert (ttft["minimum"], ttft["maximum"]) == (VLLM_TTFT_BUCKETS_S[0], policy.MAX_TTFT_OBJECTIVE_S)
+    assert not ttft.get("exclusiveMinimum") and not ttft.get("exclusiveMaximum")
 
 
 @pytest.mark.parametrize("path", POLICIES, ids=lambda p: p.name)

@@ -45,6 +45,9 @@ def test_the_settings_file_reaches_the_prices_and_the_mechanisms(tmp_path: Path)
     ("scalng:\n  ttft_objective_s: 1.0\n", "error: --settings "),
     ("prices:\n  usd_per_gpu_hour: {H100-80GB: 4.0}\n", "needs a 'default' price"),
     ("scaling:\n  ttft_objective_s: -1\n", "error: invalid setting scaling.ttft_objective_s: "),
+    # under vLLM's first TTFT bucket: every request would count as over it, and the replicas be the most allowed
+    ("scaling:\n  ttft_objective_s: 0.0005\n", "scaling.ttft_objective_s: Input should be greater than or equal "
+                                               "to 0.001"),
     ("- a\n- list\n", "expected a mapping of sections"),
     ("scaling: [unclosed\n", "error: --settings "),
     # inserted into PromQL as names: anything else would be a query the server refuses, or another query

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from recommender.core.annotations import MODE_ANNOTATION, quoted
 from recommender.core.inventory import Sharing, WorkloadRef
 from recommender.core.resources import RESOURCES, owner_kind
+from recommender.core.usage import VLLM_TTFT_BUCKETS_S
 
 GROUP, VERSION, KIND = "rightsizer.io", "v1alpha1", "GPURightsizingPolicy"
 MECHANISMS = frozenset(s.value for s in Sharing if s is not Sharing.NONE) | {"replicas", "vllm", "mig-node",
@@ -95,8 +96,12 @@ class Target(_Model):
         return self
 
 
+MAX_TTFT_OBJECTIVE_S = 3600.0  # the CRD's maximum
+
+
 class LatencyObjectives(_Model):
-    ttft_seconds: float | None = Field(None, gt=0, alias="ttftSeconds")
+    # from vLLM's first TTFT bucket bound (1 ms): under it every request would count as over the objective
+    ttft_seconds: float | None = Field(None, ge=VLLM_TTFT_BUCKETS_S[0], le=MAX_TTFT_OBJECTIVE_S, alias="ttftSeconds")
 
 
 class Bounds(_Model):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from recommender.core.usage import VLLM_TTFT_BUCKETS_S
+
 
 class ScalingSettings(BaseModel):
     """Replicas, scale-to-zero and the KEDA/HPA parameters derived from them."""
@@ -59,7 +61,8 @@ class ScalingSettings(BaseModel):
         "share: headroom has not kept it within the objective there (null: never)."
     )
     ttft_objective_s: float = Field(
-        2.0, gt=0, description="TTFT objective when a workload has no rightsizer.io/ttft-slo-seconds annotation."
+        2.0, ge=VLLM_TTFT_BUCKETS_S[0],  # under vLLM's first TTFT bucket every request would count as over it
+        description="TTFT objective when a workload has no rightsizer.io/ttft-slo-seconds annotation."
     )
     default_cold_start_s: float = Field(
         180.0, gt=0, description="Pod start → ready when not measured (image pull + weights load + warm-up)."
