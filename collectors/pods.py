@@ -6,9 +6,21 @@ Collectors fill these boundary records; :mod:`collectors.snapshot` turns them in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol, TypeVar
 
 import pandas as pd
+
+
+class _OfPod(Protocol):
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def pod(self) -> str: ...
+
+
+_R = TypeVar("_R", bound=_OfPod)
 
 
 def pod_key(namespace: str, pod: str) -> str:
@@ -89,3 +101,22 @@ class PodUsage:
     vllm: tuple[VllmInfo, ...] = ()
     warnings: tuple[str, ...] = ()
     gpu_nodes: tuple[NodeDevices, ...] = ()  # only without the Kubernetes API
+    # per pod, the (label, value) pairs of the labels that name a cluster its series carry, where one API serves
+    # several clusters (settings.prometheus.cluster_labels); {} where it serves one
+    clusters: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+
+
+def without(usage: PodUsage, keys: Collection[str], warning: str) -> PodUsage:
+    """``usage`` with none of the pods ``keys`` names (:func:`pod_key`): no frame column, device, owner, request or
+    vLLM record of theirs; ``warning`` added to say why."""
+    gone = set(keys)
+
+    def kept(records: tuple[_R, ...]) -> tuple[_R, ...]:
+        return tuple(r for r in records if pod_key(r.namespace, r.pod) not in gone)
+
+    series = {}
+    for metric, frame in usage.series.items():
+        drop = [c for c in frame.columns if c in gone]
+        series[metric] = frame.drop(columns=drop) if drop else frame
+    return replace(usage, series=series, devices=kept(usage.devices), owners=kept(usage.owners),
+                   requests=kept(usage.requests), vllm=kept(usage.vllm), warnings=(*usage.warnings, warning))

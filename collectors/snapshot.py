@@ -7,6 +7,7 @@ one :class:`Snapshot`. Pure functions over typed data.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from collectors.owners import attribute_pods
-from collectors.pods import NodeDevices, PodDevices, PodRequests, PodUsage, VllmInfo, pod_key
+from collectors.pods import NodeDevices, PodDevices, PodRequests, PodUsage, VllmInfo, pod_key, without
 from collectors.usageframes import aggregate_usage
 from recommender.core import usage as m
+from recommender.core.annotations import cut
 from recommender.core.catalogue import Catalogue
 from recommender.core.inventory import Allocation, GpuNode, Sharing, VllmArgs, Workload, WorkloadRef
 from recommender.core.usage import Snapshot
@@ -196,6 +198,52 @@ def normalize(workload: Workload, catalogue: Catalogue) -> Workload:
     return replace(workload, allocation=replace(alloc, gpu_equivalents=share), notes=notes)
 
 
+def clusters_spanned(mapping: Mapping[str, WorkloadRef], clusters: Mapping[str, tuple[tuple[str, str], ...]]
+                     ) -> dict[WorkloadRef, tuple[str, tuple[str, ...]]]:
+    """The workloads whose pods' series carry two values or more of one cluster label (``PodUsage.clusters``):
+    one name in several clusters behind one API (a StatefulSet's pod in each, or a Deployment's pods attributed
+    by name), with that label and its values."""
+    seen: dict[WorkloadRef, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for pod, ref in mapping.items():
+        for label, value in clusters.get(pod, ()):
+            seen[ref][label].add(value)
+    out = {}
+    for ref, labels in seen.items():
+        several = [(label, tuple(sorted(vs))) for label, vs in sorted(labels.items()) if len(vs) > 1]
+        if several:
+            out[ref] = several[0]
+    return out
+
+
+def _escaped(value: str) -> str:
+    """A label value from series a tenant's pod may write, as one line: escaped as JSON escapes it, and cut."""
+    return cut(json.dumps(value)[1:-1])
+
+
+def _spanning_note(label: str, values: tuple[str, ...]) -> str:
+    """Why a workload the API lists has no usage: its name's pods run in several clusters behind one API."""
+    shown = ", ".join(_escaped(v) for v in values[:3]) + (f" and {len(values) - 3:,} more" if len(values) > 3 else "")
+    return (f"its pods' series come from more than one cluster ({label}: {shown}): its usage is left out, since it "
+            f"would add up across clusters; to size one cluster, set prometheus.extra_selector, e.g. "
+            f"{label}={cut(json.dumps(values[0]))}")
+
+
+def spanning_warning(spanning: Mapping[WorkloadRef, tuple[str, tuple[str, ...]]], shown: int = 3) -> str:
+    """One line naming the workloads of :func:`clusters_spanned`, and how to size one cluster. Names and label
+    values come from series a tenant's pod may write (any label): :func:`_escaped`."""
+    def listed(values: Sequence[str]) -> str:
+        more = f" and {len(values) - shown:,} more" if len(values) > shown else ""
+        return ", ".join(_escaped(v) for v in values[:shown]) + more
+
+    refs = sorted(spanning, key=lambda r: r.key)
+    label, values = spanning[refs[0]]
+    clusters = sorted({v for lb, vs in spanning.values() if lb == label for v in vs})
+    return (f"{len(refs):,} workload{' has' if len(refs) == 1 else 's have'} pods in more than one cluster "
+            f"({label}: {listed(clusters)}): {listed([r.key for r in refs])} left out, since their usage would add "
+            f"up across clusters; to size one cluster, set prometheus.extra_selector, e.g. "
+            f"{label}={cut(json.dumps(values[0]))}")
+
+
 def assemble(usage: PodUsage, workloads: Sequence[Workload] | None, start: datetime, end: datetime,
              step_s: float, catalogue: Catalogue, source: str) -> Snapshot:
     """The snapshot the pipeline reads: workloads (from the API, or derived) and their usage."""
@@ -203,12 +251,19 @@ def assemble(usage: PodUsage, workloads: Sequence[Workload] | None, start: datet
     pods |= {pod_key(d.namespace, d.pod) for d in usage.devices}
     known = list(workloads or ())
     mapping, notes = attribute_pods(sorted(pods), known, usage.owners)
+    spanning = clusters_spanned(mapping, usage.clusters)
+    if spanning:
+        out = [k for k, ref in mapping.items() if ref in spanning]
+        usage = without(usage, out, spanning_warning(spanning))
+        mapping = {k: ref for k, ref in mapping.items() if ref not in spanning}
     orphans: list[WorkloadRef] = []
     if workloads is None:
         found = workloads_from_pods(usage, mapping, notes)
     else:
         index = index_facts(usage)
         found = [enrich(w, index) for w in known]
+        found = [replace(w, notes=(*w.notes, _spanning_note(*spanning[w.ref]))) if w.ref in spanning else w
+                 for w in found]
         orphans = sorted({ref for ref in mapping.values()} - {w.ref for w in known})
         mapping = {k: r for k, r in mapping.items() if r not in orphans}
     warnings = list(usage.warnings)

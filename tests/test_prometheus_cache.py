@@ -214,11 +214,12 @@ def test_a_cache_file_holds_what_the_cache_held() -> None:
          "values": [[0, "100"], [60, "200"]]} for p in ("p-1", "p-2")])
     cache = UsageCache(key="k", series={"fb_used_mib": frame}, counts={"DCGM_FI_DEV_FB_USED": 2},
                        inventory={"requests": [({"namespace": "a", "pod": "p-1"}, 1.0, 60.0)]}, devices=table,
-                       last_s=120.0, full_s=120.0, workloads=UsageCache(key="w", series={"replicas": frame[["a/p-2"]]}))
+                       last_s=120.0, full_s=120.0, workloads=UsageCache(key="w", series={"replicas": frame[["a/p-2"]]}),
+                       clusters={"a/p-1": (("cluster", "a"), ("cluster", "b")), "a/p-2": (("cluster", "b"),)})
     back = store.loads(store.dumps(cache))
     pd.testing.assert_frame_equal(back.series["fb_used_mib"], frame, check_freq=False)
-    assert (back.key, back.counts, back.inventory, back.last_s, back.full_s) == \
-        ("k", cache.counts, cache.inventory, 120.0, 120.0)
+    assert (back.key, back.counts, back.inventory, back.last_s, back.full_s, back.clusters) == \
+        ("k", cache.counts, cache.inventory, 120.0, 120.0, cache.clusters)
     assert back.devices is not None and back.devices.records() == table.records()
     assert back.workloads is not None and back.workloads.key == "w"
     pd.testing.assert_frame_equal(back.workloads.series["replicas"], frame[["a/p-2"]], check_freq=False)

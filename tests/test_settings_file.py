@@ -54,6 +54,10 @@ def test_the_settings_file_reaches_the_prices_and_the_mechanisms(tmp_path: Path)
     ("prometheus:\n  target_labels: [job, 'x) or vector(1']\n", "not a label a scrape adds: 'x) or vector(1'"),
     ("prometheus:\n  target_labels: [__name__]\n", "not a label a scrape adds: '__name__'"),
     ("prometheus:\n  target_labels: [job, pod]\n", "target_labels holds pod, the label of a pod's namespace or name"),
+    ("prometheus:\n  cluster_labels: ['x\"} or vector(1)']\n", "not a label that names a cluster"),
+    ("prometheus:\n  cluster_labels: [namespace]\n", "cluster_labels holds namespace, the label of a pod's"),
+    # a cluster's copy of a pod would be read once, as a second scrape is: the larger of the two, neither's own
+    ("prometheus:\n  cluster_labels: [cluster, job]\n", "job is in both target_labels and cluster_labels"),
 ])
 def test_a_bad_settings_file_is_one_line_and_exit_2(tmp_path: Path, text: str, line: str) -> None:
     result = report(tmp_path, text)

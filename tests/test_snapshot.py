@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from collectors.files import read_snapshot, write_snapshot
 from collectors.owners import attribute_pods, infer_owner
 from collectors.pods import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
-from collectors.snapshot import assemble, gpu_equivalents
+from collectors.snapshot import assemble, clusters_spanned, gpu_equivalents, spanning_warning
 from collectors.usageframes import aggregate_usage, fill_at_zero
 from recommender.core import usage as m
 from recommender.core.catalogue import load_catalogue
@@ -180,3 +181,56 @@ def test_a_gpu_dcgm_attributes_to_several_pods_is_marked_shared_and_round_trips(
     write_snapshot(snap, tmp_path)
     assert [w.device_shared_with for w in read_snapshot(tmp_path).workloads] == [3, None]
     assert (tmp_path / "snapshot.json").read_text().count("device_shared_with") == 1
+
+
+# --- one name in several clusters behind one API (PodUsage.clusters) --------------------------------------------
+
+def _two_clusters() -> PodUsage:
+    fb = pd.DataFrame({"ml/chat-5c4d6f7b8-x2k4p": 70000.0, "ml/chat-5c4d6f7b8-zzzzz": 71000.0,
+                       "ml/embed-0": 9000.0, "ml/solo-5c4d6f7b8-bcdfg": 5000.0}, index=index(1))
+    a, b = ("cluster", "a"), ("cluster", "b")
+    return PodUsage({m.FB_USED_MIB: fb},
+                    devices=(PodDevices("ml", "embed-0", "NVIDIA A100-SXM4-80GB", 1, None, 81920.0),
+                             PodDevices("ml", "solo-5c4d6f7b8-bcdfg", "NVIDIA A100-SXM4-80GB", 1, None, 81920.0)),
+                    clusters={"ml/chat-5c4d6f7b8-x2k4p": (a,), "ml/chat-5c4d6f7b8-zzzzz": (b,),
+                              "ml/embed-0": (a, b), "ml/solo-5c4d6f7b8-bcdfg": (b,)})
+
+
+def test_a_workload_with_pods_in_two_clusters_is_left_out_and_named() -> None:
+    usage = _two_clusters()
+    snap = assemble(usage, None, index(1)[0].to_pydatetime(), END, 600.0, CAT, "test")
+    assert [w.ref.key for w in snap.workloads] == ["ml/Deployment/solo"]  # all of its pods in one cluster
+    assert list(snap.usage[m.FB_USED_MIB].columns) == ["ml/Deployment/solo"]
+    (line,) = snap.warnings
+    assert line.startswith("2 workloads have pods in more than one cluster (cluster: a, b): ml/Deployment/chat, "
+                           "ml/StatefulSet/embed left out")
+    plain = assemble(replace(usage, clusters={}), None, index(1)[0].to_pydatetime(), END, 600.0, CAT, "test")
+    assert len(plain.workloads) == 3 and not plain.warnings  # the check is what leaves them out
+
+
+def test_the_api_listed_workload_stays_with_a_reason_and_no_usage() -> None:
+    chat = Workload(WorkloadRef("ml", "Deployment", "chat"),
+                    Allocation(Sharing.EXCLUSIVE, gpus=1, gpu_product="NVIDIA A100-SXM4-80GB"),
+                    pods=("chat-5c4d6f7b8-x2k4p",))
+    snap = assemble(_two_clusters(), [chat], index(1)[0].to_pydatetime(), END, 600.0, CAT, "t")
+    (got,) = snap.workloads
+    assert any(n.startswith("its pods' series come from more than one cluster (cluster: a, b)") for n in got.notes)
+    assert all("ml/Deployment/chat" not in frame.columns for frame in snap.usage.values())
+
+
+@pytest.mark.parametrize("hostile", ["a\nb", "\x1b[2Jx", "x" * 5000, "é\u202e"])
+def test_label_values_a_tenant_wrote_stay_one_short_line(hostile: str) -> None:
+    ref = WorkloadRef("ml", "StatefulSet", "s")
+    spanning = clusters_spanned({"ml/s-0": ref}, {"ml/s-0": (("cluster", hostile), ("cluster", "z"))})
+    line = spanning_warning(spanning)
+    assert "\n" not in line and "\x1b" not in line and "\u202e" not in line and len(line) < 1000
+
+
+def test_many_workloads_are_counted_not_all_named() -> None:
+    refs = [WorkloadRef("ml", "StatefulSet", f"s{i}") for i in range(5)]
+    mapping = {f"ml/s{i}-0": r for i, r in enumerate(refs)}
+    clusters = {k: (("cluster", "a"), ("cluster", "b")) for k in mapping}
+    assert set(clusters_spanned(mapping, clusters)) == set(refs)
+    assert "ml/StatefulSet/s0, ml/StatefulSet/s1, ml/StatefulSet/s2 and 2 more left out" in \
+        spanning_warning(clusters_spanned(mapping, clusters))
+    assert clusters_spanned(mapping, {k: (("cluster", "a"),) for k in mapping}) == {}

@@ -70,6 +70,8 @@ class UsageCache:
     series: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     inventory: dict[str, parse.Latest] = field(default_factory=dict)  # latest values, oldest first
+    # per pod, the cluster labels' values its series carry, as the last full read listed them (parse.several_clusters)
+    clusters: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     devices: DeviceTable | None = None
     last_s: float = -math.inf  # the cached grid's last step
     full_s: float = -math.inf  # the grid's last step when everything was last read

@@ -76,8 +76,9 @@ def code_version(root: Path = _ROOT) -> str:
 
 def collection_key(s: Settings, url: str, window_s: int, with_ksm: bool) -> tuple[object, ...]:
     """What a usage collection checks its cache with (:meth:`Mark`'s key, as a digest): the reading, the client's
-    URL, the rate window, whether kube-state-metrics is read, and :func:`code_version`."""
-    return (*reading(s), url, window_s, with_ksm, code_version())
+    URL, the rate window, whether kube-state-metrics is read, the labels that name a cluster (the pods a read
+    leaves out) and :func:`code_version`."""
+    return (*reading(s), url, window_s, with_ksm, s.prometheus.cluster_labels, code_version())
 
 
 def digest(key: tuple[object, ...]) -> str:

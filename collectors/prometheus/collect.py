@@ -183,7 +183,8 @@ CENSUS_LOOKBACK_S = rules.LOOKBACK_S  # the census counts what the first invento
 
 def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, progress: Progress,
             since: Chunk | None = None, known: dict[str, int] | None = None,
-            recorded: dict[str, list[list[object]]] | None = None) -> tuple[dict[str, int], Chunk, int | None]:
+            recorded: dict[str, list[list[object]]] | None = None
+            ) -> tuple[dict[str, int], Chunk, int | None, Clusters | None]:
     """Series per exported name over the window, listed from the server's index (:func:`_raw_counts`): no sample
     is read, where counting at each inventory step decoded every sample of every raw series and mapped all their
     blocks into the server's memory. A series counts once whatever part of the window it covers, so a pod
@@ -193,8 +194,9 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
     well at the coarser steps of :func:`rules.census_chunk` (or :func:`rules.census_since`), their counts at each
     step kept in ``recorded``: listed at each step where the raw series could be listed at once and the server is
     Prometheus itself, whose listings are as fine as its chunks (:func:`_listed_rules`; coverage needs them at
-    each step), else by a query of their own; returns the counts, the range of that census and how many raw
-    series are another scraped again (:class:`RawCensus`; None where not all were listed)."""
+    each step), else by a query of their own; returns the counts, the range of that census, how many raw
+    series are another scraped again and the cluster labels' values per pod (:class:`RawCensus`; None where not
+    all were listed, or none)."""
     counts: dict[str, int] = dict(known or {})
 
     def merge(job: Job, result: Result) -> None:
@@ -204,14 +206,14 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
         parse.keep_most(counts, parse.series_counts(result))
 
     jobs: list[Job] = []
-    twice = None
+    twice, clusters = None, None
     if since is not None:  # a few new steps (the asks ``ahead`` may have sent before the imports)
         asks, span = census.since_asks(scope, win, p, since)
         jobs = [Job(a.key, a.promql, a.chunk, i) for i, a in enumerate(asks)]
     else:
         span = rules.census_chunk(win.coarse)
         raw = _raw_counts(client, scope, win.coarse, p, progress)
-        found, listed, twice = raw.counts, raw.listed, raw.twice
+        found, listed, twice, clusters = raw.counts, raw.listed, raw.twice, raw.clusters
         parse.keep_most(counts, found)
         if recorded is not None and not (listed and client.is_prometheus
                                          and _listed_rules(client, scope, p, span, recorded, progress)):
@@ -223,7 +225,7 @@ def _census(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings
                     for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))]
     if jobs:
         run_jobs(client, jobs, merge, progress, "counting series")
-    return counts, span, twice
+    return counts, span, twice, clusters
 
 
 def _listed_rules(client: PromClient, scope: Scope, p: PrometheusSettings, span: Chunk,
@@ -249,14 +251,19 @@ def _listed_rules(client: PromClient, scope: Scope, p: PrometheusSettings, span:
     return True
 
 
+Clusters = dict[str, dict[str, set[str]]]  # per pod, the values of each cluster label on its series
+
+
 @dataclass(frozen=True)
 class RawCensus:
-    """Series per exported name, whether the server listed them all at once, and how many of them are another
-    series scraped again by another job (``parse.scraped_twice``; None where some were counted, not listed)."""
+    """Series per exported name, whether the server listed them all at once, how many of them are another
+    series scraped again by another job (``parse.scraped_twice``; None where some were counted, not listed), and
+    per pod the values of the cluster labels on the series listed (``parse.pod_clusters``; None where none was)."""
 
     counts: dict[str, int]
     listed: bool
     twice: int | None
+    clusters: Clusters | None = None
 
 
 def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSettings, progress: Progress
@@ -270,7 +277,8 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     start_s = span.start_s - CENSUS_LOOKBACK_S
     try:
         listing = client.series(queries.census_selector(scope), start_s, span.end_s)
-        return RawCensus(parse.series_names(listing), True, parse.scraped_twice(listing, p.target_labels))
+        return RawCensus(parse.series_names(listing), True, parse.scraped_twice(listing, p.target_labels),
+                         parse.pod_clusters(listing, scope.namespace_label, scope.pod_label, p.cluster_labels))
     except PrometheusLimitError:
         listable = queries.CENSUS_NAMES
     except NoSeriesListing as exc:
@@ -278,6 +286,7 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
         listable = ()
     counts: dict[str, int] = {}
     twice = 0
+    clusters: Clusters = {}
     refused = [name for name in queries.CENSUS_NAMES if name not in listable]
     for name in listable:
         try:
@@ -287,8 +296,9 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
             continue
         counts |= parse.series_names(listing)
         twice += parse.scraped_twice(listing, p.target_labels)
+        parse.pod_clusters(listing, scope.namespace_label, scope.pod_label, p.cluster_labels, clusters)
     if not refused:
-        return RawCensus(counts, False, twice)
+        return RawCensus(counts, False, twice, clusters)
 
     def merge(job: Job, result: Result) -> None:
         parse.keep_most(counts, parse.series_counts(result))
@@ -302,7 +312,7 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     run_jobs(client, [Job("census", queries.census_query(selector), c, i)
                       for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))], merge,
              progress, "counting series")
-    return RawCensus(counts, False, None)
+    return RawCensus(counts, False, None, clusters if listable else None)
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
@@ -327,10 +337,12 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
-        counts, span, twice = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
+        counts, span, twice, _ = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
+        apart = cache.clusters  # the last full read's listing: the new steps are counted, not listed
     else:
-        counts, span, twice = _census(client, scope, win, p, progress, recorded=recorded)
+        counts, span, twice, clusters = _census(client, scope, win, p, progress, recorded=recorded)
+        apart = parse.several_clusters(clusters or {})
     if twice == 0:  # listed, each once: nothing to take once before it is summed per pod (a costly aggregation)
         scope = replace(scope, target_labels=())
     elif twice:
@@ -374,6 +386,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         series = cache.keep(key, series, win.grid, first)
         cache.counts, cache.devices = counts, device_table
         cache.inventory = {k: parse.newest(v) for k, v in inv.items()}
+        cache.clusters = apart
     used = series.get(m.FB_USED_MIB)
     if used is not None:  # DCGM gives whole MiB: held at float32 when exact (the cache's copy too); read so
         # already (COMPACT), this is for the steps a cache joins to it
@@ -393,4 +406,5 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
                              scope.namespace_label, scope.pod_label),
         warnings=tuple(_missing(counts)),
         gpu_nodes=gpu_nodes(inv.get(GPU_NODES, []), p.node_labels),
+        clusters=apart,
     )

@@ -335,5 +335,33 @@ def scraped_twice(result: Result, target_labels: Iterable[str]) -> int:
     return twice
 
 
+def pod_clusters(result: Result, ns_label: str, pod_label: str, cluster_labels: Iterable[str],
+                 into: dict[str, dict[str, set[str]]] | None = None) -> dict[str, dict[str, set[str]]]:
+    """``/api/v1/series`` answers → per pod (:func:`pod_key`), the values each of ``cluster_labels`` takes on its
+    series (empty ones left out), added to ``into``."""
+    out: dict[str, dict[str, set[str]]] = {} if into is None else into
+    labels = tuple(cluster_labels)
+    for item in result:
+        metric = item.get("metric") or {}
+        found = [(label, metric[label]) for label in labels if metric.get(label)]
+        if found:
+            values = out.setdefault(pod_key(metric.get(ns_label, ""), metric.get(pod_label, "")), {})
+            for label, value in found:
+                values.setdefault(label, set()).add(value)
+    return out
+
+
+def several_clusters(found: Mapping[str, Mapping[str, set[str]]]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Per pod of :func:`pod_clusters`, its (cluster label, value) pairs, sorted, where some cluster label takes two
+    values or more over all the pods; {} where none does (one cluster: no workload can span two)."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for values in found.values():
+        for label, vs in values.items():
+            seen[label] |= vs
+    if all(len(vs) < 2 for vs in seen.values()):
+        return {}
+    return {pod: tuple(sorted((label, v) for label, vs in values.items() for v in vs)) for pod, values in found.items()}
+
+
 def total(counts: Mapping[str, int], names: Iterable[str]) -> int:
     return sum(counts.get(n, 0) for n in names)

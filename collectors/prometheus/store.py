@@ -96,6 +96,7 @@ def _meta(cache: UsageCache, part: str) -> dict[str, Any]:
     """What ``cache`` holds besides its frames' values, as JSON."""
     return {"key": cache.key, "last_s": cache.last_s, "full_s": cache.full_s, "refresh_s": cache.refresh_s,
             "counts": cache.counts,
+            "clusters": {pod: [list(pair) for pair in pairs] for pod, pairs in cache.clusters.items()},
             "inventory": {k: [[labels, value, t] for labels, value, t in v] for k, v in cache.inventory.items()},
             "devices": _devices(cache.devices) if cache.devices is not None else None, "part": part}
 
@@ -217,6 +218,7 @@ def _restore(state: dict[str, Any], blobs: memoryview, lazy: bool = False) -> Us
     return UsageCache(
         key=str(state["key"]) if state["key"] is not None else None, series=series,
         counts={str(k): int(v) for k, v in state["counts"].items()},
+        clusters={str(k): tuple((str(label), str(v)) for label, v in pairs) for k, pairs in state["clusters"].items()},
         inventory={str(k): [(dict(labels), float(value), float(t)) for labels, value, t in v]
                    for k, v in state["inventory"].items()},
         devices=_device_table(state["devices"]) if state["devices"] is not None else None,

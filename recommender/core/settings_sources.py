@@ -10,7 +10,7 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from recommender.core import usage as m
 
@@ -132,19 +132,31 @@ class PrometheusSettings(BaseModel):
                     "series that differ only in them are one series scraped by two jobs, and are read once (their "
                     "largest value), not summed per pod.")
 
-    @field_validator("target_labels")
+    cluster_labels: tuple[str, ...] = Field(
+        ("cluster",),
+        description="Labels that name a series' cluster where one API serves several (Thanos', Mimir's or a "
+                    "federation's external labels): a pod whose series carry two values of one is two clusters' "
+                    "pods of one name, and is left out with a warning rather than summed; select one cluster with "
+                    "extra_selector.")
+
+    @field_validator("target_labels", "cluster_labels")
     @classmethod
-    def _label_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+    def _label_names(cls, v: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         bad = [x for x in v if not _LABEL_NAME.fullmatch(x) or x in ("__name__", "le")]
         if bad:
-            raise ValueError(f"not a label a scrape adds: {', '.join(map(repr, bad))}")
+            what = "a scrape adds" if info.field_name == "target_labels" else "that names a cluster"
+            raise ValueError(f"not a label {what}: {', '.join(map(repr, bad))}")
         return v
 
     @model_validator(mode="after")
     def _target_labels_not_the_pods(self) -> PrometheusSettings:
-        mine = {self.namespace_label, self.pod_label} & set(self.target_labels)
-        if mine:
-            raise ValueError(f"target_labels holds {', '.join(sorted(mine))}, the label of a pod's namespace or name")
+        for name, labels in (("target_labels", self.target_labels), ("cluster_labels", self.cluster_labels)):
+            mine = {self.namespace_label, self.pod_label} & set(labels)
+            if mine:
+                raise ValueError(f"{name} holds {', '.join(sorted(mine))}, the label of a pod's namespace or name")
+        both = set(self.target_labels) & set(self.cluster_labels)
+        if both:  # a cluster's copy would be read once, as a scrape's is: the larger of two pods, not either
+            raise ValueError(f"{', '.join(sorted(both))} is in both target_labels and cluster_labels")
         return self
 
     cache: bool = Field(True, description="Reports and snapshots keep what they read in cache_dir, so the next one "
