@@ -96,3 +96,34 @@ def test_the_report_of_a_cluster_scraped_twice_is_the_report_of_one_scraped_once
         servers: tuple[str, str, datetime]) -> None:
     once_url, twice_url, end = servers
     assert _report(twice_url, end) == _report(once_url, end)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, datetime]]:
+    """(URL of one Prometheus' series, URL of an HA pair's not deduplicated, the window's end): a pair scrapes
+    everything twice, and a global view that does not deduplicate (a federation, a Thanos Query without
+    ``--query.replica-label``) serves each series twice, differing only in the replica's external label."""
+    end_s = int(time.time()) // 3600 * 3600
+    series = [x for s in pc.cluster_series(end_s) for x in _scraped(s, False)]
+    work = tmp_path_factory.mktemp("ha")
+    tsdbs = []
+    for name, replicas in (("one", ("prometheus-k8s-0",)), ("pair", ("prometheus-k8s-0", "prometheus-k8s-1"))):
+        where = work / name
+        where.mkdir()
+        write_openmetrics([replace(s, labels={**s.labels, "prometheus": "monitoring/k8s", "prometheus_replica": r})
+                           for r in replicas for s in series], where / "data.om", pc.TYPES)
+        build_tsdb(where / "data.om", where / "tsdb")
+        tsdbs.append(where / "tsdb")
+    with PromServer.from_tsdb(tsdbs[0]) as one, PromServer.from_tsdb(tsdbs[1]) as both:
+        yield one.url, both.url, datetime.fromtimestamp(end_s, UTC)
+
+
+def test_an_ha_pair_not_deduplicated_reads_as_one_prometheus(pair: tuple[str, str, datetime]) -> None:
+    one_url, pair_url, end = pair
+    (one, _), (both, said) = _collect(one_url, end), _collect(pair_url, end)
+    assert any(re.match(r"note: [1-9][\d,]* series are another one scraped again", x) for x in said)
+    assert sorted(both.series) == sorted(one.series)
+    for metric, frame in one.series.items():
+        pd.testing.assert_frame_equal(both.series[metric], frame, obj=metric)
+    assert sorted(map(repr, both.requests)) == sorted(map(repr, one.requests))
+    assert _report(pair_url, end) == _report(one_url, end)

@@ -20,7 +20,8 @@ RECORDABLE = (m.FB_USED_MIB, m.GR_ENGINE_ACTIVE_FRAC, m.SM_ACTIVE_FRAC, m.POWER_
               m.GENERATION_TOKENS_RATE, m.PREEMPTIONS_RATE, m.TTFT_P95_S, m.TTFT_OVER_OBJECTIVE_RATE)
 _DURATION = re.compile(r"(\d+)([smh])")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus' label names
-TARGET_LABELS = ("job", "instance", "service", "endpoint")  # what scrapes add: prometheus.target_labels' default
+# what scrapes add, and an HA pair's replica label (the operator's, Thanos'): prometheus.target_labels' default
+TARGET_LABELS = ("job", "instance", "service", "endpoint", "prometheus_replica", "replica")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -128,9 +129,10 @@ class PrometheusSettings(BaseModel):
     extra_selector: str = Field("", description='Extra label matchers added to every query, e.g. cluster="a".')
     target_labels: tuple[str, ...] = Field(
         TARGET_LABELS,
-        description="Labels the scrape adds (Prometheus' job and instance; the operator's service and endpoint): "
-                    "series that differ only in them are one series scraped by two jobs, and are read once (their "
-                    "largest value), not summed per pod.")
+        description="Labels the scrape adds (Prometheus' job and instance; the operator's service and endpoint) "
+                    "and the replica label of an HA pair a global view does not deduplicate (the operator's "
+                    "prometheus_replica, Thanos' replica): series that differ only in them are one series read "
+                    "twice, and are read once (their largest value), not summed per pod.")
 
     cluster_labels: tuple[str, ...] = Field(
         ("cluster",),
