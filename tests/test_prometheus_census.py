@@ -80,10 +80,12 @@ def test_the_census_reads_the_index_not_the_samples(fleet: Fleet) -> None:
     s = _settings(fleet.url)
     client, progress = LoggingClient(s.prometheus), RecordingProgress()
     collect_pod_usage(s, fleet.start, fleet.end, progress, client=client)
-    # one lookup of every name the families read, over the window and an instant lookback before it
-    (match, start_s, end_s), *recorded = client.lookups
+    # whether dcgm-exporter's pod labels were renamed, then one lookup of every name the families read, over the
+    # window and an instant lookback before it
+    probe, (match, start_s, end_s), *recorded = client.lookups
     coarse = window_for(fleet.start, fleet.end, s.prometheus).coarse
-    assert match == q.census_selector(q.Scope.of((), s.prometheus))
+    assert probe == (PROBE, coarse.start_s - 300, coarse.end_s)
+    assert match == q.census_selectors(q.Scope.of((), s.prometheus))[0]
     assert (start_s, end_s) == (coarse.start_s - 300, coarse.end_s)
     # then the recorded series (none here), listed at each instant of their census: the range series over the
     # instant lookback, the step series over 10 min (as the count looked 5 min earlier for them)
@@ -112,6 +114,9 @@ def test_a_replaced_pod_counts_as_two_series_and_a_brief_family_is_found(fleet: 
     assert fleet.brief_s[0] <= times.min() and times.max() < fleet.brief_s[-1] + win.window_s + win.grid.step_s
 
 
+PROBE = '{__name__="DCGM_FI_DEV_FB_USED",exported_namespace!="",exported_pod!=""}'  # renamed pod labels?
+
+
 class Capped(LoggingClient):
     """A real client to a server that refuses to list more than one name at once (as VictoriaMetrics refuses a
     listing over ``-search.maxSeries``), or, with ``refuse_all``, to list anything."""
@@ -134,7 +139,8 @@ def test_a_server_that_caps_listings_is_asked_one_name_at_a_time(fleet: Fleet) -
     collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=PromClient(s.prometheus), cache=listed)
     collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client, cache=capped)
     assert capped.counts == listed.counts
-    assert len(client.lookups) == 1 + len(q.CENSUS_NAMES)
+    assert [x[0] for x in client.lookups[:2]] == [PROBE, q.census_selectors(q.Scope.of((), s.prometheus))[0]]
+    assert len(client.lookups) == 2 + len(q.CENSUS_NAMES)
     assert not [x for x in client.sent if x.startswith("count by (__name__)") and "namespace_pod:" not in x]
 
 
@@ -144,7 +150,7 @@ def test_a_server_that_lists_nothing_is_counted_at_each_step(fleet: Fleet) -> No
     client = Capped(s.prometheus, refuse_all=True)
     usage = collect_pod_usage(s, fleet.start, fleet.end, RecordingProgress(), client=client, cache=cache)
     counting = [x for x in client.sent if x.startswith("count by (__name__)") and "namespace_pod:" not in x]
-    assert counting and all(x.startswith(f"count by (__name__) ({q.census_selector(q.Scope.of((), s.prometheus))}")
+    assert counting and all(x.startswith(f"count by (__name__) ({q.census_selectors(q.Scope.of((), s.prometheus))[0]}")
                             for x in counting)
     # counted at each inventory step: the most at once, so the replaced pod and its successor are one series
     assert cache.counts[q.FB_USED] == 2
@@ -185,7 +191,8 @@ def test_a_gateway_without_listings_has_every_name_counted_at_each_step(fleet: F
     direct = _settings(fleet.url)
     expected = collect_pod_usage(direct, fleet.start, fleet.end, RecordingProgress(),
                                  client=PromClient(direct.prometheus), cache=listed)
-    assert len(client.lookups) == 1  # asked once, then counted, and said so
+    # asked whether dcgm-exporter's labels were renamed and for the census, then counted, and said so
+    assert [x[0] for x in client.lookups] == [PROBE, q.census_selectors(q.Scope.of((), s.prometheus))[0]]
     assert any("lists no series (HTTP" in x and "counting series at each inventory step" in x
                for x in progress.messages)
     assert any(x.startswith("count by (__name__)") and "namespace_pod:" not in x for x in client.sent)

@@ -18,7 +18,7 @@ from collectors.pods import PodUsage
 from collectors.prometheus import PromClient, QueryStats, collect_pod_usage, window_for
 from collectors.prometheus.cache import UsageCache
 from collectors.prometheus.cachefile import OVERLAP_STEPS
-from collectors.prometheus.queries import Scope, census_selector
+from collectors.prometheus.queries import Scope, census_selectors
 from recommender.core import usage as m
 from recommender.core.errors import PrometheusError
 from recommender.core.progress import RecordingProgress
@@ -458,7 +458,7 @@ def test_a_cache_reads_only_the_new_steps_and_gives_what_a_full_collection_gives
     # the same queries (usage, inventory), each over 3 h of new steps and the overlap, not 48 h; the census of the
     # new steps counts the raw and the recorded series at each of them (the full collection lists them from the
     # index instead)
-    raw_census = "count by (__name__) (" + census_selector(Scope.of((), s.prometheus)) + ")"
+    raw_census = "count by (__name__) (" + census_selectors(Scope.of((), s.prometheus))[0] + ")"
     counted = {x for x in again.sent if x.startswith("count by (__name__)")}
     # (a warm read takes each series once before summing, as nothing listed says none was scraped twice meanwhile)
     assert {_without_once(q) for q in set(again.sent) - counted} == {_without_once(q) for q in whole.sent}

@@ -368,3 +368,27 @@ def test_label_values_from_the_server_are_quoted_as_promql_reads_them(tmp_path: 
             promql = (f'label_replace(label_replace(vector(1), "v", {literal}, "", ""), "hit", "yes", "v", {pattern})')
             (row,) = client.query(promql, 1_700_000_000)
             assert row["metric"] == {"v": value, "hit": "yes"}, (value, promql)
+
+
+def test_renamed_exporter_labels_select_and_group_by_the_workloads_pod() -> None:
+    """Where a scrape renamed dcgm-exporter's pod labels (``exported_*``), its series are selected by those and
+    grouped by them copied back; vLLM's, which name their pods themselves, as before."""
+    plain = Scope(("ml",))
+    renamed = Scope(("ml",), exported=True)
+    assert renamed.matchers(queries.FB_USED) == \
+        '{__name__="DCGM_FI_DEV_FB_USED",exported_namespace=~"ml",exported_pod!=""}'
+    for names in (queries.RUNNING, (queries.FB_USED, *queries.RUNNING)):  # not dcgm-exporter's alone
+        assert renamed.matchers(names) == plain.matchers(names)
+    fb = queries.usage_query("fb_used_mib", renamed, 120)
+    assert fb == ('max by (namespace, pod) (label_replace(label_replace(max_over_time('
+                  '{__name__="DCGM_FI_DEV_FB_USED",exported_namespace=~"ml",exported_pod!=""}[120s]), '
+                  '"namespace", "$1", "exported_namespace", "(.+)"), "pod", "$1", "exported_pod", "(.+)"))')
+    assert "exported" not in queries.usage_query("request_rate_per_s", renamed, 120)
+    assert queries.usage_query("request_rate_per_s", renamed, 120) == queries.usage_query("request_rate_per_s",
+                                                                                            plain, 120)
+    util = queries.usage_query("gr_engine_active_frac", renamed, 120)  # and its fallback
+    assert util.count("label_replace(label_replace(") == 2 and 'exported_pod!=""' in util.split(" or ")[1]
+    assert queries.device_query(renamed, ("UUID",)).startswith("max by (namespace, pod, UUID) (label_replace(")
+    dcgm, rest = queries.census_selectors(renamed)
+    assert "exported_namespace" in dcgm and "vllm:" not in dcgm and "DCGM" not in rest and "exported" not in rest
+    assert queries.census_selectors(plain) == (plain.matchers(queries.CENSUS_NAMES),)

@@ -189,3 +189,12 @@ def test_the_census_of_new_steps_reaches_a_window_before_them_and_6_hours_back(s
     got = rules.census_since(since, Chunk(END - 335 * 3600.0, END, 3600.0), 600)
     assert got == want
     assert got.start_s <= since.start_s - 600 and got.end_s - got.start_s >= rules.MAX_STEP_SPAN_S
+
+
+def test_renamed_exporter_labels_read_its_families_raw_and_say_why() -> None:
+    present = {_name(m.FB_USED_MIB): 0.0, _name(m.KV_USAGE_FRAC): 0.0, _name(m.POWER_W): 0.0}
+    plan = rules.exporter_raw(rules.choose(present, dict.fromkeys(present, 60.0), PrometheusSettings(), 600, FINE))
+    assert set(plan.recorded) == {m.KV_USAGE_FRAC}  # vLLM's series name their pods themselves
+    assert plan.raw_because[m.FB_USED_MIB] == plan.raw_because[m.POWER_W] == rules.RENAMED_WHY
+    assert f"raw: fb_used_mib, power_w ({rules.RENAMED_WHY})" in \
+        plan.line({m.FB_USED_MIB, m.KV_USAGE_FRAC, m.POWER_W}, FINE.start_s)

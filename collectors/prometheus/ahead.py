@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -39,7 +40,7 @@ def census_ahead(s: Settings, end: datetime) -> PromClient | None:
     first = min((f for f in firsts if f is not None), default=None)
     if first is None:
         return None
-    scope = Scope.of(s.namespaces, p)
+    scope = replace(Scope.of(s.namespaces, p), exported=mark.exported)
     asks, span = census.since_asks(scope, win, p, Chunk(first, win.fine.end_s, win.grid.step_s))
     rule_asks = [a for a in asks if a.key == census.RULE_CENSUS]
     intervals = _Intervals(client, span, scope, len(rule_asks))

@@ -95,13 +95,15 @@ def file_for(folder: Path, s: Settings) -> Path:
 @dataclass(frozen=True)
 class Mark:
     """Where a cache's series stand: the key they were read under (a digest), whether there are any, their last
-    step, the last step when everything was read, and how long after that everything is read again (s)."""
+    step, the last step when everything was read, how long after that everything is read again (s), and whether
+    dcgm-exporter's pod labels were found renamed (``Scope.exported``)."""
 
     key: str | None
     has_series: bool
     last_s: float
     full_s: float
     refresh_s: float
+    exported: bool = False
 
 
 def fresh_start(mark: Mark, key: tuple[object, ...], grid: Grid) -> float | None:
@@ -127,7 +129,8 @@ def peek(path: Path) -> Mark | None:
                 return None
             usage = json.loads(fh.read(size))["usage"]
         return Mark(str(usage["key"]) if usage["key"] is not None else None, bool(usage["frames"]),
-                    float(usage["last_s"]), float(usage["full_s"]), float(usage["refresh_s"]))
+                    float(usage["last_s"]), float(usage["full_s"]), float(usage["refresh_s"]),
+                    usage.get("exported") is True)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -37,7 +37,7 @@ def since_asks(scope: Scope, win: Window, p: PrometheusSettings, since: Chunk) -
     instant of :func:`rules.census_since`, a query each (a range query loads every sample between its first and
     last step, hours apart here; one instant, its lookback's); and that range."""
     span = rules.census_since(since, win.coarse, win.window_s)
-    asks = [Ask(RAW_CENSUS, queries.census_query(queries.census_selector(scope)), since)]
+    asks = [Ask(RAW_CENSUS, queries.census_query(sel), since) for sel in queries.census_selectors(scope)]
     if p.recording_rules:
         promql = rules.census_query(scope, p)
         asks += [Ask(RULE_CENSUS, promql, Chunk(t, t, span.step_s))

@@ -33,7 +33,7 @@ from collectors.prometheus.client import NoSeriesListing, PromClient, Prometheus
 from collectors.prometheus.devices import DeviceTable, gpu_nodes
 from collectors.prometheus.jobs import GPU_NODES, Job, plan, run_jobs
 from collectors.prometheus.parse import Accumulator, Result
-from collectors.prometheus.queries import Scope
+from collectors.prometheus.queries import RENAMED, Scope
 from collectors.prometheus.rules import RulePlan
 from collectors.prometheus.window import Window, window_for
 from recommender.core import usage as m
@@ -275,28 +275,35 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     or 501 from the listing, or 403: a check query has passed by then) has every name counted that way, as the
     census always did."""
     start_s = span.start_s - CENSUS_LOOKBACK_S
+    counts: dict[str, int] = {}
+    twice = 0
+    clusters: Clusters = {}
+
+    def listed(names: tuple[str, ...]) -> None:
+        nonlocal twice
+        listing = client.series(scope.matchers(names), start_s, span.end_s)
+        counts.update(parse.series_names(listing))
+        twice += parse.scraped_twice(listing, p.target_labels)
+        parse.pod_clusters(listing, *scope.pod_labels(names), p.cluster_labels, clusters)
+
     try:
-        listing = client.series(queries.census_selector(scope), start_s, span.end_s)
-        return RawCensus(parse.series_names(listing), True, parse.scraped_twice(listing, p.target_labels),
-                         parse.pod_clusters(listing, scope.namespace_label, scope.pod_label, p.cluster_labels))
+        for part in queries.census_parts(scope):
+            listed(part)
+        return RawCensus(counts, True, twice, clusters)
     except PrometheusLimitError:
         listable = queries.CENSUS_NAMES
     except NoSeriesListing as exc:
         progress.log(f"{exc}: counting series at each inventory step instead")
         listable = ()
-    counts: dict[str, int] = {}
+    counts.clear()
+    clusters.clear()
     twice = 0
-    clusters: Clusters = {}
     refused = [name for name in queries.CENSUS_NAMES if name not in listable]
     for name in listable:
         try:
-            listing = client.series(queries.census_selector(scope, (name,)), start_s, span.end_s)
+            listed((name,))
         except PrometheusLimitError:
             refused.append(name)
-            continue
-        counts |= parse.series_names(listing)
-        twice += parse.scraped_twice(listing, p.target_labels)
-        parse.pod_clusters(listing, scope.namespace_label, scope.pod_label, p.cluster_labels, clusters)
     if not refused:
         return RawCensus(counts, False, twice, clusters)
 
@@ -304,15 +311,27 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
         parse.keep_most(counts, parse.series_counts(result))
 
     # cut by the series it selects (one instant count) and into a query per one in flight: a query runs on one core
-    selector = queries.census_selector(scope, tuple(sorted(refused)))
-    now = client.query(f"count({selector})", span.end_s)
-    series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
-    per = min(chunks.steps_per_chunk(series, span.step_s, p, sample_s=span.step_s),
-              math.ceil(span.steps / client.in_flight))
-    run_jobs(client, [Job("census", queries.census_query(selector), c, i)
-                      for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))], merge,
-             progress, "counting series")
+    jobs: list[Job] = []
+    for selector in queries.census_selectors(scope, tuple(sorted(refused))):
+        now = client.query(f"count({selector})", span.end_s)
+        series = max((int(float(r["value"][1])) for r in now if r.get("value")), default=1)
+        per = min(chunks.steps_per_chunk(series, span.step_s, p, sample_s=span.step_s),
+                  math.ceil(span.steps / client.in_flight))
+        jobs += [Job("census", queries.census_query(selector), c, len(jobs) + i)
+                 for i, c in enumerate(chunks.chunks(span.start_s, span.end_s, span.step_s, per))]
+    run_jobs(client, jobs, merge, progress, "counting series")
     return RawCensus(counts, False, None, clusters if listable else None)
+
+
+def _renamed(client: PromClient, scope: Scope, start_s: float, end_s: float) -> bool:
+    """Whether dcgm-exporter's series from ``start_s`` to ``end_s`` name their pods in the renamed labels
+    (``Scope.exported``): listed from the server's index (none, where its labels are honoured), or counted at
+    ``end_s`` where it lists no series or refuses to list that many."""
+    probe = replace(scope, exported=True).matchers((queries.FB_USED,))
+    try:
+        return bool(client.series(probe, start_s, end_s))
+    except (NoSeriesListing, PrometheusLimitError):
+        return bool(client.query(f"count({probe})", end_s))
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
@@ -334,13 +353,25 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     client.check()
     grid, fine, where = win.grid, None, ""
     recorded: dict[str, list[list[object]]] | None = {} if p.recording_rules else None
+    if first is not None and cache is not None and \
+            _renamed(client, scope, first - CENSUS_LOOKBACK_S, win.coarse.end_s) != cache.exported:
+        first = None  # the scrape was changed since: the cached steps were read by the other labels
+        progress.log("note: dcgm-exporter's pod labels are "
+                     f"{'no longer' if cache.exported else 'now'} renamed by the scrape: reading everything again")
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
+        scope = replace(scope, exported=cache.exported)  # as the last full read found it, and the new steps
         counts, span, twice, _ = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
         apart = cache.clusters  # the last full read's listing: the new steps are counted, not listed
     else:
+        if _renamed(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S, win.coarse.end_s):
+            scope = replace(scope, exported=True)
+            progress.log(f"note: dcgm-exporter's series name the pods using each GPU in {RENAMED}"
+                         f"{scope.namespace_label} and {RENAMED}{scope.pod_label}: the scrape does not honour its "
+                         "labels (honorLabels: false), so namespace and pod name the exporter's own pods. They are "
+                         "read from the renamed ones, and its families from raw series")
         counts, span, twice, clusters = _census(client, scope, win, p, progress, recorded=recorded)
         apart = parse.several_clusters(clusters or {})
     if twice == 0:  # listed, each once: nothing to take once before it is summed per pod (a costly aggregation)
@@ -350,6 +381,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
                      f"{', '.join(p.target_labels)}): each is read once")
     rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, span, objective_s, recorded) \
         if recorded is not None else None
+    if rule_plan is not None and scope.exported:
+        rule_plan = rules.exporter_raw(rule_plan)
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
                  f"for {', '.join(scope.namespaces) or 'all namespaces'}, {client.in_flight} at a time"
@@ -386,7 +419,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         series = cache.keep(key, series, win.grid, first)
         cache.counts, cache.devices = counts, device_table
         cache.inventory = {k: parse.newest(v) for k, v in inv.items()}
-        cache.clusters = apart
+        cache.clusters, cache.exported = apart, scope.exported
     used = series.get(m.FB_USED_MIB)
     if used is not None:  # DCGM gives whole MiB: held at float32 when exact (the cache's copy too); read so
         # already (COMPACT), this is for the steps a cache joins to it

@@ -44,6 +44,13 @@ KSM_REQUESTS = "kube_pod_container_resource_requests"
 # at zero (no pod, so no vLLM metric) from a step without metrics.
 KSM_WORKLOAD_REPLICAS = {"Deployment": ("kube_deployment_status_replicas", "deployment"),
                          "StatefulSet": ("kube_statefulset_status_replicas", "statefulset")}
+EXPORTER_PREFIX = "DCGM_"  # dcgm-exporter's names: the series whose pod labels a scrape may have renamed
+RENAMED = "exported_"  # what a scrape that does not honour a series' labels prefixes to those it sets itself
+
+
+def from_exporter(names: tuple[str, ...]) -> bool:
+    """Whether every one of ``names`` is dcgm-exporter's (and there is one)."""
+    return bool(names) and all(n.startswith(EXPORTER_PREFIX) for n in names)
 
 
 def quote(value: str) -> str:
@@ -66,6 +73,9 @@ class Scope:
     pod_label: str = "pod"
     extra: str = ""  # e.g. 'cluster="a"', added verbatim to every selector
     target_labels: tuple[str, ...] = TARGET_LABELS  # what a scrape adds: one series scraped twice differs in them
+    # dcgm-exporter's pod labels renamed by a scrape that does not honour them (exported_namespace, exported_pod;
+    # namespace and pod are then the exporter's own): its series are selected and grouped by the renamed ones
+    exported: bool = False
 
     @classmethod
     def of(cls, namespaces: tuple[str, ...], p: PrometheusSettings) -> Scope:
@@ -81,18 +91,38 @@ class Scope:
         largest value: to be summed per pod, where the copies would add up."""
         return f"max without ({', '.join(self.target_labels)}) ({expr})" if self.target_labels else expr
 
+    def renamed(self, names: tuple[str, ...]) -> bool:
+        """Whether ``names``' series name their pods in the renamed labels (:attr:`exported`)."""
+        return self.exported and from_exporter(names)
+
+    def pod_labels(self, names: tuple[str, ...]) -> tuple[str, str]:
+        """The labels ``names``' series name their namespace and pod in (:meth:`renamed`: the renamed ones)."""
+        prefix = RENAMED if self.renamed(names) else ""
+        return prefix + self.namespace_label, prefix + self.pod_label
+
+    def own(self, names: tuple[str, ...], expr: str) -> str:
+        """``expr`` over ``names``' series with the pod labels their exporter gave them: where a scrape renamed
+        them (:meth:`renamed`), copied back over the exporter's own namespace and pod, so that grouping by pod
+        is by the workload's."""
+        if not self.renamed(names):
+            return expr
+        for label in (self.namespace_label, self.pod_label):
+            expr = f'label_replace({expr}, "{label}", "$1", "{RENAMED}{label}", "(.+)")'
+        return expr
+
     def matchers(self, names: tuple[str, ...] | str | None = None, *, pods: bool = True, also: str = "") -> str:
-        """The label matchers of one selector, e.g. ``{__name__=~"a|b",namespace=~"x",pod!=""}``."""
+        """The label matchers of one selector, e.g. ``{__name__=~"a|b",namespace=~"x",pod!=""}`` (the renamed
+        pod labels where :meth:`renamed`: the exporter's own pods, and GPUs no pod uses, are then left out)."""
         parts = []
         if isinstance(names, str):
             names = (names,)
         if names:
             parts.append(f"__name__=~{quote(regex_alternatives(names))}" if len(names) > 1
                          else f"__name__={quote(names[0])}")
-        ns = self.namespace_label
+        ns, pod = self.pod_labels(names or ())
         parts.append(f"{ns}=~{quote(regex_alternatives(self.namespaces))}" if self.namespaces else f'{ns}!=""')
         if pods:
-            parts.append(f'{self.pod_label}!=""')
+            parts.append(f'{pod}!=""')
         parts += [x for x in (self.extra, also) if x]
         return "{" + ",".join(parts) + "}"
 
@@ -125,6 +155,11 @@ class Family:
     def read_names(self) -> tuple[str, ...]:
         """Every exported name its query selects: what sizes its chunks."""
         return self.all_names + tuple(n for g in self.growth for n in g)
+
+    @property
+    def exporter(self) -> bool:
+        """Whether it reads dcgm-exporter's series only (whose pod labels a scrape may have renamed)."""
+        return from_exporter(self.read_names)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -160,7 +195,8 @@ def usage_query(metric: str, scope: Scope, window_s: int, objective_s: float | N
     by = scope.by + (", le" if fam.quantile else "")
 
     def reduce(names: tuple[str, ...]) -> str:
-        return f"{fam.agg} by ({by}) ({_each(fam, scope, f'{fam.over_time}({scope.matchers(names)}[{window_s}s])')})"
+        over = scope.own(names, f"{fam.over_time}({scope.matchers(names)}[{window_s}s])")
+        return f"{fam.agg} by ({by}) ({_each(fam, scope, over)})"
 
     query = _with_growth(fam, scope, window_s) if fam.growth else reduce(fam.names)
     if fam.quantile is not None:
@@ -223,22 +259,32 @@ def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], windo
 CENSUS_NAMES = tuple(sorted({n for f in FAMILIES for n in f.read_names} | {FB_FREE, CACHE_CONFIG}))
 
 
-def census_selector(scope: Scope, names: tuple[str, ...] = CENSUS_NAMES) -> str:
+def census_selectors(scope: Scope, names: tuple[str, ...] = CENSUS_NAMES) -> tuple[str, ...]:
     """Every series the census counts: each exported name a family reads (recorded series have a census of
-    their own: ``rules.census_query``)."""
-    return scope.matchers(names)
+    their own: ``rules.census_query``). One selector, or two where the scrape renamed dcgm-exporter's pod labels
+    (:attr:`Scope.exported`): its names' and the others'."""
+    return tuple(scope.matchers(part) for part in census_parts(scope, names))
+
+
+def census_parts(scope: Scope, names: tuple[str, ...] = CENSUS_NAMES) -> tuple[tuple[str, ...], ...]:
+    """``names`` in the groups one selector can pick (:func:`census_selectors`)."""
+    if not scope.exported:
+        return (names,)
+    parts = (tuple(n for n in names if from_exporter((n,))), tuple(n for n in names if not from_exporter((n,))))
+    return tuple(part for part in parts if part)
 
 
 def census_query(selector: str) -> str:
     """How many series of each exported name ``selector`` picks at each step: the census where the server will
-    not list them (``collect._census``)."""
+    not list them (``collect._census``). One query a selector: ``or`` matches label sets without the metric name,
+    so it would keep one count of all."""
     return f"count by (__name__) ({selector})"
 
 
 def device_query(scope: Scope, labels: tuple[str, ...]) -> str:
     """Device memory (FB_USED + FB_FREE, MiB) per pod and device, keeping the labels that name the device."""
     by = ", ".join((scope.namespace_label, scope.pod_label, *labels))
-    return f"max by ({by}) ({scope.matchers(FB_USED)} + {scope.matchers(FB_FREE)})"
+    return f"max by ({by}) ({scope.own((FB_USED, FB_FREE), f'{scope.matchers(FB_USED)} + {scope.matchers(FB_FREE)}')})"
 
 
 def node_query(scope: Scope, node_labels: tuple[str, ...], window_s: int) -> str:

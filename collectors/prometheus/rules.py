@@ -296,6 +296,20 @@ def choose(present: dict[str, float], every: dict[str, float], p: PrometheusSett
     return RulePlan(recorded, why, stepped, step_why)
 
 
+RENAMED_WHY = "dcgm-exporter's pod labels renamed by the scrape: recorded by the exporter's own pods"
+
+
+def exporter_raw(plan: RulePlan) -> RulePlan:
+    """``plan`` with dcgm-exporter's families read raw: where a scrape renamed its pod labels (``Scope.exported``)
+    a rule that groups them by pod groups them by the exporter's own."""
+    out = {f.metric for f in FAMILIES if f.exporter}
+    return RulePlan({k: v for k, v in plan.recorded.items() if k not in out},
+                    {**plan.raw_because, **dict.fromkeys(out, RENAMED_WHY)},
+                    {k: v for k, v in plan.stepped.items() if k not in out},
+                    {**plan.step_because, **dict.fromkeys(out & (plan.stepped.keys() | plan.step_because.keys()),
+                                                            RENAMED_WHY)})
+
+
 def _choose_steps(present: dict[str, float], every: dict[str, float], window_s: int, fine: Chunk,
                   objective_s: float) -> tuple[dict[str, Recorded], dict[str, str]]:
     """Per family the step series of the largest usable step S, the grid steps it covers (from one window after

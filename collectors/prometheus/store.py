@@ -97,6 +97,7 @@ def _meta(cache: UsageCache, part: str) -> dict[str, Any]:
     return {"key": cache.key, "last_s": cache.last_s, "full_s": cache.full_s, "refresh_s": cache.refresh_s,
             "counts": cache.counts,
             "clusters": {pod: [list(pair) for pair in pairs] for pod, pairs in cache.clusters.items()},
+            "exported": cache.exported,
             "inventory": {k: [[labels, value, t] for labels, value, t in v] for k, v in cache.inventory.items()},
             "devices": _devices(cache.devices) if cache.devices is not None else None, "part": part}
 
@@ -218,7 +219,9 @@ def _restore(state: dict[str, Any], blobs: memoryview, lazy: bool = False) -> Us
     return UsageCache(
         key=str(state["key"]) if state["key"] is not None else None, series=series,
         counts={str(k): int(v) for k, v in state["counts"].items()},
-        clusters={str(k): tuple((str(label), str(v)) for label, v in pairs) for k, pairs in state["clusters"].items()},
+        clusters={str(k): tuple((str(label), str(v)) for label, v in pairs)
+                  for k, pairs in state.get("clusters", {}).items()},
+        exported=state.get("exported") is True,
         inventory={str(k): [(dict(labels), float(value), float(t)) for labels, value, t in v]
                    for k, v in state["inventory"].items()},
         devices=_device_table(state["devices"]) if state["devices"] is not None else None,

@@ -1,0 +1,220 @@
+"""dcgm-exporter scraped without ``honorLabels``, through a real Prometheus.
+
+dcgm-exporter labels each GPU's series with the pod, namespace and container using it. A scrape that does not
+honour those labels (``honorLabels: false`` on a ServiceMonitor, the dcgm-exporter Helm chart's default; Prometheus'
+``honor_labels: false``) renames them ``exported_pod``, ``exported_namespace`` and ``exported_container``, and
+sets ``pod`` and ``namespace`` to the target's: the exporter's own pod on each node. Read by ``pod``, every GPU's
+memory and activity was the exporter's, one DaemonSet holding all the cluster's GPUs, and no workload had any. Such
+series are not read; the report says what to set.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from collectors.pods import PodUsage, pod_key
+from collectors.prometheus import collect_pod_usage
+from recommender.cli.main import main
+from recommender.core import usage as m
+from recommender.core.progress import RecordingProgress
+from recommender.core.settings import Settings
+from recommender.core.settings_sources import PrometheusSettings
+from tests import promcluster as pc
+from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(prometheus_binaries() is None,
+                       reason="Debian's prometheus/promtool not installed (apt-get install -y prometheus)"),
+]
+EXPORTER_NS = "gpu-operator"
+
+
+def _renamed(s: Series) -> Series:
+    """``s`` as a scrape that does not honour its labels stores it: dcgm-exporter's pod labels renamed where it
+    sent them, and the target's (the exporter's own pod on the GPU's node) on every series, a free GPU's too."""
+    if not s.name.startswith("DCGM_"):
+        return s
+    labels = {k: v for k, v in s.labels.items() if k not in ("pod", "namespace", "container")}
+    labels |= {f"exported_{k}": s.labels[k] for k in ("pod", "namespace", "container") if s.labels.get(k)}
+    node = s.labels["Hostname"]
+    return replace(s, labels={**labels, "namespace": EXPORTER_NS, "pod": f"nvidia-dcgm-exporter-{node}",
+                              "container": "nvidia-dcgm-exporter"})
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, datetime]]:
+    """(URL with dcgm-exporter's labels honoured, URL with them renamed, the window's end)."""
+    end_s = int(time.time()) // 3600 * 3600
+    series = pc.cluster_series(end_s)
+    work = tmp_path_factory.mktemp("renamed")
+    tsdbs = []
+    for name, kept in (("honoured", series), ("renamed", [_renamed(s) for s in series])):
+        where = work / name
+        where.mkdir()
+        write_openmetrics(kept, where / "data.om", pc.TYPES)
+        build_tsdb(where / "data.om", where / "tsdb")
+        tsdbs.append(where / "tsdb")
+    with PromServer.from_tsdb(tsdbs[0]) as honoured, PromServer.from_tsdb(tsdbs[1]) as renamed:
+        yield honoured.url, renamed.url, datetime.fromtimestamp(end_s, UTC)
+
+
+def _collect(url: str, end: datetime, **p: Any) -> tuple[PodUsage, list[str]]:
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0, **p))
+    progress = RecordingProgress()
+    return collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True), progress.messages
+
+
+def _pods(usage: PodUsage) -> set[str]:
+    found = {c for frame in usage.series.values() for c in frame.columns}
+    return found | {pod_key(d.namespace, d.pod) for d in usage.devices}
+
+
+def test_renamed_pod_labels_read_as_honoured_ones(servers: tuple[str, str, datetime]) -> None:
+    honoured_url, renamed_url, end = servers
+    (honoured, _), (renamed, said) = _collect(honoured_url, end), _collect(renamed_url, end)
+    assert not any(p.startswith(f"{EXPORTER_NS}/") for p in _pods(renamed))  # the exporter holds no GPU
+    assert sorted(renamed.series) == sorted(honoured.series)
+    for metric, frame in honoured.series.items():
+        pd.testing.assert_frame_equal(renamed.series[metric], frame, obj=metric)
+    for field in ("devices", "owners", "requests", "vllm", "gpu_nodes", "warnings"):
+        assert sorted(map(repr, getattr(renamed, field))) == sorted(map(repr, getattr(honoured, field))), field
+    assert any(x.startswith("note: dcgm-exporter's series name the pods using each GPU in exported_namespace")
+               for x in said)
+    assert not any("dcgm-exporter's series name" in x for x in _collect(honoured_url, end)[1])
+
+
+def _report(url: str, end: datetime) -> dict[str, Any]:
+    res = CliRunner().invoke(main, ["report", "--prometheus-url", url, "--no-kubernetes", "--history", "2d",
+                                    "--min-history", "12h", "--end", end.isoformat(), "-o", "json", "--no-cache"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return dict(json.loads(re.sub(r"http://127\.0\.0\.1:\d+", "URL", res.stdout)))
+
+
+def test_the_report_is_the_honoured_clusters(servers: tuple[str, str, datetime]) -> None:
+    honoured_url, renamed_url, end = servers
+    assert _report(renamed_url, end) == _report(honoured_url, end)
+
+
+def test_a_namespace_selected_reads_the_workloads_namespace_not_the_exporters(
+        servers: tuple[str, str, datetime]) -> None:
+    honoured_url, renamed_url, end = servers
+    s = Settings(namespaces=("mig",), history_s=pc.HOURS * 3600,
+                 prometheus=PrometheusSettings(url=renamed_url, retries=0))
+    renamed = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, RecordingProgress(), with_ksm=True)
+    honoured = collect_pod_usage(s.model_copy(update={"prometheus": PrometheusSettings(url=honoured_url, retries=0)}),
+                                 end - timedelta(hours=pc.HOURS), end, RecordingProgress(), with_ksm=True)
+    assert {c.split("/")[0] for c in renamed.series[m.FB_USED_MIB].columns} == {"mig"}
+    for metric, frame in honoured.series.items():
+        pd.testing.assert_frame_equal(renamed.series[metric], frame, obj=metric)
+
+
+def test_a_warm_read_keeps_reading_the_renamed_labels(servers: tuple[str, str, datetime], tmp_path: Any) -> None:
+    from collectors.prometheus import cachefile
+    from collectors.prometheus.cache import UsageCache
+
+    honoured_url, renamed_url, end = servers
+    cache = UsageCache()
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=renamed_url, retries=0))
+    collect_pod_usage(s, end - timedelta(hours=pc.HOURS + 3), end - timedelta(hours=3), RecordingProgress(),
+                      with_ksm=True, cache=cache)
+    assert cache.exported
+    progress = RecordingProgress()
+    warm = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True, cache=cache)
+    assert any("earlier steps from the last collection" in x for x in progress.messages)
+    honoured, _ = _collect(honoured_url, end)
+    for metric, frame in honoured.series.items():
+        pd.testing.assert_frame_equal(warm.series[metric], frame, obj=metric)
+    # the file says so, for the census sent before the collector loads (ahead)
+    from collectors.prometheus import store
+    path = tmp_path / "usage.cache"
+    path.write_bytes(store.dumps(cache))
+    mark = cachefile.peek(path)
+    assert mark is not None and mark.exported and store.loads(path.read_bytes()).exported
+
+
+def test_a_server_that_lists_no_series_is_asked_by_a_count(servers: tuple[str, str, datetime]) -> None:
+    """Behind a gateway that passes only the query endpoints, whether the labels were renamed is counted at the
+    window's end."""
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler
+
+    from tests.promfixture import loopback_http
+
+    honoured_url, renamed_url, end = servers
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if not self.path.startswith(("/api/v1/query", "/api/v1/status/")):
+                self.send_error(404)
+                return
+            with urllib.request.urlopen(renamed_url + self.path, timeout=60) as answer:
+                body = answer.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with loopback_http(Gateway) as url:
+        behind, said = _collect(url, end)
+    honoured, _ = _collect(honoured_url, end)
+    assert any("dcgm-exporter's series name the pods" in x for x in said)
+    for metric in (m.FB_USED_MIB, m.GR_ENGINE_ACTIVE_FRAC, m.REQUEST_RATE):
+        pd.testing.assert_frame_equal(behind.series[metric], honoured.series[metric], obj=metric)
+
+
+def test_a_scrape_changed_between_reads_reads_everything_again(servers: tuple[str, str, datetime]) -> None:
+    """One URL whose server turns from honouring dcgm-exporter's labels to renaming them (and back): the cached
+    steps were read by the other labels, so the next read takes none of them."""
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler
+
+    from collectors.prometheus.cache import UsageCache
+    from tests.promfixture import loopback_http
+
+    honoured_url, renamed_url, end = servers
+    target = [honoured_url]
+
+    class Switch(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with urllib.request.urlopen(target[0] + self.path, timeout=60) as answer:
+                body = answer.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    honoured, _ = _collect(honoured_url, end)
+    with loopback_http(Switch) as url:
+        s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0))
+        cache = UsageCache()
+        for server, exported in ((honoured_url, False), (renamed_url, True), (honoured_url, False)):
+            target[0] = server
+            progress = RecordingProgress()
+            got = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True, cache=cache)
+            assert cache.exported is exported
+            assert not any("earlier steps from the last collection" in x for x in progress.messages[1:])
+            for metric, frame in honoured.series.items():
+                pd.testing.assert_frame_equal(got.series[metric], frame, obj=metric)
+        again = RecordingProgress()
+        collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, again, with_ksm=True, cache=cache)
+        assert any("earlier steps from the last collection" in x for x in again.messages)  # unchanged: cached
