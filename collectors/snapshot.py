@@ -215,33 +215,31 @@ def clusters_spanned(mapping: Mapping[str, WorkloadRef], clusters: Mapping[str, 
     return out
 
 
-def _escaped(value: str) -> str:
-    """A label value from series a tenant's pod may write, as one line: escaped as JSON escapes it, and cut."""
-    return cut(json.dumps(value)[1:-1])
+def _listed(values: Sequence[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``values`` and how many more. They come from series a tenant's pod may write (any
+    label): each escaped as JSON escapes it, and cut, so the line stays one line."""
+    more = f" and {len(values) - shown:,} more" if len(values) > shown else ""
+    return ", ".join(cut(json.dumps(v)[1:-1]) for v in values[:shown]) + more
+
+
+def _one_cluster(label: str, value: str) -> str:
+    return f"to size one cluster, set prometheus.extra_selector, e.g. {label}={cut(json.dumps(value))}"
 
 
 def _spanning_note(label: str, values: tuple[str, ...]) -> str:
     """Why a workload the API lists has no usage: its name's pods run in several clusters behind one API."""
-    shown = ", ".join(_escaped(v) for v in values[:3]) + (f" and {len(values) - 3:,} more" if len(values) > 3 else "")
-    return (f"its pods' series come from more than one cluster ({label}: {shown}): its usage is left out, since it "
-            f"would add up across clusters; to size one cluster, set prometheus.extra_selector, e.g. "
-            f"{label}={cut(json.dumps(values[0]))}")
+    return (f"its pods' series come from more than one cluster ({label}: {_listed(values)}): its usage is left out, "
+            f"since it would add up across clusters; {_one_cluster(label, values[0])}")
 
 
-def spanning_warning(spanning: Mapping[WorkloadRef, tuple[str, tuple[str, ...]]], shown: int = 3) -> str:
-    """One line naming the workloads of :func:`clusters_spanned`, and how to size one cluster. Names and label
-    values come from series a tenant's pod may write (any label): :func:`_escaped`."""
-    def listed(values: Sequence[str]) -> str:
-        more = f" and {len(values) - shown:,} more" if len(values) > shown else ""
-        return ", ".join(_escaped(v) for v in values[:shown]) + more
-
+def spanning_warning(spanning: Mapping[WorkloadRef, tuple[str, tuple[str, ...]]]) -> str:
+    """One line naming the workloads of :func:`clusters_spanned`, and how to size one cluster."""
     refs = sorted(spanning, key=lambda r: r.key)
     label, values = spanning[refs[0]]
     clusters = sorted({v for lb, vs in spanning.values() if lb == label for v in vs})
     return (f"{len(refs):,} workload{' has' if len(refs) == 1 else 's have'} pods in more than one cluster "
-            f"({label}: {listed(clusters)}): {listed([r.key for r in refs])} left out, since their usage would add "
-            f"up across clusters; to size one cluster, set prometheus.extra_selector, e.g. "
-            f"{label}={cut(json.dumps(values[0]))}")
+            f"({label}: {_listed(clusters)}): {_listed([r.key for r in refs])} left out, since their usage would add "
+            f"up across clusters; {_one_cluster(label, values[0])}")
 
 
 def assemble(usage: PodUsage, workloads: Sequence[Workload] | None, start: datetime, end: datetime,
