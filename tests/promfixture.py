@@ -20,7 +20,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,37 @@ def loopback_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def gateway(target: Callable[[], str], passes: tuple[str, ...] = ("/",), status: int = 404) -> Iterator[str]:
+    """A real HTTP gateway on a free loopback port: a GET whose path starts with one of ``passes`` is sent on to
+    ``target()`` (read at each request, so a test can switch servers behind one URL), any other answered with
+    ``status`` (a tenancy proxy that passes only the query endpoints: 404, or 403). Yields its URL."""
+
+    class Gateway(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if not self.path.startswith(passes):
+                self.send_error(status)
+                return
+            with urllib.request.urlopen(target() + self.path, timeout=60) as answer:
+                body = answer.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with loopback_http(Gateway) as url:
+        yield url
+
+
+def tsdb_of(series: Iterable[Series], where: Path, types: Mapping[str, str] | None = None) -> Path:
+    """A TSDB of ``series`` built in the new folder ``where`` (through OpenMetrics, as ``build_tsdb``); its path."""
+    where.mkdir()
+    write_openmetrics(series, where / "data.om", types)
+    build_tsdb(where / "data.om", where / "tsdb")
+    return where / "tsdb"

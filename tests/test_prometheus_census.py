@@ -9,11 +9,9 @@ gateway that passes only the query endpoints is a real HTTP server in front of i
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,7 @@ from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
-from tests.promfixture import PromServer, Series, build_tsdb, loopback_http, prometheus_binaries, write_openmetrics
+from tests.promfixture import PromServer, Series, build_tsdb, gateway, prometheus_binaries, write_openmetrics
 from tests.test_prometheus_collect import LoggingClient
 
 pytestmark = [
@@ -161,25 +159,7 @@ def test_a_server_that_lists_nothing_is_counted_at_each_step(fleet: Fleet) -> No
 def query_only_gateway(fleet: Fleet, request: pytest.FixtureRequest) -> Iterator[str]:
     """A real HTTP gateway in front of the server that passes the query endpoints and answers the rest with 404
     (no such path) or 403 (not allowed to these credentials), as tenancy proxies do."""
-    status = request.param
-
-    class Gateway(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if not self.path.startswith(("/api/v1/query", "/api/v1/status/")):
-                self.send_error(status)
-                return
-            with urllib.request.urlopen(fleet.url + self.path, timeout=60) as answer:
-                body = answer.read()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    with loopback_http(Gateway) as url:
+    with gateway(lambda: fleet.url, ("/api/v1/query", "/api/v1/status/"), request.param) as url:
         yield url
 
 

@@ -30,7 +30,7 @@ from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
-from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+from tests.promfixture import PromServer, Series, prometheus_binaries, tsdb_of
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -57,13 +57,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     assert {s.name for s in b} >= {"DCGM_FI_DEV_FB_USED", "vllm:num_requests_running", "kube_pod_owner",
                                    "kube_pod_container_resource_requests"}
     work = tmp_path_factory.mktemp("clusters")
-    tsdbs = []
-    for name, series in (("a", a), ("ab", a + b)):
-        where = work / name
-        where.mkdir()
-        write_openmetrics(series, where / "data.om", pc.TYPES)
-        build_tsdb(where / "data.om", where / "tsdb")
-        tsdbs.append(where / "tsdb")
+    tsdbs = [tsdb_of(a, work / "a", pc.TYPES), tsdb_of(a + b, work / "ab", pc.TYPES)]
     with PromServer.from_tsdb(tsdbs[0]) as alone, PromServer.from_tsdb(tsdbs[1]) as both:
         yield alone.url, both.url, datetime.fromtimestamp(end_s, UTC)
 

@@ -28,7 +28,7 @@ from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
-from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, tsdb_of, write_openmetrics
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -106,14 +106,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, d
     end_s = int(time.time()) // 3600 * 3600
     series = [x for s in pc.cluster_series(end_s) for x in _scraped(s, False)]
     work = tmp_path_factory.mktemp("ha")
-    tsdbs = []
-    for name, replicas in (("one", ("prometheus-k8s-0",)), ("pair", ("prometheus-k8s-0", "prometheus-k8s-1"))):
-        where = work / name
-        where.mkdir()
-        write_openmetrics([replace(s, labels={**s.labels, "prometheus": "monitoring/k8s", "prometheus_replica": r})
-                           for r in replicas for s in series], where / "data.om", pc.TYPES)
-        build_tsdb(where / "data.om", where / "tsdb")
-        tsdbs.append(where / "tsdb")
+    tsdbs = [tsdb_of([replace(s, labels={**s.labels, "prometheus": "monitoring/k8s", "prometheus_replica": r})
+                      for r in replicas for s in series], work / name, pc.TYPES)
+             for name, replicas in (("one", ("prometheus-k8s-0",)),
+                                    ("pair", ("prometheus-k8s-0", "prometheus-k8s-1")))]
     with PromServer.from_tsdb(tsdbs[0]) as one, PromServer.from_tsdb(tsdbs[1]) as both:
         yield one.url, both.url, datetime.fromtimestamp(end_s, UTC)
 

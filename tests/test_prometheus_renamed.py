@@ -30,7 +30,7 @@ from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
-from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+from tests.promfixture import PromServer, Series, gateway, prometheus_binaries, tsdb_of
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -58,13 +58,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     end_s = int(time.time()) // 3600 * 3600
     series = pc.cluster_series(end_s)
     work = tmp_path_factory.mktemp("renamed")
-    tsdbs = []
-    for name, kept in (("honoured", series), ("renamed", [_renamed(s) for s in series])):
-        where = work / name
-        where.mkdir()
-        write_openmetrics(kept, where / "data.om", pc.TYPES)
-        build_tsdb(where / "data.om", where / "tsdb")
-        tsdbs.append(where / "tsdb")
+    tsdbs = [tsdb_of(series, work / "honoured", pc.TYPES), tsdb_of(map(_renamed, series), work / "renamed", pc.TYPES)]
     with PromServer.from_tsdb(tsdbs[0]) as honoured, PromServer.from_tsdb(tsdbs[1]) as renamed:
         yield honoured.url, renamed.url, datetime.fromtimestamp(end_s, UTC)
 
@@ -147,30 +141,8 @@ def test_a_warm_read_keeps_reading_the_renamed_labels(servers: tuple[str, str, d
 def test_a_server_that_lists_no_series_is_asked_by_a_count(servers: tuple[str, str, datetime]) -> None:
     """Behind a gateway that passes only the query endpoints, whether the labels were renamed is counted at the
     window's end."""
-    import urllib.request
-    from http.server import BaseHTTPRequestHandler
-
-    from tests.promfixture import loopback_http
-
     honoured_url, renamed_url, end = servers
-
-    class Gateway(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if not self.path.startswith(("/api/v1/query", "/api/v1/status/")):
-                self.send_error(404)
-                return
-            with urllib.request.urlopen(renamed_url + self.path, timeout=60) as answer:
-                body = answer.read()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    with loopback_http(Gateway) as url:
+    with gateway(lambda: renamed_url, ("/api/v1/query", "/api/v1/status/")) as url:
         behind, said = _collect(url, end)
     honoured, _ = _collect(honoured_url, end)
     assert any("dcgm-exporter's series name the pods" in x for x in said)
@@ -181,30 +153,13 @@ def test_a_server_that_lists_no_series_is_asked_by_a_count(servers: tuple[str, s
 def test_a_scrape_changed_between_reads_reads_everything_again(servers: tuple[str, str, datetime]) -> None:
     """One URL whose server turns from honouring dcgm-exporter's labels to renaming them (and back): the cached
     steps were read by the other labels, so the next read takes none of them."""
-    import urllib.request
-    from http.server import BaseHTTPRequestHandler
-
     from collectors.prometheus.cache import UsageCache
-    from tests.promfixture import loopback_http
 
     honoured_url, renamed_url, end = servers
     target = [honoured_url]
 
-    class Switch(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            with urllib.request.urlopen(target[0] + self.path, timeout=60) as answer:
-                body = answer.read()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
     honoured, _ = _collect(honoured_url, end)
-    with loopback_http(Switch) as url:
+    with gateway(lambda: target[0]) as url:
         s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0))
         cache = UsageCache()
         for server, exported in ((honoured_url, False), (renamed_url, True), (honoured_url, False)):
