@@ -223,7 +223,8 @@ def _listed(values: Sequence[str], shown: int = 3) -> str:
 
 
 def _one_cluster(label: str, value: str) -> str:
-    return f"to size one cluster, set prometheus.extra_selector, e.g. {label}={cut(json.dumps(value))}"
+    return (f"to size one cluster, set prometheus.extra_selector, e.g. {label}={cut(json.dumps(value))} (or, where "
+            f"one cluster's {label} was renamed within the window, prometheus.cluster_labels: [])")
 
 
 def _spanning_note(label: str, values: tuple[str, ...]) -> str:

@@ -124,7 +124,8 @@ def _report(url: str, end: datetime, *extra: str) -> dict[str, Any]:
 
 _WARNING = re.compile(r"2 workloads have pods in more than one cluster \(cluster: a, b\): (\S+), (\S+) left out, "
                       r"since their usage would add up across clusters; to size one cluster, set "
-                      r'prometheus.extra_selector, e.g. cluster="a"$')
+                      r'prometheus.extra_selector, e.g. cluster="a" \(or, where one cluster\'s cluster was renamed '
+                      r"within the window, prometheus.cluster_labels: \[\]\)$")
 
 
 def test_the_report_leaves_out_each_workload_of_two_clusters_and_says_so(servers: tuple[str, str, datetime]
