@@ -137,9 +137,9 @@ class PrometheusSettings(BaseModel):
     cluster_labels: tuple[str, ...] = Field(
         ("cluster",),
         description="Labels that name a series' cluster where one API serves several (Thanos', Mimir's or a "
-                    "federation's external labels): a pod whose series carry two values of one is two clusters' "
-                    "pods of one name, and is left out with a warning rather than summed; select one cluster with "
-                    "extra_selector.")
+                    "federation's external labels): a workload whose pods' series carry two values of one is one "
+                    "name in two clusters, and is left out with a warning rather than summed; select one cluster "
+                    "with extra_selector, or set [] to check nothing.")
 
     @field_validator("target_labels", "cluster_labels")
     @classmethod
