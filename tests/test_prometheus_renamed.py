@@ -173,3 +173,22 @@ def test_a_scrape_changed_between_reads_reads_everything_again(servers: tuple[st
         again = RecordingProgress()
         collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, again, with_ksm=True, cache=cache)
         assert any("earlier steps from the last collection" in x for x in again.messages)  # unchanged: cached
+
+
+def test_with_the_kubernetes_api_the_report_is_the_honoured_clusters(servers: tuple[str, str, datetime]) -> None:
+    from recommender.cli.app import make_report
+    from recommender.core.settings_sources import KubernetesSettings
+    from tests.kubefixture import KubeEmulator
+    from tests.test_prometheus_report import _inference_cluster
+
+    honoured_url, renamed_url, end = servers
+    docs = []
+    for url in (honoured_url, renamed_url):
+        with KubeEmulator(_inference_cluster()) as kube:
+            s = Settings(namespaces=("inference",), history_s=pc.HOURS * 3600,
+                         prometheus=PrometheusSettings(url=url, retries=0),
+                         kubernetes=KubernetesSettings(host=kube.url))
+            docs.append(json.loads(re.sub(r"http://127\.0\.0\.1:\d+", "URL",
+                                          make_report("prometheus", None, s, end, "json"))))
+    honoured, renamed = docs
+    assert renamed == honoured and honoured["workloads"][0]["memory_need_mib"] is not None
