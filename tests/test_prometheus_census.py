@@ -112,7 +112,7 @@ def test_a_replaced_pod_counts_as_two_series_and_a_brief_family_is_found(fleet: 
     assert fleet.brief_s[0] <= times.min() and times.max() < fleet.brief_s[-1] + win.window_s + win.grid.step_s
 
 
-PROBE = '{__name__="DCGM_FI_DEV_FB_USED",exported_namespace!="",exported_pod!=""}'  # renamed pod labels?
+PROBE = '{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_owner",exported_namespace!="",exported_pod!=""}'  # renamed?
 
 
 class Capped(LoggingClient):

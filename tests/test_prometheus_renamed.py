@@ -192,3 +192,34 @@ def test_with_the_kubernetes_api_the_report_is_the_honoured_clusters(servers: tu
                                           make_report("prometheus", None, s, end, "json"))))
     honoured, renamed = docs
     assert renamed == honoured and honoured["workloads"][0]["memory_need_mib"] is not None
+
+
+def _ksm_renamed(s: Series) -> Series:
+    """``s`` as a scrape of kube-state-metrics that does not honour its labels stores it."""
+    if not s.name.startswith("kube_"):
+        return s
+    labels = {k: v for k, v in s.labels.items() if k not in ("pod", "namespace", "container")}
+    labels |= {f"exported_{k}": s.labels[k] for k in ("pod", "namespace", "container") if s.labels.get(k)}
+    return replace(s, labels={**labels, "namespace": "monitoring", "pod": "kube-state-metrics-6d9f8-x7k2p",
+                              "container": "kube-state-metrics"})
+
+
+@pytest.fixture(scope="module")
+def ksm_renamed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, datetime]]:
+    end_s = int(time.time()) // 3600 * 3600
+    tsdb = tsdb_of(map(_ksm_renamed, pc.cluster_series(end_s)), tmp_path_factory.mktemp("ksm") / "ksm", pc.TYPES)
+    with PromServer.from_tsdb(tsdb) as prom:
+        yield prom.url, datetime.fromtimestamp(end_s, UTC)
+
+
+def test_kube_state_metrics_scraped_without_its_labels_is_said(ksm_renamed: tuple[str, datetime],
+                                                               servers: tuple[str, str, datetime]) -> None:
+    """Its owners, GPU requests and replica counts then name its own pod: the report says why they are missing
+    (and does not put its pod's sum of every pod's GPUs anywhere)."""
+    url, end = ksm_renamed
+    usage, _ = _collect(url, end)
+    (line,) = [w for w in usage.warnings if "kube-state-metrics" in w]
+    assert line.startswith("kube-state-metrics' series name their pods in exported_namespace and exported_pod")
+    assert "honorLabels: true" in line
+    assert not any(w for w in _collect(servers[0], servers[2])[0].warnings if "kube-state-metrics" in w)
+    assert any("kube-state-metrics' series name their pods" in w for w in _report(url, end)["warnings"])

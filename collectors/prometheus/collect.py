@@ -323,15 +323,26 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     return RawCensus(counts, False, None, clusters if listable else None)
 
 
-def _renamed(client: PromClient, scope: Scope, start_s: float, end_s: float) -> bool:
-    """Whether dcgm-exporter's series from ``start_s`` to ``end_s`` name their pods in the renamed labels
-    (``Scope.exported``): listed from the server's index (none, where its labels are honoured), or counted at
-    ``end_s`` where it lists no series or refuses to list that many."""
-    probe = replace(scope, exported=True).matchers((queries.FB_USED,))
+def _renamed(client: PromClient, scope: Scope, start_s: float, end_s: float) -> frozenset[str]:
+    """Which of dcgm-exporter's FB used and (where the pod labels are the usual ``namespace`` and ``pod``, as
+    kube-state-metrics' are) kube-state-metrics' pod owners have series from ``start_s`` to ``end_s`` that name
+    their pods in the renamed labels (``Scope.exported``): listed from the server's index (none, where the labels
+    are honoured), or counted at ``end_s`` where it lists no series or refuses to list that many."""
+    usual = (scope.namespace_label, scope.pod_label) == ("namespace", "pod")
+    names = (queries.FB_USED, queries.KSM_POD_OWNER) if usual else (queries.FB_USED,)
+    probe = replace(scope, exported=True).matchers(names, renamed=True)
     try:
-        return bool(client.series(probe, start_s, end_s))
+        found = client.series(probe, start_s, end_s)
     except (NoSeriesListing, PrometheusLimitError):
-        return bool(client.query(f"count({probe})", end_s))
+        found = client.query(f"count by (__name__) ({probe})", end_s)
+    return frozenset(parse.series_names(found))
+
+
+def _ksm_renamed_warning(scope: Scope) -> str:
+    return (f"kube-state-metrics' series name their pods in {RENAMED}namespace and {RENAMED}pod: the scrape does not "
+            "honour its labels (honorLabels: false), so namespace and pod name its own pod, and no pod's owner, GPU "
+            "requests or replica counts are read from it (owners are inferred from pod names); set honorLabels: "
+            "true on its ServiceMonitor")
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
@@ -353,11 +364,13 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     client.check()
     grid, fine, where = win.grid, None, ""
     recorded: dict[str, list[list[object]]] | None = {} if p.recording_rules else None
-    if first is not None and cache is not None and \
-            _renamed(client, scope, first - CENSUS_LOOKBACK_S, win.coarse.end_s) != cache.exported:
+    renamed = _renamed(client, scope, (win.coarse.start_s if first is None else first) - CENSUS_LOOKBACK_S,
+                       win.coarse.end_s)
+    if first is not None and cache is not None and (queries.FB_USED in renamed) != cache.exported:
         first = None  # the scrape was changed since: the cached steps were read by the other labels
         progress.log("note: dcgm-exporter's pod labels are "
                      f"{'no longer' if cache.exported else 'now'} renamed by the scrape: reading everything again")
+        renamed = _renamed(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S, win.coarse.end_s)
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
@@ -366,7 +379,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
         apart = cache.clusters  # the last full read's listing: the new steps are counted, not listed
     else:
-        if _renamed(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S, win.coarse.end_s):
+        if queries.FB_USED in renamed:
             scope = replace(scope, exported=True)
             progress.log(f"note: dcgm-exporter's series name the pods using each GPU in {RENAMED}"
                          f"{scope.namespace_label} and {RENAMED}{scope.pod_label}: the scrape does not honour its "
@@ -437,7 +450,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         requests=parse.requests(inv.get("requests", [])),
         vllm=parse.vllm_info(inv.get("cache_config", []), inv.get("models", []),
                              scope.namespace_label, scope.pod_label),
-        warnings=tuple(_missing(counts)),
+        warnings=(*_missing(counts), *([_ksm_renamed_warning(scope)] if with_ksm and queries.KSM_POD_OWNER in renamed
+                                       else [])),
         gpu_nodes=gpu_nodes(inv.get(GPU_NODES, []), p.node_labels),
         clusters=apart,
     )

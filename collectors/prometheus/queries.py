@@ -95,9 +95,10 @@ class Scope:
         """Whether ``names``' series name their pods in the renamed labels (:attr:`exported`)."""
         return self.exported and from_exporter(names)
 
-    def pod_labels(self, names: tuple[str, ...]) -> tuple[str, str]:
-        """The labels ``names``' series name their namespace and pod in (:meth:`renamed`: the renamed ones)."""
-        prefix = RENAMED if self.renamed(names) else ""
+    def pod_labels(self, names: tuple[str, ...], renamed: bool = False) -> tuple[str, str]:
+        """The labels ``names``' series name their namespace and pod in: the renamed ones where :meth:`renamed`
+        (or ``renamed``, whatever the names)."""
+        prefix = RENAMED if renamed or self.renamed(names) else ""
         return prefix + self.namespace_label, prefix + self.pod_label
 
     def own(self, names: tuple[str, ...], expr: str) -> str:
@@ -110,16 +111,18 @@ class Scope:
             expr = f'label_replace({expr}, "{label}", "$1", "{RENAMED}{label}", "(.+)")'
         return expr
 
-    def matchers(self, names: tuple[str, ...] | str | None = None, *, pods: bool = True, also: str = "") -> str:
+    def matchers(self, names: tuple[str, ...] | str | None = None, *, pods: bool = True, also: str = "",
+                 renamed: bool = False) -> str:
         """The label matchers of one selector, e.g. ``{__name__=~"a|b",namespace=~"x",pod!=""}`` (the renamed
-        pod labels where :meth:`renamed`: the exporter's own pods, and GPUs no pod uses, are then left out)."""
+        pod labels where :meth:`renamed`, or ``renamed``: the exporter's own pods, and GPUs no pod uses, are then
+        left out)."""
         parts = []
         if isinstance(names, str):
             names = (names,)
         if names:
             parts.append(f"__name__=~{quote(regex_alternatives(names))}" if len(names) > 1
                          else f"__name__={quote(names[0])}")
-        ns, pod = self.pod_labels(names or ())
+        ns, pod = self.pod_labels(names or (), renamed)
         parts.append(f"{ns}=~{quote(regex_alternatives(self.namespaces))}" if self.namespaces else f'{ns}!=""')
         if pods:
             parts.append(f'{pod}!=""')
