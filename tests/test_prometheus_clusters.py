@@ -144,20 +144,10 @@ def test_the_report_leaves_out_each_workload_of_two_clusters_and_says_so(servers
 
 def test_with_the_kubernetes_api_the_workload_stays_listed_unsized(servers: tuple[str, str, datetime]) -> None:
     """The API lists one cluster's llama-chat; the other cluster's pod of it is attributed to it by name."""
-    from recommender.cli.app import make_report
-    from recommender.core.settings_sources import KubernetesSettings
-    from tests.kubefixture import KubeEmulator
-    from tests.test_prometheus_report import _inference_cluster
+    from tests.test_prometheus_report import inference_report
 
     alone_url, both_url, end = servers
-    docs = []
-    for url in (alone_url, both_url):
-        with KubeEmulator(_inference_cluster()) as kube:
-            s = Settings(namespaces=("inference",), history_s=pc.HOURS * 3600,
-                         prometheus=PrometheusSettings(url=url, retries=0),
-                         kubernetes=KubernetesSettings(host=kube.url))
-            docs.append(json.loads(make_report("prometheus", None, s, end, "json")))
-    alone, both = docs
+    alone, both = inference_report(alone_url, end), inference_report(both_url, end)
     ((was,), (now,)) = alone["workloads"], both["workloads"]
     assert (was["name"], now["name"]) == ("llama-chat", "llama-chat")
     assert was["recommended"] is not None and not any("more than one cluster" in r for r in was["reasons"])

@@ -176,21 +176,10 @@ def test_a_scrape_changed_between_reads_reads_everything_again(servers: tuple[st
 
 
 def test_with_the_kubernetes_api_the_report_is_the_honoured_clusters(servers: tuple[str, str, datetime]) -> None:
-    from recommender.cli.app import make_report
-    from recommender.core.settings_sources import KubernetesSettings
-    from tests.kubefixture import KubeEmulator
-    from tests.test_prometheus_report import _inference_cluster
+    from tests.test_prometheus_report import inference_report
 
     honoured_url, renamed_url, end = servers
-    docs = []
-    for url in (honoured_url, renamed_url):
-        with KubeEmulator(_inference_cluster()) as kube:
-            s = Settings(namespaces=("inference",), history_s=pc.HOURS * 3600,
-                         prometheus=PrometheusSettings(url=url, retries=0),
-                         kubernetes=KubernetesSettings(host=kube.url))
-            docs.append(json.loads(re.sub(r"http://127\.0\.0\.1:\d+", "URL",
-                                          make_report("prometheus", None, s, end, "json"))))
-    honoured, renamed = docs
+    honoured, renamed = inference_report(honoured_url, end), inference_report(renamed_url, end)
     assert renamed == honoured and honoured["workloads"][0]["memory_need_mib"] is not None
 
 

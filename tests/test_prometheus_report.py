@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -154,12 +155,18 @@ def _inference_cluster(changed_at: datetime | None = None) -> list[dict[str, Any
     return [dep, rs, old, *pods, *nodes]
 
 
-def test_kubernetes_inventory_with_prometheus_usage(cluster: Cluster) -> None:
+def inference_report(url: str, end: datetime) -> dict[str, Any]:
+    """The JSON report of namespace ``inference`` from the Prometheus at ``url`` and the API of
+    :func:`_inference_cluster` (URLs masked)."""
     with KubeEmulator(_inference_cluster()) as kube:
         s = Settings(namespaces=("inference",), history_s=pc.HOURS * 3600,
-                     prometheus=PrometheusSettings(url=cluster.url, retries=0),
-                     kubernetes=KubernetesSettings(host=kube.url))
-        doc = json.loads(make_report("prometheus", None, s, cluster.end, "json"))
+                     prometheus=PrometheusSettings(url=url, retries=0), kubernetes=KubernetesSettings(host=kube.url))
+        return dict(json.loads(re.sub(r"http://127\.0\.0\.1:\d+", "URL", make_report("prometheus", None, s, end,
+                                                                                     "json"))))
+
+
+def test_kubernetes_inventory_with_prometheus_usage(cluster: Cluster) -> None:
+    doc = inference_report(cluster.url, cluster.end)
     (llama,) = doc["workloads"]
     assert (llama["kind"], llama["name"], llama["current"]["replicas"]) == ("Deployment", "llama-chat", 2)
     # the engine arguments come from the pod spec, the KV capacity from vllm:cache_config_info
