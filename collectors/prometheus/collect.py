@@ -330,7 +330,7 @@ def _renamed(client: PromClient, scope: Scope, start_s: float, end_s: float) -> 
     are honoured), or counted at ``end_s`` where it lists no series or refuses to list that many."""
     usual = (scope.namespace_label, scope.pod_label) == ("namespace", "pod")
     names = (queries.FB_USED, queries.KSM_POD_OWNER) if usual else (queries.FB_USED,)
-    probe = replace(scope, exported=True).matchers(names, renamed=True)
+    probe = scope.matchers(names, renamed=True)
     try:
         found = client.series(probe, start_s, end_s)
     except (NoSeriesListing, PrometheusLimitError):
@@ -338,11 +338,11 @@ def _renamed(client: PromClient, scope: Scope, start_s: float, end_s: float) -> 
     return frozenset(parse.series_names(found))
 
 
-def _ksm_renamed_warning(scope: Scope) -> str:
-    return (f"kube-state-metrics' series name their pods in {RENAMED}namespace and {RENAMED}pod: the scrape does not "
-            "honour its labels (honorLabels: false), so namespace and pod name its own pod, and no pod's owner, GPU "
-            "requests or replica counts are read from it (owners are inferred from pod names); set honorLabels: "
-            "true on its ServiceMonitor")
+# kube-state-metrics scraped without its labels (``_renamed``): said, not read back
+KSM_RENAMED = (f"kube-state-metrics' series name their pods in {RENAMED}namespace and {RENAMED}pod: the scrape "
+               "does not honour its labels (honorLabels: false), so namespace and pod name its own pod, and no pod's "
+               "owner, GPU requests or replica counts are read from it (owners are inferred from pod names); set "
+               "honorLabels: true on its ServiceMonitor")
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
@@ -371,16 +371,15 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         progress.log("note: dcgm-exporter's pod labels are "
                      f"{'no longer' if cache.exported else 'now'} renamed by the scrape: reading everything again")
         renamed = _renamed(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S, win.coarse.end_s)
+    scope = replace(scope, exported=queries.FB_USED in renamed)  # a cached read's: as its full read found it
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
-        scope = replace(scope, exported=cache.exported)  # as the last full read found it, and the new steps
         counts, span, twice, _ = _census(client, scope, win, p, progress, fine, cache.counts, recorded)
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
         apart = cache.clusters  # the last full read's listing: the new steps are counted, not listed
     else:
-        if queries.FB_USED in renamed:
-            scope = replace(scope, exported=True)
+        if scope.exported:
             progress.log(f"note: dcgm-exporter's series name the pods using each GPU in {RENAMED}"
                          f"{scope.namespace_label} and {RENAMED}{scope.pod_label}: the scrape does not honour its "
                          "labels (honorLabels: false), so namespace and pod name the exporter's own pods. They are "
@@ -450,7 +449,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         requests=parse.requests(inv.get("requests", [])),
         vllm=parse.vllm_info(inv.get("cache_config", []), inv.get("models", []),
                              scope.namespace_label, scope.pod_label),
-        warnings=(*_missing(counts), *([_ksm_renamed_warning(scope)] if with_ksm and queries.KSM_POD_OWNER in renamed
+        warnings=(*_missing(counts), *([KSM_RENAMED] if with_ksm and queries.KSM_POD_OWNER in renamed
                                        else [])),
         gpu_nodes=gpu_nodes(inv.get(GPU_NODES, []), p.node_labels),
         clusters=apart,
