@@ -53,6 +53,9 @@ class NodeDevices:
     name: str
     gpu_product: str | None  # DCGM modelName
     mig_devices: tuple[tuple[tuple[str, int], ...], ...]  # per GPU index: ((profile, count), ...); () no MIG
+    # (cluster label, value) pairs its series carry (settings.prometheus.cluster_labels), sorted: two values of
+    # one label are two clusters' nodes of one name, read as one
+    clusters: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -233,6 +233,31 @@ def _spanning_note(label: str, values: tuple[str, ...]) -> str:
             f"since it would add up across clusters; {_one_cluster(label, values[0])}")
 
 
+def nodes_spanned(nodes: Iterable[NodeDevices]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The GPU nodes whose series carry two values or more of one cluster label (``NodeDevices.clusters``): one
+    name in several clusters, whose GPUs DCGM's series, grouped by node, add up; with that label and its values."""
+    out = {}
+    for node in nodes:
+        seen: dict[str, list[str]] = defaultdict(list)
+        for label, value in node.clusters:
+            seen[label].append(value)
+        several = [(label, tuple(sorted(vs))) for label, vs in sorted(seen.items()) if len(vs) > 1]
+        if several:
+            out[node.name] = several[0]
+    return out
+
+
+def nodes_warning(spanning: Mapping[str, tuple[str, tuple[str, ...]]]) -> str:
+    """One line naming the nodes of :func:`nodes_spanned`, and how to plan one cluster's."""
+    names = sorted(spanning)
+    label, values = spanning[names[0]]
+    clusters = sorted({v for lb, vs in spanning.values() if lb == label for v in vs})
+    one = len(names) == 1
+    return (f"{len(names):,} GPU node{' has' if one else 's have'} one name in more than one cluster "
+            f"({label}: {_listed(clusters)}): {_listed(names)} left out of the per-node MIG plan, since "
+            f"{'its' if one else 'their'} GPUs would add up across clusters; {_one_cluster(label, values[0])}")
+
+
 def spanning_warning(spanning: Mapping[WorkloadRef, tuple[str, tuple[str, ...]]]) -> str:
     """One line naming the workloads of :func:`clusters_spanned`, and how to size one cluster."""
     refs = sorted(spanning, key=lambda r: r.key)
@@ -270,6 +295,11 @@ def assemble(usage: PodUsage, workloads: Sequence[Workload] | None, start: datet
         warnings.append(f"{len(orphans)} workload(s) had GPU metrics but are not in the cluster now "
                         f"(deleted?): {', '.join(r.key for r in orphans[:5])}{' ...' if len(orphans) > 5 else ''}")
     final = tuple(normalize(w, catalogue) for w in found)
-    nodes = gpu_nodes(usage.gpu_nodes, catalogue) if workloads is None else ()
+    nodes: tuple[GpuNode, ...] = ()
+    if workloads is None:
+        shared = nodes_spanned(usage.gpu_nodes)
+        if shared:
+            warnings.append(nodes_warning(shared))
+        nodes = gpu_nodes((n for n in usage.gpu_nodes if n.name not in shared), catalogue)
     return Snapshot(final, aggregate_usage(usage.series, mapping), start, end, step_s,
                     tuple(warnings), source, nodes)

@@ -286,3 +286,15 @@ def tsdb_of(series: Iterable[Series], where: Path, types: Mapping[str, str] | No
     write_openmetrics(series, where / "data.om", types)
     build_tsdb(where / "data.om", where / "tsdb")
     return where / "tsdb"
+
+
+TARGET_POD_LABELS = ("pod", "namespace", "container")  # what a Kubernetes scrape sets from the target
+
+
+def dishonoured(s: Series, target: Mapping[str, str]) -> Series:
+    """``s`` as a scrape that does not honour its labels (``honor_labels: false``) stores it: the labels it sets
+    itself (``target``: the exporter's own pod, namespace and container) replace the series' own, which are kept
+    as ``exported_<label>`` where the series had them."""
+    labels = {k: v for k, v in s.labels.items() if k not in target}
+    labels |= {f"exported_{k}": s.labels[k] for k in target if s.labels.get(k)}
+    return Series(s.name, {**labels, **target}, s.timestamps_s, s.values)

@@ -29,7 +29,16 @@ from recommender.core.settings import Settings
 from recommender.core.settings_sources import KubernetesSettings, PrometheusSettings
 from recommender.core.usage import Snapshot
 from tests import promcluster as pc
-from tests.promfixture import PromServer, Series, build_tsdb, prometheus_binaries, write_openmetrics
+from tests.promfixture import (
+    PromServer,
+    Series,
+    build_tsdb,
+    dishonoured,
+    instant_query,
+    prometheus_binaries,
+    tsdb_of,
+    write_openmetrics,
+)
 from tests.test_prometheus_collect import LoggingClient
 
 pytestmark = [
@@ -216,3 +225,67 @@ def test_a_cache_reads_only_the_new_steps_of_the_replica_counts(day: Day) -> Non
                               cache=cache)
     assert cache.workloads is cache_before  # another set of workloads: read afresh, the whole window
     assert max(round((b - a) / st) + 1 for _, a, b, st in fresh.ranges) > 3 * 3600 / STEP_S
+
+
+FIXED_AT = 12.0  # hours into the window: from here kube-state-metrics' scrape honours its labels
+
+
+@pytest.fixture(scope="module")
+def fixed_day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
+    """``day_series`` with kube-state-metrics scraped without honouring its labels until ``FIXED_AT``, then with."""
+    end_s = int(time.time()) // 3600 * 3600
+    first = float(pc.timestamps(end_s, HOURS)[0])
+    out = []
+    for s in day_series(end_s):
+        if not s.name.startswith("kube_"):
+            out.append(s)
+            continue
+        before = _hours(s.timestamps_s, first) < FIXED_AT
+        out += [dishonoured(Series(s.name, s.labels, s.timestamps_s[before], s.values[before]),
+                            {"namespace": "monitoring", "pod": "kube-state-metrics-6d9f8-x7k2p",
+                             "container": "kube-state-metrics"}),
+                Series(s.name, s.labels, s.timestamps_s[~before], s.values[~before])]
+    where = tmp_path_factory.mktemp("fixed")
+    with PromServer.from_tsdb(tsdb_of([s for s in out if s.timestamps_s.size], where / "day", pc.TYPES)) as prom:
+        yield Day(prom.url, datetime.fromtimestamp(end_s, UTC))
+
+
+def test_replica_counts_read_across_a_scrape_that_stopped_renaming_their_labels(day: Day, fixed_day: Day,
+                                                                              snap: Snapshot) -> None:
+    """Before the fix the counts name their namespace in exported_namespace (and namespace is
+    kube-state-metrics' own): both halves are read, so the snapshot is the honoured one's, at zero included."""
+    assert fixed_day.end == day.end
+    refs = [CHAT, STS]
+    start = day.end - timedelta(hours=HOURS)
+    both = collect_workload_replicas(settings(fixed_day.url), refs, start, day.end, RecordingProgress())
+    honoured = collect_workload_replicas(settings(day.url), refs, start, day.end, RecordingProgress())
+    assert honoured is not None and both is not None
+    pd.testing.assert_frame_equal(both, honoured)
+    fixed = get_source("prometheus")(SourceRequest(settings(fixed_day.url), fixed_day.end), RecordingProgress())
+    assert [w.ref for w in fixed.workloads] == [w.ref for w in snap.workloads]
+    for metric in (m.SERVING_REPLICAS, m.REQUEST_RATE):
+        for ref in (CHAT, STS):
+            a, b = fixed.series(metric, ref), snap.series(metric, ref)
+            assert a is not None and b is not None
+            pd.testing.assert_series_equal(a, b, obj=f"{metric} {ref.key}")
+
+
+def test_where_both_scrapes_are_seen_each_request_counts_once(day: Day, fixed_day: Day) -> None:
+    """Just after the scrape was changed, a step sees the last renamed sample and the first honoured one: the
+    pods' GPU requests are each container's once, as on the honoured server."""
+    from collectors.prometheus.jobs import inventory_queries
+    from collectors.prometheus.queries import Scope
+    from collectors.prometheus.window import window_for
+
+    start = day.end - timedelta(hours=HOURS)
+    p = settings(day.url).prometheus
+    promql = inventory_queries(Scope.of((), p), window_for(start, day.end, p), True)["requests"]
+    at = start.timestamp() + FIXED_AT * 3600 + 90
+
+    def got(url: str) -> dict[tuple[str, str], float]:
+        return {(r["metric"]["pod"], r["metric"]["resource"]): float(r["value"][1])
+                for r in instant_query(url, promql, at)}
+
+    honoured = got(day.url)
+    assert honoured and set(honoured.values()) == {1.0}
+    assert got(fixed_day.url) == honoured

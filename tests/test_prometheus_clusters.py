@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -47,6 +48,17 @@ def _in(cluster: str, series: list[Series]) -> list[Series]:
     return [replace(s, labels={**s.labels, "cluster": cluster}) for s in series]
 
 
+def _free_mig(end_s: int) -> list[Series]:
+    """A free A100 on b's node of a's node's name (``a100-0``), at a's free MIG GPU's index, split into
+    seven 1g.10gb instances (a's is two 3g.40gb)."""
+    node, index, _ = pc.FREE_GPUS[1]
+    ts = pc.timestamps(end_s)
+    base = {"gpu": index, "UUID": "GPU-free-b", "modelName": "NVIDIA A100-SXM4-80GB", "Hostname": node,
+            "GPU_I_PROFILE": "1g.10gb"}
+    return [Series("DCGM_FI_DEV_FB_FREE", {**base, "GPU_I_ID": str(7 + k)}, ts, np.full(ts.size, 9_728.0))
+            for k in range(7)]
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, datetime]]:
     """(URL of cluster "a" alone, URL of "a" and of BOTH's namesake and ELSEWHERE in "b", the window's end)."""
@@ -54,6 +66,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     a = _in("a", pc.cluster_series(end_s))
     pods = (replace(BOTH, level=0.7, rate_per_s=6.0, fb_mib=40_000), ELSEWHERE)
     b = _in("b", [s for s in pc.cluster_series(end_s, pods) if s.labels.get("pod") in {p.name for p in pods}])
+    b += _in("b", _free_mig(end_s))
     assert {s.name for s in b} >= {"DCGM_FI_DEV_FB_USED", "vllm:num_requests_running", "kube_pod_owner",
                                    "kube_pod_container_resource_requests"}
     work = tmp_path_factory.mktemp("clusters")
@@ -133,7 +146,7 @@ def test_the_report_leaves_out_each_workload_of_two_clusters_and_says_so(servers
     alone_url, both_url, end = servers
     alone, both = _report(alone_url, end, "--no-kubernetes"), _report(both_url, end, "--no-kubernetes")
     assert not any("cluster" in w for w in alone["warnings"])
-    (line,) = [w for w in both["warnings"] if "more than one cluster" in w]
+    (line,) = [w for w in both["warnings"] if "pods in more than one cluster" in w]
     match = _WARNING.match(line)
     assert match and set(match.groups()) == SPANNING, line
     rows = {f"{w['namespace']}/{w['kind']}/{w['name']}": w for w in both["workloads"]}
@@ -155,3 +168,23 @@ def test_with_the_kubernetes_api_the_workload_stays_listed_unsized(servers: tupl
     assert any(r.startswith("its pods' series come from more than one cluster (cluster: a, b)")
                for r in now["reasons"])
     assert any(_WARNING.match(w) for w in both["warnings"])
+
+
+def test_gpu_nodes_of_one_name_in_two_clusters_are_left_out_of_the_mig_plan(servers: tuple[str, str, datetime]
+                                                                           ) -> None:
+    """Without the API the GPU nodes are DCGM's, named by node: b's a100-0 and h100-0 read as a's would add their
+    GPUs' MIG devices up (two 3g.40gb and seven 1g.10gb on one A100). They are left out, and said once."""
+    alone_url, both_url, end = servers
+    (alone, _), (both, _) = _collect(alone_url, end), _collect(both_url, end)
+    a, b = ("cluster", "a"), ("cluster", "b")
+    assert {n.name: n.clusters for n in both.gpu_nodes} == {"a100-0": (a, b), "a100-1": (a,), "foo-0": (a,),
+                                                              "h100-0": (a, b)}
+    assert [n for n in both.gpu_nodes if n.name in ("a100-1", "foo-0")] == \
+        [n for n in alone.gpu_nodes if n.name in ("a100-1", "foo-0")]
+    report = _report(both_url, end, "--no-kubernetes")
+    (line,) = [w for w in report["warnings"] if w.startswith("2 GPU nodes")]
+    assert line.startswith("2 GPU nodes have one name in more than one cluster (cluster: a, b): a100-0, h100-0 "
+                           "left out of the per-node MIG plan, since their GPUs would add up across clusters; ")
+    planned = {n["node"] for n in report["mig_nodes"]}
+    assert planned and not planned & {"a100-0", "h100-0"}
+    assert {n["node"] for n in _report(alone_url, end, "--no-kubernetes")["mig_nodes"]} >= {"a100-0"}

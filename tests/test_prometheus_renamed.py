@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -30,7 +31,7 @@ from recommender.core.progress import RecordingProgress
 from recommender.core.settings import Settings
 from recommender.core.settings_sources import PrometheusSettings
 from tests import promcluster as pc
-from tests.promfixture import PromServer, Series, gateway, prometheus_binaries, tsdb_of
+from tests.promfixture import PromServer, Series, dishonoured, gateway, prometheus_binaries, tsdb_of
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -45,11 +46,8 @@ def _renamed(s: Series) -> Series:
     sent them, and the target's (the exporter's own pod on the GPU's node) on every series, a free GPU's too."""
     if not s.name.startswith("DCGM_"):
         return s
-    labels = {k: v for k, v in s.labels.items() if k not in ("pod", "namespace", "container")}
-    labels |= {f"exported_{k}": s.labels[k] for k in ("pod", "namespace", "container") if s.labels.get(k)}
-    node = s.labels["Hostname"]
-    return replace(s, labels={**labels, "namespace": EXPORTER_NS, "pod": f"nvidia-dcgm-exporter-{node}",
-                              "container": "nvidia-dcgm-exporter"})
+    return dishonoured(s, {"namespace": EXPORTER_NS, "pod": f"nvidia-dcgm-exporter-{s.labels['Hostname']}",
+                           "container": "nvidia-dcgm-exporter"})
 
 
 @pytest.fixture(scope="module")
@@ -183,32 +181,53 @@ def test_with_the_kubernetes_api_the_report_is_the_honoured_clusters(servers: tu
     assert renamed == honoured and honoured["workloads"][0]["memory_need_mib"] is not None
 
 
-def _ksm_renamed(s: Series) -> Series:
-    """``s`` as a scrape of kube-state-metrics that does not honour its labels stores it."""
-    if not s.name.startswith("kube_"):
-        return s
-    labels = {k: v for k, v in s.labels.items() if k not in ("pod", "namespace", "container")}
-    labels |= {f"exported_{k}": s.labels[k] for k in ("pod", "namespace", "container") if s.labels.get(k)}
-    return replace(s, labels={**labels, "namespace": "monitoring", "pod": "kube-state-metrics-6d9f8-x7k2p",
-                              "container": "kube-state-metrics"})
+KSM_PODS = ("kube-state-metrics-6d9f8-x7k2p", "kube-state-metrics-6d9f8-m3n4q")  # two replicas, each scraped
+
+
+def _ksm(series: list[Series], renamed: bool) -> list[Series]:
+    """``series`` with kube-state-metrics' scraped from ``KSM_PODS`` (as one target where its labels are
+    honoured, as both where they are not: each copy then names its replica's pod)."""
+    out = [s for s in series if not s.name.startswith("kube_")]
+    for s in (s for s in series if s.name.startswith("kube_")):
+        if not renamed:
+            out.append(replace(s, labels={**s.labels, "instance": "10.0.0.5:8080"}))
+            continue
+        for i, pod in enumerate(KSM_PODS):
+            copy = replace(s, labels={**s.labels, "instance": f"10.0.0.{5 + i}:8080"})
+            out.append(dishonoured(copy, {"namespace": "monitoring", "pod": pod, "container": "kube-state-metrics"}))
+    return out
 
 
 @pytest.fixture(scope="module")
-def ksm_renamed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, datetime]]:
+def ksm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, datetime]]:
+    """(URL with kube-state-metrics' labels honoured, URL with them renamed, the window's end). One pod also
+    requests a GPU for a second container."""
     end_s = int(time.time()) // 3600 * 3600
-    tsdb = tsdb_of(map(_ksm_renamed, pc.cluster_series(end_s)), tmp_path_factory.mktemp("ksm") / "ksm", pc.TYPES)
-    with PromServer.from_tsdb(tsdb) as prom:
-        yield prom.url, datetime.fromtimestamp(end_s, UTC)
+    series = pc.cluster_series(end_s)
+    first = pc.PODS[0]
+    series.append(Series("kube_pod_container_resource_requests",
+                         {"namespace": first.ns, "pod": first.name, "container": "sidecar",
+                          "resource": "nvidia_com_gpu", "unit": "integer"},
+                         series[0].timestamps_s, np.ones(series[0].timestamps_s.size)))
+    work = tmp_path_factory.mktemp("ksm")
+    honoured = tsdb_of(_ksm(series, False), work / "honoured", pc.TYPES)
+    renamed = tsdb_of(_ksm(series, True), work / "renamed", pc.TYPES)
+    with PromServer.from_tsdb(honoured) as a, PromServer.from_tsdb(renamed) as b:
+        yield a.url, b.url, datetime.fromtimestamp(end_s, UTC)
 
 
-def test_kube_state_metrics_scraped_without_its_labels_is_said(ksm_renamed: tuple[str, datetime],
-                                                               servers: tuple[str, str, datetime]) -> None:
-    """Its owners, GPU requests and replica counts then name its own pod: the report says why they are missing
-    (and does not put its pod's sum of every pod's GPUs anywhere)."""
-    url, end = ksm_renamed
-    usage, _ = _collect(url, end)
-    (line,) = [w for w in usage.warnings if "kube-state-metrics" in w]
-    assert line.startswith("kube-state-metrics' series name their pods in exported_namespace and exported_pod")
-    assert "honorLabels: true" in line
-    assert not any(w for w in _collect(servers[0], servers[2])[0].warnings if "kube-state-metrics" in w)
-    assert any("kube-state-metrics' series name their pods" in w for w in _report(url, end)["warnings"])
+def test_kube_state_metrics_scraped_without_its_labels_reads_as_honoured(
+        ksm_servers: tuple[str, str, datetime]) -> None:
+    """Its owners and GPU requests are read from the renamed labels (each container's, each replica's once):
+    nothing is put on its own pod, and a note says what to set."""
+    honoured_url, renamed_url, end = ksm_servers
+    (honoured, _), (renamed, said) = _collect(honoured_url, end), _collect(renamed_url, end)
+    first = pc.PODS[0]
+    assert dict(next(r for r in honoured.requests if r.pod == first.name).resources) == {"nvidia.com/gpu": 2.0}
+    assert len(honoured.owners) == sum(p.owner is not None for p in pc.PODS)
+    for field in ("owners", "requests", "warnings"):
+        assert sorted(map(repr, getattr(renamed, field))) == sorted(map(repr, getattr(honoured, field))), field
+    assert any(x.startswith("note: kube-state-metrics' series name their pods in exported_namespace") for x in said)
+    assert "honorLabels: true" in next(x for x in said if "kube-state-metrics' series name" in x)
+    assert not any("kube-state-metrics' series name" in x for x in _collect(honoured_url, end)[1])
+    assert _report(renamed_url, end) == _report(honoured_url, end)

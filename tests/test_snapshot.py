@@ -11,8 +11,15 @@ import pytest
 
 from collectors.files import read_snapshot, write_snapshot
 from collectors.owners import attribute_pods, infer_owner
-from collectors.pods import PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
-from collectors.snapshot import assemble, clusters_spanned, gpu_equivalents, spanning_warning
+from collectors.pods import NodeDevices, PodDevices, PodOwner, PodRequests, PodUsage, VllmInfo
+from collectors.snapshot import (
+    assemble,
+    clusters_spanned,
+    gpu_equivalents,
+    nodes_spanned,
+    nodes_warning,
+    spanning_warning,
+)
 from collectors.usageframes import aggregate_usage, fill_at_zero
 from recommender.core import usage as m
 from recommender.core.catalogue import load_catalogue
@@ -222,8 +229,25 @@ def test_the_api_listed_workload_stays_with_a_reason_and_no_usage() -> None:
 def test_label_values_a_tenant_wrote_stay_one_short_line(hostile: str) -> None:
     ref = WorkloadRef("ml", "StatefulSet", "s")
     spanning = clusters_spanned({"ml/s-0": ref}, {"ml/s-0": (("cluster", hostile), ("cluster", "z"))})
-    line = spanning_warning(spanning)
-    assert "\n" not in line and "\x1b" not in line and "\u202e" not in line and len(line) < 1000
+    node = NodeDevices(hostile, "NVIDIA A100-SXM4-80GB", ((),), (("cluster", hostile), ("cluster", "z")))
+    for line in (spanning_warning(spanning), nodes_warning(nodes_spanned([node]))):
+        assert "\n" not in line and "\x1b" not in line and "\u202e" not in line and len(line) < 1000
+
+
+def test_gpu_nodes_of_one_name_in_two_clusters_are_left_out_and_named() -> None:
+    """Without the API the nodes are DCGM's, one per node name: two clusters' of one name are left out of the
+    snapshot's nodes (the MIG plan's), one value of each of two labels is one cluster."""
+    gpu = ((("3g.40gb", 2),),)
+    nodes = (NodeDevices("n-0", "NVIDIA A100-SXM4-80GB", gpu, (("cluster", "a"), ("cluster", "b"))),
+             NodeDevices("n-1", "NVIDIA A100-SXM4-80GB", gpu, (("cluster", "a"), ("region", "x"))),
+             NodeDevices("n-2", "NVIDIA A100-SXM4-80GB", gpu))
+    usage = replace(_two_clusters(), gpu_nodes=nodes)
+    snap = assemble(usage, None, index(1)[0].to_pydatetime(), END, 600.0, CAT, "test")
+    assert [n.name for n in snap.nodes] == ["n-1", "n-2"]
+    assert [w for w in snap.warnings if "GPU node" in w] == [
+        '1 GPU node has one name in more than one cluster (cluster: a, b): n-0 left out of the per-node MIG plan, '
+        'since its GPUs would add up across clusters; to size one cluster, set prometheus.extra_selector, e.g. '
+        'cluster="a" (or, where one cluster\'s cluster was renamed within the window, prometheus.cluster_labels: [])']
 
 
 def test_many_workloads_are_counted_not_all_named() -> None:

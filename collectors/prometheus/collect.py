@@ -338,11 +338,11 @@ def _renamed(client: PromClient, scope: Scope, start_s: float, end_s: float) -> 
     return frozenset(parse.series_names(found))
 
 
-# kube-state-metrics scraped without its labels (``_renamed``): said, not read back
-KSM_RENAMED = (f"kube-state-metrics' series name their pods in {RENAMED}namespace and {RENAMED}pod: the scrape "
-               "does not honour its labels (honorLabels: false), so namespace and pod name its own pod, and no pod's "
-               "owner, GPU requests or replica counts are read from it (owners are inferred from pod names); set "
-               "honorLabels: true on its ServiceMonitor")
+# kube-state-metrics scraped without its labels (``_renamed``): read from the renamed ones (Scope.either_scrape)
+KSM_RENAMED = (f"note: kube-state-metrics' series name their pods in {RENAMED}namespace and {RENAMED}pod: the scrape "
+               "does not honour its labels (honorLabels: false), so namespace and pod name its own pod. Its owners, "
+               "GPU requests and replica counts are read from the renamed ones; set honorLabels: true on its "
+               "ServiceMonitor")
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
@@ -372,6 +372,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
                      f"{'no longer' if cache.exported else 'now'} renamed by the scrape: reading everything again")
         renamed = _renamed(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S, win.coarse.end_s)
     scope = replace(scope, exported=queries.FB_USED in renamed)  # a cached read's: as its full read found it
+    if queries.KSM_POD_OWNER in renamed:
+        progress.log(KSM_RENAMED)
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
         fine = Chunk(first, win.fine.end_s, grid.step_s)
@@ -449,8 +451,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         requests=parse.requests(inv.get("requests", [])),
         vllm=parse.vllm_info(inv.get("cache_config", []), inv.get("models", []),
                              scope.namespace_label, scope.pod_label),
-        warnings=(*_missing(counts), *([KSM_RENAMED] if with_ksm and queries.KSM_POD_OWNER in renamed
-                                       else [])),
-        gpu_nodes=gpu_nodes(inv.get(GPU_NODES, []), p.node_labels),
+        warnings=tuple(_missing(counts)),
+        gpu_nodes=gpu_nodes(inv.get(GPU_NODES, []), p.node_labels, p.cluster_labels),
         clusters=apart,
     )

@@ -159,22 +159,26 @@ def _node(labels: Mapping[str, str], node_labels: Sequence[str]) -> str | None:
     return next((labels[k] for k in node_labels if labels.get(k)), None)
 
 
-def gpu_nodes(found: Latest, node_labels: Sequence[str]) -> tuple[NodeDevices, ...]:
+def gpu_nodes(found: Latest, node_labels: Sequence[str], cluster_labels: Sequence[str] = ()
+              ) -> tuple[NodeDevices, ...]:
     """GPU nodes from :func:`~collectors.prometheus.queries.node_query` answers (MIG instances counted per
     GPU and profile): GPU indexes 0 to the highest exported, a GPU with no MIG label holds no MIG devices.
-    Series without a node or GPU index name no node and are left out."""
+    Series without a node or GPU index name no node and are left out. Each with the values of
+    ``cluster_labels`` its series carry (``NodeDevices.clusters``)."""
     per_node: dict[str, dict[int, dict[str, int]]] = defaultdict(dict)
     product: dict[str, str | None] = {}
+    clusters: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for labels, value, _ in found:
         node, index = _node(labels, node_labels), labels.get("gpu", "")
         if not node or not index.isdigit():
             continue
+        clusters[node] |= {(c, labels[c]) for c in cluster_labels if labels.get(c)}
         gpu = per_node[node].setdefault(int(index), {})
         if profile := labels.get("GPU_I_PROFILE"):
             gpu[profile] = int(value)
         product[node] = product.get(node) or labels.get("modelName")
     return tuple(
         NodeDevices(node, product.get(node), tuple(tuple(sorted(gpus.get(i, {}).items()))
-                                                   for i in range(max(gpus) + 1)))
+                                                   for i in range(max(gpus) + 1)), tuple(sorted(clusters[node])))
         for node, gpus in sorted(per_node.items())
     )

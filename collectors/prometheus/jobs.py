@@ -28,6 +28,7 @@ _DEVICE_LABELS = ("UUID", "uuid", "gpu", "Hostname", "GPU_I_ID", "GPU_I_PROFILE"
 TASK = "querying Prometheus"
 GPU_NODES = "gpu_nodes"
 _GPU_RESOURCES = 'resource=~"nvidia.*"'  # KSM's sanitised names of nvidia.com/* resources start "nvidia_com_"
+_KSM_TARGET = ("namespace", "pod", "container")  # labels of kube-state-metrics' pod series a scrape sets too
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ class Job:
 
 
 def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tuple[str, ...] = (),
-                      target_labels: tuple[str, ...] = TARGET_LABELS) -> dict[str, str]:
+                      target_labels: tuple[str, ...] = TARGET_LABELS, cluster_labels: tuple[str, ...] = ()
+                      ) -> dict[str, str]:
     """Coarse queries for what the spec cannot say: devices, vLLM config, and (without the API) owners
     and GPU nodes. ``target_labels``: what a scrape adds, so kube-state-metrics scraped twice is read once (the
     census, which sees only the exporters' series, cannot tell)."""
@@ -60,19 +62,23 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
                         f"(last_over_time({scope.matchers(queries.CACHE_CONFIG)}[{int(win.coarse.step_s)}s]))",
         "models": f"group by ({by}, model_name) ({scope.matchers(queries.RUNNING)})",
     }
-    if with_ksm:
-        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra, target_labels)
+    if with_ksm:  # its labels as it gave them, whether or not the scrape honoured them (Scope.either_scrape)
+        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra,
+                    (*target_labels, *(queries.RENAMED + x for x in _KSM_TARGET)))
+        ns = ("namespace",)
         out |= {
-            "pod_owner": f"max by (namespace, pod, owner_kind, owner_name) ({ksm.matchers(queries.KSM_POD_OWNER)})",
+            "pod_owner": "max by (namespace, pod, owner_kind, owner_name) "
+                         f"({ksm.either_scrape((queries.KSM_POD_OWNER,), _KSM_TARGET)})",
             "rs_owner": "max by (namespace, replicaset, owner_kind, owner_name) "
-                        f"({ksm.matchers(queries.KSM_REPLICASET_OWNER, pods=False)})",
+                        f"({ksm.either_scrape((queries.KSM_REPLICASET_OWNER,), ns, pods=False)})",
             "job_owner": "max by (namespace, job_name, owner_kind, owner_name) "
-                         f"({ksm.matchers(queries.KSM_JOB_OWNER, pods=False)})",
+                         f"({ksm.either_scrape((queries.KSM_JOB_OWNER,), ns, pods=False)})",
+            # each container's, each copy once: the copies differ only in target labels once the renamed are copied back
             "requests": "sum by (namespace, pod, resource) "
-                        f"({ksm.once(ksm.matchers(queries.KSM_REQUESTS, also=_GPU_RESOURCES))})",
+                        f"({ksm.once(ksm.either_scrape((queries.KSM_REQUESTS,), _KSM_TARGET, also=_GPU_RESOURCES))})",
         }
         if node_labels:
-            out[GPU_NODES] = queries.node_query(scope, node_labels, int(win.coarse.step_s))
+            out[GPU_NODES] = queries.node_query(scope, node_labels, int(win.coarse.step_s), cluster_labels)
     return out
 
 
@@ -117,7 +123,8 @@ def plan(counts: dict[str, int], scope: Scope, win: Window, p: PrometheusSetting
                      for c in chunks.chunks(f.start_s, f.end_s, f.step_s, cost.steps(step, p))]
     pods = max(parse.total(counts, (queries.FB_USED,)), 1)  # inventory series are about one per pod
     last = Chunk(win.coarse.end_s, win.coarse.end_s, win.coarse.step_s)
-    for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels, p.target_labels).items():
+    for key, promql in inventory_queries(scope, win, with_ksm, p.node_labels, p.target_labels,
+                                         p.cluster_labels).items():
         instant = "_over_time(" not in promql  # each selector's series and a result as large: 2 x selectors x pods
         spans = [fine] if fine is not None else coarse_chunks(win, p, pods * promql.count("{"), instant=instant)
         # GPU nodes as they are now: MIG devices an earlier layout had are gone

@@ -105,11 +105,20 @@ class Scope:
         """``expr`` over ``names``' series with the pod labels their exporter gave them: where a scrape renamed
         them (:meth:`renamed`), copied back over the exporter's own namespace and pod, so that grouping by pod
         is by the workload's."""
-        if not self.renamed(names):
-            return expr
-        for label in (self.namespace_label, self.pod_label):
-            expr = f'label_replace({expr}, "{label}", "$1", "{RENAMED}{label}", "(.+)")'
-        return expr
+        return copied_back(expr, (self.namespace_label, self.pod_label)) if self.renamed(names) else expr
+
+    def either_scrape(self, names: tuple[str, ...], copied: tuple[str, ...], *, pods: bool = True, also: str = "",
+                      over: str = "{}") -> str:
+        """``names``' series whether or not their scrape honoured their labels: the renamed ones with ``copied``
+        (the labels the scrape set too, the pod labels among them) set back from their renamed copies, or the
+        honoured ones. For kube-state-metrics', whose every series has its namespace, so that a renamed one
+        always has the renamed namespace: a window over which the scrape was changed reads whole, and neither
+        form is read as the other (its own pod, under a renamed scrape). ``over``: each selector within it, at
+        ``{}`` (e.g. ``max_over_time({}[1h])``)."""
+        ns = RENAMED + self.namespace_label
+        renamed = over.format(self.matchers(names, pods=pods, also=also, renamed=True))
+        honoured = over.format(self.matchers(names, pods=pods, also=",".join(x for x in (also, f'{ns}=""') if x)))
+        return f"{copied_back(renamed, copied)} or {honoured}"
 
     def matchers(self, names: tuple[str, ...] | str | None = None, *, pods: bool = True, also: str = "",
                  renamed: bool = False) -> str:
@@ -128,6 +137,13 @@ class Scope:
             parts.append(f'{pod}!=""')
         parts += [x for x in (self.extra, also) if x]
         return "{" + ",".join(parts) + "}"
+
+
+def copied_back(expr: str, labels: tuple[str, ...]) -> str:
+    """``expr`` with each of ``labels`` set from its renamed copy (``RENAMED``) where a series has one."""
+    for label in labels:
+        expr = f'label_replace({expr}, "{label}", "$1", "{RENAMED}{label}", "(.+)")'
+    return expr
 
 
 @dataclass(frozen=True)
@@ -251,12 +267,13 @@ def _each(fam: Family, scope: Scope, expr: str) -> str:
 def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], window_s: int, extra: str = "") -> str:
     """The most pods each named workload of ``kind`` had within each step (``KSM_WORKLOAD_REPLICAS``): 0 only
     where it had none throughout. ``names``: (namespace, name) pairs; one selector for all of them (namespace
-    and name regexes: pairs they also select are dropped by the caller)."""
+    and name regexes: pairs they also select are dropped by the caller). Its namespace as kube-state-metrics
+    labelled it, whether or not the scrape honoured that (:meth:`Scope.either_scrape`)."""
     metric, label = KSM_WORKLOAD_REPLICAS[kind]
-    spaces = sorted({ns for ns, _ in names})
-    matchers = [f"__name__={quote(metric)}", f"namespace=~{quote(regex_alternatives(spaces))}",
-                f"{label}=~{quote(regex_alternatives(sorted({n for _, n in names})))}", *([extra] if extra else [])]
-    return f"max by (namespace, {label}) (max_over_time({{{','.join(matchers)}}}[{window_s}s]))"
+    scope = Scope(tuple(sorted({ns for ns, _ in names})), extra=extra)
+    expr = scope.either_scrape((metric,), ("namespace",), pods=False, over=f"max_over_time({{}}[{window_s}s])",
+                               also=f"{label}=~{quote(regex_alternatives(sorted({n for _, n in names})))}")
+    return f"max by (namespace, {label}) ({expr})"
 
 
 CENSUS_NAMES = tuple(sorted({n for f in FAMILIES for n in f.read_names} | {FB_FREE, CACHE_CONFIG}))
@@ -290,10 +307,12 @@ def device_query(scope: Scope, labels: tuple[str, ...]) -> str:
     return f"max by ({by}) ({scope.own((FB_USED, FB_FREE), f'{scope.matchers(FB_USED)} + {scope.matchers(FB_FREE)}')})"
 
 
-def node_query(scope: Scope, node_labels: tuple[str, ...], window_s: int) -> str:
+def node_query(scope: Scope, node_labels: tuple[str, ...], window_s: int, cluster_labels: tuple[str, ...] = ()
+               ) -> str:
     """MIG devices per node, GPU index and profile (one series per GPU without MIG), with or without pods:
     free GPUs count in a per-node MIG plan. A device shared by several pods is one series per pod, so
-    devices are grouped by their instance ID before they are counted."""
-    labels = ", ".join((*node_labels, "gpu", "modelName", "GPU_I_PROFILE"))
+    devices are grouped by their instance ID before they are counted. Per ``cluster_labels`` too, so that
+    two clusters' nodes of one name are told apart."""
+    labels = ", ".join((*node_labels, "gpu", "modelName", "GPU_I_PROFILE", *cluster_labels))
     selector = "{" + ",".join([f"__name__={quote(FB_FREE)}", *([scope.extra] if scope.extra else [])]) + "}"
     return f"count by ({labels}) (group by ({labels}, GPU_I_ID) (last_over_time({selector}[{window_s}s])))"
