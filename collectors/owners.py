@@ -36,6 +36,37 @@ def infer_owner(namespace: str, pod: str) -> PodOwner:
     return PodOwner(namespace, pod, "Pod", pod, inferred=True)
 
 
+LWS = "LeaderWorkerSet"
+
+
+def lws_group(name: str, pod: str) -> str | None:
+    """The group of LeaderWorkerSet ``name`` that ``pod`` is in: ``<name>-<i>`` (its leader) or
+    ``<name>-<i>-<j>`` (a worker) → ``i``; None for another name."""
+    hit = re.fullmatch(rf"{re.escape(name)}-(\d+)(?:-\d+)?", pod)
+    return hit.group(1) if hit else None
+
+
+def leader_worker_sets(found: Mapping[tuple[str, str], PodOwner]) -> dict[tuple[str, str], PodOwner]:
+    """``found`` (per (namespace, pod), its top-level owner as kube-state-metrics says) with LeaderWorkerSets'
+    pods given to them, which it does not name: each group's workers are a StatefulSet named after the group's
+    leader pod (``<lws>-<i>``, a pod of the leader StatefulSet ``<lws>``), its pods ``<lws>-<i>-<j>``. Those, and
+    the leader StatefulSet's pods, are the LeaderWorkerSet's."""
+    out = dict(found)
+    leaders: set[tuple[str, str]] = set()
+    for (ns, pod), owner in found.items():
+        leader = found.get((ns, owner.name)) if owner.kind == "StatefulSet" else None
+        if leader is None or leader.kind != "StatefulSet" or not re.fullmatch(rf"{re.escape(leader.name)}-\d+",
+                                                                                  owner.name) \
+                or not re.fullmatch(rf"{re.escape(owner.name)}-\d+", pod):
+            continue
+        out[(ns, pod)] = PodOwner(ns, pod, LWS, leader.name)
+        leaders.add((ns, leader.name))
+    for (ns, pod), owner in found.items():
+        if owner.kind == "StatefulSet" and (ns, owner.name) in leaders:
+            out[(ns, pod)] = PodOwner(ns, pod, LWS, owner.name)
+    return out
+
+
 def _by_prefix(namespace: str, pod: str, names: Mapping[str, Sequence[WorkloadRef]]) -> WorkloadRef | None:
     """The workload in the namespace whose name is the longest ``<name>-`` prefix of the pod name."""
     best: WorkloadRef | None = None

@@ -17,7 +17,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from collectors.owners import attribute_pods
+from collectors.owners import LWS, attribute_pods, lws_group
 from collectors.pods import NodeDevices, PodDevices, PodRequests, PodUsage, VllmInfo, pod_key, without
 from collectors.usageframes import aggregate_usage
 from recommender.core import usage as m
@@ -130,17 +130,47 @@ def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
     for ref, pods in sorted(pods_of.items()):
         found = _first(index, pods)
         req = found.get(PodRequests)
-        dev = found.get(PodDevices)
-        alloc = _resources_allocation(req.resources) if isinstance(req, PodRequests) else None
-        if alloc is None:
-            alloc = _devices_allocation(dev) if isinstance(dev, PodDevices) else Allocation(Sharing.NONE)
+        alloc = _pod_allocation(found)
         live = presence.live_pods(pods)
         alloc = replace(alloc, replicas=max(1, len(live)))
+        said = notes.get(ref, [])
+        if ref.kind == LWS:
+            alloc, size = _group_allocation(ref.name, pods, live, index)
+            said = [*said, f"LeaderWorkerSet: one replica is a group of {size} pods (kube-state-metrics' owners: "
+                           "its worker StatefulSets are named after their leader pods)"]
         source = "kube-state-metrics" if isinstance(req, PodRequests) else "dcgm"
         wl = Workload(ref, alloc, pods=tuple(p.split("/", 1)[1] for p in pods), source=source,
-                      notes=tuple(notes.get(ref, ())), nodes=_nodes(index, live))
+                      notes=tuple(said), nodes=_nodes(index, live))
         out.append(enrich(wl, index))
     return out
+
+
+def _pod_allocation(found: Mapping[type, Fact]) -> Allocation:
+    """One pod's, from its GPU requests, else its devices."""
+    req, dev = found.get(PodRequests), found.get(PodDevices)
+    alloc = _resources_allocation(req.resources) if isinstance(req, PodRequests) else None
+    if alloc is None:
+        alloc = _devices_allocation(dev) if isinstance(dev, PodDevices) else Allocation(Sharing.NONE)
+    return alloc
+
+
+def _group_allocation(name: str, pods: Sequence[str], live: Sequence[str], index: FactIndex
+                      ) -> tuple[Allocation, int]:
+    """A LeaderWorkerSet's replica without the API (its spec's, from ``templates.leader_worker_set`` with it): the
+    largest group of ``pods`` (``owners.lws_group``), its pods' GPUs and MIG slices added up; replicas, the groups
+    with a pod in ``live``. Also that group's size."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for pod in pods:
+        groups[lws_group(name, pod.split("/", 1)[1]) or ""].append(pod)
+    group = max(groups.values(), key=len)
+    each = [_pod_allocation(_first(index, [pod])) for pod in group]
+    base = next((a for a in each if a.sharing is not Sharing.NONE), each[0])
+    share = base.share
+    slices = sum(a.mig_count for a in each)
+    alloc = replace(base, gpus=sum(a.gpus for a in each),
+                    share=replace(share, count=slices) if isinstance(share, MigShare) else share,
+                    replicas=max(1, len({g for g, members in groups.items() if set(members) & set(live)})))
+    return alloc, len(group)
 
 
 def enrich(workload: Workload, index: FactIndex) -> Workload:

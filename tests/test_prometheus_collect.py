@@ -273,7 +273,7 @@ def test_queries_are_batched_per_family_never_per_pod(cluster: Cluster) -> None:
     collect(cluster, client=client)
     pods = {p.name for p in pc.PODS}
     assert not [q for q in client.sent if any(p in q for p in pods)]
-    (nodes,) = [q for q in client.sent if "GPU_I_PROFILE)" in q]  # the GPU nodes: one query, every GPU
+    (nodes,) = [q for q in client.sent if "GPU_I_PROFILE, cluster)" in q]  # the GPU nodes: one query, every GPU
     usage_queries = [q for q in client.sent if ("_over_time" in q or "rate(" in q) and q != nodes]
     assert all("by (namespace, pod" in q for q in usage_queries)
     # the census lists raw and recorded series from the server's index (series lookups: no query counts)

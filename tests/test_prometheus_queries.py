@@ -192,6 +192,27 @@ def test_owner_chain_from_kube_state_metrics() -> None:
                    "orphan": ("ReplicaSet", "gone-9")}
 
 
+
+def test_a_leader_worker_sets_pods_are_its_own() -> None:
+    """kube-state-metrics names no LeaderWorkerSet: its leader pods are the leader StatefulSet's (``big``), each
+    group's workers a StatefulSet named after its leader pod (``big-0``). Both are the LeaderWorkerSet's; a
+    StatefulSet of pods alone, or one named like another's pod but not its group, stays a StatefulSet."""
+    def sts(ns: str, pod: str, owner: str) -> dict[str, object]:
+        return {"metric": {"namespace": ns, "pod": pod, "owner_kind": "StatefulSet", "owner_name": owner},
+                "values": [[100, "1"]]}
+
+    pod_owner = [sts("a", "big-0", "big"), sts("a", "big-1", "big"), sts("a", "big-0-1", "big-0"),
+                 sts("a", "big-0-2", "big-0"), sts("a", "big-1-1", "big-1"), sts("a", "big-1-2", "big-1"),
+                 sts("a", "db-0", "db"), sts("a", "db-1", "db"),
+                 sts("a", "web-0", "web"), sts("a", "other", "web-0"),  # not <leader>-<index>
+                 sts("b", "big-0-1", "big-0")]  # no leader pod in b
+    got = {(o.namespace, o.pod): (o.kind, o.name) for o in parse.owners(parse.latest(pod_owner), [], [])}
+    lws = ("LeaderWorkerSet", "big")
+    assert got == {("a", "big-0"): lws, ("a", "big-1"): lws, ("a", "big-0-1"): lws, ("a", "big-0-2"): lws,
+                   ("a", "big-1-1"): lws, ("a", "big-1-2"): lws, ("a", "db-0"): ("StatefulSet", "db"),
+                   ("a", "db-1"): ("StatefulSet", "db"), ("a", "web-0"): ("StatefulSet", "web"),
+                   ("a", "other"): ("StatefulSet", "web-0"), ("b", "big-0-1"): ("StatefulSet", "big-0")}
+
 def test_accumulator_places_points_on_the_grid_and_keeps_infinities_for_the_quality_stage() -> None:
     acc = parse.Accumulator(chunks.Grid(1000.0, 60.0, 5))
     acc.add([{"metric": {"namespace": "n", "pod": "p"}, "values": [[1060, "1.5"], [1180, "+Inf"], [1240, "2"]]}],

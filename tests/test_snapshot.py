@@ -159,6 +159,44 @@ def test_assemble_without_cluster_derives_workloads_from_metrics() -> None:
     assert snap.usage[m.FB_USED_MIB]["ml/Deployment/chat"].iloc[0] == 71000.0
 
 
+
+def test_a_leader_worker_set_without_the_api_is_one_workload_of_groups() -> None:
+    """Its pods (kube-state-metrics' owners resolved to it, ``parse.owners``) make one workload whose replica is a
+    group, GPUs added up over the group's pods, as the API's LeaderWorkerSet spec reads; its replicas are the
+    groups with a pod at the window's end."""
+    idx = index(3)
+    pods = ("big-0", "big-0-1", "big-1", "big-1-1")
+    fb = pd.DataFrame({f"ml/{p}": [70000.0, 70000.0, np.nan if p.startswith("big-1") else 70000.0] for p in pods},
+                      index=idx[:3])
+    gpu = "NVIDIA A100-SXM4-80GB"
+    usage = PodUsage(
+        series={m.FB_USED_MIB: fb},
+        devices=tuple(PodDevices("ml", p, gpu, 4, None, 81920.0) for p in pods),
+        owners=tuple(PodOwner("ml", p, "LeaderWorkerSet", "big") for p in pods),
+        requests=tuple(PodRequests("ml", p, (("nvidia.com/gpu", 4.0),)) for p in pods),
+    )
+    snap = assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "test")
+    (big,) = snap.workloads
+    assert big.ref.key == "ml/LeaderWorkerSet/big" and sorted(big.pods) == sorted(pods)
+    assert (big.allocation.gpus, big.allocation.replicas) == (8, 1)  # group 1 gone by the end
+    assert big.allocation.gpu_equivalents == 8.0
+    assert any(n.startswith("LeaderWorkerSet: one replica is a group of 2 pods (") for n in big.notes)
+    both = assemble(replace(usage, series={m.FB_USED_MIB: fb.fillna(1.0)}), None, idx[0].to_pydatetime(), END,
+                    600.0, CAT, "test")
+    assert both.workloads[0].allocation.replicas == 2
+
+
+def test_a_leader_worker_set_of_mig_slices_adds_its_groups_slices() -> None:
+    idx = index(1)
+    pods = ("big-0", "big-0-1", "big-0-2")
+    usage = PodUsage(
+        series={m.FB_USED_MIB: pd.DataFrame({f"ml/{p}": 30000.0 for p in pods}, index=idx)},
+        owners=tuple(PodOwner("ml", p, "LeaderWorkerSet", "big") for p in pods),
+        requests=tuple(PodRequests("ml", p, (("nvidia.com/mig-3g.40gb", 1.0),)) for p in pods),
+    )
+    (big,) = assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "test").workloads
+    assert (big.allocation.mig_profile, big.allocation.mig_count, big.allocation.replicas) == ("3g.40gb", 3, 1)
+
 def test_assemble_with_cluster_warns_about_deleted_workloads() -> None:
     idx = index(1)
     fb = pd.DataFrame({"ml/chat-5c4d6f7b8-x2k4p": 1.0, "ml/gone-5c4d6f7b8-x2k4p": 2.0}, index=idx)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.owners import leader_worker_sets
 from collectors.pods import PodOwner, PodRequests, VllmInfo, pod_key
 from collectors.prometheus.chunks import Grid
 from collectors.prometheus.points import Points
@@ -206,7 +207,8 @@ def _owner_map(found: Latest, child_label: str) -> dict[tuple[str, str], tuple[s
 
 
 def owners(pod_owner: Latest, rs_owner: Latest, job_owner: Latest) -> tuple[PodOwner, ...]:
-    """Each pod's top-level owner: ReplicaSet → Deployment, Job → CronJob, none → the bare pod."""
+    """Each pod's top-level owner: ReplicaSet → Deployment, Job → CronJob, a LeaderWorkerSet's StatefulSets →
+    it (:func:`~collectors.owners.leader_worker_sets`), none → the bare pod."""
     rs, jobs = _owner_map(rs_owner, "replicaset"), _owner_map(job_owner, "job_name")
     found: dict[tuple[str, str], PodOwner] = {}
     for labels, _, _ in pod_owner:
@@ -221,6 +223,7 @@ def owners(pod_owner: Latest, rs_owner: Latest, job_owner: Latest) -> tuple[PodO
         elif kind == "Job":
             kind, name = jobs.get((ns, name), (kind, name))
         found[(ns, pod)] = PodOwner(ns, pod, kind, name)
+    found = leader_worker_sets(found)
     return tuple(found[k] for k in sorted(found))
 
 

@@ -41,9 +41,11 @@ KSM_REPLICASET_OWNER = "kube_replicaset_owner"
 KSM_JOB_OWNER = "kube_job_owner"
 KSM_REQUESTS = "kube_pod_container_resource_requests"
 # kube-state-metrics' pod count per workload, by kind: (metric, the label naming the workload). It tells a step
-# at zero (no pod, so no vLLM metric) from a step without metrics.
+# at zero (no pod, so no vLLM metric) from a step without metrics. A LeaderWorkerSet's groups are its leader
+# StatefulSet's pods, of its name.
 KSM_WORKLOAD_REPLICAS = {"Deployment": ("kube_deployment_status_replicas", "deployment"),
-                         "StatefulSet": ("kube_statefulset_status_replicas", "statefulset")}
+                         "StatefulSet": ("kube_statefulset_status_replicas", "statefulset"),
+                         "LeaderWorkerSet": ("kube_statefulset_status_replicas", "statefulset")}
 EXPORTER_PREFIX = "DCGM_"  # dcgm-exporter's names: the series whose pod labels a scrape may have renamed
 RENAMED = "exported_"  # what a scrape that does not honour a series' labels prefixes to those it sets itself
 
