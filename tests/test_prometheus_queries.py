@@ -395,7 +395,7 @@ def test_renamed_exporter_labels_select_and_group_by_the_workloads_pod() -> None
     """Where a scrape renamed dcgm-exporter's pod labels (``exported_*``), its series are selected by those and
     grouped by them copied back; vLLM's, which name their pods themselves, as before."""
     plain = Scope(("ml",))
-    renamed = Scope(("ml",), exported=True)
+    renamed = Scope(("ml",), exporter=queries.RENAMED_LABELS)
     assert renamed.matchers(queries.FB_USED) == \
         '{__name__="DCGM_FI_DEV_FB_USED",exported_namespace=~"ml",exported_pod!=""}'
     for names in (queries.RUNNING, (queries.FB_USED, *queries.RUNNING)):  # not dcgm-exporter's alone

@@ -121,7 +121,7 @@ def test_a_warm_read_keeps_reading_the_renamed_labels(servers: tuple[str, str, d
     s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=renamed_url, retries=0))
     collect_pod_usage(s, end - timedelta(hours=pc.HOURS + 3), end - timedelta(hours=3), RecordingProgress(),
                       with_ksm=True, cache=cache)
-    assert cache.exported
+    assert cache.exporter == ("exported_namespace", "exported_pod")
     progress = RecordingProgress()
     warm = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True, cache=cache)
     assert any("earlier steps from the last collection" in x for x in progress.messages)
@@ -133,7 +133,7 @@ def test_a_warm_read_keeps_reading_the_renamed_labels(servers: tuple[str, str, d
     path = tmp_path / "usage.cache"
     path.write_bytes(store.dumps(cache))
     mark = cachefile.peek(path)
-    assert mark is not None and mark.exported and store.loads(path.read_bytes()).exported
+    assert mark is not None and mark.exporter == store.loads(path.read_bytes()).exporter == cache.exporter
 
 
 def test_a_server_that_lists_no_series_is_asked_by_a_count(servers: tuple[str, str, datetime]) -> None:
@@ -160,11 +160,12 @@ def test_a_scrape_changed_between_reads_reads_everything_again(servers: tuple[st
     with gateway(lambda: target[0]) as url:
         s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0))
         cache = UsageCache()
-        for server, exported in ((honoured_url, False), (renamed_url, True), (honoured_url, False)):
+        renamed = ("exported_namespace", "exported_pod")
+        for server, exporter in ((honoured_url, None), (renamed_url, renamed), (honoured_url, None)):
             target[0] = server
             progress = RecordingProgress()
             got = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True, cache=cache)
-            assert cache.exported is exported
+            assert cache.exporter == exporter
             assert not any("earlier steps from the last collection" in x for x in progress.messages[1:])
             for metric, frame in honoured.series.items():
                 pd.testing.assert_frame_equal(got.series[metric], frame, obj=metric)
@@ -231,3 +232,76 @@ def test_kube_state_metrics_scraped_without_its_labels_reads_as_honoured(
     assert "honorLabels: true" in next(x for x in said if "kube-state-metrics' series name" in x)
     assert not any("kube-state-metrics' series name" in x for x in _collect(honoured_url, end)[1])
     assert _report(renamed_url, end) == _report(honoured_url, end)
+
+
+OLD_STYLE = {"namespace_label": "kubernetes_namespace", "pod_label": "kubernetes_pod_name"}
+
+
+def _old_style(s: Series) -> Series:
+    """``s`` as a scrape whose target labels are the old example configuration's (``kubernetes_namespace``,
+    ``kubernetes_pod_name``, what the settings then name) stores it: vLLM's pods named in those; dcgm-exporter's
+    series keep the pod labels it gives them (``namespace``, ``pod``: no conflict, nothing renamed) beside its own
+    pod's in those, a free GPU's too."""
+    if s.name.startswith("vllm:"):
+        labels = {k: v for k, v in s.labels.items() if k not in ("namespace", "pod")}
+        return replace(s, labels={**labels, "kubernetes_namespace": s.labels["namespace"],
+                                  "kubernetes_pod_name": s.labels["pod"]})
+    if s.name.startswith("DCGM_"):
+        return replace(s, labels={**s.labels, "kubernetes_namespace": EXPORTER_NS,
+                                  "kubernetes_pod_name": f"nvidia-dcgm-exporter-{s.labels['Hostname']}"})
+    return s
+
+
+@pytest.fixture(scope="module")
+def old_style(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, datetime]]:
+    end_s = int(time.time()) // 3600 * 3600
+    tsdb = tsdb_of(map(_old_style, pc.cluster_series(end_s)), tmp_path_factory.mktemp("old") / "old", pc.TYPES)
+    with PromServer.from_tsdb(tsdb) as prom:
+        yield prom.url, datetime.fromtimestamp(end_s, UTC)
+
+
+def test_other_target_labels_read_dcgm_exporters_pods_by_its_own(old_style: tuple[str, datetime],
+                                                                  servers: tuple[str, str, datetime]) -> None:
+    """Settings that name the scrape's pod labels (``kubernetes_pod_name``) name the exporter's own pod on its
+    series: each GPU's pod is in the labels dcgm-exporter gives it, read from there. The cluster reads as the one
+    scraped with the usual labels."""
+    url, end = old_style
+    (got, _), (want, _) = _collect(url, end, **OLD_STYLE), _collect(servers[0], servers[2])
+    assert end == servers[2]
+    assert not any(p.startswith(f"{EXPORTER_NS}/") for p in _pods(got))
+    assert sorted(got.series) == sorted(want.series)
+    for metric, frame in want.series.items():
+        pd.testing.assert_frame_equal(got.series[metric], frame, obj=metric)
+    for field in ("devices", "owners", "requests", "vllm", "gpu_nodes", "warnings"):
+        assert sorted(map(repr, getattr(got, field))) == sorted(map(repr, getattr(want, field))), field
+    assert any(x.startswith("note: dcgm-exporter's series name the pods using each GPU in namespace and pod, and "
+                            "kubernetes_namespace and kubernetes_pod_name") for x in _collect(url, end, **OLD_STYLE)[1])
+
+    def report(url: str, **p: str) -> dict[str, Any]:
+        from recommender.cli.app import make_report
+        from recommender.core.settings_sources import KubernetesSettings
+
+        s = Settings(history_s=pc.HOURS * 3600, kubernetes=KubernetesSettings(enabled=False),
+                     prometheus=PrometheusSettings(url=url, retries=0, **p))
+        return dict(json.loads(re.sub(r"http://127\.0\.0\.1:\d+", "URL", make_report("prometheus", None, s, end,
+                                                                                     "json"))))
+
+    assert report(url, **OLD_STYLE) == report(servers[0])
+
+
+def test_a_warm_read_keeps_reading_dcgm_exporters_own_labels(old_style: tuple[str, datetime],
+                                                              servers: tuple[str, str, datetime]) -> None:
+    from collectors.prometheus.cache import UsageCache
+
+    url, end = old_style
+    cache = UsageCache()
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0, **OLD_STYLE))
+    collect_pod_usage(s, end - timedelta(hours=pc.HOURS + 3), end - timedelta(hours=3), RecordingProgress(),
+                      with_ksm=True, cache=cache)
+    assert cache.exporter == ("namespace", "pod")
+    progress = RecordingProgress()
+    warm = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True, cache=cache)
+    assert any("earlier steps from the last collection" in x for x in progress.messages)
+    want, _ = _collect(servers[0], servers[2])
+    for metric, frame in want.series.items():
+        pd.testing.assert_frame_equal(warm.series[metric], frame, obj=metric)

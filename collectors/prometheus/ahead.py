@@ -40,7 +40,7 @@ def census_ahead(s: Settings, end: datetime) -> PromClient | None:
     first = min((f for f in firsts if f is not None), default=None)
     if first is None:
         return None
-    scope = replace(Scope.of(s.namespaces, p), exported=mark.exported)
+    scope = replace(Scope.of(s.namespaces, p), exporter=mark.exporter)
     asks, span = census.since_asks(scope, win, p, Chunk(first, win.fine.end_s, win.grid.step_s))
     rule_asks = [a for a in asks if a.key == census.RULE_CENSUS]
     intervals = _Intervals(client, span, scope, len(rule_asks))

@@ -72,7 +72,7 @@ class UsageCache:
     inventory: dict[str, parse.Latest] = field(default_factory=dict)  # latest values, oldest first
     # per pod, the cluster labels' values its series carry, as the last full read listed them (parse.several_clusters)
     clusters: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
-    exported: bool = False  # dcgm-exporter's pod labels renamed by the scrape, as the last full read found (Scope)
+    exporter: tuple[str, str] | None = None  # where dcgm-exporter names its pods, as the last full read found (Scope)
     devices: DeviceTable | None = None
     last_s: float = -math.inf  # the cached grid's last step
     full_s: float = -math.inf  # the grid's last step when everything was last read

@@ -95,15 +95,15 @@ def file_for(folder: Path, s: Settings) -> Path:
 @dataclass(frozen=True)
 class Mark:
     """Where a cache's series stand: the key they were read under (a digest), whether there are any, their last
-    step, the last step when everything was read, how long after that everything is read again (s), and whether
-    dcgm-exporter's pod labels were found renamed (``Scope.exported``)."""
+    step, the last step when everything was read, how long after that everything is read again (s), and the labels
+    dcgm-exporter's series were found to name their pods in (``Scope.exporter``)."""
 
     key: str | None
     has_series: bool
     last_s: float
     full_s: float
     refresh_s: float
-    exported: bool = False
+    exporter: tuple[str, str] | None = None
 
 
 def fresh_start(mark: Mark, key: tuple[object, ...], grid: Grid) -> float | None:
@@ -114,6 +114,13 @@ def fresh_start(mark: Mark, key: tuple[object, ...], grid: Grid) -> float | None
             or not grid.start_s <= mark.last_s <= last or last - mark.full_s >= mark.refresh_s:
         return None
     return max(grid.start_s, mark.last_s - (OVERLAP_STEPS - 1) * grid.step_s)
+
+
+def label_pair(value: object) -> tuple[str, str] | None:
+    """Two label names as a file holds them (a JSON list), or None where it holds anything else."""
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return None
 
 
 def peek(path: Path) -> Mark | None:
@@ -130,7 +137,7 @@ def peek(path: Path) -> Mark | None:
             usage = json.loads(fh.read(size))["usage"]
         return Mark(str(usage["key"]) if usage["key"] is not None else None, bool(usage["frames"]),
                     float(usage["last_s"]), float(usage["full_s"]), float(usage["refresh_s"]),
-                    usage.get("exported") is True)
+                    label_pair(usage.get("exporter")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -323,26 +323,45 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     return RawCensus(counts, False, None, clusters if listable else None)
 
 
-def _renamed(client: PromClient, scope: Scope, start_s: float, end_s: float) -> frozenset[str]:
-    """Which of dcgm-exporter's FB used and (where the pod labels are the usual ``namespace`` and ``pod``, as
-    kube-state-metrics' are) kube-state-metrics' pod owners have series from ``start_s`` to ``end_s`` that name
-    their pods in the renamed labels (``Scope.exported``): listed from the server's index (none, where the labels
-    are honoured), or counted at ``end_s`` where it lists no series or refuses to list that many."""
-    usual = (scope.namespace_label, scope.pod_label) == ("namespace", "pod")
-    names = (queries.FB_USED, queries.KSM_POD_OWNER) if usual else (queries.FB_USED,)
-    probe = scope.matchers(names, renamed=True)
+def _names(client: PromClient, selector: str, start_s: float, end_s: float) -> frozenset[str]:
+    """The names of the series ``selector`` picks from ``start_s`` to ``end_s``: listed from the server's index,
+    or counted at ``end_s`` where it lists no series or refuses to list that many."""
     try:
-        found = client.series(probe, start_s, end_s)
+        found = client.series(selector, start_s, end_s)
     except (NoSeriesListing, PrometheusLimitError):
-        found = client.query(f"count by (__name__) ({probe})", end_s)
+        found = client.query(f"count by (__name__) ({selector})", end_s)
     return frozenset(parse.series_names(found))
 
 
-# kube-state-metrics scraped without its labels (``_renamed``): read from the renamed ones (Scope.either_scrape)
+def _exporter_labels(client: PromClient, scope: Scope, start_s: float, end_s: float
+                     ) -> tuple[tuple[str, str] | None, bool]:
+    """Where dcgm-exporter's series from ``start_s`` to ``end_s`` name the pods using each GPU, where not in the
+    scope's labels (``Scope.exporter``), and whether kube-state-metrics' name theirs in the renamed labels: the
+    renamed ones, where a scrape did not honour them; else its own, where they are not the scope's and its FB used
+    has them (the scope's then name its own pod, as the scrape's target labels)."""
+    own = Scope(scope.namespaces, *queries.EXPORTER_LABELS, scope.extra)
+    renamed = _names(client, own.matchers((queries.FB_USED, queries.KSM_POD_OWNER), renamed=True), start_s, end_s)
+    ksm = queries.KSM_POD_OWNER in renamed
+    if queries.FB_USED in renamed:
+        return queries.RENAMED_LABELS, ksm
+    if (scope.namespace_label, scope.pod_label) != queries.EXPORTER_LABELS \
+            and _names(client, own.matchers(queries.FB_USED), start_s, end_s):
+        return queries.EXPORTER_LABELS, ksm
+    return None, ksm
+
+
+# kube-state-metrics scraped without its labels (``_exporter_labels``): read from the renamed ones
+# (Scope.either_scrape)
 KSM_RENAMED = (f"note: kube-state-metrics' series name their pods in {RENAMED}namespace and {RENAMED}pod: the scrape "
                "does not honour its labels (honorLabels: false), so namespace and pod name its own pod. Its owners, "
                "GPU requests and replica counts are read from the renamed ones; set honorLabels: true on its "
                "ServiceMonitor")
+
+
+def _labels(exporter: tuple[str, str] | None, scope: Scope) -> str:
+    """``exporter`` (``Scope.exporter``; None: the scope's own) in words."""
+    ns, pod = exporter or (scope.namespace_label, scope.pod_label)
+    return f"{ns} and {pod}"
 
 
 def _rule_plan(client: PromClient, scope: Scope, win: Window, p: PrometheusSettings, fine: Chunk,
@@ -364,15 +383,16 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     client.check()
     grid, fine, where = win.grid, None, ""
     recorded: dict[str, list[list[object]]] | None = {} if p.recording_rules else None
-    renamed = _renamed(client, scope, (win.coarse.start_s if first is None else first) - CENSUS_LOOKBACK_S,
-                       win.coarse.end_s)
-    if first is not None and cache is not None and (queries.FB_USED in renamed) != cache.exported:
+    exporter, ksm_renamed = _exporter_labels(
+        client, scope, (win.coarse.start_s if first is None else first) - CENSUS_LOOKBACK_S, win.coarse.end_s)
+    if first is not None and cache is not None and exporter != cache.exporter:
         first = None  # the scrape was changed since: the cached steps were read by the other labels
-        progress.log("note: dcgm-exporter's pod labels are "
-                     f"{'no longer' if cache.exported else 'now'} renamed by the scrape: reading everything again")
-        renamed = _renamed(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S, win.coarse.end_s)
-    scope = replace(scope, exported=queries.FB_USED in renamed)  # a cached read's: as its full read found it
-    if queries.KSM_POD_OWNER in renamed:
+        progress.log(f"note: dcgm-exporter's series name their pods in {_labels(exporter, scope)} now, in "
+                     f"{_labels(cache.exporter, scope)} when last read: reading everything again")
+        exporter, ksm_renamed = _exporter_labels(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S,
+                                                 win.coarse.end_s)
+    scope = replace(scope, exporter=exporter)  # a cached read's: as its full read found it
+    if ksm_renamed:
         progress.log(KSM_RENAMED)
     if first is not None and cache is not None:
         grid = Grid(first, win.grid.step_s, round((win.fine.end_s - first) / win.grid.step_s) + 1)
@@ -381,11 +401,14 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         where = f" ({win.grid.n - grid.n:,} earlier steps from the last collection)"
         apart = cache.clusters  # the last full read's listing: the new steps are counted, not listed
     else:
-        if scope.exported:
-            progress.log(f"note: dcgm-exporter's series name the pods using each GPU in {RENAMED}"
-                         f"{scope.namespace_label} and {RENAMED}{scope.pod_label}: the scrape does not honour its "
-                         "labels (honorLabels: false), so namespace and pod name the exporter's own pods. They are "
-                         "read from the renamed ones, and its families from raw series")
+        if scope.exporter == queries.RENAMED_LABELS:
+            progress.log(f"note: dcgm-exporter's series name the pods using each GPU in {_labels(exporter, scope)}: "
+                         "the scrape does not honour its labels (honorLabels: false), so namespace and pod name the "
+                         "exporter's own pods. They are read from the renamed ones, and its families from raw series")
+        elif scope.exporter is not None:
+            progress.log(f"note: dcgm-exporter's series name the pods using each GPU in {_labels(exporter, scope)}, "
+                         f"and {_labels(None, scope)} (prometheus.namespace_label and pod_label) the exporter's own "
+                         "pods: its families are read from its labels, and from raw series")
         counts, span, twice, clusters = _census(client, scope, win, p, progress, recorded=recorded)
         apart = parse.several_clusters(clusters or {})
     if twice == 0:  # listed, each once: nothing to take once before it is summed per pod (a costly aggregation)
@@ -395,7 +418,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
                      f"{', '.join(p.target_labels)}): each is read once")
     rule_plan = _rule_plan(client, scope, win, p, fine or win.fine, span, objective_s, recorded) \
         if recorded is not None else None
-    if rule_plan is not None and scope.exported:
+    if rule_plan is not None and scope.exporter is not None:
         rule_plan = rules.exporter_raw(rule_plan)
     jobs = plan(counts, scope, win, p, with_ksm, fine, objective_s, rule_plan)
     progress.log(f"{client.url}: {len(jobs)} queries over {grid.n:,} steps of {grid.step_s:g} s{where} "
@@ -433,7 +456,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         series = cache.keep(key, series, win.grid, first)
         cache.counts, cache.devices = counts, device_table
         cache.inventory = {k: parse.newest(v) for k, v in inv.items()}
-        cache.clusters, cache.exported = apart, scope.exported
+        cache.clusters, cache.exporter = apart, scope.exporter
     used = series.get(m.FB_USED_MIB)
     if used is not None:  # DCGM gives whole MiB: held at float32 when exact (the cache's copy too); read so
         # already (COMPACT), this is for the steps a cache joins to it

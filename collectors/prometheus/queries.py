@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from recommender.core import usage as m
@@ -48,6 +49,8 @@ KSM_WORKLOAD_REPLICAS = {"Deployment": ("kube_deployment_status_replicas", "depl
                          "LeaderWorkerSet": ("kube_statefulset_status_replicas", "statefulset")}
 EXPORTER_PREFIX = "DCGM_"  # dcgm-exporter's names: the series whose pod labels a scrape may have renamed
 RENAMED = "exported_"  # what a scrape that does not honour a series' labels prefixes to those it sets itself
+EXPORTER_LABELS = ("namespace", "pod")  # what dcgm-exporter (and kube-state-metrics) name a pod in
+RENAMED_LABELS = (RENAMED + EXPORTER_LABELS[0], RENAMED + EXPORTER_LABELS[1])  # those, renamed by a scrape
 
 
 def from_exporter(names: tuple[str, ...]) -> bool:
@@ -75,9 +78,11 @@ class Scope:
     pod_label: str = "pod"
     extra: str = ""  # e.g. 'cluster="a"', added verbatim to every selector
     target_labels: tuple[str, ...] = TARGET_LABELS  # what a scrape adds: one series scraped twice differs in them
-    # dcgm-exporter's pod labels renamed by a scrape that does not honour them (exported_namespace, exported_pod;
-    # namespace and pod are then the exporter's own): its series are selected and grouped by the renamed ones
-    exported: bool = False
+    # the labels dcgm-exporter's series name their pods in, where not namespace_label and pod_label: the renamed
+    # ones (RENAMED_LABELS) where a scrape did not honour its own (then those name the exporter's pod), or its own
+    # (EXPORTER_LABELS) where the scrape's pod labels are others, which then name the exporter's pod. Its series
+    # are selected and grouped by them, copied into namespace_label and pod_label.
+    exporter: tuple[str, str] | None = None
 
     @classmethod
     def of(cls, namespaces: tuple[str, ...], p: PrometheusSettings) -> Scope:
@@ -94,24 +99,29 @@ class Scope:
         return f"max without ({', '.join(self.target_labels)}) ({expr})" if self.target_labels else expr
 
     def renamed(self, names: tuple[str, ...]) -> bool:
-        """Whether ``names``' series name their pods in the renamed labels (:attr:`exported`)."""
-        return self.exported and from_exporter(names)
+        """Whether ``names``' series name their pods in other labels than the scope's (:attr:`exporter`)."""
+        return self.exporter is not None and from_exporter(names)
 
     def pod_labels(self, names: tuple[str, ...], renamed: bool = False) -> tuple[str, str]:
-        """The labels ``names``' series name their namespace and pod in: the renamed ones where :meth:`renamed`
-        (or ``renamed``, whatever the names)."""
-        prefix = RENAMED if renamed or self.renamed(names) else ""
-        return prefix + self.namespace_label, prefix + self.pod_label
+        """The labels ``names``' series name their namespace and pod in: the exporter's where :meth:`renamed`, or
+        with ``renamed`` (whatever the names) the scope's as a scrape that does not honour them renames them."""
+        if renamed:
+            return RENAMED + self.namespace_label, RENAMED + self.pod_label
+        return self.exporter if self.exporter is not None and from_exporter(names) \
+            else (self.namespace_label, self.pod_label)
 
     def own(self, names: tuple[str, ...], expr: str) -> str:
-        """``expr`` over ``names``' series with the pod labels their exporter gave them: where a scrape renamed
-        them (:meth:`renamed`), copied back over the exporter's own namespace and pod, so that grouping by pod
-        is by the workload's."""
-        return copied_back(expr, (self.namespace_label, self.pod_label)) if self.renamed(names) else expr
+        """``expr`` over ``names``' series with the pod labels their exporter gave them: where they are others
+        (:meth:`renamed`), copied over the scope's (the exporter's own pod), so that grouping by pod is by the
+        workload's."""
+        if self.exporter is None or not from_exporter(names):
+            return expr
+        return copied(expr, zip((self.namespace_label, self.pod_label), self.exporter, strict=True))
 
-    def either_scrape(self, names: tuple[str, ...], copied: tuple[str, ...], *, pods: bool = True, also: str = "",
-                      over: str = "{}") -> str:
-        """``names``' series whether or not their scrape honoured their labels: the renamed ones with ``copied``
+    def either_scrape(self, names: tuple[str, ...], copied_labels: tuple[str, ...], *, pods: bool = True,
+                      also: str = "", over: str = "{}") -> str:
+        """``names``' series whether or not their scrape honoured their labels: the renamed ones with
+        ``copied_labels``
         (the labels the scrape set too, the pod labels among them) set back from their renamed copies, or the
         honoured ones. For kube-state-metrics', whose every series has its namespace, so that a renamed one
         always has the renamed namespace: a window over which the scrape was changed reads whole, and neither
@@ -120,7 +130,7 @@ class Scope:
         ns = RENAMED + self.namespace_label
         renamed = over.format(self.matchers(names, pods=pods, also=also, renamed=True))
         honoured = over.format(self.matchers(names, pods=pods, also=",".join(x for x in (also, f'{ns}=""') if x)))
-        return f"{copied_back(renamed, copied)} or {honoured}"
+        return f"{copied(renamed, ((label, RENAMED + label) for label in copied_labels))} or {honoured}"
 
     def matchers(self, names: tuple[str, ...] | str | None = None, *, pods: bool = True, also: str = "",
                  renamed: bool = False) -> str:
@@ -141,10 +151,10 @@ class Scope:
         return "{" + ",".join(parts) + "}"
 
 
-def copied_back(expr: str, labels: tuple[str, ...]) -> str:
-    """``expr`` with each of ``labels`` set from its renamed copy (``RENAMED``) where a series has one."""
-    for label in labels:
-        expr = f'label_replace({expr}, "{label}", "$1", "{RENAMED}{label}", "(.+)")'
+def copied(expr: str, pairs: Iterable[tuple[str, str]]) -> str:
+    """``expr`` with each (label, source) of ``pairs``: the label set from the source where a series has one."""
+    for label, source in pairs:
+        expr = f'label_replace({expr}, "{label}", "$1", "{source}", "(.+)")'
     return expr
 
 
@@ -283,14 +293,14 @@ CENSUS_NAMES = tuple(sorted({n for f in FAMILIES for n in f.read_names} | {FB_FR
 
 def census_selectors(scope: Scope, names: tuple[str, ...] = CENSUS_NAMES) -> tuple[str, ...]:
     """Every series the census counts: each exported name a family reads (recorded series have a census of
-    their own: ``rules.census_query``). One selector, or two where the scrape renamed dcgm-exporter's pod labels
-    (:attr:`Scope.exported`): its names' and the others'."""
+    their own: ``rules.census_query``). One selector, or two where dcgm-exporter names its pods in other labels
+    (:attr:`Scope.exporter`): its names' and the others'."""
     return tuple(scope.matchers(part) for part in census_parts(scope, names))
 
 
 def census_parts(scope: Scope, names: tuple[str, ...] = CENSUS_NAMES) -> tuple[tuple[str, ...], ...]:
     """``names`` in the groups one selector can pick (:func:`census_selectors`)."""
-    if not scope.exported:
+    if scope.exporter is None:
         return (names,)
     parts = (tuple(n for n in names if from_exporter((n,))), tuple(n for n in names if not from_exporter((n,))))
     return tuple(part for part in parts if part)

@@ -296,12 +296,12 @@ def choose(present: dict[str, float], every: dict[str, float], p: PrometheusSett
     return RulePlan(recorded, why, stepped, step_why)
 
 
-RENAMED_WHY = "dcgm-exporter's pod labels renamed by the scrape: recorded by the exporter's own pods"
+RENAMED_WHY = "dcgm-exporter names its pods in other labels than the scrape's: recorded by the exporter's own pods"
 
 
 def exporter_raw(plan: RulePlan) -> RulePlan:
-    """``plan`` with dcgm-exporter's families read raw: where a scrape renamed its pod labels (``Scope.exported``)
-    a rule that groups them by pod groups them by the exporter's own."""
+    """``plan`` with dcgm-exporter's families read raw: where it names its pods in other labels than the scrape's
+    (``Scope.exporter``), a rule that groups them by pod groups them by the exporter's own."""
     out = {f.metric for f in FAMILIES if f.exporter}
     return RulePlan({k: v for k, v in plan.recorded.items() if k not in out},
                     {**plan.raw_because, **dict.fromkeys(out, RENAMED_WHY)},

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.prometheus.cache import Frames, UsageCache
-from collectors.prometheus.cachefile import FORMAT_VERSION, LENGTH_BYTES, MAGIC, file_for, writable
+from collectors.prometheus.cachefile import FORMAT_VERSION, LENGTH_BYTES, MAGIC, file_for, label_pair, writable
 from collectors.prometheus.devices import DeviceTable
 from recommender.core import framing
 from recommender.core.memory import give_back_freed
@@ -97,7 +97,7 @@ def _meta(cache: UsageCache, part: str) -> dict[str, Any]:
     return {"key": cache.key, "last_s": cache.last_s, "full_s": cache.full_s, "refresh_s": cache.refresh_s,
             "counts": cache.counts,
             "clusters": {pod: [list(pair) for pair in pairs] for pod, pairs in cache.clusters.items()},
-            "exported": cache.exported,
+            "exporter": list(cache.exporter) if cache.exporter is not None else None,
             "inventory": {k: [[labels, value, t] for labels, value, t in v] for k, v in cache.inventory.items()},
             "devices": _devices(cache.devices) if cache.devices is not None else None, "part": part}
 
@@ -221,7 +221,7 @@ def _restore(state: dict[str, Any], blobs: memoryview, lazy: bool = False) -> Us
         counts={str(k): int(v) for k, v in state["counts"].items()},
         clusters={str(k): tuple((str(label), str(v)) for label, v in pairs)
                   for k, pairs in state.get("clusters", {}).items()},
-        exported=state.get("exported") is True,
+        exporter=label_pair(state.get("exporter")),
         inventory={str(k): [(dict(labels), float(value), float(t)) for labels, value, t in v]
                    for k, v in state["inventory"].items()},
         devices=_device_table(state["devices"]) if state["devices"] is not None else None,
