@@ -70,14 +70,18 @@ def index_facts(usage: PodUsage) -> FactIndex:
     return out
 
 
-def _first(index: FactIndex, pods: Sequence[str]) -> dict[type, Fact]:
-    """Per record type, the earliest record of any of ``pods``."""
-    best: dict[type, tuple[int, Fact]] = {}
-    for pod in pods:
-        for kind, candidate in index.get(pod, {}).items():
-            if kind not in best or candidate[0] < best[kind][0]:
-                best[kind] = candidate
-    return {kind: item for kind, (_, item) in best.items()}
+def _first(index: FactIndex, pods: Sequence[str], preferred: Sequence[str] = ()) -> dict[type, Fact]:
+    """Per record type, the earliest record of any of ``preferred`` (the pods at the window's end: a rollout may
+    have changed what its pods hold), else of any of ``pods``."""
+    out: dict[type, Fact] = {}
+    for group in (pods, preferred):
+        best: dict[type, tuple[int, Fact]] = {}
+        for pod in group:
+            for kind, candidate in index.get(pod, {}).items():
+                if kind not in best or candidate[0] < best[kind][0]:
+                    best[kind] = candidate
+        out |= {kind: item for kind, (_, item) in best.items()}
+    return out
 
 
 def _nodes(index: FactIndex, pods: Iterable[str]) -> tuple[str, ...]:
@@ -128,12 +132,12 @@ def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
     out = []
     index, presence = index_facts(usage), _Presence(usage.series)
     for ref, pods in sorted(pods_of.items()):
-        found = _first(index, pods)
-        req = found.get(PodRequests)
-        alloc = _pod_allocation(found)
         live = presence.live_pods(pods)
+        found = _first(index, pods, live)
+        req = found.get(PodRequests)
+        alloc, read = _pod_allocation(found)
         alloc = replace(alloc, replicas=max(1, len(live)))
-        said = notes.get(ref, [])
+        said = [*notes.get(ref, []), *read]
         if ref.kind == LWS:
             alloc, size = _group_allocation(ref.name, pods, live, index)
             said = [*said, f"LeaderWorkerSet: one replica is a group of {size} pods (kube-state-metrics' owners: "
@@ -141,41 +145,51 @@ def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
         source = "kube-state-metrics" if isinstance(req, PodRequests) else "dcgm"
         wl = Workload(ref, alloc, pods=tuple(p.split("/", 1)[1] for p in pods), source=source,
                       notes=tuple(said), nodes=_nodes(index, live))
-        out.append(enrich(wl, index))
+        out.append(enrich(wl, index, live))
     return out
 
 
-def _pod_allocation(found: Mapping[type, Fact]) -> Allocation:
-    """One pod's, from its GPU requests, else its devices."""
+SINGLE_STRATEGY = ("MIG single strategy: its nvidia.com/gpu is a MIG device (dcgm-exporter's GPU_I_PROFILE), so it "
+                   "holds that slice, not a whole GPU")
+
+
+def _pod_allocation(found: Mapping[type, Fact]) -> tuple[Allocation, tuple[str, ...]]:
+    """One pod's, from its GPU requests, else its devices, and what was read into it. Whole GPUs requested on MIG
+    devices are the device plugin's MIG ``single`` strategy (each ``nvidia.com/gpu`` a MIG device): those
+    slices (``SINGLE_STRATEGY``)."""
     req, dev = found.get(PodRequests), found.get(PodDevices)
     alloc = _resources_allocation(req.resources) if isinstance(req, PodRequests) else None
+    if alloc is not None and alloc.sharing is Sharing.EXCLUSIVE and isinstance(dev, PodDevices) and dev.mig_profile:
+        return Allocation(Sharing.MIG, share=MigShare(dev.mig_profile, alloc.gpus)), (SINGLE_STRATEGY,)
     if alloc is None:
         alloc = _devices_allocation(dev) if isinstance(dev, PodDevices) else Allocation(Sharing.NONE)
-    return alloc
+    return alloc, ()
 
 
 def _group_allocation(name: str, pods: Sequence[str], live: Sequence[str], index: FactIndex
                       ) -> tuple[Allocation, int]:
     """A LeaderWorkerSet's replica without the API (its spec's, from ``templates.leader_worker_set`` with it): the
-    largest group of ``pods`` (``owners.lws_group``), its pods' GPUs and MIG slices added up; replicas, the groups
-    with a pod in ``live``. Also that group's size."""
+    largest group of ``pods`` (``owners.lws_group``) with a pod in ``live`` (any, where none has), its pods' GPUs
+    and MIG slices added up; replicas, the groups with a pod in ``live``. Also that group's size."""
     groups: dict[str, list[str]] = defaultdict(list)
     for pod in pods:
         groups[lws_group(name, pod.split("/", 1)[1]) or ""].append(pod)
-    group = max(groups.values(), key=len)
-    each = [_pod_allocation(_first(index, [pod])) for pod in group]
+    running = [members for members in groups.values() if set(members) & set(live)]
+    group = max(running or groups.values(), key=len)
+    each = [_pod_allocation(_first(index, [pod]))[0] for pod in group]
     base = next((a for a in each if a.sharing is not Sharing.NONE), each[0])
     share = base.share
     slices = sum(a.mig_count for a in each)
     alloc = replace(base, gpus=sum(a.gpus for a in each),
                     share=replace(share, count=slices) if isinstance(share, MigShare) else share,
-                    replicas=max(1, len({g for g, members in groups.items() if set(members) & set(live)})))
+                    replicas=max(1, len(running)))
     return alloc, len(group)
 
 
-def enrich(workload: Workload, index: FactIndex) -> Workload:
-    """Fill what the spec cannot say (GPU product, device memory, KV capacity) from metrics."""
-    found = _first(index, [pod_key(workload.ref.namespace, p) for p in workload.pods])
+def enrich(workload: Workload, index: FactIndex, preferred: Sequence[str] = ()) -> Workload:
+    """Fill what the spec cannot say (GPU product, device memory, KV capacity) from metrics: of the ``preferred``
+    pods' (keys) where they say it."""
+    found = _first(index, [pod_key(workload.ref.namespace, p) for p in workload.pods], preferred)
     alloc, wl = workload.allocation, workload
     dev = found.get(PodDevices)
     if isinstance(dev, PodDevices):

@@ -186,6 +186,20 @@ def test_a_leader_worker_set_without_the_api_is_one_workload_of_groups() -> None
     assert both.workloads[0].allocation.replicas == 2
 
 
+def test_a_leader_worker_sets_replica_is_a_group_at_the_windows_end() -> None:
+    """Its groups were three pods before a rollout made them two: the replica is a running group's."""
+    idx = index(1)[-2:]
+    gone, live = ("big-0", "big-0-1", "big-0-2"), ("big-1", "big-1-1")
+    fb = pd.DataFrame({**{f"ml/{p}": [1.0, np.nan] for p in gone}, **{f"ml/{p}": [np.nan, 1.0] for p in live}},
+                      index=idx)
+    usage = PodUsage(series={m.FB_USED_MIB: fb},
+                     owners=tuple(PodOwner("ml", p, "LeaderWorkerSet", "big") for p in gone + live),
+                     requests=tuple(PodRequests("ml", p, (("nvidia.com/gpu", 4.0),)) for p in gone + live))
+    (big,) = assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "test").workloads
+    assert (big.allocation.gpus, big.allocation.replicas) == (8, 1)
+    assert any(n.startswith("LeaderWorkerSet: one replica is a group of 2 pods (") for n in big.notes)
+
+
 def test_a_leader_worker_set_of_mig_slices_adds_its_groups_slices() -> None:
     idx = index(1)
     pods = ("big-0", "big-0-1", "big-0-2")
@@ -196,6 +210,47 @@ def test_a_leader_worker_set_of_mig_slices_adds_its_groups_slices() -> None:
     )
     (big,) = assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "test").workloads
     assert (big.allocation.mig_profile, big.allocation.mig_count, big.allocation.replicas) == ("3g.40gb", 3, 1)
+
+
+def test_a_gpu_request_on_a_mig_device_is_the_mig_single_strategys_slice() -> None:
+    """Under the device plugin's MIG ``single`` strategy a pod requests ``nvidia.com/gpu`` and gets a MIG device:
+    kube-state-metrics says one GPU, dcgm-exporter the slice. It holds the slice, not a whole GPU."""
+    idx = index(1)
+    usage = PodUsage(
+        series={m.FB_USED_MIB: pd.DataFrame({"ml/small-0": 5000.0, "ml/big-0": 50000.0}, index=idx)},
+        devices=(PodDevices("ml", "small-0", "NVIDIA A100-SXM4-80GB", 1, "1g.10gb", 9984.0),
+                 PodDevices("ml", "big-0", "NVIDIA A100-SXM4-80GB", 1, None, 81920.0)),
+        owners=(PodOwner("ml", "small-0", "StatefulSet", "small"), PodOwner("ml", "big-0", "StatefulSet", "big")),
+        requests=(PodRequests("ml", "small-0", (("nvidia.com/gpu", 1.0),)),
+                  PodRequests("ml", "big-0", (("nvidia.com/gpu", 1.0),))),
+    )
+    by = {w.ref.name: w for w in assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "t").workloads}
+    small, big = by["small"].allocation, by["big"].allocation
+    assert (small.sharing, small.mig_profile, small.mig_count) == (Sharing.MIG, "1g.10gb", 1)
+    assert small.gpu_equivalents == pytest.approx(1 / 7)
+    assert any("single" in n for n in by["small"].notes)
+    assert (big.sharing, big.gpus, big.gpu_equivalents) == (Sharing.EXCLUSIVE, 1, 1.0)
+
+
+def test_without_the_api_a_workload_holds_what_its_pods_at_the_end_hold() -> None:
+    """A Deployment rolled out from two GPUs a pod to one within the window: kube-state-metrics still has the old
+    pods' requests (their last values), but the workload holds what its pods at the window's end hold."""
+    idx = index(1)[-4:]
+    old, new = "ml/chat-5c4d6f7b8-aaaaa", "ml/chat-7d8f9b6c5-bbbbb"
+    fb = pd.DataFrame({old: [70000.0, 70000.0, np.nan, np.nan], new: [np.nan, np.nan, 30000.0, 30000.0]},
+                      index=idx)
+    usage = PodUsage(
+        series={m.FB_USED_MIB: fb},
+        devices=(PodDevices("ml", old.split("/")[1], "NVIDIA A100-SXM4-80GB", 2, None, 81920.0),
+                 PodDevices("ml", new.split("/")[1], "NVIDIA A100-SXM4-80GB", 1, "3g.40gb", 40192.0)),
+        requests=(PodRequests("ml", old.split("/")[1], (("nvidia.com/gpu", 2.0),)),
+                  PodRequests("ml", new.split("/")[1], (("nvidia.com/mig-3g.40gb", 1.0),))),
+        owners=tuple(PodOwner("ml", p.split("/")[1], "Deployment", "chat") for p in (old, new)),
+    )
+    (chat,) = assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "t").workloads
+    assert (chat.allocation.sharing, chat.allocation.mig_profile, chat.allocation.replicas) == \
+        (Sharing.MIG, "3g.40gb", 1)
+    assert chat.allocation.device_memory_mib == 40192.0
 
 def test_assemble_with_cluster_warns_about_deleted_workloads() -> None:
     idx = index(1)
