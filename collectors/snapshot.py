@@ -151,16 +151,22 @@ def workloads_from_pods(usage: PodUsage, mapping: Mapping[str, WorkloadRef],
 
 SINGLE_STRATEGY = ("MIG single strategy: its nvidia.com/gpu is a MIG device (dcgm-exporter's GPU_I_PROFILE), so it "
                    "holds that slice, not a whole GPU")
+SHARED_GPU = ("its nvidia.com/gpu is shared with other pods at once (dcgm-exporter): the device plugin's time-slicing "
+              "or MPS, which kube-state-metrics does not tell apart; read as time-slicing")
 
 
 def _pod_allocation(found: Mapping[type, Fact]) -> tuple[Allocation, tuple[str, ...]]:
     """One pod's, from its GPU requests, else its devices, and what was read into it. Whole GPUs requested on MIG
     devices are the device plugin's MIG ``single`` strategy (each ``nvidia.com/gpu`` a MIG device): those
-    slices (``SINGLE_STRATEGY``)."""
+    slices (``SINGLE_STRATEGY``). Whole GPUs other pods use at once are shared by it, which an exclusive GPU never
+    is (``SHARED_GPU``)."""
     req, dev = found.get(PodRequests), found.get(PodDevices)
     alloc = _resources_allocation(req.resources) if isinstance(req, PodRequests) else None
-    if alloc is not None and alloc.sharing is Sharing.EXCLUSIVE and isinstance(dev, PodDevices) and dev.mig_profile:
-        return Allocation(Sharing.MIG, share=MigShare(dev.mig_profile, alloc.gpus)), (SINGLE_STRATEGY,)
+    if alloc is not None and alloc.sharing is Sharing.EXCLUSIVE and isinstance(dev, PodDevices):
+        if dev.mig_profile:
+            return Allocation(Sharing.MIG, share=MigShare(dev.mig_profile, alloc.gpus)), (SINGLE_STRATEGY,)
+        if dev.shared_with > 1:
+            return Allocation(Sharing.TIME_SLICING, gpus=alloc.gpus), (SHARED_GPU,)
     if alloc is None:
         alloc = _devices_allocation(dev) if isinstance(dev, PodDevices) else Allocation(Sharing.NONE)
     return alloc, ()

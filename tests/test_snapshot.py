@@ -252,6 +252,24 @@ def test_without_the_api_a_workload_holds_what_its_pods_at_the_end_hold() -> Non
         (Sharing.MIG, "3g.40gb", 1)
     assert chat.allocation.device_memory_mib == 40192.0
 
+
+def test_a_gpu_request_on_a_device_pods_share_is_a_share_of_it() -> None:
+    """Time-slicing (or MPS) that does not rename the resource: each pod requests ``nvidia.com/gpu: 1``, and
+    dcgm-exporter sees several on one GPU at once, which an exclusive GPU never has. Each holds its share, not a
+    whole GPU, so the fleet's GPUs are not counted once per pod."""
+    idx = index(1)
+    pods = ("embed-5c4d6f7b8-bcdfg", "embed-5c4d6f7b8-hjklm")
+    usage = PodUsage(
+        series={m.FB_USED_MIB: pd.DataFrame({f"ml/{p}": 20000.0 for p in pods}, index=idx)},
+        devices=tuple(PodDevices("ml", p, "NVIDIA A100-SXM4-80GB", 1, None, 81920.0, shared_with=2) for p in pods),
+        owners=tuple(PodOwner("ml", p, "Deployment", "embed") for p in pods),
+        requests=tuple(PodRequests("ml", p, (("nvidia.com/gpu", 1.0),)) for p in pods),
+    )
+    (embed,) = assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "t").workloads
+    assert (embed.allocation.sharing, embed.allocation.replicas) == (Sharing.TIME_SLICING, 2)
+    assert embed.allocation.gpu_equivalents == pytest.approx(0.5)
+    assert embed.device_shared_with == 2
+
 def test_assemble_with_cluster_warns_about_deleted_workloads() -> None:
     idx = index(1)
     fb = pd.DataFrame({"ml/chat-5c4d6f7b8-x2k4p": 1.0, "ml/gone-5c4d6f7b8-x2k4p": 2.0}, index=idx)
