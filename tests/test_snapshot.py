@@ -270,6 +270,20 @@ def test_a_gpu_request_on_a_device_pods_share_is_a_share_of_it() -> None:
     assert embed.allocation.gpu_equivalents == pytest.approx(0.5)
     assert embed.device_shared_with == 2
 
+
+def test_without_dcgm_a_workloads_replicas_are_its_pods_with_vllm_series_at_the_end() -> None:
+    """dcgm-exporter without its pod mapping: no framebuffer per pod, only vLLM's series. A Deployment whose pods a
+    rollout replaced twice holds one replica at the window's end, not one per pod name the window saw."""
+    idx = index(1)[-3:]
+    pods = ("chat-5c4d6f7b8-bcdfg", "chat-6d7f8b9c5-hjklm", "chat-7f8b9c5d6-npqrs")
+    running = pd.DataFrame({f"ml/{p}": [4.0 if i == k else np.nan for i in range(3)] for k, p in enumerate(pods)},
+                           index=idx)
+    usage = PodUsage(series={m.REQUESTS_RUNNING: running},
+                     owners=tuple(PodOwner("ml", p, "Deployment", "chat") for p in pods),
+                     requests=tuple(PodRequests("ml", p, (("nvidia.com/gpu", 1.0),)) for p in pods))
+    (chat,) = assemble(usage, None, idx[0].to_pydatetime(), END, 600.0, CAT, "t").workloads
+    assert chat.allocation.replicas == 1
+
 def test_assemble_with_cluster_warns_about_deleted_workloads() -> None:
     idx = index(1)
     fb = pd.DataFrame({"ml/chat-5c4d6f7b8-x2k4p": 1.0, "ml/gone-5c4d6f7b8-x2k4p": 2.0}, index=idx)
