@@ -534,3 +534,24 @@ def test_a_cache_holds_one_window_however_many_cycles_join_it(cluster: Cluster) 
             assert any(len(pods) > 1 and t < fresh for (_, t), pods in cache.devices.on_device.items())
         before = cache.last_s
     assert sizes[1:] == sizes[:1] * 3  # one newest entry per series, not one per cycle
+
+
+def test_gpu_nodes_are_read_as_they_are_at_the_windows_end(tmp_path: Path, cluster: Cluster) -> None:
+    """A GPU node removed half way through the window, and a free GPU's MIG layout changed then (seven 1g.10gb
+    before, the cluster's two 3g.40gb after): the GPU nodes read as the cluster's without them."""
+    from tests.promfixture import tsdb_of
+
+    end_s = int(cluster.end.timestamp())
+    ts = pc.timestamps(end_s)
+    half = ts[: ts.size // 2]
+    node, index, _ = pc.FREE_GPUS[1]
+    earlier = [Series("DCGM_FI_DEV_FB_FREE", {"gpu": index, "UUID": f"GPU-free-{node}-{index}", "Hostname": node,
+                                              "modelName": "NVIDIA A100-SXM4-80GB", "GPU_I_PROFILE": "1g.10gb",
+                                              "GPU_I_ID": str(7 + k)}, half, np.full(half.size, 9_728.0))
+               for k in range(7)]
+    earlier.append(Series("DCGM_FI_DEV_FB_FREE", {"gpu": "0", "UUID": "GPU-gone", "Hostname": "a100-gone",
+                                                  "modelName": "NVIDIA A100-SXM4-80GB"}, half,
+                          np.full(half.size, 81_920.0)))
+    with PromServer.from_tsdb(tsdb_of([*pc.cluster_series(end_s), *earlier], tmp_path / "t", pc.TYPES)) as prom:
+        got = collect(Cluster(prom.url, cluster.end, [], tmp_path / "t"))
+    assert got.gpu_nodes == collect(cluster).gpu_nodes
