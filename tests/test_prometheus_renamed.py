@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from collectors.pods import PodUsage, pod_key
 from collectors.prometheus import collect_pod_usage
+from collectors.prometheus.cache import UsageCache
 from recommender.cli.main import main
 from recommender.core import usage as m
 from recommender.core.progress import RecordingProgress
@@ -112,19 +113,25 @@ def test_a_namespace_selected_reads_the_workloads_namespace_not_the_exporters(
         pd.testing.assert_frame_equal(renamed.series[metric], frame, obj=metric)
 
 
-def test_a_warm_read_keeps_reading_the_renamed_labels(servers: tuple[str, str, datetime], tmp_path: Any) -> None:
-    from collectors.prometheus import cachefile
-    from collectors.prometheus.cache import UsageCache
-
-    honoured_url, renamed_url, end = servers
+def _warm(url: str, end: datetime, exporter: tuple[str, str], **p: Any) -> tuple[PodUsage, UsageCache]:
+    """A collection 3 h before ``end``, then one to ``end`` from its cache, which holds where dcgm-exporter names
+    its pods (``exporter``): the second read and the cache."""
     cache = UsageCache()
-    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=renamed_url, retries=0))
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0, **p))
     collect_pod_usage(s, end - timedelta(hours=pc.HOURS + 3), end - timedelta(hours=3), RecordingProgress(),
                       with_ksm=True, cache=cache)
-    assert cache.exporter == ("exported_namespace", "exported_pod")
+    assert cache.exporter == exporter
     progress = RecordingProgress()
     warm = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True, cache=cache)
     assert any("earlier steps from the last collection" in x for x in progress.messages)
+    return warm, cache
+
+
+def test_a_warm_read_keeps_reading_the_renamed_labels(servers: tuple[str, str, datetime], tmp_path: Any) -> None:
+    from collectors.prometheus import cachefile
+
+    honoured_url, renamed_url, end = servers
+    warm, cache = _warm(renamed_url, end, ("exported_namespace", "exported_pod"))
     honoured, _ = _collect(honoured_url, end)
     for metric, frame in honoured.series.items():
         pd.testing.assert_frame_equal(warm.series[metric], frame, obj=metric)
@@ -151,8 +158,6 @@ def test_a_server_that_lists_no_series_is_asked_by_a_count(servers: tuple[str, s
 def test_a_scrape_changed_between_reads_reads_everything_again(servers: tuple[str, str, datetime]) -> None:
     """One URL whose server turns from honouring dcgm-exporter's labels to renaming them (and back): the cached
     steps were read by the other labels, so the next read takes none of them."""
-    from collectors.prometheus.cache import UsageCache
-
     honoured_url, renamed_url, end = servers
     target = [honoured_url]
 
@@ -291,17 +296,8 @@ def test_other_target_labels_read_dcgm_exporters_pods_by_its_own(old_style: tupl
 
 def test_a_warm_read_keeps_reading_dcgm_exporters_own_labels(old_style: tuple[str, datetime],
                                                               servers: tuple[str, str, datetime]) -> None:
-    from collectors.prometheus.cache import UsageCache
-
     url, end = old_style
-    cache = UsageCache()
-    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=url, retries=0, **OLD_STYLE))
-    collect_pod_usage(s, end - timedelta(hours=pc.HOURS + 3), end - timedelta(hours=3), RecordingProgress(),
-                      with_ksm=True, cache=cache)
-    assert cache.exporter == ("namespace", "pod")
-    progress = RecordingProgress()
-    warm = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True, cache=cache)
-    assert any("earlier steps from the last collection" in x for x in progress.messages)
+    warm, _ = _warm(url, end, ("namespace", "pod"), **OLD_STYLE)
     want, _ = _collect(servers[0], servers[2])
     for metric, frame in want.series.items():
         pd.testing.assert_frame_equal(warm.series[metric], frame, obj=metric)

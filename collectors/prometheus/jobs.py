@@ -63,7 +63,7 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
         "models": f"group by ({by}, model_name) ({scope.matchers(queries.RUNNING)})",
     }
     if with_ksm:  # its labels as it gave them, whether or not the scrape honoured them (Scope.either_scrape)
-        ksm = Scope(scope.namespaces, "namespace", "pod", scope.extra,
+        ksm = Scope(scope.namespaces, *queries.EXPORTER_LABELS, scope.extra,
                     (*target_labels, *(queries.RENAMED + x for x in _KSM_TARGET)))
         ns = ("namespace",)
         out |= {
