@@ -276,12 +276,13 @@ def clusters_spanned(mapping: Mapping[str, WorkloadRef], clusters: Mapping[str, 
     for pod, ref in mapping.items():
         for label, value in clusters.get(pod, ()):
             seen[ref][label].add(value)
-    out = {}
-    for ref, labels in seen.items():
-        several = [(label, tuple(sorted(vs))) for label, vs in sorted(labels.items()) if len(vs) > 1]
-        if several:
-            out[ref] = several[0]
-    return out
+    return {ref: found for ref, labels in seen.items() if (found := _several(labels)) is not None}
+
+
+def _several(values: Mapping[str, set[str]]) -> tuple[str, tuple[str, ...]] | None:
+    """The first cluster label (by name) of ``values`` (label → its values) that takes two values or more, and
+    those values, sorted."""
+    return next(((label, tuple(sorted(vs))) for label, vs in sorted(values.items()) if len(vs) > 1), None)
 
 
 def _listed(values: Sequence[str], shown: int = 3) -> str:
@@ -307,12 +308,11 @@ def nodes_spanned(nodes: Iterable[NodeDevices]) -> dict[str, tuple[str, tuple[st
     name in several clusters, whose GPUs DCGM's series, grouped by node, add up; with that label and its values."""
     out = {}
     for node in nodes:
-        seen: dict[str, list[str]] = defaultdict(list)
+        seen: dict[str, set[str]] = defaultdict(set)
         for label, value in node.clusters:
-            seen[label].append(value)
-        several = [(label, tuple(sorted(vs))) for label, vs in sorted(seen.items()) if len(vs) > 1]
-        if several:
-            out[node.name] = several[0]
+            seen[label].add(value)
+        if (found := _several(seen)) is not None:
+            out[node.name] = found
     return out
 
 
