@@ -301,3 +301,58 @@ def test_a_warm_read_keeps_reading_dcgm_exporters_own_labels(old_style: tuple[st
     want, _ = _collect(servers[0], servers[2])
     for metric, frame in want.series.items():
         pd.testing.assert_frame_equal(warm.series[metric], frame, obj=metric)
+
+
+IDLE_H = 4.0  # the last hours of the idle cluster's window: no pod holds a GPU
+
+
+def _idle(series: list[Series], end_s: int) -> list[Series]:
+    """``series`` with every pod gone for the last ``IDLE_H`` hours: dcgm-exporter then exports each GPU without
+    pod labels, and the exporters of pods say nothing."""
+    cut = end_s - IDLE_H * 3600
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], Series] = {}
+    for s in series:
+        before = s.timestamps_s < cut
+        if not s.labels.get("pod"):
+            out[(s.name, tuple(sorted(s.labels.items())))] = s
+            continue
+        out[(s.name, tuple(sorted(s.labels.items())))] = replace(s, timestamps_s=s.timestamps_s[before],
+                                                                  values=s.values[before])
+        if s.name.startswith("DCGM_"):
+            free = {k: v for k, v in s.labels.items() if k not in ("pod", "namespace", "container")}
+            after = s.timestamps_s[~before]
+            out.setdefault((s.name, tuple(sorted(free.items()))),
+                           Series(s.name, free, after, np.zeros(after.size)))
+    return [s for s in out.values() if s.timestamps_s.size]
+
+
+@pytest.fixture(scope="module")
+def idle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, datetime]]:
+    """(URL with dcgm-exporter's labels honoured, URL with them renamed, the window's end) of a cluster none of
+    whose pods holds a GPU for the last ``IDLE_H`` hours."""
+    end_s = int(time.time()) // 3600 * 3600
+    series = _idle(pc.cluster_series(end_s), end_s)
+    work = tmp_path_factory.mktemp("idle")
+    tsdbs = [tsdb_of(series, work / "honoured", pc.TYPES), tsdb_of(map(_renamed, series), work / "renamed", pc.TYPES)]
+    with PromServer.from_tsdb(tsdbs[0]) as honoured, PromServer.from_tsdb(tsdbs[1]) as renamed:
+        yield honoured.url, renamed.url, datetime.fromtimestamp(end_s, UTC)
+
+
+def test_a_warm_read_of_an_idle_cluster_keeps_the_renamed_labels(idle: tuple[str, str, datetime]) -> None:
+    """The new steps have no renamed series, since no pod holds a GPU, but the free GPUs' series name the same
+    exporter pods as before: nothing changed, and the cache serves its steps (it read everything again each time,
+    as a controller would every cycle through an idle night)."""
+    honoured_url, renamed_url, end = idle
+    cache = UsageCache()
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=renamed_url, retries=0))
+    collect_pod_usage(s, end - timedelta(hours=pc.HOURS + 2), end - timedelta(hours=2), RecordingProgress(),
+                      with_ksm=True, cache=cache)
+    assert cache.exporter == ("exported_namespace", "exported_pod")
+    progress = RecordingProgress()
+    warm = collect_pod_usage(s, end - timedelta(hours=pc.HOURS), end, progress, with_ksm=True, cache=cache)
+    assert any("earlier steps from the last collection" in x for x in progress.messages), progress.messages
+    assert cache.exporter == ("exported_namespace", "exported_pod")
+    honoured, _ = _collect(honoured_url, end)
+    assert sorted(warm.series) == sorted(honoured.series)
+    for metric, frame in honoured.series.items():
+        pd.testing.assert_frame_equal(warm.series[metric], frame, obj=metric)

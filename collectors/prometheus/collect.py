@@ -350,6 +350,30 @@ def _exporter_labels(client: PromClient, scope: Scope, start_s: float, end_s: fl
     return None, ksm
 
 
+def _idle(client: PromClient, scope: Scope, exporter: tuple[str, str], new_s: float, start_s: float,
+          end_s: float) -> bool:
+    """Whether dcgm-exporter's series from ``new_s`` to ``end_s`` name no pod in ``exporter`` because no pod holds a
+    GPU, not because the scrape was changed: every pod the scope's labels name on them then is an exporter's own,
+    one its series from ``start_s`` named beside a pod in ``exporter`` (none at all: nothing to tell)."""
+    ns, pod = scope.namespace_label, scope.pod_label
+    plain = _label_values(client, scope.matchers(queries.FB_USED), pod, new_s, end_s)
+    if not plain:
+        return True
+    theirs = "{" + f'__name__="{queries.FB_USED}",{exporter[1]}!="",{ns}!="",{pod}!=""' \
+        + (f",{scope.extra}" if scope.extra else "") + "}"
+    return plain <= _label_values(client, theirs, pod, start_s, end_s)
+
+
+def _label_values(client: PromClient, selector: str, label: str, start_s: float, end_s: float) -> set[str]:
+    """The values of ``label`` on the series ``selector`` picks from ``start_s`` to ``end_s``: listed from the
+    server's index, or grouped at ``end_s`` where it lists no series or refuses to list that many."""
+    try:
+        found = client.series(selector, start_s, end_s)
+    except (NoSeriesListing, PrometheusLimitError):
+        found = client.query(f"group by ({label}) ({selector})", end_s)
+    return {str(v) for item in found if (v := (item.get("metric") or {}).get(label))}
+
+
 # kube-state-metrics scraped without its labels (``_exporter_labels``): read from the renamed ones
 # (Scope.either_scrape)
 KSM_RENAMED = (f"note: kube-state-metrics' series name their pods in {RENAMED}namespace and {RENAMED}pod: the scrape "
@@ -385,6 +409,9 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     recorded: dict[str, list[list[object]]] | None = {} if p.recording_rules else None
     exporter, ksm_renamed = _exporter_labels(
         client, scope, (win.coarse.start_s if first is None else first) - CENSUS_LOOKBACK_S, win.coarse.end_s)
+    if first is not None and cache is not None and exporter is None and cache.exporter is not None \
+            and _idle(client, scope, cache.exporter, first - CENSUS_LOOKBACK_S, win.coarse.start_s, win.coarse.end_s):
+        exporter = cache.exporter  # no pod held a GPU over the new steps: the labels are as they were
     if first is not None and cache is not None and exporter != cache.exporter:
         first = None  # the scrape was changed since: the cached steps were read by the other labels
         progress.log(f"note: dcgm-exporter's series name their pods in {_labels(exporter, scope)} now, in "
