@@ -356,3 +356,51 @@ def test_a_warm_read_of_an_idle_cluster_keeps_the_renamed_labels(idle: tuple[str
     assert sorted(warm.series) == sorted(honoured.series)
     for metric, frame in honoured.series.items():
         pd.testing.assert_frame_equal(warm.series[metric], frame, obj=metric)
+
+
+def _tenants(end_s: int) -> list[Series]:
+    """What a tenant's exporter says of another namespace's pod, scraped (as a PodMonitor's default is) without
+    honouring its labels: another owner, and eight GPUs requested by its container."""
+    ts = pc.timestamps(end_s)
+    victim = pc.PODS[0]
+    target = {"namespace": "tenant", "pod": "spoof-7d9f8-abcde", "container": "spoof"}
+    lies = [Series("kube_pod_owner", {"namespace": victim.ns, "pod": victim.name, "owner_kind": "Deployment",
+                                      "owner_name": "evil", "owner_is_controller": "true"}, ts, np.ones(ts.size)),
+            Series("kube_pod_container_resource_requests", {"namespace": victim.ns, "pod": victim.name,
+                                                            "container": "main", "resource": "nvidia_com_gpu",
+                                                            "unit": "integer"}, ts, np.full(ts.size, 8.0)),
+            Series("kube_deployment_status_replicas", {"namespace": victim.ns, "deployment": "llama-chat"}, ts,
+                   np.full(ts.size, 9.0))]
+    return [dishonoured(s, target) for s in lies]
+
+
+@pytest.fixture(scope="module")
+def spoofed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, datetime]]:
+    """(URL of the honoured cluster, URL of it with a tenant's renamed series about another namespace's pod, the
+    window's end)."""
+    end_s = int(time.time()) // 3600 * 3600
+    series = pc.cluster_series(end_s)
+    ts = pc.timestamps(end_s)
+    series.append(Series("kube_deployment_status_replicas", {"namespace": "inference", "deployment": "llama-chat"},
+                         ts, np.full(ts.size, 2.0)))
+    work = tmp_path_factory.mktemp("spoof")
+    tsdbs = [tsdb_of(series, work / "plain", pc.TYPES), tsdb_of(series + _tenants(end_s), work / "spoof", pc.TYPES)]
+    with PromServer.from_tsdb(tsdbs[0]) as plain, PromServer.from_tsdb(tsdbs[1]) as spoof:
+        yield plain.url, spoof.url, datetime.fromtimestamp(end_s, UTC)
+
+
+def test_a_tenants_renamed_series_say_nothing_of_what_kube_state_metrics_says(
+        spoofed: tuple[str, str, datetime]) -> None:
+    """kube-state-metrics' renamed labels are read back only for what its honoured series do not say: a tenant's
+    exporter cannot give another namespace's pod an owner, GPUs or replicas kube-state-metrics reports otherwise."""
+    from collectors.prometheus import collect_workload_replicas
+    from recommender.core.inventory import WorkloadRef
+
+    plain_url, spoof_url, end = spoofed
+    (plain, _), (spoof, _) = _collect(plain_url, end), _collect(spoof_url, end)
+    for field in ("owners", "requests"):
+        assert sorted(map(repr, getattr(spoof, field))) == sorted(map(repr, getattr(plain, field))), field
+    ref = WorkloadRef("inference", "Deployment", "llama-chat")
+    s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=spoof_url, retries=0))
+    replicas = collect_workload_replicas(s, [ref], end - timedelta(hours=pc.HOURS), end, RecordingProgress())
+    assert replicas is not None and set(replicas[ref.key].dropna()) == {2.0}

@@ -68,14 +68,14 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
         ns = ("namespace",)
         out |= {
             "pod_owner": "max by (namespace, pod, owner_kind, owner_name) "
-                         f"({ksm.either_scrape((queries.KSM_POD_OWNER,), _KSM_TARGET)})",
+                         f"({ksm.either_scrape((queries.KSM_POD_OWNER,), _KSM_TARGET, queries.EXPORTER_LABELS)})",
             "rs_owner": "max by (namespace, replicaset, owner_kind, owner_name) "
-                        f"({ksm.either_scrape((queries.KSM_REPLICASET_OWNER,), ns, pods=False)})",
+                        f"({ksm.either_scrape((queries.KSM_REPLICASET_OWNER,), ns, (*ns, 'replicaset'), pods=False)})",
             "job_owner": "max by (namespace, job_name, owner_kind, owner_name) "
-                         f"({ksm.either_scrape((queries.KSM_JOB_OWNER,), ns, pods=False)})",
+                         f"({ksm.either_scrape((queries.KSM_JOB_OWNER,), ns, (*ns, 'job_name'), pods=False)})",
             # each container's, each copy once: the copies differ only in target labels once the renamed are copied back
-            "requests": "sum by (namespace, pod, resource) "
-                        f"({ksm.once(ksm.either_scrape((queries.KSM_REQUESTS,), _KSM_TARGET, also=_GPU_RESOURCES))})",
+            "requests": "sum by (namespace, pod, resource) (" + ksm.once(ksm.either_scrape(
+                (queries.KSM_REQUESTS,), _KSM_TARGET, queries.EXPORTER_LABELS, also=_GPU_RESOURCES)) + ")",
         }
         if node_labels:
             out[GPU_NODES] = queries.node_query(scope, node_labels, int(win.coarse.step_s), cluster_labels)

@@ -118,19 +118,21 @@ class Scope:
             return expr
         return copied(expr, zip((self.namespace_label, self.pod_label), self.exporter, strict=True))
 
-    def either_scrape(self, names: tuple[str, ...], copied_labels: tuple[str, ...], *, pods: bool = True,
-                      also: str = "", over: str = "{}") -> str:
-        """``names``' series whether or not their scrape honoured their labels: the renamed ones with
-        ``copied_labels``
-        (the labels the scrape set too, the pod labels among them) set back from their renamed copies, or the
-        honoured ones. For kube-state-metrics', whose every series has its namespace, so that a renamed one
-        always has the renamed namespace: a window over which the scrape was changed reads whole, and neither
-        form is read as the other (its own pod, under a renamed scrape). ``over``: each selector within it, at
-        ``{}`` (e.g. ``max_over_time({}[1h])``)."""
+    def either_scrape(self, names: tuple[str, ...], copied_labels: tuple[str, ...], key: tuple[str, ...], *,
+                      pods: bool = True, also: str = "", over: str = "{}") -> str:
+        """``names``' series whether or not their scrape honoured their labels: the honoured ones, and the renamed
+        ones with ``copied_labels`` (the labels the scrape set too, the pod labels among them) set back from their
+        renamed copies, for the ``key`` (e.g. namespace and pod) no honoured one has. For kube-state-metrics',
+        whose every series has its namespace, so that a renamed one always has the renamed namespace: a window
+        over which the scrape was changed reads whole, neither form is read as the other (its own pod, under a
+        renamed scrape), and a renamed series (another target's: a tenant's exporter scraped without honouring
+        its labels) says nothing of what the honoured ones say. ``over``: each selector within it, at ``{}``
+        (e.g. ``max_over_time({}[1h])``)."""
         ns = RENAMED + self.namespace_label
         renamed = over.format(self.matchers(names, pods=pods, also=also, renamed=True))
         honoured = over.format(self.matchers(names, pods=pods, also=",".join(x for x in (also, f'{ns}=""') if x)))
-        return f"{copied(renamed, ((label, RENAMED + label) for label in copied_labels))} or {honoured}"
+        back = copied(renamed, ((label, RENAMED + label) for label in copied_labels))
+        return f"{honoured} or on ({', '.join(key)}) {back}"
 
     def matchers(self, names: tuple[str, ...] | str | None = None, *, pods: bool = True, also: str = "",
                  renamed: bool = False) -> str:
@@ -283,7 +285,8 @@ def workload_replicas_query(kind: str, names: tuple[tuple[str, str], ...], windo
     labelled it, whether or not the scrape honoured that (:meth:`Scope.either_scrape`)."""
     metric, label = KSM_WORKLOAD_REPLICAS[kind]
     scope = Scope(tuple(sorted({ns for ns, _ in names})), extra=extra)
-    expr = scope.either_scrape((metric,), ("namespace",), pods=False, over=f"max_over_time({{}}[{window_s}s])",
+    expr = scope.either_scrape((metric,), ("namespace",), ("namespace", label), pods=False,
+                               over=f"max_over_time({{}}[{window_s}s])",
                                also=f"{label}=~{quote(regex_alternatives(sorted({n for _, n in names})))}")
     return f"max by (namespace, {label}) ({expr})"
 
