@@ -51,11 +51,22 @@ def _renamed(s: Series) -> Series:
                            "container": "nvidia-dcgm-exporter"})
 
 
+def _cluster(end_s: int) -> list[Series]:
+    """The cluster's series, dcgm-exporter's with its scrape's job, and a node whose GPU is free (its exporter's
+    pod is on no series that names a GPU's pod)."""
+    ts = pc.timestamps(end_s)
+    idle = {"gpu": "0", "UUID": "GPU-idle", "modelName": "NVIDIA A100-SXM4-80GB", "Hostname": "a100-idle"}
+    series = [*pc.cluster_series(end_s), Series("DCGM_FI_DEV_FB_USED", idle, ts, np.zeros(ts.size)),
+              Series("DCGM_FI_DEV_FB_FREE", idle, ts, np.full(ts.size, 81_920.0))]
+    return [replace(s, labels={**s.labels, "job": "nvidia-dcgm-exporter"}) if s.name.startswith("DCGM_") else s
+            for s in series]
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, datetime]]:
-    """(URL with dcgm-exporter's labels honoured, URL with them renamed, the window's end)."""
+    """(URL with dcgm-exporter's labels honoured, URL with them renamed, the window's end): ``_cluster``."""
     end_s = int(time.time()) // 3600 * 3600
-    series = pc.cluster_series(end_s)
+    series = _cluster(end_s)
     work = tmp_path_factory.mktemp("renamed")
     tsdbs = [tsdb_of(series, work / "honoured", pc.TYPES), tsdb_of(map(_renamed, series), work / "renamed", pc.TYPES)]
     with PromServer.from_tsdb(tsdbs[0]) as honoured, PromServer.from_tsdb(tsdbs[1]) as renamed:
@@ -260,7 +271,7 @@ def _old_style(s: Series) -> Series:
 @pytest.fixture(scope="module")
 def old_style(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, datetime]]:
     end_s = int(time.time()) // 3600 * 3600
-    tsdb = tsdb_of(map(_old_style, pc.cluster_series(end_s)), tmp_path_factory.mktemp("old") / "old", pc.TYPES)
+    tsdb = tsdb_of(map(_old_style, _cluster(end_s)), tmp_path_factory.mktemp("old") / "old", pc.TYPES)
     with PromServer.from_tsdb(tsdb) as prom:
         yield prom.url, datetime.fromtimestamp(end_s, UTC)
 
@@ -363,14 +374,17 @@ def _tenants(end_s: int) -> list[Series]:
     honouring its labels: another owner, and eight GPUs requested by its container."""
     ts = pc.timestamps(end_s)
     victim = pc.PODS[0]
-    target = {"namespace": "tenant", "pod": "spoof-7d9f8-abcde", "container": "spoof"}
+    target = {"namespace": "tenant", "pod": "spoof-7d9f8-abcde", "container": "spoof", "job": "tenant/spoof"}
     lies = [Series("kube_pod_owner", {"namespace": victim.ns, "pod": victim.name, "owner_kind": "Deployment",
                                       "owner_name": "evil", "owner_is_controller": "true"}, ts, np.ones(ts.size)),
             Series("kube_pod_container_resource_requests", {"namespace": victim.ns, "pod": victim.name,
                                                             "container": "main", "resource": "nvidia_com_gpu",
                                                             "unit": "integer"}, ts, np.full(ts.size, 8.0)),
             Series("kube_deployment_status_replicas", {"namespace": victim.ns, "deployment": "llama-chat"}, ts,
-                   np.full(ts.size, 9.0))]
+                   np.full(ts.size, 9.0)),
+            Series("DCGM_FI_DEV_FB_USED", {"gpu": "0", "UUID": "GPU-spoof", "modelName": "NVIDIA A100-SXM4-80GB",
+                                           "Hostname": "a100-0", "namespace": victim.ns, "pod": victim.name,
+                                           "container": "main"}, ts, np.full(ts.size, 80_000.0))]
     return [dishonoured(s, target) for s in lies]
 
 
@@ -379,7 +393,8 @@ def spoofed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     """(URL of the honoured cluster, URL of it with a tenant's renamed series about another namespace's pod, the
     window's end)."""
     end_s = int(time.time()) // 3600 * 3600
-    series = pc.cluster_series(end_s)
+    series = [replace(s, labels={**s.labels, "job": "nvidia-dcgm-exporter"}) if s.name.startswith("DCGM_") else s
+              for s in pc.cluster_series(end_s)]
     ts = pc.timestamps(end_s)
     series.append(Series("kube_deployment_status_replicas", {"namespace": "inference", "deployment": "llama-chat"},
                          ts, np.full(ts.size, 2.0)))
@@ -404,3 +419,18 @@ def test_a_tenants_renamed_series_say_nothing_of_what_kube_state_metrics_says(
     s = Settings(history_s=pc.HOURS * 3600, prometheus=PrometheusSettings(url=spoof_url, retries=0))
     replicas = collect_workload_replicas(s, [ref], end - timedelta(hours=pc.HOURS), end, RecordingProgress())
     assert replicas is not None and set(replicas[ref.key].dropna()) == {2.0}
+
+
+def test_a_tenants_renamed_dcgm_series_do_not_turn_the_fleets_reading(spoofed: tuple[str, str, datetime]) -> None:
+    """One series with dcgm-exporter's renamed labels, beside series that name pods in its own: a second target
+    (here a tenant's exporter) scraped without honouring them, not dcgm-exporter's scrape. Read as the renamed
+    scrape it turned every GPU's reading to those labels, and no other pod had any; its renamed series are not
+    read, and a warning says so."""
+    plain_url, spoof_url, end = spoofed
+    (plain, _), (spoof, said) = _collect(plain_url, end), _collect(spoof_url, end)
+    for metric, frame in plain.series.items():
+        pd.testing.assert_frame_equal(spoof.series[metric][[c for c in spoof.series[metric].columns
+                                                            if not c.startswith("tenant/")]], frame, obj=metric)
+    (line,) = [w for w in spoof.warnings if "exported_namespace" in w]
+    assert line.startswith("1 dcgm-exporter series name their pods in exported_namespace and exported_pod, beside ")
+    assert not any("dcgm-exporter's series name the pods using each GPU" in x for x in said)

@@ -323,31 +323,42 @@ def _raw_counts(client: PromClient, scope: Scope, span: Chunk, p: PrometheusSett
     return RawCensus(counts, False, None, clusters if listable else None)
 
 
-def _names(client: PromClient, selector: str, start_s: float, end_s: float) -> frozenset[str]:
-    """The names of the series ``selector`` picks from ``start_s`` to ``end_s``: listed from the server's index,
-    or counted at ``end_s`` where it lists no series or refuses to list that many."""
+def _exporter_labels(client: PromClient, scope: Scope, start_s: float, end_s: float
+                     ) -> tuple[tuple[str, str] | None, bool, str | None]:
+    """Where dcgm-exporter's series from ``start_s`` to ``end_s`` name the pods using each GPU, where not in the
+    scope's labels (``Scope.exporter``), whether kube-state-metrics' name theirs in the renamed labels, and a
+    warning where renamed series are not read: the renamed ones, where a scrape did not honour them, unless another
+    job's series name pods in its own (then the renamed ones are another scrape's, a tenant's exporter's or a
+    second one of dcgm-exporter, and read as the scrape would turn every GPU's reading); else its own, where they
+    are not the scope's and its FB used has them (the scope's then name its own pod, as the scrape's target
+    labels)."""
+    own = Scope(scope.namespaces, *queries.EXPORTER_LABELS, scope.extra)
+    found = _listed(client, own.matchers((queries.FB_USED, queries.KSM_POD_OWNER), renamed=True), start_s, end_s)
+    ksm = any(labels.get("__name__") == queries.KSM_POD_OWNER for labels in found)
+    renamed = [labels for labels in found if labels.get("__name__") == queries.FB_USED]
+    plain = _listed(client, own.matchers(queries.FB_USED, also=f'{queries.RENAMED_LABELS[1]}=""'), start_s, end_s) \
+        if renamed or (scope.namespace_label, scope.pod_label) != queries.EXPORTER_LABELS else []
+    jobs = {labels.get("job") for labels in renamed}  # the renamed scrape's: its free GPUs name its own pods
+    beside = {labels.get(queries.EXPORTER_LABELS[1]) for labels in plain if labels.get("job") not in jobs}
+    if renamed and not beside:
+        return queries.RENAMED_LABELS, ksm, None
+    why = (f"{len(renamed):,} dcgm-exporter series name their pods in {' and '.join(queries.RENAMED_LABELS)}, beside "
+           f"{len(beside):,} pods named in {' and '.join(queries.EXPORTER_LABELS)}: another target scraped without "
+           "honouring its labels (a tenant's exporter, or a second scrape), whose series are not read") \
+        if renamed else None
+    if (scope.namespace_label, scope.pod_label) != queries.EXPORTER_LABELS and plain:
+        return queries.EXPORTER_LABELS, ksm, why
+    return None, ksm, why
+
+
+def _listed(client: PromClient, selector: str, start_s: float, end_s: float) -> list[dict[str, str]]:
+    """The label sets of the series ``selector`` picks from ``start_s`` to ``end_s``: listed from the server's
+    index, or counted by name at ``end_s`` where it lists no series or refuses to list that many (names alone)."""
     try:
         found = client.series(selector, start_s, end_s)
     except (NoSeriesListing, PrometheusLimitError):
         found = client.query(f"count by (__name__) ({selector})", end_s)
-    return frozenset(parse.series_names(found))
-
-
-def _exporter_labels(client: PromClient, scope: Scope, start_s: float, end_s: float
-                     ) -> tuple[tuple[str, str] | None, bool]:
-    """Where dcgm-exporter's series from ``start_s`` to ``end_s`` name the pods using each GPU, where not in the
-    scope's labels (``Scope.exporter``), and whether kube-state-metrics' name theirs in the renamed labels: the
-    renamed ones, where a scrape did not honour them; else its own, where they are not the scope's and its FB used
-    has them (the scope's then name its own pod, as the scrape's target labels)."""
-    own = Scope(scope.namespaces, *queries.EXPORTER_LABELS, scope.extra)
-    renamed = _names(client, own.matchers((queries.FB_USED, queries.KSM_POD_OWNER), renamed=True), start_s, end_s)
-    ksm = queries.KSM_POD_OWNER in renamed
-    if queries.FB_USED in renamed:
-        return queries.RENAMED_LABELS, ksm
-    if (scope.namespace_label, scope.pod_label) != queries.EXPORTER_LABELS \
-            and _names(client, own.matchers(queries.FB_USED), start_s, end_s):
-        return queries.EXPORTER_LABELS, ksm
-    return None, ksm
+    return [dict(item.get("metric") or {}) for item in found]
 
 
 def _idle(client: PromClient, scope: Scope, exporter: tuple[str, str], new_s: float, start_s: float,
@@ -407,7 +418,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
     client.check()
     grid, fine, where = win.grid, None, ""
     recorded: dict[str, list[list[object]]] | None = {} if p.recording_rules else None
-    exporter, ksm_renamed = _exporter_labels(
+    exporter, ksm_renamed, ignored = _exporter_labels(
         client, scope, (win.coarse.start_s if first is None else first) - CENSUS_LOOKBACK_S, win.coarse.end_s)
     if first is not None and cache is not None and exporter is None and cache.exporter is not None \
             and _idle(client, scope, cache.exporter, first - CENSUS_LOOKBACK_S, win.coarse.start_s, win.coarse.end_s):
@@ -416,8 +427,8 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         first = None  # the scrape was changed since: the cached steps were read by the other labels
         progress.log(f"note: dcgm-exporter's series name their pods in {_labels(exporter, scope)} now, in "
                      f"{_labels(cache.exporter, scope)} when last read: reading everything again")
-        exporter, ksm_renamed = _exporter_labels(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S,
-                                                 win.coarse.end_s)
+        exporter, ksm_renamed, ignored = _exporter_labels(client, scope, win.coarse.start_s - CENSUS_LOOKBACK_S,
+                                                          win.coarse.end_s)
     scope = replace(scope, exporter=exporter)  # a cached read's: as its full read found it
     if ksm_renamed:
         progress.log(KSM_RENAMED)
@@ -501,7 +512,7 @@ def _collect(client: PromClient, s: Settings, win: Window, progress: Progress, w
         requests=parse.requests(inv.get("requests", [])),
         vllm=parse.vllm_info(inv.get("cache_config", []), inv.get("models", []),
                              scope.namespace_label, scope.pod_label),
-        warnings=tuple(_missing(counts)),
+        warnings=(*_missing(counts), *([ignored] if ignored else [])),
         gpu_nodes=gpu_nodes(inv.get(GPU_NODES, []), p.node_labels, p.cluster_labels),
         clusters=apart,
     )
