@@ -351,13 +351,14 @@ def _exporter_labels(client: PromClient, scope: Scope, start_s: float, end_s: fl
     return None, ksm, why
 
 
-def _listed(client: PromClient, selector: str, start_s: float, end_s: float) -> list[dict[str, str]]:
+def _listed(client: PromClient, selector: str, start_s: float, end_s: float, by: str = "__name__"
+            ) -> list[dict[str, str]]:
     """The label sets of the series ``selector`` picks from ``start_s`` to ``end_s``: listed from the server's
-    index, or counted by name at ``end_s`` where it lists no series or refuses to list that many (names alone)."""
+    index, or counted by ``by`` at ``end_s`` where it lists no series or refuses to list that many (``by`` alone)."""
     try:
         found = client.series(selector, start_s, end_s)
     except (NoSeriesListing, PrometheusLimitError):
-        found = client.query(f"count by (__name__) ({selector})", end_s)
+        found = client.query(f"count by ({by}) ({selector})", end_s)
     return [dict(item.get("metric") or {}) for item in found]
 
 
@@ -367,22 +368,16 @@ def _idle(client: PromClient, scope: Scope, exporter: tuple[str, str], new_s: fl
     GPU, not because the scrape was changed: every pod the scope's labels name on them then is an exporter's own,
     one its series from ``start_s`` named beside a pod in ``exporter`` (none at all: nothing to tell)."""
     ns, pod = scope.namespace_label, scope.pod_label
-    plain = _label_values(client, scope.matchers(queries.FB_USED), pod, new_s, end_s)
+
+    def pods(selector: str, since_s: float) -> set[str]:
+        return {v for labels in _listed(client, selector, since_s, end_s, by=pod) if (v := labels.get(pod))}
+
+    plain = pods(scope.matchers(queries.FB_USED), new_s)
     if not plain:
         return True
     theirs = "{" + f'__name__="{queries.FB_USED}",{exporter[1]}!="",{ns}!="",{pod}!=""' \
         + (f",{scope.extra}" if scope.extra else "") + "}"
-    return plain <= _label_values(client, theirs, pod, start_s, end_s)
-
-
-def _label_values(client: PromClient, selector: str, label: str, start_s: float, end_s: float) -> set[str]:
-    """The values of ``label`` on the series ``selector`` picks from ``start_s`` to ``end_s``: listed from the
-    server's index, or grouped at ``end_s`` where it lists no series or refuses to list that many."""
-    try:
-        found = client.series(selector, start_s, end_s)
-    except (NoSeriesListing, PrometheusLimitError):
-        found = client.query(f"group by ({label}) ({selector})", end_s)
-    return {str(v) for item in found if (v := (item.get("metric") or {}).get(label))}
+    return plain <= pods(theirs, start_s)
 
 
 # kube-state-metrics scraped without its labels (``_exporter_labels``): read from the renamed ones
