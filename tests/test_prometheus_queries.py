@@ -193,6 +193,20 @@ def test_owner_chain_from_kube_state_metrics() -> None:
 
 
 
+def test_a_pods_controller_is_its_owner_whatever_else_owns_it() -> None:
+    """kube-state-metrics gives a pod one series per ownerReference; only one is its controller (an operator may
+    add others). The controller's is the pod's owner, whichever series is read last."""
+    def owner(kind: str, name: str, controller: str) -> dict[str, object]:
+        return {"metric": {"namespace": "a", "pod": "web-7d-x", "owner_kind": kind, "owner_name": name,
+                           "owner_is_controller": controller}, "values": [[100, "1"]]}
+
+    rs = [{"metric": {"namespace": "a", "replicaset": "web-7d", "owner_kind": "Deployment", "owner_name": "web"},
+           "values": [[100, "1"]]}]
+    for found in ([owner("ReplicaSet", "web-7d", "true"), owner("RayCluster", "ray", "false")],
+                  [owner("RayCluster", "ray", "false"), owner("ReplicaSet", "web-7d", "true")]):
+        (got,) = parse.owners(parse.latest(found), parse.latest(rs), [])
+        assert (got.kind, got.name) == ("Deployment", "web")
+
 def test_a_leader_worker_sets_pods_are_its_own() -> None:
     """kube-state-metrics names no LeaderWorkerSet: its leader pods are the leader StatefulSet's (``big``), each
     group's workers a StatefulSet named after its leader pod (``big-0``). Both are the LeaderWorkerSet's; a

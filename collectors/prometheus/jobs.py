@@ -67,7 +67,7 @@ def inventory_queries(scope: Scope, win: Window, with_ksm: bool, node_labels: tu
                     (*target_labels, *(queries.RENAMED + x for x in _KSM_TARGET)))
         ns = ("namespace",)
         out |= {
-            "pod_owner": "max by (namespace, pod, owner_kind, owner_name) "
+            "pod_owner": "max by (namespace, pod, owner_kind, owner_name, owner_is_controller) "
                          f"({ksm.either_scrape((queries.KSM_POD_OWNER,), _KSM_TARGET, queries.EXPORTER_LABELS)})",
             "rs_owner": "max by (namespace, replicaset, owner_kind, owner_name) "
                         f"({ksm.either_scrape((queries.KSM_REPLICASET_OWNER,), ns, (*ns, 'replicaset'), pods=False)})",

@@ -208,12 +208,18 @@ def _owner_map(found: Latest, child_label: str) -> dict[tuple[str, str], tuple[s
 
 def owners(pod_owner: Latest, rs_owner: Latest, job_owner: Latest) -> tuple[PodOwner, ...]:
     """Each pod's top-level owner: ReplicaSet → Deployment, Job → CronJob, a LeaderWorkerSet's StatefulSets →
-    it (:func:`~collectors.owners.leader_worker_sets`), none → the bare pod."""
+    it (:func:`~collectors.owners.leader_worker_sets`), none → the bare pod. Of a pod's several ownerReferences,
+    its controller's (``owner_is_controller``); the newest where several say so, or none does."""
     rs, jobs = _owner_map(rs_owner, "replicaset"), _owner_map(job_owner, "job_name")
     found: dict[tuple[str, str], PodOwner] = {}
-    for labels, _, _ in pod_owner:
+    controlled: set[tuple[str, str]] = set()
+    for labels, _, _ in reversed(pod_owner):  # newest first
         ns, pod = labels.get("namespace"), labels.get("pod")
-        if not ns or not pod:
+        if not ns or not pod or (ns, pod) in controlled:
+            continue
+        if labels.get("owner_is_controller") == "true":
+            controlled.add((ns, pod))
+        elif (ns, pod) in found:
             continue
         kind, name = labels.get("owner_kind", "<none>"), labels.get("owner_name", "")
         if kind in ("<none>", "") or not name:
