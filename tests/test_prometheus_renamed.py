@@ -393,8 +393,7 @@ def spoofed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     """(URL of the honoured cluster, URL of it with a tenant's renamed series about another namespace's pod, the
     window's end)."""
     end_s = int(time.time()) // 3600 * 3600
-    series = [replace(s, labels={**s.labels, "job": "nvidia-dcgm-exporter"}) if s.name.startswith("DCGM_") else s
-              for s in pc.cluster_series(end_s)]
+    series = _cluster(end_s)
     ts = pc.timestamps(end_s)
     series.append(Series("kube_deployment_status_replicas", {"namespace": "inference", "deployment": "llama-chat"},
                          ts, np.full(ts.size, 2.0)))

@@ -333,11 +333,12 @@ def _exporter_labels(client: PromClient, scope: Scope, start_s: float, end_s: fl
     are not the scope's and its FB used has them (the scope's then name its own pod, as the scrape's target
     labels)."""
     own = Scope(scope.namespaces, *queries.EXPORTER_LABELS, scope.extra)
+    configured = (scope.namespace_label, scope.pod_label) != queries.EXPORTER_LABELS  # other target labels
     found = _listed(client, own.matchers((queries.FB_USED, queries.KSM_POD_OWNER), renamed=True), start_s, end_s)
     ksm = any(labels.get("__name__") == queries.KSM_POD_OWNER for labels in found)
     renamed = [labels for labels in found if labels.get("__name__") == queries.FB_USED]
     plain = _listed(client, own.matchers(queries.FB_USED, also=f'{queries.RENAMED_LABELS[1]}=""'), start_s, end_s) \
-        if renamed or (scope.namespace_label, scope.pod_label) != queries.EXPORTER_LABELS else []
+        if renamed or configured else []
     jobs = {labels.get("job") for labels in renamed}  # the renamed scrape's: its free GPUs name its own pods
     beside = {labels.get(queries.EXPORTER_LABELS[1]) for labels in plain if labels.get("job") not in jobs}
     if renamed and not beside:
@@ -346,7 +347,7 @@ def _exporter_labels(client: PromClient, scope: Scope, start_s: float, end_s: fl
            f"{len(beside):,} pods named in {' and '.join(queries.EXPORTER_LABELS)}: another target scraped without "
            "honouring its labels (a tenant's exporter, or a second scrape), whose series are not read") \
         if renamed else None
-    if (scope.namespace_label, scope.pod_label) != queries.EXPORTER_LABELS and plain:
+    if configured and plain:
         return queries.EXPORTER_LABELS, ksm, why
     return None, ksm, why
 
@@ -367,7 +368,7 @@ def _idle(client: PromClient, scope: Scope, exporter: tuple[str, str], new_s: fl
     """Whether dcgm-exporter's series from ``new_s`` to ``end_s`` name no pod in ``exporter`` because no pod holds a
     GPU, not because the scrape was changed: every pod the scope's labels name on them then is an exporter's own,
     one its series from ``start_s`` named beside a pod in ``exporter`` (none at all: nothing to tell)."""
-    ns, pod = scope.namespace_label, scope.pod_label
+    pod = scope.pod_label
 
     def pods(selector: str, since_s: float) -> set[str]:
         return {v for labels in _listed(client, selector, since_s, end_s, by=pod) if (v := labels.get(pod))}
@@ -375,9 +376,8 @@ def _idle(client: PromClient, scope: Scope, exporter: tuple[str, str], new_s: fl
     plain = pods(scope.matchers(queries.FB_USED), new_s)
     if not plain:
         return True
-    theirs = "{" + f'__name__="{queries.FB_USED}",{exporter[1]}!="",{ns}!="",{pod}!=""' \
-        + (f",{scope.extra}" if scope.extra else "") + "}"
-    return plain <= pods(theirs, start_s)
+    anywhere = Scope((), scope.namespace_label, pod, scope.extra)  # the exporters' namespace, whichever it is
+    return plain <= pods(anywhere.matchers(queries.FB_USED, also=f'{exporter[1]}!=""'), start_s)
 
 
 # kube-state-metrics scraped without its labels (``_exporter_labels``): read from the renamed ones

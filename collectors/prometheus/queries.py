@@ -107,14 +107,14 @@ class Scope:
         with ``renamed`` (whatever the names) the scope's as a scrape that does not honour them renames them."""
         if renamed:
             return RENAMED + self.namespace_label, RENAMED + self.pod_label
-        return self.exporter if self.exporter is not None and from_exporter(names) \
+        return self.exporter if self.exporter is not None and self.renamed(names) \
             else (self.namespace_label, self.pod_label)
 
     def own(self, names: tuple[str, ...], expr: str) -> str:
         """``expr`` over ``names``' series with the pod labels their exporter gave them: where they are others
         (:meth:`renamed`), copied over the scope's (the exporter's own pod), so that grouping by pod is by the
         workload's."""
-        if self.exporter is None or not from_exporter(names):
+        if self.exporter is None or not self.renamed(names):
             return expr
         return copied(expr, zip((self.namespace_label, self.pod_label), self.exporter, strict=True))
 
