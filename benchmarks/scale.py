@@ -197,14 +197,16 @@ def rss_peak(pid: int | None, every_s: float = 0.05, url: str | None = None, hea
 def replay(url: str, queries: list[dict[str, Any]], workers: int, stats: bool = False
            ) -> tuple[float, int | None]:
     """The report's queries sent again from a bare HTTP client, ``workers`` at a time as the report sends them
-    (gzip asked for as ``requests`` asks; answers read, not decoded): wall seconds, and with ``stats`` the samples
-    Prometheus says they touched (``totalQueryableSamples``; None where the server does not say)."""
+    (each asking the encoding the report asked: uncompressed, or gzip as ``requests`` asks; answers read, not
+    decoded): wall seconds, and with ``stats`` the samples Prometheus says they touched (``totalQueryableSamples``;
+    None where the server does not say)."""
     touched: list[int | None] = []
 
     def one(q: dict[str, Any]) -> None:
         params = {k: str(v) for k, v in q["params"].items()} | ({"stats": "all"} if stats else {})
+        plain = stats or q.get("encoding") == "identity"
         req = urllib.request.Request(f"{url}/api/v1/{q['endpoint']}?{urllib.parse.urlencode(params)}",
-                                     headers={"Accept-Encoding": "identity" if stats else "gzip, deflate"})
+                                     headers={"Accept-Encoding": "identity" if plain else "gzip, deflate"})
         with urllib.request.urlopen(req, timeout=600) as r:
             body = r.read()
         if stats:

@@ -28,6 +28,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
+from collectors.prometheus.encoding import IDENTITY, Encodings
 from recommender.core.errors import PrometheusError
 from recommender.core.settings_sources import PrometheusSettings
 
@@ -106,6 +107,7 @@ class QueryStats:
     samples: int = 0  # samples the server loaded for our range queries, as it reports them (stats=all)
     peak_samples: int = 0  # the most samples one query held at once, as the server reports it
     sources: str = ""  # which families were read from recording rules and which raw (rules.RulePlan.line)
+    uncompressed: int = 0  # range answers asked without compression (encoding.Encodings)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -137,6 +139,7 @@ class QueryStats:
                 f"points, {self.max_points_per_series:,} per series"
                 + (f"; {self.samples:,} samples loaded, at most {self.peak_samples:,} held by one query"
                    if self.samples else "")
+                + (f"; {self.uncompressed} answers uncompressed (faster here)" if self.uncompressed else "")
                 + (f"; {self.sources}" if self.sources else ""))
 
 
@@ -166,6 +169,9 @@ class PromClient:
 
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self._headers, self._auth, self._session = headers or None, auth, _session(p)
+        # an Accept-Encoding the user set is sent as given; otherwise each range query's is chosen by measure
+        given = any(k.lower() == "accept-encoding" for k in headers)
+        self.encodings: Encodings | None = None if given else Encodings(p.compression)
         self._prom = PrometheusConnect(url=self.url, headers=self._headers, auth=auth, session=self._session,
                                        retry=Retry(total=0, raise_on_status=False), timeout=p.timeout_s)
         self._lock = threading.Lock()
@@ -233,11 +239,13 @@ class PromClient:
 
     def send(self, endpoint: str, params: dict[str, Any]) -> Result:
         """Ask the server now, whatever was promised."""
-        _log_query(endpoint, params)
         promql = str(params["query"])
         if endpoint == "query":
+            _log_query(endpoint, params)
             return self._call(lambda: self._prom.custom_query(promql, params={"time": params["time"]}), promql)
-        return self._call(lambda: self._range(params), promql)
+        way = self.encodings.pick() if self.encodings is not None else None
+        _log_query(endpoint, params, way)
+        return self._call(lambda: self._range(params, way), promql)
 
     def _answer(self, endpoint: str, params: dict[str, Any]) -> Result:
         if self._promised:
@@ -262,10 +270,17 @@ class PromClient:
             raise self._status_error(r.status_code, _server_message(r.text), str(params["match[]"]))
         return [{"metric": labels} for labels in _SERIES_ANSWER.decode(r.content)["data"]]
 
-    def _range(self, params: dict[str, Any]) -> Result:
-        r = self._get("query_range", params)
+    def _range(self, params: dict[str, Any], way: str | None = None) -> Result:
+        """A range answer decoded; ``way``: the encoding asked (:class:`Encodings`), told how fast the answer came."""
+        t0 = time.perf_counter()
+        r = self._get("query_range", params, way)
         if r.status_code != 200:
             raise self._status_error(r.status_code, _server_message(r.text), str(params["query"]))
+        if way is not None and self.encodings is not None:  # the body's time: after the headers, which came
+            # once the server had evaluated the query and encoded its JSON, whichever way was asked
+            self.encodings.saw(way, len(r.content), time.perf_counter() - t0 - r.elapsed.total_seconds())
+            if way == IDENTITY:
+                self.stats.count("uncompressed")
         data = _RANGE_ANSWER.decode(r.content)["data"]
         samples = data.get("stats", {}).get("samples", {})
         if samples:
@@ -279,10 +294,12 @@ class PromClient:
         answer.peak_samples = samples.get("peakSamples")
         return answer
 
-    def _get(self, endpoint: str, params: dict[str, Any] | None = None) -> requests.Response:
-        """One GET of ``/api/v1/<endpoint>`` on our session, with its headers, auth and timeout."""
+    def _get(self, endpoint: str, params: dict[str, Any] | None = None, way: str | None = None) -> requests.Response:
+        """One GET of ``/api/v1/<endpoint>`` on our session, with its headers, auth and timeout; ``way``
+        ``identity`` asks for the answer uncompressed (otherwise as requests asks: gzip, deflate)."""
         s = self._session  # verify and cert passed again, as the library does: REQUESTS_CA_BUNDLE would win otherwise
-        return s.get(f"{self.url}/api/v1/{endpoint}", params=params, headers=self._headers, auth=self._auth,
+        headers = {**(self._headers or {}), "Accept-Encoding": IDENTITY} if way == IDENTITY else self._headers
+        return s.get(f"{self.url}/api/v1/{endpoint}", params=params, headers=headers, auth=self._auth,
                      verify=s.verify, cert=s.cert, timeout=self.settings.timeout_s)
 
     def _call(self, fn: Any, what: str) -> Result:
@@ -378,11 +395,12 @@ QUERY_LOG_ENV = "RIGHTSIZER_QUERY_LOG"  # a file: each query appended as a JSON 
 _LOG_LOCK = threading.Lock()
 
 
-def _log_query(endpoint: str, params: dict[str, Any]) -> None:
-    """Note the query in ``$RIGHTSIZER_QUERY_LOG`` when it is set, so the same queries can be replayed."""
+def _log_query(endpoint: str, params: dict[str, Any], way: str | None = None) -> None:
+    """Note the query in ``$RIGHTSIZER_QUERY_LOG`` when it is set, so the same queries can be replayed (``way``: the
+    encoding a range query asked, where chosen)."""
     path = os.environ.get(QUERY_LOG_ENV)
     if path:
-        line = json.dumps({"endpoint": endpoint, "params": params}) + "\n"
+        line = json.dumps({"endpoint": endpoint, "params": params} | ({"encoding": way} if way else {})) + "\n"
         with _LOG_LOCK, open(path, "a", encoding="utf-8") as fh:
             fh.write(line)
 

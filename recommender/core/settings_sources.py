@@ -7,7 +7,7 @@ URL can be shown anywhere.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -54,6 +54,11 @@ class PrometheusSettings(BaseModel):
     client_key: str | None = Field(None, description="Client key (PEM) for mutual TLS.")
     insecure_skip_verify: bool = Field(False, description="Do not verify TLS (testing only).")
     headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. X-Scope-OrgID).")
+    compression: Literal["auto", "gzip", "identity"] = Field(
+        "auto", description="Whether range answers come gzip-compressed: gzip carries about 8x fewer bytes (a "
+        "port-forward, a WAN), identity spares the server and the client the CPU of compressing and inflating "
+        "them (a fast link); auto asks both ways, then the way whose answers arrive faster, checking the other "
+        "every few queries. An Accept-Encoding in headers is sent as given instead.")
     timeout_s: float = Field(60.0, gt=0, description="Timeout of one HTTP request, seconds.")
     retries: int = Field(3, ge=0, description="Retries with exponential backoff on transient errors.")
     max_workers: int = Field(4, ge=1, le=32, description="Queries in flight at once (bounded pool).")
