@@ -58,7 +58,7 @@ class PrometheusSettings(BaseModel):
         "auto", description="Whether range answers come gzip-compressed: gzip carries about 8x fewer bytes (a "
         "port-forward, a WAN), identity spares the server and the client the CPU of compressing and inflating "
         "them (a fast link); auto asks both ways, then the way whose answers arrive faster, checking the other "
-        "every few queries. An Accept-Encoding in headers is sent as given instead.")
+        "now and then. An Accept-Encoding in headers is sent as given instead.")
     timeout_s: float = Field(60.0, gt=0, description="Timeout of one HTTP request, seconds.")
     retries: int = Field(3, ge=0, description="Retries with exponential backoff on transient errors.")
     max_workers: int = Field(4, ge=1, le=32, description="Queries in flight at once (bounded pool).")
