@@ -139,7 +139,7 @@ class QueryStats:
                 f"points, {self.max_points_per_series:,} per series"
                 + (f"; {self.samples:,} samples loaded, at most {self.peak_samples:,} held by one query"
                    if self.samples else "")
-                + (f"; {self.uncompressed} answers uncompressed (faster here)" if self.uncompressed else "")
+                + (f"; {self.uncompressed} answers uncompressed" if self.uncompressed else "")
                 + (f"; {self.sources}" if self.sources else ""))
 
 
