@@ -185,7 +185,7 @@ def make_reports(source: str, path: str | None, settings: Settings, end: datetim
         RichProgress().log(f"warning: {unused}")
     plan_only = set(fmts) <= PLAN_ONLY  # the usage frames are not read after the plan: handed to it (release)
     cycled = run_cycle(snap, settings, snap.end, policy=POLICY, memo=memo,
-                       release=plan_only and isinstance(snap.usage, dict))
+                       release=plan_only and isinstance(snap.usage, dict), fork=True)
     plan, snap = cycled.plan, cycled.snapshot  # the formats draw the series as the plan read them
     if plan_only:  # gone before the memo is written and rendering
         snap = replace(snap, usage={})

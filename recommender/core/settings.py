@@ -74,6 +74,11 @@ class ForecastSettings(BaseModel):
         "the chosen one in between (0: every time). The controller carries each workload's choices from one cycle "
         "to the next; a one-shot report has no earlier choice and always chooses."
     )
+    fork_within_mib: float | None = Field(
+        1024.0, gt=0, description="A one-shot report makes its forecasts beside a forked copy of itself only where "
+        "twice its resident memory at the fork fits within this, MiB (the copy may come to own every page it "
+        "shares); null: wherever there is a second core. The report's client memory budget."
+    )
 
     @field_validator("levels")
     @classmethod

@@ -4,6 +4,7 @@ contents."""
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -39,7 +40,8 @@ from recommender.core.plan import Classification, Forecast, Plan, Recommendation
 from recommender.core.settings import ForecastSettings, Settings
 from recommender.core.usage import Snapshot
 from recommender.pipeline.advice import with_advice
-from recommender.pipeline.memo import Memo, Said, forecasts_digest, remembered, series_digests
+from recommender.pipeline.aside import Shared, fits, share
+from recommender.pipeline.memo import Memo, Said, forecasts_digest, key, remembered, series_digests
 
 
 @contextmanager
@@ -66,7 +68,7 @@ class Cycled:
 def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
              catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
              constraints: Mapping[str, WorkloadConstraints] | None = None, memo: Memo | None = None,
-             release: bool = False) -> Plan:
+             release: bool = False, fork: bool = False) -> Plan:
     """One pass of the pipeline over a snapshot. ``now`` is the plan's timestamp (no clock inside).
     ``previous`` is the last cycle's plan in a loop: its scaling plans carry capacity forward.
     ``constraints`` (workload key → a policy object's class and MIG bounds) come from the controller; the
@@ -75,20 +77,25 @@ def run_once(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: s
     computed and added. ``release``: the caller hands ``snapshot.usage`` over (a dict it does not read again): the
     frames no stage after the features reads are taken out of it once the features are made, so their memory
     goes back before the classifier and the policies run (the plan is the same); and the pages the quality stage
-    freed go back to the system before the features run (``give_back_freed``)."""
+    freed go back to the system before the features run (``give_back_freed``). ``fork``: the forecasts are made
+    in a forked child (``recommender.pipeline.aside``) while this process makes the features and classes, where
+    there are at least ``FORK_MIN_FORECASTS`` to make, a second core and memory for it (``forecast.fork_within_mib``),
+    and this process makes those left when it comes to them, and those the child did not send within its deadline
+    (the same plan; for a one-shot report, not a process with threads of its own)."""
     return run_cycle(snapshot, settings, now, policy=policy, catalogue=catalogue, cards=cards, previous=previous,
-                     constraints=constraints, memo=memo, release=release).plan
+                     constraints=constraints, memo=memo, release=release, fork=fork).plan
 
 
 def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: str = "gpu-rightsize",
               catalogue: Catalogue | None = None, cards: ModelCards | None = None, previous: Plan | None = None,
               constraints: Mapping[str, WorkloadConstraints] | None = None, memo: Memo | None = None,
-              choices: Choices | None = None, release: bool = False) -> Cycled:
+              choices: Choices | None = None, release: bool = False, fork: bool = False) -> Cycled:
     """``run_once`` for a loop that carries forecast model choices from one cycle to the next: ``choices`` are
     the last cycle's (``Cycled.choices``; ``{}`` on the first), and a choice younger than
     ``forecast.reselect_s`` is refitted without a new backtest (``forecast_with_choice``). With ``choices``
     the forecasts do not use ``memo`` (a loop's series gain steps every cycle, so their digests never repeat).
-    Without ``choices`` (None) the plan is ``run_once``'s and no choices come back. ``release``: as ``run_once``'s."""
+    Without ``choices`` (None) the plan is ``run_once``'s and no choices come back. ``release`` and ``fork`` (without
+    ``choices`` only): as ``run_once``'s."""
     if not snapshot.workloads:
         scope = ", ".join(settings.namespaces) or "all namespaces"
         raise NoWorkloadsError(f"no GPU workloads found in {scope}")
@@ -103,19 +110,27 @@ def run_cycle(snapshot: Snapshot, settings: Settings, now: datetime, *, policy: 
         give_back_freed()
     digests = series_digests(snapshot) if memo is not None else {}
     said = {w.ref.key: Said(w) for w in snapshot.workloads} if memo is not None else {}  # each repr made once
-    with _timed(timings, "features"):
-        feats = {w.ref.key: _features(snapshot, w, settings, quality[w.ref.key].usable_frac,
-                                      quality[w.ref.key].unusable, memo, digests.get(w.ref.key), said.get(w.ref.key))
-                 for w in snapshot.workloads}
-    if release:
-        snapshot = _read_later(snapshot)
-        _take_unread(callers.usage)
-    with _timed(timings, "classify"):
-        fixed = constraints or {}
-        classes = _classes(snapshot, fixed, memo, digests, said)
-    with _timed(timings, "forecast"):
-        chosen: dict[str, dict[str, ModelChoice]] = {}
-        forecasts = _forecasts(snapshot, settings, memo, digests, choices, chosen, said)
+    ahead = _forecasts_aside(snapshot, callers, settings, memo, digests, said, release) if fork and choices is None \
+        else None
+    try:  # the child never outlives this stage: stopped here whatever raises
+        with _timed(timings, "features"):
+            feats = {w.ref.key: _features(snapshot, w, settings, quality[w.ref.key].usable_frac,
+                                          quality[w.ref.key].unusable, memo, digests.get(w.ref.key),
+                                          said.get(w.ref.key))
+                     for w in snapshot.workloads}
+        if release:
+            snapshot = _read_later(snapshot)
+            _take_unread(callers.usage)
+        with _timed(timings, "classify"):
+            fixed = constraints or {}
+            classes = _classes(snapshot, fixed, memo, digests, said)
+        with _timed(timings, "forecast"):
+            chosen: dict[str, dict[str, ModelChoice]] = {}
+            ready = None if ahead is None else {ahead[0][i].ref.key: v for i, v in ahead[1].result().items()}
+            forecasts = _forecasts(snapshot, settings, memo, digests, choices, chosen, said, ready)
+    finally:
+        if ahead is not None:
+            ahead[1].close()
     before = {r.ref.key: r.scaling for r in previous.recommendations} if previous else {}
     scaling_settings = Said(settings.scaling)
     with _timed(timings, "policies"):
@@ -236,26 +251,88 @@ def _classify(snapshot: Snapshot, w: Workload, objective_s: float | None) -> Cla
     return classify(w, demand_shape(snapshot, w, objective_s))
 
 
+FORK_MIN_FORECASTS = 16  # fewer forecasts to make than this: made here (a fork costs about as much as a few)
+Forecasts = tuple[tuple[Forecast, ...], tuple[str, ...]]  # one workload's forecasts and notes
+
+
+def _forecast_keys(snapshot: Snapshot, settings: Settings) -> set[str]:
+    """The workloads forecast: those that hold the most GPUs (at most ``forecast.max_workloads``)."""
+    ranked = sorted(snapshot.workloads, key=lambda w: (-w.allocation.total_gpu_equivalents, w.ref))
+    return {w.ref.key for w in ranked[:settings.forecast.max_workloads]}
+
+
+def _forecast_inputs(w: Workload, fs: ForecastSettings, digests: Mapping[str, str] | None,
+                     said: Mapping[str, Said] | None) -> tuple[object, ...]:
+    """A workload's forecast memo key's inputs."""
+    return (digests or {}).get(w.ref.key), (said or {}).get(w.ref.key, w), fs.horizon_s, fs.levels
+
+
+def _forecasts_aside(snapshot: Snapshot, callers: Snapshot, settings: Settings, memo: Memo | None,
+                     digests: Mapping[str, str], said: Mapping[str, Said], release: bool
+                     ) -> tuple[list[Workload], Shared[Forecasts]] | None:
+    """The forecasts ``memo`` does not hold, started in a forked child (``aside.share``), and the workloads they
+    are for (item ``i`` is ``todo[i]``'s), where there are at least ``FORK_MIN_FORECASTS`` of them and twice this
+    process' resident memory fits within ``forecast.fork_within_mib`` (``aside.fits``); otherwise None. With
+    ``release`` the child first drops the frames this process drops after the features (``_read_later``), so that
+    their pages are given back by both."""
+    fs = settings.forecast
+    if not fs.enabled:
+        return None
+    todo = _forecasts_todo(snapshot, settings, memo, digests, said)
+    if len(todo) < FORK_MIN_FORECASTS or not fits(fs.fork_within_mib):
+        return None
+
+    light = _read_later(snapshot)  # what the forecasts read: held here by the child's and this process' items
+    held = (weakref.ref(snapshot), weakref.ref(callers))  # not held by them: this process drops them after the features
+
+    def prepare() -> None:  # in the child, while the copy of run_cycle's frame still holds both
+        for ref in held:
+            was = ref()
+            if was is not None:
+                _take_unread(was.usage)
+        give_back_freed()
+
+    shared = share(len(todo), lambda i: forecast_workload(light, todo[i], fs), _is_forecasts,
+                   prepare if release else None)
+    return None if shared is None else (todo, shared)
+
+
+def _forecasts_todo(snapshot: Snapshot, settings: Settings, memo: Memo | None, digests: Mapping[str, str],
+                    said: Mapping[str, Said]) -> list[Workload]:
+    """The workloads forecast whose forecasts ``memo`` does not hold, in the snapshot's order."""
+    fs = settings.forecast
+    keys = _forecast_keys(snapshot, settings)
+    return [w for w in snapshot.workloads if w.ref.key in keys
+            and (memo is None or key("forecast", *_forecast_inputs(w, fs, digests, said)) not in memo)]
+
+
+def _is_forecasts(value: object) -> bool:
+    """Whether a value is what ``forecast_workload`` returns: forecasts and notes."""
+    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple)
+            and isinstance(value[1], tuple) and all(isinstance(f, Forecast) for f in value[0])
+            and all(isinstance(n, str) for n in value[1]))
+
+
 def _forecasts(snapshot: Snapshot, settings: Settings, memo: Memo | None = None,
                digests: Mapping[str, str] | None = None, choices: Choices | None = None,
-               chosen: dict[str, dict[str, ModelChoice]] | None = None, said: Mapping[str, Said] | None = None
-               ) -> dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]]:
+               chosen: dict[str, dict[str, ModelChoice]] | None = None, said: Mapping[str, Said] | None = None,
+               ready: Mapping[str, Forecasts] | None = None) -> dict[str, Forecasts]:
     """Forecasts of the workloads that hold the most GPUs (at most ``forecast.max_workloads``): remembered in
-    ``memo`` when no ``choices`` are carried; with ``choices``, made from them and the choices used put in
-    ``chosen``."""
+    ``memo`` when no ``choices`` are carried (``ready``: those already made, by workload key); with ``choices``,
+    made from them and the choices used put in ``chosen``."""
     fs = settings.forecast
     if not fs.enabled:
         return {}
-    ranked = sorted(snapshot.workloads, key=lambda w: (-w.allocation.total_gpu_equivalents, w.ref))
-    keys = {w.ref.key for w in ranked[:fs.max_workloads]}
-    out: dict[str, tuple[tuple[Forecast, ...], tuple[str, ...]]] = {}
+    keys = _forecast_keys(snapshot, settings)
+    made = ready or {}
+    out: dict[str, Forecasts] = {}
     for w in snapshot.workloads:
         if w.ref.key not in keys:
             continue
         if choices is None:
-            named = (said or {}).get(w.ref.key, w)
-            out[w.ref.key] = remembered(memo, "forecast", ((digests or {}).get(w.ref.key), named, fs.horizon_s,
-                                                           fs.levels), partial(forecast_workload, snapshot, w, fs))
+            compute = partial(made.__getitem__, w.ref.key) if w.ref.key in made else partial(
+                forecast_workload, snapshot, w, fs)
+            out[w.ref.key] = remembered(memo, "forecast", _forecast_inputs(w, fs, digests, said), compute)
             continue
         found, notes, used = forecast_workload_choosing(snapshot, w, fs, choices.get(w.ref.key, {}))
         out[w.ref.key] = (found, notes)
