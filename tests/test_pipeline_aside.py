@@ -218,6 +218,35 @@ def test_nothing_is_forked_on_one_core(monkeypatch: pytest.MonkeyPatch) -> None:
     assert share(3, lambda i: i) is None
 
 
+@pytest.mark.parametrize(("files", "quota"), [
+    ({"cpu.max": "150000 100000\n"}, 1.5),
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "250000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.5),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu.max": "0 100000\n"}, None),
+    ({"cpu.max": "lots\n"}, None),
+    ({}, None),
+])
+def test_a_containers_cpu_limit_is_read_from_its_cgroup(tmp_path: Path, files: dict[str, str],
+                                                         quota: float | None) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert aside_mod.cpu_quota(tmp_path) == quota
+
+
+def test_a_cpu_limit_under_two_cores_forks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aside_mod.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3}, raising=False)
+    (tmp_path / "cpu.max").write_text("190000 100000\n")
+    assert aside_mod.cores(tmp_path) == 1
+    (tmp_path / "cpu.max").write_text("300000 100000\n")
+    assert aside_mod.cores(tmp_path) == 3
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert aside_mod.cores(tmp_path) == 4
+    monkeypatch.setattr(aside_mod, "cpu_quota", lambda _root: 1.5)  # the limit where it is mounted
+    assert share(3, lambda i: i) is None
+
+
 def test_a_fork_fits_where_twice_this_process_does() -> None:
     here = aside_mod.resident_mib()
     assert here is not None and here > 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import math
 import multiprocessing
 import os
 import signal
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -168,12 +170,31 @@ class Shared(Generic[T]):
         self.close()
 
 
-def cores() -> int:
-    """Cores this process may run on."""
+def cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """Cores this process may run on: those it may be scheduled on, fewer where its cgroup's CPU quota (a container's
+    CPU limit) allows less than that many cores' time."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    quota = cpu_quota(cgroup)
+    return n if quota is None else max(1, min(n, math.floor(quota)))
+
+
+def cpu_quota(cgroup: Path) -> float | None:
+    """The cores' time a cgroup allows, from cgroup v2's ``cpu.max`` or v1's ``cpu.cfs_quota_us`` /
+    ``cpu.cfs_period_us`` (``cgroup``: where they are mounted); None where there is no limit or it cannot be read."""
+    try:
+        if (v2 := cgroup / "cpu.max").exists():
+            quota, period = v2.read_text(encoding="ascii").split()[:2]
+        else:
+            v1 = cgroup / "cpu"
+            quota = (v1 / "cpu.cfs_quota_us").read_text(encoding="ascii").strip()
+            period = (v1 / "cpu.cfs_period_us").read_text(encoding="ascii").strip()
+        q, p = (None if quota in ("max", "-1") else float(quota)), float(period)
+    except (OSError, ValueError):
+        return None
+    return None if q is None or not (q > 0 and p > 0) else q / p
 
 
 def resident_mib() -> float | None:
