@@ -218,6 +218,13 @@ def test_nothing_is_forked_on_one_core(monkeypatch: pytest.MonkeyPatch) -> None:
     assert share(3, lambda i: i) is None
 
 
+@pytest.mark.parametrize("platform", ["darwin", "win32", "freebsd14"])
+def test_nothing_is_forked_off_linux(monkeypatch: pytest.MonkeyPatch, platform: str) -> None:
+    monkeypatch.setattr(aside_mod, "cores", lambda: 8)
+    monkeypatch.setattr(aside_mod.sys, "platform", platform)
+    assert share(3, lambda i: i) is None
+
+
 @pytest.mark.parametrize(("files", "quota"), [
     ({"cpu.max": "150000 100000\n"}, 1.5),
     ({"cpu.max": "max 100000\n"}, None),

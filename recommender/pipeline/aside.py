@@ -25,6 +25,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -218,10 +219,12 @@ def fits(within_mib: float | None) -> bool:
 
 def share(n: int, make: Callable[[int], T], check: Callable[[Any], bool] = lambda _: True,
           prepare: Callable[[], object] | None = None) -> Shared[T] | None:
-    """Items ``0..n-1`` started in a forked child, or None where this process has one core or cannot fork.
-    ``check``: whether a value the child sent is of the kind ``make`` returns (one that is not: nothing the child
-    sent is used). ``prepare``: run in the child before its first item (to drop what it will not read)."""
-    if cores() < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    """Items ``0..n-1`` started in a forked child, or None where this process has one core or is not on Linux (the
+    only system where the child is sure to die with it, ``PR_SET_PDEATHSIG``; macOS' system libraries are not
+    safe to fork either). ``check``: whether a value the child sent is of the kind ``make`` returns (one that is
+    not: nothing the child sent is used). ``prepare``: run in the child before its first item (to drop what it
+    will not read)."""
+    if not sys.platform.startswith("linux") or cores() < 2:
         return None
     ctx = multiprocessing.get_context("fork")
     bounds = ctx.Array("q", [0, n])  # [next from the front, one past the last left]: taken under its lock
