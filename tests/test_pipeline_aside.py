@@ -365,3 +365,36 @@ def test_forecasts_the_memo_holds_are_not_made_again(made_in: list[int], monkeyp
     assert not started and not made_in  # every forecast was in the memo: no child
     light = replace(snap, usage={})
     assert render_json(again, light) == render_json(first, light)
+
+
+def test_the_child_inherits_the_forecasts_imports_instead_of_importing_them(tmp_path: Path) -> None:
+    """A fresh interpreter (none of statsmodels imported by an earlier test): each forecast records, in the process
+    that makes it, whether statsmodels' Holt-Winters was already there; the copy's first one finds it."""
+    seen = tmp_path / "seen"
+    script = ("import os, sys\n"
+              "from collectors.files import read_snapshot\n"
+              "from recommender.core.settings import ForecastSettings, Settings\n"
+              "from recommender.demo import demo_path\n"
+              "from recommender.pipeline import aside, run\n"
+              "if aside.share(1, lambda i: i) is None: print('none'); sys.exit(0)\n"
+              "real = run.forecast_workload\n"
+              "def spy(*args):\n"
+              f"    with open({str(seen)!r}, 'a') as f:\n"
+              "        f.write(f\"{os.getpid()} {'statsmodels.tsa.holtwinters' in sys.modules}\\n\")\n"
+              "    return real(*args)\n"
+              "run.forecast_workload = spy\n"
+              "run.FORK_MIN_FORECASTS = 1\n"
+              "assert 'statsmodels.tsa.holtwinters' not in sys.modules\n"
+              "snap = read_snapshot(demo_path())\n"
+              "run.run_once(snap, Settings(forecast=ForecastSettings(fork_within_mib=None)), snap.end, fork=True)\n"
+              "print(os.getpid())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    if done.stdout.strip() == "none":
+        pytest.skip("one core or no fork here: nothing is shared")
+    parent = int(done.stdout.split()[-1])
+    made = [line.split() for line in seen.read_text().splitlines()]
+    theirs = [had for pid, had in made if int(pid) != parent]
+    assert theirs, "the copy made no forecast"
+    assert theirs[0] == "True"

@@ -26,7 +26,7 @@ from policies.tenancy import tenancy_cost, with_tenancy_reasons
 from recommender.analysis.classify import classify, overridden
 from recommender.analysis.demand import DEMAND_METRICS, LABELS, demand_series
 from recommender.analysis.features import WorkloadFeatures, workload_features
-from recommender.analysis.forecast import ModelChoice, NotEnoughHistory, forecast_with_choice
+from recommender.analysis.forecast import ModelChoice, NotEnoughHistory, forecast_with_choice, preload
 from recommender.analysis.quality import clean, fleet_warning
 from recommender.analysis.quality_data import load_bounds
 from recommender.analysis.shape import DEMAND_METRICS as SHAPE_DEMAND_METRICS
@@ -292,6 +292,7 @@ def _forecasts_aside(snapshot: Snapshot, callers: Snapshot, settings: Settings, 
                 _take_unread(was.usage)
         give_back_freed()
 
+    preload()  # imported once, here: the copy inherits the modules instead of importing them too
     shared = share(len(todo), lambda i: forecast_workload(light, todo[i], fs), _is_forecasts,
                    prepare if release else None)
     return None if shared is None else (todo, shared)

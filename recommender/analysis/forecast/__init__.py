@@ -14,7 +14,7 @@ from recommender.analysis.forecast.auto import AutoForecaster, default_candidate
 from recommender.analysis.forecast.backtest import backtest, origin_positions
 from recommender.analysis.forecast.base import Forecaster, ModelFitError, NotEnoughHistory, level_columns, upper_band
 from recommender.analysis.forecast.clean import CleanSeries, clean_series
-from recommender.analysis.forecast.ets import HoltWinters
+from recommender.analysis.forecast.ets import HoltWinters, preload
 from recommender.analysis.forecast.metrics import mase, smape
 from recommender.analysis.forecast.models import TSB, Naive, SeasonalMedian, SeasonalNaive
 from recommender.analysis.forecast.seasonality import Seasonality, detect_seasonality, seasonal_strength
@@ -41,6 +41,7 @@ __all__ = [
     "level_columns",
     "mase",
     "origin_positions",
+    "preload",
     "seasonal_strength",
     "smape",
     "upper_band",

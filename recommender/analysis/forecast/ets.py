@@ -23,6 +23,14 @@ from recommender.analysis.forecast.base import Band, FloatArray, Forecaster, Mod
 NONSEASONAL_WINDOW = 288  # points a non-seasonal fit looks back (fit_seasons x this)
 
 
+def preload() -> None:
+    """Import what a fit imports (statsmodels' Holt-Winters, with scipy), now: a process about to fork a copy that
+    fits hands the modules over instead of each importing them (a report's forked forecasts,
+    ``recommender.pipeline.aside``)."""
+    import statsmodels.tsa.holtwinters  # noqa: F401
+    from statsmodels.tools import sm_exceptions  # noqa: F401
+
+
 class HoltWinters(Forecaster):
     """Additive seasonal exponential smoothing, ETS(A,N,A) or with ``trend="add"`` ETS(A,Ad,A).
 
