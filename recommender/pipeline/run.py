@@ -274,12 +274,16 @@ def _forecasts_aside(snapshot: Snapshot, callers: Snapshot, settings: Settings, 
     are for (item ``i`` is ``todo[i]``'s), where there are at least ``FORK_MIN_FORECASTS`` of them and twice this
     process' resident memory fits within ``forecast.fork_within_mib`` (``aside.fits``); otherwise None. With
     ``release`` the child first drops the frames this process drops after the features (``_read_later``), so that
-    their pages are given back by both."""
+    their pages are given back by both. The forecasts' modules are imported first (``forecast.preload``), so that
+    the child inherits them instead of importing them too."""
     fs = settings.forecast
     if not fs.enabled:
         return None
     todo = _forecasts_todo(snapshot, settings, memo, digests, said)
-    if len(todo) < FORK_MIN_FORECASTS or not fits(fs.fork_within_mib):
+    if len(todo) < FORK_MIN_FORECASTS:
+        return None
+    preload()  # needed here too if no copy is forked: imported before the memory check, so that it counts them
+    if not fits(fs.fork_within_mib):
         return None
 
     light = _read_later(snapshot)  # what the forecasts read: held here by the child's and this process' items
@@ -292,7 +296,6 @@ def _forecasts_aside(snapshot: Snapshot, callers: Snapshot, settings: Settings, 
                 _take_unread(was.usage)
         give_back_freed()
 
-    preload()  # imported once, here: the copy inherits the modules instead of importing them too
     shared = share(len(todo), lambda i: forecast_workload(light, todo[i], fs), _is_forecasts,
                    prepare if release else None)
     return None if shared is None else (todo, shared)
