@@ -46,6 +46,12 @@ def _values(got: dict[int, Any]) -> dict[int, int]:
     return {i: v[0] for i, v in got.items()}
 
 
+def _fresh(script: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a fresh interpreter in the repository."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout_s,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
 def _no_child_left() -> bool:
     return not multiprocessing.active_children()
 
@@ -196,8 +202,7 @@ def test_the_child_dies_with_this_process() -> None:
               "if s is None: print('none', flush=True); sys.exit(0)\n"
               "print(s._process.pid, flush=True)\n"
               "os.kill(os.getpid(), signal.SIGKILL)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parents[1])
+    done = _fresh(script, timeout_s=60)
     assert done.returncode == -signal.SIGKILL, done.stderr
     if done.stdout.strip() == "none":
         pytest.skip("one core or no fork here: nothing is shared")
@@ -388,8 +393,7 @@ def test_the_child_inherits_the_forecasts_imports_instead_of_importing_them(tmp_
               "snap = read_snapshot(demo_path())\n"
               "run.run_once(snap, Settings(forecast=ForecastSettings(fork_within_mib=None)), snap.end, fork=True)\n"
               "print(os.getpid())\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parents[1])
+    done = _fresh(script, timeout_s=300)
     assert done.returncode == 0, done.stderr
     if done.stdout.strip() == "none":
         pytest.skip("one core or no fork here: nothing is shared")
