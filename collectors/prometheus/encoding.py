@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Literal
+
+from recommender.core.settings_sources import Compression
 
 GZIP = "gzip"
 IDENTITY = "identity"
-Compression = Literal["auto", "gzip", "identity"]
 WAYS = (GZIP, IDENTITY)
 FIRST = 2  # measured answers each way before either is preferred
 KEPT = 8  # the last measured answers of each way that its rate is taken over

@@ -40,6 +40,9 @@ def recorded_metric_name(name: str) -> str:
     return name.split("[", 1)[0]
 
 
+Compression = Literal["auto", "gzip", "identity"]  # how range answers are asked: prometheus.compression
+
+
 class PrometheusSettings(BaseModel):
     """How to reach a Prometheus-compatible API and how hard we may query it."""
 
@@ -54,7 +57,7 @@ class PrometheusSettings(BaseModel):
     client_key: str | None = Field(None, description="Client key (PEM) for mutual TLS.")
     insecure_skip_verify: bool = Field(False, description="Do not verify TLS (testing only).")
     headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. X-Scope-OrgID).")
-    compression: Literal["auto", "gzip", "identity"] = Field(
+    compression: Compression = Field(
         "auto", description="Whether range answers come gzip-compressed: gzip carries about 8x fewer bytes (a "
         "port-forward, a WAN), identity spares the server and the client the CPU of compressing and inflating "
         "them (a fast link); auto asks both ways, then the way whose answers arrive faster, checking the other "
