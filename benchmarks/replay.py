@@ -24,7 +24,9 @@ TTFT = admission wait + prefill; a request still unserved at the end counts as o
   counts the slice's share of a GPU (3g.40gb: 0.5). ``auto`` picks the shape as the product's MIG policy
   would, from the first hour (``choose_slice``).
 
-Policies (every one starts with the static-peak count of warm replicas: the service ran before the trace):
+Policies (every one starts with the static-peak count of warm replicas: the service ran before the trace; an
+HPA, created with the trace (reactive, oracle) or with ours' first plan, records the replicas it finds at its
+first sync as the controller does, so it scales in from them only after its scale-down window):
 - ``static-peak``: replicas for the peak minute of the whole trace (load = prompt/prefill + output/decode
   replica-seconds per second), all the time. It sees the future: it is the provisioning baseline.
 - ``reactive``: KEDA + HPA on ``vllm:num_requests_waiting`` with AverageValue 5 per replica, read at every

@@ -58,7 +58,7 @@ def hpa_proposal(cur: int, usage: float, target: float) -> int:
 def hpa_step(recs: list[tuple[int, int]], k: int, cur: int, rec: int, window_s: int) -> int:
     """HPA behaviour at the defaults (reference.md §12) with a ``window_s`` scale-down stabilisation: scale up at
     most max(+4, x2) per 15 s; scale down to the highest recommendation in the window."""
-    return hpa_behave(HpaMemory(recs), k, cur, rec, default_behavior(window_s))
+    return hpa_behave(HpaMemory(recs, started=bool(recs)), k, cur, rec, default_behavior(window_s))
 
 
 def default_behavior(down_window_s: int = 300) -> dict[str, Any]:
@@ -74,11 +74,12 @@ def default_behavior(down_window_s: int = 300) -> dict[str, Any]:
 class HpaMemory:
     """What the HPA controller keeps per autoscaler between syncs: its recommendations (second, replicas) for
     the stabilisation windows and the scale events (second, replicas added or removed) its policies' periods
-    count."""
+    count; ``started``: whether it has synced yet (at its first sync it records the replicas it found)."""
 
     recs: list[tuple[int, int]] = field(default_factory=list)
     ups: list[tuple[int, int]] = field(default_factory=list)
     downs: list[tuple[int, int]] = field(default_factory=list)
+    started: bool = False
 
 
 def hpa_behave(mem: HpaMemory, k: int, cur: int, rec: int, behavior: Mapping[str, Any]) -> int:
@@ -88,8 +89,13 @@ def hpa_behave(mem: HpaMemory, k: int, cur: int, rec: int, behavior: Mapping[str
     limited by each direction's policies from the replicas at the start of each policy's period (today's less
     the events within it), the policies combined by ``selectPolicy`` (Max: the largest change; Min: the
     smallest; Disabled: none). A recommendation exactly a window old still counts here (the controller
-    compares timestamps that never fall on the boundary)."""
+    compares timestamps that never fall on the boundary). A new HPA's first sync records the replicas it found
+    as a recommendation made just before it (``recordInitialRecommendation``): it scales in from them only after
+    its scale-down window, and a 0 s scale-up window leaves the record out."""
     up, down = behavior["scaleUp"], behavior["scaleDown"]
+    if not mem.started:
+        mem.recs.append((k - 1, cur))
+        mem.started = True
     mem.recs.append((k, rec))
     longest = max(int(up["stabilizationWindowSeconds"]), int(down["stabilizationWindowSeconds"]))
     while mem.recs and mem.recs[0][0] < k - longest:

@@ -216,7 +216,9 @@ class Ours:
         share = histogram_over(recent, s.ttft_objective_s) / arrived if arrived else None
         if missed_too_often(share, s.ttft_error_budget, s.whole_gpu_over_budget):
             self.cap, self.whole, self.escalated_s = self.whole, None, float(obs.k)
-            self.hpa = HpaMemory()  # the HPA's recommendations were counts of the old shape
+            # the HPA carries on (the same ScaledObject), but its recommendations were counts of the old shape:
+            # forgotten here rather than held as whole GPUs (as before the first sync's record was modelled)
+            self.hpa = HpaMemory(started=True)
             if self.whole_max is not None:  # the owner's cap in the new shape's count, as replay.ours_max_replicas
                 self.settings = self.settings.model_copy(update={"max_replicas": self.whole_max})
                 if self.plan is not None:  # the plan in force until the next refit: capped the same way

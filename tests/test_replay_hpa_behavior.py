@@ -30,9 +30,10 @@ PLAN = ScalingPlan(metric=m.REQUEST_RATE, per_replica_capacity=10.0, target_per_
                    ttft_objective_s=2.0, ttft_error_budget=0.01)
 
 
-def run(behavior: dict[str, Any], cur: int, recs: list[int]) -> list[int]:
-    """Replicas after each 15 s sync that recommends ``recs`` in turn, the HPA's result applied each time."""
-    mem, out = HpaMemory(), []
+def run(behavior: dict[str, Any], cur: int, recs: list[int], new: bool = True) -> list[int]:
+    """Replicas after each 15 s sync that recommends ``recs`` in turn, the HPA's result applied each time; by a
+    ``new`` HPA (its first sync records the replicas it found) or one that has synced before."""
+    mem, out = HpaMemory(started=not new), []
     for i, rec in enumerate(recs):
         cur = hpa_behave(mem, 15 * i, cur, rec, behavior)
         out.append(cur)
@@ -74,6 +75,22 @@ def test_a_scale_in_rate_limit_counts_from_the_start_of_its_period_after_the_win
     assert out[-1] == 1 and out == sorted(out, reverse=True)
 
 
+def test_a_new_hpa_holds_the_replicas_it_found_for_its_scale_down_window() -> None:
+    """The HPA controller records the replicas it finds as its first recommendation (kubernetes
+    pkg/controller/podautoscaler/horizontal.go, ``recordInitialRecommendation``), so a new HPA that recommends
+    fewer scales in only once its scale-down window has passed; a 0 s scale-up window does not count that
+    record (it is older than the first sync), so a new HPA scales up at its first sync."""
+    out = run(default_behavior(300), 11, [4] * 30)
+    assert out[:20] == [11] * 20  # 0..285 s: the 11 it found are within the 300 s window
+    assert out[20] == 4 and out[-1] == 4  # 300 s: the record has left the window
+    window = run(hpa_behavior(replace(PLAN, cold_start_s=900.0)), 11, [4] * 70)
+    assert window.index(4) == 60  # the emitted 900 s window holds them as long
+    assert run(hpa_behavior(PLAN), 1, [90, 90]) == [90, 90]
+    behavior = default_behavior(300)
+    behavior["scaleUp"]["stabilizationWindowSeconds"] = 60
+    assert run(behavior, 2, [8] * 6) == [2, 2, 2, 2, 6, 8]  # a 60 s up window counts the record; then +4, x2
+
+
 def test_the_emitted_scale_up_reaches_what_a_burst_asks_for_in_one_sync() -> None:
     """From 1 replica a burst that asks for 90 gets them at the first sync under the emitted behavior; the
     HPA's default (+4 or x2 a sync) takes six more syncs (90 s) to ask for the last of them, while the burst
@@ -100,9 +117,10 @@ def test_select_policy_min_takes_the_smaller_change_and_the_up_window_the_lowest
                        {"type": "Percent", "value": 100, "periodSeconds": 15}]}
     behavior = {"scaleUp": up, "scaleDown": default_behavior()["scaleDown"]}
     # Min: +4 a sync where x2 would give more
-    assert run(behavior, 10, [30, 30, 30]) == [14, 18, 22]
+    assert run(behavior, 10, [30, 30, 30], new=False) == [14, 18, 22]
     # a recommendation of 12 at 15 s holds the count while it is in the 30 s window (the lowest counts)
-    assert run(behavior, 10, [30, 12, 30, 30, 30]) == [14, 14, 14, 14, 18]
+    assert run(behavior, 10, [30, 12, 30, 30, 30], new=False) == [14, 14, 14, 14, 18]
+    assert run(behavior, 10, [30, 30, 30]) == [10, 10, 14]  # a new HPA: the 10 it found, 30 s
 
 
 def observed(k: int, serving: int, ttft: np.ndarray, first_s: np.ndarray) -> Observed:
