@@ -16,6 +16,7 @@ from policies.replicas import (
     NoScalingPlan,
     ReplicaHistory,
     autoscaled_replicas,
+    carried_misses,
     cooldown_s,
     history_from_snapshot,
     hpa_behavior,
@@ -451,6 +452,41 @@ def test_the_knee_is_not_read_from_rescued_steps() -> None:
     fast = plan(workload(cold_start_s=1.0), h, RT, (FC,), RESCUE.model_copy(update={"rate_window_s": 1}))
     assert fast.per_replica_capacity == pytest.approx(5.0)  # no rescue span: the 5s read as capacity
     assert plan(workload(), h, RT, (FC,)).per_replica_capacity == pytest.approx(5.0)  # the default: they count
+
+
+def test_carried_misses_are_those_under_a_heavier_miss_of_the_same_run() -> None:
+    missed = series([0, 1, 1, 1, 0, 1, 1, 1, 1])
+    per = series([1, 5, 3, 6, 2, 4, np.nan, 4.5, 4.2])
+    # 2: under the 5 before it; 3: above it; 4 ends the run; 5 starts another; 6: no rate, not judged; 7: above
+    # 4 (the run goes on through the step with no rate); 8: under 4.5
+    np.testing.assert_array_equal(carried_misses(missed.astype(bool), per).to_numpy(), [0, 0, 1, 0, 0, 0, 0, 0, 1])
+    assert not carried_misses(missed.astype(bool), series([1, 1, 2, 3, 1, 1, 1, 2, 3])).any()  # rising runs
+
+
+def drained(runs: int) -> ReplicaHistory:
+    """Two replicas, 200 good steps at 4 and 5 req/s each; ``runs`` times, a step at 12 each (a jump) that missed,
+    then two steps at 5.5 each on three replicas that missed while they drained its queue."""
+    rate, ttft, replicas = [8.0, 10.0] * 100, [1.0] * 200, [2.0] * 200
+    for _ in range(runs):
+        rate += [24.0, 16.5, 16.5, 8.0, 8.0]
+        ttft += [5.0, 4.0, 3.0, 1.0, 1.0]
+        replicas += [2.0, 3.0, 3.0, 2.0, 2.0]
+    return ReplicaHistory(60.0, series(rate), series(ttft), replicas=series(replicas))
+
+
+def test_the_knee_is_not_read_from_a_jumps_backlog() -> None:
+    """Misses at 5.5 req/s a replica that come right after a miss at 12 are the 12's queue draining: the configured
+    8 req/s, between the 5 the replicas met the objective at and the 12 they missed at, stays."""
+    w = workload(annotations={CAPACITY_ANNOTATION: "8"})
+    p = plan(w, drained(6), RT, (FC,), DAY_ONLY)
+    assert p.capacity_source == "configured" and p.per_replica_capacity == pytest.approx(8.0)
+    assert any("consistent with history" in r and "from 12" in r for r in p.reasons)
+    # the knee needs min_knee_steps (5) misses at or above it: four jumps alone leave the configured figure too
+    assert plan(w, drained(4), RT, (FC,), DAY_ONLY).per_replica_capacity == pytest.approx(8.0)
+    # a miss at 5.5 that starts its own run is the rate's: the replicas missed at 5.5 and met it at 5
+    rate, ttft, replicas = [8.0, 10.0] * 100 + [16.5] * 6, [1.0] * 200 + [3.0] * 6, [2.0] * 200 + [3.0] * 6
+    own = plan(w, ReplicaHistory(60.0, series(rate), series(ttft), replicas=series(replicas)), RT, (FC,), DAY_ONLY)
+    assert own.capacity_source == "measured" and own.per_replica_capacity == pytest.approx(5.0)
 
 
 def test_wake_steps_follow_each_run_at_zero() -> None:

@@ -36,6 +36,7 @@ from policies.replicas.estimates import (
 from policies.replicas.headroom import error_budget_headroom, wake_steps
 from policies.replicas.history import (
     ReplicaHistory,
+    carried_misses,
     history_from_snapshot,
     history_span_s,
     idle_gaps_s,
@@ -52,7 +53,8 @@ __all__ = [
     "BAND_BY_CLASS", "KEDA_DEFAULT_COOLDOWN_S", "OBSERVED_BY_CLASS", "RATE_TRIGGER_METRIC", "WAITING_TRIGGER_METRIC",
     "Absent", "Capacity", "CapacitySource", "Carried", "Cooldown", "Demand", "Headroom", "Knee", "NoScalingPlan",
     "ReplicaBounds", "ReplicaHistory", "ScaleToZero", "arrival_rate_query", "autoscaled_replicas",
-    "autoscaled_series", "cooldown_s", "demand_to_size", "error_budget_headroom", "forecasts_to_act_on",
+    "autoscaled_series", "carried_misses", "cooldown_s", "demand_to_size", "error_budget_headroom",
+    "forecasts_to_act_on",
     "history_from_snapshot", "history_span_s", "hpa_behavior", "idle_gaps_s", "keda_parameters", "keep_lower_bound",
     "locate_knee", "per_replica_capacity", "positive_number", "recorded_capacity", "replica_bounds", "replicas_for",
     "rescue_s", "rescued_steps", "scale_down_window_s", "scale_to_zero", "scaling_plan", "significant", "this_shape",

@@ -80,8 +80,8 @@ def step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: floa
                   ) -> pd.DataFrame | None:
     """Per step with a request rate: the rate per replica (``per``) and whether the step missed the objective
     or queued (``missed``), less the steps :func:`rescued_steps` finds within ``rescue_s`` of a miss (they met
-    the objective on replicas added for the miss: no evidence of what the replicas the plan sized serve); None
-    without rate or TTFT history."""
+    the objective on replicas added for the miss: no evidence of what the replicas the plan sized serve) and the
+    misses :func:`carried_misses` finds (a heavier step's backlog, drained); None without rate or TTFT history."""
     rate, ttft = history.request_rate_per_s, history.ttft_p95_s
     if rate is None or ttft is None:
         return None
@@ -95,10 +95,30 @@ def step_outcomes(workload: Workload, history: ReplicaHistory, objective_s: floa
                                          rate, int(rescue_s // history.step_s))
     else:
         frame["rescued"] = False
+    frame["carried"] = carried_misses(frame["missed"], frame["per"])
     frame = this_shape(frame, workload)
     frame = frame[np.isfinite(frame["rate"]) & np.isfinite(frame["ttft"]) & np.isfinite(frame["per"])
-                  & (frame["rate"] > 0) & ~frame["rescued"].astype(bool)]
+                  & (frame["rate"] > 0) & ~frame["rescued"].astype(bool) & ~frame["carried"]]
     return frame[["per", "missed"]]
+
+
+def carried_misses(missed: pd.Series, per: pd.Series) -> pd.Series:
+    """Missed steps whose queue an earlier step of the same run of missed steps left at a higher rate per replica:
+    replicas added for that step drain its backlog at a lower rate, and miss while they do. Such a miss says what
+    the heavier step could not serve, not what its own rate costs, so the knee does not read it. Booleans on
+    ``missed``'s index (booleans too); a step with no rate per replica is not judged and does not end the run."""
+    flags = missed.to_numpy(dtype=bool)
+    rates = per.reindex(missed.index).to_numpy(dtype="float64")
+    out = np.zeros(flags.size, dtype=bool)
+    heaviest = -np.inf  # the highest rate per replica in the current run of missed steps
+    for i in range(flags.size):
+        if not flags[i]:
+            heaviest = -np.inf
+            continue
+        if np.isfinite(rates[i]):
+            out[i] = rates[i] < heaviest
+            heaviest = max(heaviest, rates[i])
+    return pd.Series(out, index=missed.index)
 
 
 def rescue_s(settings: ScalingSettings, cold_start_s: float | None) -> float:
