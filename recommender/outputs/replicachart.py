@@ -38,7 +38,7 @@ def replica_figure(rec: Recommendation, snapshot: Snapshot | None) -> Figure | N
     today = rec.workload.allocation.replicas
     ax.axhline(today, color=COLORS["held"], linestyle="--", linewidth=1.3, label=f"today ({today})")
     ax.set_ylim(0, max(float(held.max()), today, float(demand.max(skipna=True) or 0.0)) * 1.1 or 1.0)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))  # "auto" put 10 labels on its 1.35 in
     locator = mdates.AutoDateLocator(minticks=3, maxticks=10)
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
