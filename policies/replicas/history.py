@@ -110,11 +110,11 @@ def carried_misses(missed: pd.Series, per: pd.Series) -> pd.Series:
     flags = missed.to_numpy(dtype=bool)
     rates = per.reindex(missed.index).to_numpy(dtype="float64")
     out = np.zeros(flags.size, dtype=bool)
-    heaviest = -np.inf  # the highest rate per replica in the current run of missed steps
-    for i in range(flags.size):
-        if not flags[i]:
+    heaviest, last = -np.inf, -2  # the highest rate per replica in the current run of missed steps, its last step
+    for i in np.flatnonzero(flags).tolist():  # the missed steps only: a history of weeks holds few
+        if i != last + 1:
             heaviest = -np.inf
-            continue
+        last = i
         if np.isfinite(rates[i]):
             out[i] = rates[i] < heaviest
             heaviest = max(heaviest, rates[i])
