@@ -72,6 +72,7 @@ class Ours:
         self.ready_sum = np.zeros(0)  # ready replicas summed over the syncs of each step, and their count
         self.ready_n = np.zeros(0)
         self.pods_sum = np.zeros(0)  # pods (starting or ready) summed likewise: kube-state-metrics' count
+        self.asks: dict[str, int] = {}  # the last sync's proposal of each trigger but the objective's (replay_window)
 
     @property
     def shape_since(self) -> pd.Timestamp | None:
@@ -94,6 +95,7 @@ class Ours:
         if recent.any():
             self.last_arrival = obs.k - (recent.size - 1 - int(np.flatnonzero(recent)[-1]))
         plan = self.plan
+        self.asks = {}
         if plan is None:  # no plan yet: KEDA's usual 5 waiting per replica
             return max(1, math.ceil(obs.waiting / KEDA_WAITING_TARGET), obs.pods)
         ahead = self._band_ahead(obs.k)  # the external scaler's metric
@@ -102,10 +104,11 @@ class Ours:
         # wake from zero) they read nothing, 0 for KEDA, and the requests held at zero only activate the service
         observed = float(obs.arrivals_per_s[-plan.rate_window_s:].sum()) / plan.rate_window_s if obs.serving else 0.0
         waiting = obs.waiting if obs.serving else 0
-        want = max(hpa_proposal(obs.pods, ahead, plan.target_per_replica),
-                   hpa_proposal(obs.pods, observed, plan.target_per_replica),
-                   hpa_proposal(obs.pods, waiting, plan.waiting_per_replica or KEDA_WAITING_TARGET),
-                   hpa_proposal(obs.pods, self._objective_missed(obs, plan), 1.0))
+        self.asks = {"forecast band": hpa_proposal(obs.pods, ahead, plan.target_per_replica),
+                     "rate trigger": hpa_proposal(obs.pods, observed, plan.target_per_replica),
+                     "waiting trigger": hpa_proposal(obs.pods, waiting,
+                                                     plan.waiting_per_replica or KEDA_WAITING_TARGET)}
+        want = max(*self.asks.values(), hpa_proposal(obs.pods, self._objective_missed(obs, plan), 1.0))
         if plan.scale_to_zero:
             if obs.pods == 0:  # KEDA activates 0 -> 1 at its polling interval: forecast ahead, or a request held
                 active = ahead > plan.activation_threshold or obs.waiting > 0

@@ -81,6 +81,60 @@ class Logged:
         return want
 
 
+HELD_BY = ("minReplicas", "forecast band", "rate trigger", "waiting trigger", "objective trigger, first plan")
+
+
+class Attributed:
+    """``ours``, putting the GPU-hours of the pods it holds after each sync down to what held them: the largest of
+    the asks the scale-down window keeps (``Ours.asks``: minReplicas, the forecast band, the rate and waiting
+    triggers, at each sync of the window); pods above all of them to the objective trigger (or, before the first
+    plan, to the replicas found). Passes ours' ``cap`` on as ``Logged`` does."""
+
+    def __init__(self, policy: Ours | Logged) -> None:
+        self.policy = policy
+        self.ours = policy if isinstance(policy, Ours) else policy.ours
+        self.held = dict.fromkeys(HELD_BY, 0.0)  # GPU-hours by what held the pods
+        self.window: list[tuple[int, dict[str, int]]] = []
+        self.last: tuple[int, int, float, str, int] | None = None  # sync, pods, GPU share, held by, up to
+
+    @property
+    def cap(self) -> Capacity:
+        return self.ours.cap
+
+    def __call__(self, obs: Observed) -> int:
+        want = self.policy(obs)
+        ours = self.ours
+        plan = ours.plan
+        self._count(obs.k)
+        asks = {**ours.asks, HELD_BY[0]: plan.min_replicas} if plan is not None and ours.asks else {}
+        hold_s = scale_down_window_s(plan, ours.cap.cold_start_s) if plan is not None else 0
+        self.window = [(k, a) for k, a in self.window if k >= obs.k - hold_s] + [(obs.k, asks)]
+        held_by, most = HELD_BY[-1], 0
+        for _, seen in self.window:
+            for name, n in seen.items():
+                if n > most:
+                    held_by, most = name, n
+        self.last = obs.k, want, ours.cap.gpu_share, held_by, most
+        return want
+
+    def _count(self, until: int) -> None:
+        """The pods of the last sync, held until ``until`` (s), counted in GPU-hours."""
+        if self.last is None:
+            return
+        k, pods, share, held_by, most = self.last
+        hours = (until - k) * share / 3600
+        self.held[held_by] += min(pods, most) * hours
+        self.held[HELD_BY[-1]] += max(0, pods - most) * hours
+
+    def close(self, gpu_hours: float) -> str:
+        """GPU-hours by what held the pods, in words; what is left of the run's ``gpu_hours`` (the pods after the
+        last sync, and a move's rollout, while the old shape's pods serve beside the new) as such."""
+        rest = gpu_hours - sum(self.held.values())
+        parts = [f"{name} {hours:.2f}" for name, hours in self.held.items()] + [f"after the last sync, rollout "
+                                                                              f"{rest:.2f}"]
+        return f"# GPU-hours by what held the pods: {', '.join(parts)} (of {gpu_hours:.2f})"
+
+
 class Recorded:
     """``ours`` (or any policy), recording at every sync what the pool held and what it asked for: the input of
     ``misses``. Passes the policy's ``cap`` on as ``Logged`` does (``on``, the pool's shape, for a policy without
@@ -142,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="scaling.burst_floor_budget_frac for ours (the default setting's without it)")
     p.add_argument("--plan-every", type=int, default=0, metavar="S",
                    help="print what ours saw and decided every S seconds (0: not)")
+    p.add_argument("--attribute", action="store_true",
+                   help="put ours' GPU-hours down to what held its pods: minReplicas or a trigger")
     p.add_argument("--misses", action="store_true",
                    help="count each policy's requests over the objective by what the pool held when they arrived")
     args = p.parse_args(argv)
@@ -177,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                                  whole=cap if shaped != cap else None, reselect_s=args.reselect_s)
             if args.plan_every:
                 policy = Logged(ours, args.plan_every)
+            if args.attribute:
+                policy = attributed = Attributed(policy)
             on = shaped
         elif name == "oracle":
             policy, on = Oracle(trace, shaped, ScalingSettings().headroom_frac["real-time"]), shaped
@@ -187,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             policy = recorded = Recorded(policy, means, on)
         result = simulate(trace, on, policy, name, start)
         print(summary(name, result, OBJECTIVE_S, floor), flush=True)
+        if name == "ours" and args.attribute:
+            print(attributed.close(result.gpu_hours), flush=True)
         if args.misses:
             counts = misses(trace, result.ttft_s, recorded.rows, OBJECTIVE_S)
             total = max(1, sum(counts.values()))

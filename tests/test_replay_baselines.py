@@ -133,3 +133,27 @@ def test_the_window_replay_names_why_each_request_missed() -> None:
     assert counts["constant"]["asked too few"] > counts["constant"]["backlog"] > 0
     assert counts["follows"]["asked too few"] < counts["constant"]["asked too few"]
     assert counts["follows"]["pods starting"] + counts["follows"]["backlog"] > 0
+
+
+def test_the_window_replay_puts_ours_gpu_hours_down_to_what_held_its_pods() -> None:
+    """``--attribute`` puts every GPU-hour ours held down to what held it: the bursts' pods to the triggers that
+    asked for them, the quiet minutes' to minReplicas, the first plan's 300 s to the replicas it found; the parts
+    add up to the run's GPU-hours but for the last sync."""
+    import replay_window
+
+    trace = bursts()
+    args = replay.parse_args(["--trace", "t.csv", "--format", "servegen"])
+    entry = replay.contenders(args, trace, CAP, CAP, 2)["ours"]
+    ours = entry.make()
+    assert isinstance(ours, replay.Ours)
+    attributed = replay_window.Attributed(replay_window.Logged(ours, 10**9))
+    assert attributed.ours is ours and attributed.cap is ours.cap
+    result = simulate(trace, CAP, attributed, "ours", entry.start)
+    line = attributed.close(result.gpu_hours)
+    held = attributed.held
+    assert set(held) == set(replay_window.HELD_BY)
+    assert 0 <= result.gpu_hours - sum(held.values()) < 0.01 * result.gpu_hours  # the pods after the last sync
+    assert held["objective trigger, first plan"] > 0  # the first 300 s, before any plan: the replicas found
+    assert held["rate trigger"] + held["waiting trigger"] > 0  # the bursts
+    assert held["minReplicas"] > 0
+    assert line.startswith("# GPU-hours by what held the pods: minReplicas ")
