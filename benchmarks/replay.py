@@ -145,6 +145,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "to those whose prefill alone exceeds the objective (auto; of the 1 point the goal allows)")
     p.add_argument("--slice-min-efficiency", type=float, default=0.9, help="requests/s per GPU share a slice must "
                    "keep, as a share of the whole GPU's (auto)")
+    p.add_argument("--slice-clump-check", action="store_true", help="what-if, not a product rule: also refuse a "
+                   "slice (auto) where over --whole-gpu-over-budget x the TTFT error budget of the first hour's "
+                   "requests, served on static peak's whole GPUs, had a TTFT over the objective x the slice's SM "
+                   "share (see choose_slice)")
     p.add_argument("--whole-gpu-over-budget", type=float,
                    default=ScalingSettings().whole_gpu_over_budget, help="'ours' on a slice moves to whole GPUs "
                    "past this many times its TTFT error budget (scaling.whole_gpu_over_budget; 0: never)")
@@ -196,8 +200,13 @@ def replica_shape(args: argparse.Namespace, trace: Trace, cap: Capacity) -> tupl
     if gpu is None or not gpu.supports_mig:
         raise ValueError(f"--gpu {args.gpu}: not a MIG-capable GPU model in policies/data/gpus.yaml")
     if args.slice == "auto":
+        bar = (args.whole_gpu_over_budget or 0.0) * ScalingSettings().ttft_error_budget  # 0: no check
+        if not args.slice_clump_check or bar <= 0:
+            return choose_slice(trace, cap, gpu, args.ttft_objective_s, args.min_kv_tokens, 3600.0,
+                                args.slice_prefill_budget_pct, args.slice_min_efficiency)
+        before = static_peak(trace, cap, args.ttft_objective_s)  # what served before the trace, as every policy
         return choose_slice(trace, cap, gpu, args.ttft_objective_s, args.min_kv_tokens, 3600.0,
-                            args.slice_prefill_budget_pct, args.slice_min_efficiency)
+                            args.slice_prefill_budget_pct, args.slice_min_efficiency, clump_bar=bar, before=before)
     profile = gpu.profile(args.slice)
     if profile is None:
         raise ValueError(f"--slice {args.slice}: {args.gpu} has profiles {', '.join(p.name for p in gpu.profiles)}")

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 from replay_capacity import Capacity, floor_pct
+from replay_ours import histogram_over
 from replay_sim import simulate
 from replay_trace import Trace, make_trace, per_bin
 
@@ -50,22 +51,36 @@ def work_per_minute(trace: Trace, cap: Capacity) -> np.ndarray:
 
 
 def choose_slice(trace: Trace, cap: Capacity, gpu: GpuModel, objective_s: float, min_kv_tokens: float,
-                 decide_s: float, prefill_budget_pct: float, min_efficiency: float) -> tuple[Capacity, str]:
+                 decide_s: float, prefill_budget_pct: float, min_efficiency: float,
+                 clump_bar: float | None = None, before: int = 1) -> tuple[Capacity, str]:
     """The replica shape ``ours`` runs on, as the product's MIG policy picks it (``policies.mig``): the smallest
     profile that holds the model with a KV cache of ``min_kv_tokens``, kept only if the requests of the first
     ``decide_s`` (what the service showed before the change) lose at most ``prefill_budget_pct`` points more
     to prefill alone (the slice's slower prefill) than on the whole GPU, and only if it serves at least
     ``min_efficiency`` of the whole GPU's requests/s per GPU share (3 SM slices of 7 hold half the GPU:
-    prefill-heavy traffic loses more than it gains). The whole GPU when none qualifies."""
+    prefill-heavy traffic loses more than it gains). The whole GPU when none qualifies.
+
+    ``clump_bar`` (a share; None: not checked) is a what-if, a check the product does not make: a profile is
+    also refused where more than that share of those requests, served as before the change (``before`` whole
+    GPUs), had a TTFT over the objective x the slice's SM share, as vLLM's histogram tells it
+    (``histogram_over``). A slice prefills at that share of the GPU's speed, a request and the prefills it
+    queued behind alike, so a clump that a whole GPU clears in time misses on a slice in its place."""
     early = trace.arrival_s < decide_s
     seen = make_trace(trace.arrival_s[early], trace.input_tokens[early], trace.output_tokens[early])
     whole = floor_pct(seen, cap, objective_s)
     need_mib = (cap.overhead_kib(gpu) + min_kv_tokens * cap.kv_kib_per_token) / cap.gpu_memory_utilization / 1024
     means = float(seen.input_tokens.mean()), float(seen.output_tokens.mean())
+    ttft_whole: np.ndarray | None = None
     for profile in fitting_profiles(gpu, need_mib, 0.0):
         on = cap.on_slice(gpu, profile)
         efficiency = on.requests_per_s(*means) / on.gpu_share / cap.requests_per_s(*means)
         if on.gpu_share < 1.0 and efficiency >= min_efficiency and \
                 floor_pct(seen, on, objective_s) <= whole + prefill_budget_pct:
+            if clump_bar is not None:
+                if ttft_whole is None:
+                    ttft_whole = simulate(seen, cap, lambda obs: before, "slice check, whole GPUs", before).ttft_s
+                over = histogram_over(ttft_whole, objective_s * on.prefill_tps / cap.prefill_tps)
+                if over > clump_bar * ttft_whole.size:
+                    continue
             return on, profile.name
     return cap, "whole GPU"

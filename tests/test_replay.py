@@ -417,6 +417,26 @@ def test_the_slice_is_the_smallest_that_fits_unless_prompts_or_throughput_suffer
     assert replay_sizing.choose_slice(chat, cap, H100, 2.0, 200_000, 3600, 0.25, 0.9)[1] == "whole GPU"  # KV too small
 
 
+def test_the_clump_check_refuses_a_slice_a_whole_gpu_clears_clumps_on_in_time() -> None:
+    assert H100 is not None
+    cap = Capacity()
+    # 20 requests of 1,000 prompt tokens at once each minute: one whole GPU clears a clump in 1.7 s, within the
+    # 2 s objective, but 40% of it after 2 s x 3/7 (the 3g slice's SM share): one slice would miss them
+    t = np.repeat(np.arange(0.0, 3600.0, 60.0), 20)
+    clumps = Trace(t, np.full(t.size, 1000.0), np.full(t.size, 250.0))
+    smooth = steady(20 / 60, 3600, tin=1000.0, tout=250.0)  # the same requests/s, one at a time
+    assert replay_sizing.choose_slice(clumps, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9)[1] == "3g.40gb"
+    assert replay_sizing.choose_slice(clumps, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9, clump_bar=0.02)[1] \
+        == "whole GPU"
+    assert replay_sizing.choose_slice(smooth, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9, clump_bar=0.02)[1] \
+        == "3g.40gb"
+    # clumps of 15 clear in 1.0 s, within 2 s x 4/7: the next profile, 4g.40gb, passes the check
+    t15 = np.repeat(np.arange(0.0, 3600.0, 60.0), 15)
+    fifteen = Trace(t15, np.full(t15.size, 1000.0), np.full(t15.size, 250.0))
+    assert replay_sizing.choose_slice(fifteen, cap, H100, 2.0, 32_768, 3600, 0.25, 0.9, clump_bar=0.02)[1] \
+        == "4g.40gb"
+
+
 def test_cli_rejects_an_unknown_slice_and_runs_whole_gpus_with_none(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "chunk-trace.csv"
