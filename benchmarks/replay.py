@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -192,8 +193,10 @@ CAPACITY_FLAGS = [f for f in vars(Capacity()) if f != "gpu_share"]
 POLICIES = ("static-peak", "reactive", "reactive-zero", "reactive-rightsized", "ours", "oracle", "past-peak")
 
 
-def replica_shape(args: argparse.Namespace, trace: Trace, cap: Capacity) -> tuple[Capacity, str]:
-    """The capacity 'ours' runs on from ``--slice``; a one-line ValueError for an unknown GPU or profile."""
+def replica_shape(args: argparse.Namespace, trace: Trace, cap: Capacity,
+                  warm: Callable[[], int]) -> tuple[Capacity, str]:
+    """The capacity 'ours' runs on from ``--slice``; a one-line ValueError for an unknown GPU or profile.
+    ``warm``: static peak's whole GPUs, what served before the trace (asked only by ``--slice-clump-check``)."""
     if args.slice == "none":
         return cap, "whole GPU"
     gpu = load_catalogue().get(args.gpu)
@@ -201,12 +204,10 @@ def replica_shape(args: argparse.Namespace, trace: Trace, cap: Capacity) -> tupl
         raise ValueError(f"--gpu {args.gpu}: not a MIG-capable GPU model in policies/data/gpus.yaml")
     if args.slice == "auto":
         bar = (args.whole_gpu_over_budget or 0.0) * ScalingSettings().ttft_error_budget  # 0: no check
-        if not args.slice_clump_check or bar <= 0:
-            return choose_slice(trace, cap, gpu, args.ttft_objective_s, args.min_kv_tokens, 3600.0,
-                                args.slice_prefill_budget_pct, args.slice_min_efficiency)
-        before = static_peak(trace, cap, args.ttft_objective_s)  # what served before the trace, as every policy
+        check = args.slice_clump_check and bar > 0
         return choose_slice(trace, cap, gpu, args.ttft_objective_s, args.min_kv_tokens, 3600.0,
-                            args.slice_prefill_budget_pct, args.slice_min_efficiency, clump_bar=bar, before=before)
+                            args.slice_prefill_budget_pct, args.slice_min_efficiency,
+                            clump_bar=bar if check else None, before=warm() if check else 1)
     profile = gpu.profile(args.slice)
     if profile is None:
         raise ValueError(f"--slice {args.slice}: {args.gpu} has profiles {', '.join(p.name for p in gpu.profiles)}")
@@ -284,8 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay: {args.trace} holds no requests: nothing to replay")
         return 0
     cap = Capacity(**{f: getattr(args, f) for f in CAPACITY_FLAGS})
+    # every policy starts at the provisioned size; searched once, after a bad --slice is told
+    peak = functools.cache(lambda: static_peak(trace, cap, args.ttft_objective_s))
     try:
-        shaped, shape = replica_shape(args, trace, cap)
+        shaped, shape = replica_shape(args, trace, cap, peak)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -294,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
           f"out {trace.output_tokens.mean():.0f}; capacity {cap}; objective {args.ttft_objective_s:g} s")
     print(f"# ours, reactive-rightsized and oracle run on {shape}: {shaped}")
 
-    warm = static_peak(trace, cap, args.ttft_objective_s)  # every policy starts at the provisioned size
+    warm = peak()
     print(f"# static peak: {warm} replicas on whole GPUs, {same_capacity(warm, trace, cap, shaped)} on {shape}: "
           "every policy starts there, and every reactive one scales up to it at most")
     policies = contenders(args, trace, cap, shaped, warm)
